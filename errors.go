@@ -1,0 +1,159 @@
+package workers
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Match them with [errors.Is]; the typed errors below wrap
+// the matching sentinel, so errors.Is works on them too.
+var (
+	// ErrNoAuthority is returned by every task API called with a nil
+	// TaskAuthority or a zero Owner. A missing identity is never a bypass:
+	// use [System] to act unscoped.
+	ErrNoAuthority = errors.New("workers: missing task authority")
+
+	// ErrInvalidOwner reports an owner id that NewOwner refuses. The
+	// returned error is a *ValidationError.
+	ErrInvalidOwner = errors.New("workers: invalid owner id")
+
+	// ErrInvalidKey reports a task key, task id or queue name that is
+	// empty, too long, not valid UTF-8, contains control characters, or
+	// (for a global-scope key) contains "::". The returned error is a
+	// *ValidationError.
+	ErrInvalidKey = errors.New("workers: invalid task key")
+
+	// ErrNotFound reports a task that does not exist, or one the caller is
+	// not allowed to see: the runtime answers both the same way, so a
+	// caller who is not a watcher cannot learn that a task exists. Stores
+	// return it for a missing id.
+	ErrNotFound = errors.New("workers: task not found")
+
+	// ErrConflict is returned by Store.InsertTask when a record with the
+	// same id exists, and by Store.ReplaceTask when the record no longer
+	// belongs to the run the caller expected to replace.
+	ErrConflict = errors.New("workers: task record conflict")
+
+	// ErrUnauthorized is wrapped by every *AuthorizationError.
+	ErrUnauthorized = errors.New("workers: not authorized")
+
+	// ErrFinished is returned by Runtime.Cancel for a task that has already
+	// reached a terminal status.
+	ErrFinished = errors.New("workers: task already finished")
+
+	// ErrClosed is returned by submit calls after Runtime.Shutdown has
+	// begun, in the manner of http.ErrServerClosed.
+	ErrClosed = errors.New("workers: runtime closed")
+
+	// ErrInvalidRunID is returned by a store asked for a fenced write with
+	// an empty run id. Every fenced write names its run; there is no
+	// wildcard.
+	ErrInvalidRunID = errors.New("workers: missing run id")
+
+	// ErrInvalidOption reports a submit option or Config value out of
+	// range, such as a negative timeout.
+	ErrInvalidOption = errors.New("workers: invalid option")
+
+	// ErrResultEncoding is wrapped by the error recorded for a task whose
+	// result cannot be encoded as JSON, and returned by ResultAs when a
+	// stored result cannot be decoded into the requested type.
+	ErrResultEncoding = errors.New("workers: result encoding")
+)
+
+// Cancellation causes. The context a callback receives is cancelled with
+// exactly one of these as its cause ([context.Cause]); the first cause to
+// land is the one that sticks and the one recorded. A timeout's cause is a
+// *TimeoutError, which matches ErrTimeout.
+var (
+	// ErrCancelled is the cause of a cancellation requested through
+	// Runtime.Cancel.
+	ErrCancelled = errors.New("workers: cancelled by user")
+
+	// ErrTimeout is matched by the *TimeoutError that ends a run whose
+	// timeout expired.
+	ErrTimeout = errors.New("workers: task timed out")
+
+	// ErrSuperseded is the cause given to a run still executing when a
+	// newer run of the same task id was submitted.
+	ErrSuperseded = errors.New("workers: superseded by a newer run")
+
+	// ErrShutdown is the cause given to every run in flight when
+	// Runtime.Shutdown drains.
+	ErrShutdown = errors.New("workers: cancelled by worker shutdown")
+
+	// ErrAbandoned is not a cancellation cause but the reason recorded by
+	// Runtime.RecoverZombies for a record whose run is no longer alive.
+	ErrAbandoned = errors.New("workers: run abandoned")
+)
+
+// ValidationError describes a rejected owner id, task key, task id or
+// queue name. It wraps ErrInvalidOwner or ErrInvalidKey.
+type ValidationError struct {
+	Field  string // "owner", "key", "task id" or "queue"
+	Value  string // the rejected value, truncated to 64 bytes
+	Reason string // why it was rejected
+	err    error
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("workers: invalid %s %q: %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns ErrInvalidOwner or ErrInvalidKey.
+func (e *ValidationError) Unwrap() error { return e.err }
+
+// AuthorizationError reports a call the caller is not allowed to make: a
+// queue authorizer refused a submission, or a caller who is not a watcher
+// tried to join or re-run an existing key. It wraps ErrUnauthorized.
+//
+// Reads and cancels of a task the caller may not see never return an
+// AuthorizationError; they return ErrNotFound.
+type AuthorizationError struct {
+	Op     string // "submit" or "queue status"
+	Queue  string // the queue asked about, for queue refusals
+	TaskID string // the task id, for watch refusals
+	UserID string // the caller
+}
+
+func (e *AuthorizationError) Error() string {
+	if e.TaskID != "" {
+		return fmt.Sprintf("workers: %s: %q may not join task %q", e.Op, e.UserID, e.TaskID)
+	}
+	return fmt.Sprintf("workers: %s: %q may not use queue %q", e.Op, e.UserID, e.Queue)
+}
+
+// Unwrap returns ErrUnauthorized.
+func (e *AuthorizationError) Unwrap() error { return ErrUnauthorized }
+
+// TimeoutError is the cause of a run's cancellation, and the error
+// recorded for it, when its timeout expired. It matches ErrTimeout. A
+// timed-out run is never retried.
+type TimeoutError struct {
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("workers: task timed out after %v", e.Timeout)
+}
+
+// Is reports whether target is ErrTimeout.
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+
+// PanicError is the error recorded for a callback that panicked. The
+// runtime recovers the panic, ends the run FAILED, and keeps working.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the goroutine's stack when it panicked
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("workers: task panicked: %v", e.Value)
+}
+
+// Unwrap returns Value when it is an error, so errors.Is sees through a
+// panic(err).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

@@ -1,0 +1,214 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Shutdown stops the runtime in the manner of http.Server.Shutdown. It
+// closes the runtime to submissions (submit calls return ErrClosed from
+// then on); stops every sequential queue fetching and records each item
+// that never started CANCELLED with the shutdown message; cancels every
+// run in flight with ErrShutdown; stops the cleanup scheduler; and waits
+// until every run has settled or ctx ends. An already-done ctx means "do
+// not wait".
+//
+// What a cancelled run records is its own doing: COMPLETED if its callback
+// returns a result anyway, FAILED if it fails, CANCELLED with "Cancelled by
+// worker shutdown" if it returns after its context ended. Shutdown writes
+// no outcome for a run in flight, and holds no lock while it waits.
+//
+// Shutdown returns nil when everything settled, and otherwise an error
+// wrapping ctx.Err(). A run that outlives the wait keeps its handle, so
+// zombie recovery does not call it dead, and releases it when its callback
+// returns. Calling Shutdown again waits again for what is left. A runtime
+// cannot be started again after Shutdown.
+func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
+	rt.submitMu.Lock()
+	rt.closed = true
+	rt.submitMu.Unlock()
+
+	rt.mu.RLock()
+	queues := slices.Collect(maps.Values(rt.queues))
+	rt.mu.RUnlock()
+	var abandoned []*Task
+	for _, q := range queues {
+		abandoned = append(abandoned, q.drain()...)
+	}
+	rt.abandon(abandoned)
+
+	rt.mu.RLock()
+	inflight := slices.Collect(maps.Keys(rt.runs))
+	rt.mu.RUnlock()
+	for _, t := range inflight {
+		t.cancel(ErrShutdown)
+	}
+	if rt.stopCleanup != nil {
+		rt.stopCleanup()
+	}
+
+	waits := make([]<-chan struct{}, 0, len(inflight)+len(queues)+1)
+	for _, t := range inflight {
+		waits = append(waits, t.done)
+	}
+	for _, q := range queues {
+		waits = append(waits, q.exited)
+	}
+	if rt.cleanupDone != nil {
+		waits = append(waits, rt.cleanupDone)
+	}
+	if n := waitAll(ctx, waits); n > 0 {
+		return fmt.Errorf("workers: shutdown left %d runs or goroutines executing: %w", n, ctx.Err())
+	}
+	return nil
+}
+
+// waitAll waits until every channel is closed or ctx ends, and returns
+// how many are still open. Channels already closed count as settled even
+// when ctx is already done.
+func waitAll(ctx context.Context, chans []<-chan struct{}) int {
+	open := 0
+	for _, ch := range chans {
+		select {
+		case <-ch:
+			continue
+		default:
+		}
+		if ctx.Err() == nil {
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case <-ch:
+		default:
+			open++
+		}
+	}
+	return open
+}
+
+// abandon records queue items that will never run CANCELLED with the
+// shutdown message, in one batch under the store's task lock, each write
+// fenced on the run id its item carries from registration, and settles
+// them. It must not be called with a queue lock held.
+func (rt *Runtime[S]) abandon(items []*Task) {
+	if len(items) == 0 {
+		return
+	}
+	status, msg := causeOutcome(ErrShutdown)
+	st := State{Status: status, Error: msg, CompletedAt: now()}
+	rt.store.Lock()
+	for _, t := range items {
+		t.cancel(ErrShutdown)
+		rt.write("abandon", t, StatusPending, st)
+	}
+	rt.store.Unlock()
+	for _, t := range items {
+		rt.settle(t)
+	}
+}
+
+// Reset is for tests: it drops the runtime's live state without draining.
+// It records waiting queue items CANCELLED as Shutdown does, cancels every
+// run in flight with ErrShutdown without waiting for it, forgets every run
+// handle, and clears the store's records if the store is volatile (it
+// implements RecordClearer). It never deletes durable records. The
+// runtime stays open; runs still executing settle on their own, and a
+// later Shutdown waits for them.
+func (rt *Runtime[S]) Reset(ctx context.Context) error {
+	rt.mu.RLock()
+	queues := slices.Collect(maps.Values(rt.queues))
+	rt.mu.RUnlock()
+	var waiting []*Task
+	for _, q := range queues {
+		waiting = append(waiting, q.take()...)
+	}
+	rt.abandon(waiting)
+
+	rt.mu.Lock()
+	inflight := slices.Collect(maps.Keys(rt.runs))
+	clear(rt.handles)
+	rt.mu.Unlock()
+	for _, t := range inflight {
+		t.cancel(ErrShutdown)
+	}
+	if rc, ok := any(rt.store).(RecordClearer); ok {
+		return rc.ClearRecords(ctx)
+	}
+	return nil
+}
+
+// RecoverZombies marks FAILED every PENDING or RUNNING record that has no
+// live run in this runtime, and returns how many it marked. Such a record
+// was left by a process that died, or by a runtime that was dropped
+// without Shutdown; nothing will ever finish it. Each write is fenced on
+// the run id read, so a run registered meanwhile is never touched.
+//
+// Liveness is read from this runtime's handles only: a run of another
+// runtime sharing the store counts as dead. Call it at startup (see
+// Config.RecoverZombies), before other runtimes over the same store
+// begin work, or where the other processes are known to be gone.
+func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
+	rt.store.Lock()
+	defer rt.store.Unlock()
+	recs, err := rt.store.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
+	if err != nil {
+		return 0, err
+	}
+	status, msg := causeOutcome(ErrAbandoned)
+	ts := now()
+	n := 0
+	for _, rec := range recs {
+		if rt.handle(rec.ID, rec.RunID) != nil {
+			continue
+		}
+		st := rec.State
+		st.Status, st.Error, st.CompletedAt = status, msg, ts
+		ok, err := rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Cleanup deletes terminal records that completed more than olderThan
+// ago and returns how many it deleted. The cleanup scheduler calls it
+// every Config.CleanupInterval with Config.Retention.
+func (rt *Runtime[S]) Cleanup(ctx context.Context, olderThan time.Duration) (int, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("%w: negative age %v", ErrInvalidOption, olderThan)
+	}
+	return rt.store.DeleteFinished(ctx, now().Add(-olderThan))
+}
+
+// startCleanup starts the cleanup scheduler. Shutdown stops it.
+func (rt *Runtime[S]) startCleanup() {
+	ctx, cancel := context.WithCancel(context.Background())
+	rt.stopCleanup = cancel
+	rt.cleanupDone = make(chan struct{})
+	go func() {
+		defer close(rt.cleanupDone)
+		tick := time.NewTicker(rt.cfg.CleanupInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := rt.Cleanup(ctx, rt.cfg.Retention); err != nil && ctx.Err() == nil {
+					rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
+				}
+			}
+		}
+	}()
+}

@@ -1,0 +1,236 @@
+package workers
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MemStore is the volatile, in-memory Store, and the default. It is safe
+// for concurrent use. Records are copied in and out, so nothing a caller
+// holds aliases stored state; times are kept at full precision. Its records
+// live as long as the process, so it implements RecordClearer.
+//
+// The zero value is not usable; call NewMemStore.
+type MemStore struct {
+	Authorizers
+
+	taskLock sync.Mutex // the Store's task lock; guards nothing inside MemStore
+
+	mu     sync.RWMutex
+	recs   map[string]*Record             // guarded by mu
+	byUser map[string]map[string]struct{} // guarded by mu: user id -> ids visible to it
+}
+
+var (
+	_ Store         = (*MemStore)(nil)
+	_ RecordClearer = (*MemStore)(nil)
+)
+
+// NewMemStore returns an empty MemStore with no authorizers set.
+func NewMemStore() *MemStore {
+	return &MemStore{
+		recs:   make(map[string]*Record),
+		byUser: make(map[string]map[string]struct{}),
+	}
+}
+
+// Lock takes the task lock.
+func (s *MemStore) Lock() { s.taskLock.Lock() }
+
+// Unlock releases the task lock.
+func (s *MemStore) Unlock() { s.taskLock.Unlock() }
+
+// GetTask implements Store.
+func (s *MemStore) GetTask(_ context.Context, id string) (Record, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return Record{}, ErrNotFound
+	}
+	return r.Clone(), nil
+}
+
+// InsertTask implements Store.
+func (s *MemStore) InsertTask(_ context.Context, rec Record) error {
+	if err := checkRecord(&rec); err != nil {
+		return err
+	}
+	rec = rec.Clone()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.recs[rec.ID]; ok {
+		return ErrConflict
+	}
+	s.recs[rec.ID] = &rec
+	s.index(&rec)
+	return nil
+}
+
+// SetTask implements Store.
+func (s *MemStore) SetTask(_ context.Context, rec Record) error {
+	st := rec.Clone().State
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[rec.ID]
+	if !ok {
+		return ErrNotFound
+	}
+	r.State = st
+	return nil
+}
+
+// ReplaceTask implements Store.
+func (s *MemStore) ReplaceTask(_ context.Context, rec Record, prevRunID string) error {
+	if err := checkRecord(&rec); err != nil {
+		return err
+	}
+	rec = rec.Clone()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[rec.ID]
+	if !ok {
+		return ErrNotFound
+	}
+	if r.RunID != prevRunID {
+		return ErrConflict
+	}
+	s.unindex(r)
+	s.recs[rec.ID] = &rec
+	s.index(&rec)
+	return nil
+}
+
+// TransitionTask implements Store.
+func (s *MemStore) TransitionTask(_ context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if runID == "" {
+		return false, ErrInvalidRunID
+	}
+	if next.Result != nil {
+		next.Result = slices.Clone(next.Result)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return false, ErrNotFound
+	}
+	if r.RunID != runID || !slices.Contains(from, r.Status) {
+		return false, nil
+	}
+	r.State = next
+	return true, nil
+}
+
+// AddWatcher implements Store.
+func (s *MemStore) AddWatcher(_ context.Context, id, runID, watcher string) (bool, error) {
+	if runID == "" {
+		return false, ErrInvalidRunID
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return false, ErrNotFound
+	}
+	if r.RunID != runID {
+		return false, ErrConflict
+	}
+	if slices.Contains(r.Watchers, watcher) {
+		return false, nil
+	}
+	// A fresh slice, so a clone handed out earlier never sees the append.
+	r.Watchers = append(slices.Clip(r.Watchers), watcher)
+	s.indexUser(watcher, id)
+	return true, nil
+}
+
+// ListTasks implements Store. With Filter.VisibleTo set it costs in
+// proportion to that user's tasks, not to the store.
+func (s *MemStore) ListTasks(_ context.Context, f Filter) ([]Record, error) {
+	s.mu.RLock()
+	var out []Record
+	add := func(r *Record) {
+		if f.Match(r) {
+			out = append(out, r.Clone())
+		}
+	}
+	if f.VisibleTo != "" {
+		for id := range s.byUser[f.VisibleTo] {
+			add(s.recs[id])
+		}
+	} else {
+		for _, r := range s.recs {
+			add(r)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Record) int { return CompareRecords(&a, &b) })
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit:f.Limit]
+	}
+	return out, nil
+}
+
+// DeleteFinished implements Store.
+func (s *MemStore) DeleteFinished(_ context.Context, cutoff time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id, r := range s.recs {
+		if r.Status.Terminal() && r.CompletedAt.Before(cutoff) {
+			s.unindex(r)
+			delete(s.recs, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ClearRecords implements RecordClearer: it deletes every record.
+func (s *MemStore) ClearRecords(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.recs)
+	clear(s.byUser)
+	return nil
+}
+
+// index adds r to the per-user index; mu must be held.
+func (s *MemStore) index(r *Record) {
+	for _, w := range r.Watchers {
+		s.indexUser(w, r.ID)
+	}
+	if o, ok := OwnerOf(r.ID); ok {
+		s.indexUser(o.id, r.ID)
+	}
+}
+
+func (s *MemStore) indexUser(user, id string) {
+	ids := s.byUser[user]
+	if ids == nil {
+		ids = make(map[string]struct{})
+		s.byUser[user] = ids
+	}
+	ids[id] = struct{}{}
+}
+
+// unindex removes r from the per-user index; mu must be held.
+func (s *MemStore) unindex(r *Record) {
+	drop := func(user string) {
+		if ids := s.byUser[user]; ids != nil {
+			delete(ids, r.ID)
+			if len(ids) == 0 {
+				delete(s.byUser, user)
+			}
+		}
+	}
+	for _, w := range r.Watchers {
+		drop(w)
+	}
+	if o, ok := OwnerOf(r.ID); ok {
+		drop(o.id)
+	}
+}

@@ -1,0 +1,151 @@
+package workers
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// SubmitOption configures one submission. Options apply only when the
+// submission starts a new run; a submission that joins a live run leaves
+// that run as it is.
+type SubmitOption func(*submitOptions) error
+
+type submitOptions struct {
+	scope    Scope
+	watchers []string
+	timeout  time.Duration
+	retry    RetryPolicy
+}
+
+// WithScope sets the id scope; ScopeUser is the default. System always
+// submits into the global scope.
+func WithScope(s Scope) SubmitOption {
+	return func(o *submitOptions) error {
+		if s != ScopeUser && s != ScopeGlobal {
+			return fmt.Errorf("%w: unknown scope %v", ErrInvalidOption, s)
+		}
+		o.scope = s
+		return nil
+	}
+}
+
+// WithWatchers grants each owner read, list and cancel access to the run
+// the submission starts, beside the submitter. This is the only way to
+// share a task: there is no grant after the fact. Re-running a finished
+// key resets its watchers to the submitter and the owners granted then.
+func WithWatchers(owners ...Owner) SubmitOption {
+	return func(o *submitOptions) error {
+		for _, w := range owners {
+			if w.id == "" {
+				return fmt.Errorf("%w: zero Owner in WithWatchers", ErrNoAuthority)
+			}
+			if !slices.Contains(o.watchers, w.id) {
+				o.watchers = append(o.watchers, w.id)
+			}
+		}
+		return nil
+	}
+}
+
+// WithTimeout bounds how long the runtime waits for each attempt. When it
+// expires, the run's context is cancelled with a *TimeoutError cause and
+// the task ends FAILED at once, without retry; the callback keeps running
+// until it returns (the runtime cannot stop a goroutine), and whatever it
+// then returns is discarded. On a sequential queue the next item starts
+// as soon as the wait ends. Zero means no timeout.
+func WithTimeout(d time.Duration) SubmitOption {
+	return func(o *submitOptions) error {
+		if d < 0 {
+			return fmt.Errorf("%w: negative timeout %v", ErrInvalidOption, d)
+		}
+		o.timeout = d
+		return nil
+	}
+}
+
+// RetryPolicy retries a callback that returned an error or panicked, with
+// exponential backoff. The backoff wait watches the run's context: a
+// cancel during it ends the task CANCELLED with that cause.
+type RetryPolicy struct {
+	// MaxAttempts is the total number of attempts, the first included.
+	// Zero or one means no retry.
+	MaxAttempts int
+	// InitialBackoff is the wait before the second attempt. Defaults to
+	// 100ms.
+	InitialBackoff time.Duration
+	// MaxBackoff caps every wait. Defaults to 30s.
+	MaxBackoff time.Duration
+	// Multiplier grows the wait after each attempt. Defaults to 2.
+	Multiplier float64
+	// Jitter, from 0 to 1, randomizes each wait by up to that fraction
+	// either way, so that many failing tasks do not retry in step.
+	// Defaults to 0 (no jitter).
+	Jitter float64
+}
+
+// WithRetry sets the retry policy.
+func WithRetry(p RetryPolicy) SubmitOption {
+	return func(o *submitOptions) error {
+		switch {
+		case p.MaxAttempts < 0:
+			return fmt.Errorf("%w: negative MaxAttempts %d", ErrInvalidOption, p.MaxAttempts)
+		case p.InitialBackoff < 0 || p.MaxBackoff < 0:
+			return fmt.Errorf("%w: negative backoff", ErrInvalidOption)
+		case p.Multiplier != 0 && p.Multiplier < 1:
+			return fmt.Errorf("%w: Multiplier %v below 1", ErrInvalidOption, p.Multiplier)
+		case p.Jitter < 0 || p.Jitter > 1:
+			return fmt.Errorf("%w: Jitter %v outside [0, 1]", ErrInvalidOption, p.Jitter)
+		}
+		p.InitialBackoff = cmp.Or(p.InitialBackoff, 100*time.Millisecond)
+		p.MaxBackoff = cmp.Or(p.MaxBackoff, 30*time.Second)
+		p.Multiplier = cmp.Or(p.Multiplier, 2)
+		o.retry = p
+		return nil
+	}
+}
+
+// backoff returns the wait after the given failed attempt (1-based).
+func (p RetryPolicy) backoff(attempt int) time.Duration {
+	d := float64(p.InitialBackoff)
+	for i := 1; i < attempt && d < float64(p.MaxBackoff); i++ {
+		d *= p.Multiplier
+	}
+	if p.Jitter > 0 {
+		d *= 1 + p.Jitter*(2*rand.Float64()-1)
+	}
+	return min(time.Duration(d), p.MaxBackoff)
+}
+
+func applyOptions(opts []SubmitOption) (submitOptions, error) {
+	var o submitOptions
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// ListOption narrows Runtime.List.
+type ListOption func(*Filter)
+
+// WithStatus keeps tasks in one of the given statuses.
+func WithStatus(s ...Status) ListOption {
+	return func(f *Filter) { f.Statuses = append(f.Statuses, s...) }
+}
+
+// InQueue keeps tasks of the named sequential queue.
+func InQueue(name string) ListOption {
+	return func(f *Filter) { f.Queue = name }
+}
+
+// WithLimit returns at most n tasks.
+func WithLimit(n int) ListOption {
+	return func(f *Filter) { f.Limit = n }
+}

@@ -1,0 +1,163 @@
+package workers
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// queue is a named sequential queue: a FIFO of registered runs and the one
+// processor goroutine that executes them, one at a time.
+type queue struct {
+	name string
+
+	mu       sync.Mutex
+	items    []*Task // guarded by mu: registered runs waiting, in order
+	running  *Task   // guarded by mu: the run executing now, or nil
+	draining bool    // guarded by mu: set once by Shutdown; never cleared
+
+	wake   chan struct{} // capacity 1: an item was pushed
+	exited chan struct{} // closed when the processor returns
+}
+
+// queue returns the named queue, creating it and starting its processor
+// on first use. Callers hold submitMu for reading, so Shutdown cannot
+// have begun.
+func (rt *Runtime[S]) queue(name string) *queue {
+	rt.mu.RLock()
+	q := rt.queues[name]
+	rt.mu.RUnlock()
+	if q != nil {
+		return q
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if q = rt.queues[name]; q == nil {
+		q = &queue{
+			name:   name,
+			wake:   make(chan struct{}, 1),
+			exited: make(chan struct{}),
+		}
+		rt.queues[name] = q
+		go rt.process(q)
+	}
+	return q
+}
+
+// push appends a run. The queue is never draining here: pushes happen
+// under submitMu, which Shutdown takes before it drains.
+func (q *queue) push(t *Task) {
+	q.mu.Lock()
+	q.items = append(q.items, t)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// process is the queue's processor: it executes items in order until the
+// queue drains.
+func (rt *Runtime[S]) process(q *queue) {
+	defer close(q.exited)
+	for {
+		q.mu.Lock()
+		if q.draining {
+			q.mu.Unlock()
+			return
+		}
+		if len(q.items) == 0 {
+			q.mu.Unlock()
+			<-q.wake
+			continue
+		}
+		t := q.items[0]
+		q.items[0] = nil
+		q.items = q.items[1:]
+		q.running = t
+		q.mu.Unlock()
+
+		rt.execute(t)
+
+		q.mu.Lock()
+		q.running = nil
+		q.mu.Unlock()
+	}
+}
+
+// drain stops the processor fetching and returns the items it will never
+// run. Setting draining and taking the items happen in one critical
+// section, so no item can slip between them; the abandon writes are the
+// caller's, outside the queue lock.
+func (q *queue) drain() []*Task {
+	q.mu.Lock()
+	q.draining = true
+	items := q.items
+	q.items = nil
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return items
+}
+
+// take removes and returns every waiting item without stopping the
+// processor.
+func (q *queue) take() []*Task {
+	q.mu.Lock()
+	items := q.items
+	q.items = nil
+	q.mu.Unlock()
+	return items
+}
+
+// QueueStatus reports what the named sequential queue is doing. An Owner
+// must pass the queue authorizer for the queue, and sees only the ids of
+// tasks it may see (the counts include every item); System sees all.
+// A queue that never received a submission is reported idle.
+func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAuthority) (QueueInfo, error) {
+	c, err := resolve(auth)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	if err := validateText("queue", name, MaxKeyLen, ErrInvalidKey); err != nil {
+		return QueueInfo{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return QueueInfo{}, err
+	}
+	if !c.system && !allowQueue(rt.store, name, c.userID) {
+		return QueueInfo{}, &AuthorizationError{Op: "queue status", Queue: name, UserID: c.userID}
+	}
+	info := QueueInfo{Name: name, State: QueueIdle, Pending: []string{}}
+	rt.mu.RLock()
+	q := rt.queues[name]
+	rt.mu.RUnlock()
+	if q == nil {
+		return info, nil
+	}
+	q.mu.Lock()
+	running := q.running
+	items := slices.Clone(q.items)
+	q.mu.Unlock()
+
+	info.PendingCount = len(items)
+	info.Load = len(items)
+	for _, t := range items {
+		if t.visibleTo(c) {
+			info.Pending = append(info.Pending, t.id)
+		}
+	}
+	switch {
+	case running != nil:
+		info.State = QueueProcessing
+		info.Load++
+		if running.visibleTo(c) {
+			info.Running = running.id
+		}
+	case len(items) > 0:
+		info.State = QueueQueued
+	}
+	return info, nil
+}

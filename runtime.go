@@ -1,0 +1,635 @@
+package workers
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DefaultQueue is the queue name the async path (Runtime.Submit) passes to
+// the queue authorizer. An allowlist authorizer must permit it, or Submit
+// is closed to everyone.
+const DefaultQueue = "default"
+
+// registerAttempts bounds how often a submission retries after another
+// process changed the record between its read and its write.
+const registerAttempts = 8
+
+// Config configures a Runtime. The zero value is valid.
+type Config struct {
+	// Queues names the sequential queues whose processors Start starts.
+	// Other queues start on their first submission. Defaults to none.
+	Queues []string
+
+	// RecoverZombies makes Start call RecoverZombies before anything
+	// runs. Defaults to false.
+	RecoverZombies bool
+
+	// CleanupInterval is how often the cleanup scheduler, started by
+	// Start, deletes terminal records older than Retention. Zero disables
+	// the scheduler. Defaults to 0.
+	CleanupInterval time.Duration
+
+	// Retention is how long the scheduler keeps terminal records.
+	// Defaults to 24 hours.
+	Retention time.Duration
+
+	// Logger receives errors that have no caller to return to: a store
+	// write on a run's behalf that failed, a cleanup that failed.
+	// Defaults to a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// Runtime is what this process is doing now: the run handles, the
+// sequential queues and their processors, and the cleanup scheduler,
+// over a Store that holds the records. Several runtimes may share one
+// store (in one process or several); each has its own queues, handles and
+// scheduler, while the store's authorizers are shared.
+//
+// A Runtime is safe for concurrent use. Construct it with NewRuntime,
+// optionally call Start, submit, and end it with Shutdown. A Runtime that
+// has shut down cannot be started again: construct a new one over the
+// same store.
+type Runtime[S Store] struct {
+	store     S
+	cfg       Config
+	runPrefix string
+	runSeq    atomic.Uint64
+
+	// submitMu is held for reading by every submission from its closed
+	// check to the moment its run is handed to a goroutine or a queue,
+	// and for writing by Shutdown to set closed, so that no submission
+	// straddles the start of a shutdown.
+	submitMu sync.RWMutex
+	closed   bool // guarded by submitMu
+
+	mu      sync.RWMutex
+	handles map[string]*Task   // guarded by mu: task id -> the run holding its handle
+	runs    map[*Task]struct{} // guarded by mu: every registered run not yet settled
+	queues  map[string]*queue  // guarded by mu
+	started bool               // guarded by mu
+
+	stopCleanup context.CancelFunc // set once by Start; nil if no scheduler
+	cleanupDone chan struct{}      // closed when the scheduler exits
+}
+
+// NewRuntime returns a Runtime over store. It starts no goroutine; see
+// Start.
+func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
+	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runtime[S]{
+		store:     store,
+		cfg:       cfg,
+		runPrefix: uuid.NewString(),
+		handles:   make(map[string]*Task),
+		runs:      make(map[*Task]struct{}),
+		queues:    make(map[string]*queue),
+	}
+}
+
+// Store returns the store the runtime was built over.
+func (rt *Runtime[S]) Store() S { return rt.store }
+
+// Start readies the runtime as its Config says: it recovers zombies
+// (Config.RecoverZombies), starts the named queues' processors and the
+// cleanup scheduler. Start is optional when none of that is wanted. It
+// returns ErrClosed after Shutdown, and an error if called twice.
+func (rt *Runtime[S]) Start(ctx context.Context) error {
+	for _, q := range rt.cfg.Queues {
+		if err := validateText("queue", q, MaxKeyLen, ErrInvalidKey); err != nil {
+			return err
+		}
+	}
+	if rt.cfg.CleanupInterval < 0 || rt.cfg.Retention < 0 {
+		return fmt.Errorf("%w: negative cleanup interval or retention", ErrInvalidOption)
+	}
+	rt.submitMu.RLock()
+	defer rt.submitMu.RUnlock()
+	if rt.closed {
+		return ErrClosed
+	}
+	rt.mu.Lock()
+	started := rt.started
+	rt.started = true
+	rt.mu.Unlock()
+	if started {
+		return errors.New("workers: runtime already started")
+	}
+	if rt.cfg.RecoverZombies {
+		if _, err := rt.RecoverZombies(ctx); err != nil {
+			return err
+		}
+	}
+	for _, name := range rt.cfg.Queues {
+		rt.queue(name)
+	}
+	if rt.cfg.CleanupInterval > 0 {
+		rt.startCleanup()
+	}
+	return nil
+}
+
+// Submission is what a submit call returns.
+type Submission struct {
+	// ID is the scoped task id: the handle for Status and Cancel. It is
+	// not the key passed in; ScopedTaskKey rebuilds it.
+	ID string
+	// RunID is the id of the run the submission started or joined.
+	RunID string
+	// Joined reports that the key was already live and the submission
+	// attached to that run instead of starting a new one.
+	Joined bool
+}
+
+// Submit runs fn on its own goroutine as the task key, on behalf of auth.
+// ctx bounds the submission itself and nothing else: the run outlives it.
+//
+// If the key's task is live and the caller watches it, Submit joins that
+// run. If it is live or finished and the caller is not a watcher (only
+// possible for a global-scope key), Submit returns an *AuthorizationError
+// unless the store's watch authorizer allows it. A finished key is run
+// again: a new run replaces the record, its watchers reset to the
+// submitter and those granted with WithWatchers, and a predecessor still
+// executing is cancelled with ErrSuperseded, its late writes discarded.
+//
+// The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority,
+// a *ValidationError (ErrInvalidKey), ErrInvalidOption, an
+// *AuthorizationError (ErrUnauthorized), ErrClosed, or a store error.
+func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
+	return rt.submit(ctx, "", key, fn, auth, opts)
+}
+
+// SubmitSequential is Submit on the named sequential queue: the queue's
+// one processor runs its tasks one at a time, in submission order.
+// Different queues run independently. The queue authorizer is asked with
+// the queue's name.
+func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
+	if err := validateText("queue", queue, MaxKeyLen, ErrInvalidKey); err != nil {
+		return Submission{}, err
+	}
+	return rt.submit(ctx, queue, key, fn, auth, opts)
+}
+
+func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts []SubmitOption) (Submission, error) {
+	c, err := resolve(auth)
+	if err != nil {
+		return Submission{}, err
+	}
+	if fn == nil {
+		return Submission{}, fmt.Errorf("%w: nil Func", ErrInvalidOption)
+	}
+	o, err := applyOptions(opts)
+	if err != nil {
+		return Submission{}, err
+	}
+	id, err := scopedID(key, c, o.scope)
+	if err != nil {
+		return Submission{}, err
+	}
+	if !c.system && !allowQueue(rt.store, cmp.Or(queue, DefaultQueue), c.userID) {
+		return Submission{}, &AuthorizationError{Op: "submit", Queue: cmp.Or(queue, DefaultQueue), UserID: c.userID}
+	}
+
+	rt.submitMu.RLock()
+	defer rt.submitMu.RUnlock()
+	if rt.closed {
+		return Submission{}, ErrClosed
+	}
+	t, sub, err := rt.register(ctx, id, queue, c, o, fn)
+	if err != nil || t == nil {
+		return sub, err
+	}
+	if queue == "" {
+		go rt.execute(t)
+	} else {
+		rt.queue(queue).push(t)
+	}
+	return sub, nil
+}
+
+// register decides, under the store's task lock, whether the submission
+// joins a live run, re-runs a finished key or creates the task. For a new
+// run it returns the registered Task, its handle published; for a join it
+// returns a nil Task.
+func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, error) {
+	rt.store.Lock()
+	defer rt.store.Unlock()
+	for range registerAttempts {
+		rec, err := rt.store.GetTask(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			t, now := rt.newRun(id, queue, c, o, fn)
+			err = rt.store.InsertTask(ctx, t.record(now))
+			if errors.Is(err, ErrConflict) {
+				continue // another process created it first
+			}
+			if err != nil {
+				return nil, Submission{}, err
+			}
+			rt.publish(t, nil)
+			return t, Submission{ID: id, RunID: t.runID}, nil
+		}
+		if err != nil {
+			return nil, Submission{}, err
+		}
+
+		watching := c.system || visibleTo(id, rec.Watchers, c.userID)
+		if !watching && !allowWatch(rt.store, id, rec.Watchers, c.userID) {
+			return nil, Submission{}, &AuthorizationError{Op: "submit", TaskID: id, UserID: c.userID}
+		}
+
+		if !rec.Status.Terminal() {
+			if !watching {
+				added, err := rt.store.AddWatcher(ctx, id, rec.RunID, c.userID)
+				if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+					continue // the record moved on; decide again
+				}
+				if err != nil {
+					return nil, Submission{}, err
+				}
+				if added {
+					rt.noteWatcher(id, rec.RunID, append(rec.Watchers, c.userID))
+				}
+			}
+			return nil, Submission{ID: id, RunID: rec.RunID, Joined: true}, nil
+		}
+
+		t, now := rt.newRun(id, queue, c, o, fn)
+		err = rt.store.ReplaceTask(ctx, t.record(now), rec.RunID)
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			continue // another process re-ran or deleted it first
+		}
+		if err != nil {
+			return nil, Submission{}, err
+		}
+		rt.publish(t, &rec)
+		return t, Submission{ID: id, RunID: t.runID}, nil
+	}
+	return nil, Submission{}, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
+}
+
+// newRun builds the live object of a run and mints its run id.
+func (rt *Runtime[S]) newRun(id, queue string, c caller, o submitOptions, fn Func) (*Task, time.Time) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := &Task{
+		id:     id,
+		runID:  rt.runPrefix + "." + strconv.FormatUint(rt.runSeq.Add(1), 36),
+		queue:  queue,
+		opts:   o,
+		fn:     fn,
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	w := make([]string, 0, 1+len(o.watchers))
+	if !c.system {
+		w = append(w, c.userID)
+	}
+	for _, g := range o.watchers {
+		if g != c.userID {
+			w = append(w, g)
+		}
+	}
+	t.setWatchers(w)
+	return t, now()
+}
+
+// record is the new record a run is registered with.
+func (t *Task) record(created time.Time) Record {
+	return Record{
+		ID:        t.id,
+		RunID:     t.runID,
+		Queue:     t.queue,
+		Watchers:  *t.watchers.Load(),
+		CreatedAt: created,
+		State:     State{Status: StatusPending},
+	}
+}
+
+// publish makes t the holder of its id's handle. When a re-run replaced
+// prev, a predecessor of prev's run still executing here is cancelled.
+func (rt *Runtime[S]) publish(t *Task, prev *Record) {
+	rt.mu.Lock()
+	old := rt.handles[t.id]
+	rt.handles[t.id] = t
+	rt.runs[t] = struct{}{}
+	rt.mu.Unlock()
+	if old != nil && prev != nil && old.runID == prev.RunID {
+		old.cancel(ErrSuperseded)
+	}
+}
+
+// noteWatcher updates the live copy of a run's watchers after a join.
+func (rt *Runtime[S]) noteWatcher(id, runID string, watchers []string) {
+	rt.mu.RLock()
+	t := rt.handles[id]
+	rt.mu.RUnlock()
+	if t != nil && t.runID == runID {
+		t.setWatchers(watchers)
+	}
+}
+
+// handle returns the run holding id's handle if it is the run runID.
+func (rt *Runtime[S]) handle(id, runID string) *Task {
+	rt.mu.RLock()
+	t := rt.handles[id]
+	rt.mu.RUnlock()
+	if t != nil && t.runID == runID {
+		return t
+	}
+	return nil
+}
+
+// settle ends a run's life in the runtime. Only the run that holds the
+// handle removes it: a successor's handle is never touched.
+func (rt *Runtime[S]) settle(t *Task) {
+	rt.mu.Lock()
+	if rt.handles[t.id] == t {
+		delete(rt.handles, t.id)
+	}
+	delete(rt.runs, t)
+	rt.mu.Unlock()
+	close(t.done)
+}
+
+// execute runs t from its start to its terminal record and settles it.
+func (rt *Runtime[S]) execute(t *Task) {
+	st := State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
+	switch {
+	case t.ctx.Err() != nil:
+		// Cancelled before it started (a shutdown, a supersede): record
+		// the cause, if the record is still this run's and PENDING.
+		rt.finishCancelled(t, StatusPending, State{})
+	case !rt.write("start", t, StatusPending, st):
+		// A run-start is a durable, fenced read: the store no longer says
+		// this run is PENDING, so it was cancelled or superseded.
+	default:
+		if rt.attempts(t, st) {
+			return // timed out: the callback's goroutine settles the run
+		}
+	}
+	rt.settle(t)
+}
+
+// attempts runs the callback until it succeeds, fails for good or is
+// cancelled, and records the outcome. It reports whether an attempt timed
+// out and handed settling to the callback's goroutine.
+func (rt *Runtime[S]) attempts(t *Task, st State) (handedOff bool) {
+	for attempt := 1; ; attempt++ {
+		t.attempt.Store(int32(attempt))
+		if attempt > 1 {
+			st.Attempt, st.Progress = attempt, t.Progress()
+			if !rt.write("retry", t, StatusRunning, st) {
+				return false // the record moved on without this run
+			}
+		}
+		res, err, handedOff := rt.call(t, st)
+		switch {
+		case handedOff:
+			return true
+		case err == nil:
+			rt.finishCompleted(t, st, res)
+			return false
+		case t.ctx.Err() != nil:
+			rt.finishCancelled(t, StatusRunning, st)
+			return false
+		case attempt >= t.opts.retry.MaxAttempts:
+			rt.finish(t, StatusRunning, st, StatusFailed, err.Error())
+			return false
+		case !sleep(t.ctx, t.opts.retry.backoff(attempt)):
+			rt.finishCancelled(t, StatusRunning, st)
+			return false
+		}
+	}
+}
+
+// call runs one attempt. Without a timeout it calls the callback here.
+// With one, the callback runs on its own goroutine and call waits at most
+// the timeout; when that expires it records the outcome and reports
+// handedOff, and whichever of the two goroutines finishes last settles
+// the run.
+func (rt *Runtime[S]) call(t *Task, st State) (res any, err error, handedOff bool) {
+	if t.opts.timeout <= 0 {
+		res, err = invoke(t)
+		return res, err, false
+	}
+	type outcome struct {
+		res any
+		err error
+	}
+	out := make(chan outcome, 1)
+	t.handoff.Store(0)
+	go func() {
+		r, e := invoke(t)
+		out <- outcome{r, e}
+		if !t.handoff.CompareAndSwap(0, 1) {
+			rt.settle(t) // the waiter gave up on this attempt
+		}
+	}()
+	timer := time.NewTimer(t.opts.timeout)
+	defer timer.Stop()
+	select {
+	case o := <-out:
+		return o.res, o.err, false
+	case <-timer.C:
+	}
+	if !t.handoff.CompareAndSwap(0, 2) {
+		o := <-out // the callback returned as the timer fired
+		return o.res, o.err, false
+	}
+	t.cancel(&TimeoutError{Timeout: t.opts.timeout})
+	// The first cause sticks: a cancel that landed before the timeout is
+	// what gets recorded.
+	rt.finishCancelled(t, StatusRunning, st)
+	return nil, nil, true
+}
+
+// invoke calls the callback, turning a panic into a *PanicError.
+func invoke(t *Task) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return t.fn(t.ctx, t)
+}
+
+// sleep waits for d unless ctx ends first, and reports whether it waited
+// the whole time.
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (rt *Runtime[S]) finishCompleted(t *Task, st State, res any) {
+	if res == nil {
+		rt.finish(t, StatusRunning, st, StatusCompleted, "")
+		return
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		rt.finish(t, StatusRunning, st, StatusFailed, fmt.Errorf("%w: %w", ErrResultEncoding, err).Error())
+		return
+	}
+	st.Result = b
+	rt.finish(t, StatusRunning, st, StatusCompleted, "")
+}
+
+// finishCancelled records the outcome of the cause t's context carries,
+// rendered through the reasons table.
+func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st State) {
+	status, msg := causeOutcome(context.Cause(t.ctx))
+	rt.finish(t, from, st, status, msg)
+}
+
+// finish writes a run's terminal record.
+func (rt *Runtime[S]) finish(t *Task, from Status, st State, status Status, msg string) {
+	st.Status, st.Error, st.CompletedAt = status, msg, now()
+	st.Progress = t.Progress()
+	rt.write("finish", t, from, st)
+}
+
+// write is every store write a run makes: a transition fenced on the
+// run's id and the status it expects. A failed fence is the expected fate
+// of a superseded or cancelled run's late write, not an error; a store
+// error is logged, since a run has no caller to return it to.
+func (rt *Runtime[S]) write(op string, t *Task, from Status, st State) bool {
+	ok, err := rt.store.TransitionTask(context.Background(), t.id, t.runID, []Status{from}, st)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		rt.cfg.Logger.Error("workers: store write failed", "op", op, "task", t.id, "run", t.runID, "err", err)
+	}
+	return ok
+}
+
+// Status returns a snapshot of the task id, if auth may see it: a
+// watcher, the owner the id names, or System. For any other caller it
+// returns ErrNotFound, exactly as for a task that does not exist, so
+// Status never reveals that someone else's task exists. Progress is read
+// live when the run executes in this runtime.
+func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
+	rec, err := rt.visibleRecord(ctx, id, auth)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return rt.snapshot(&rec), nil
+}
+
+// List returns the tasks auth may see, ordered by creation time: for an
+// Owner, the tasks it owns or watches; for System, every task. Options
+// narrow the list.
+func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
+	c, err := resolve(auth)
+	if err != nil {
+		return nil, err
+	}
+	var f Filter
+	for _, opt := range opts {
+		opt(&f)
+	}
+	if !c.system {
+		f.VisibleTo = c.userID
+	}
+	recs, err := rt.store.ListTasks(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Snapshot, len(recs))
+	for i := range recs {
+		out[i] = rt.snapshot(&recs[i])
+	}
+	return out, nil
+}
+
+// snapshot renders a record, with live progress when this runtime runs it.
+func (rt *Runtime[S]) snapshot(rec *Record) Snapshot {
+	s := snapshotOf(rec)
+	if rec.Status == StatusRunning {
+		if t := rt.handle(rec.ID, rec.RunID); t != nil {
+			s.Progress, s.Attempt = t.Progress(), t.Attempt()
+		}
+	}
+	return s
+}
+
+// visibleRecord reads id's record durably and returns it if auth may see
+// it, ErrNotFound otherwise.
+func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAuthority) (Record, error) {
+	c, err := resolve(auth)
+	if err != nil {
+		return Record{}, err
+	}
+	if err := validateID(id); err != nil {
+		return Record{}, err
+	}
+	rec, err := rt.store.GetTask(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if !c.system && !visibleTo(id, rec.Watchers, c.userID) {
+		return Record{}, ErrNotFound
+	}
+	return rec, nil
+}
+
+// Cancel cancels the task id on behalf of auth. It first claims CANCELLED
+// in the store, fenced on the run it read, and only then cancels the
+// run's context with ErrCancelled, so the record says "Cancelled by user"
+// whatever the callback does next. A caller who may not see the task gets
+// ErrNotFound, exactly as for a missing task. A task that already ended
+// returns ErrFinished.
+//
+// A run executing in another process that shares the store is not
+// interrupted: its record says CANCELLED at once, and its eventual
+// terminal write is discarded by the run-id fence.
+func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority) error {
+	rec, err := rt.visibleRecord(ctx, id, auth)
+	if err != nil {
+		return err
+	}
+	if rec.Status.Terminal() {
+		return ErrFinished
+	}
+	t := rt.handle(id, rec.RunID)
+	st := rec.State
+	if t != nil {
+		st.Progress = t.Progress()
+	}
+	st.Status, st.Error = causeOutcome(ErrCancelled)
+	st.CompletedAt = now()
+	ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{StatusPending, StatusRunning}, st)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return ErrNotFound
+		}
+		return err
+	}
+	if !ok {
+		return ErrFinished // it ended, or was re-run, since the read
+	}
+	if t != nil {
+		t.cancel(ErrCancelled)
+	}
+	return nil
+}
+
+// now is the one clock reading per transition: UTC, to the microsecond
+// that every store keeps.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

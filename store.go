@@ -1,0 +1,333 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Status is the lifecycle state of a task record.
+type Status string
+
+// The statuses a record moves through. PENDING and RUNNING are live;
+// the other three are terminal, and a run never leaves a terminal status
+// (only a new run, through Store.ReplaceTask, writes a new PENDING).
+const (
+	StatusPending   Status = "pending"
+	StatusRunning   Status = "running"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether s is COMPLETED, FAILED or CANCELLED.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Valid reports whether s is one of the five statuses.
+func (s Status) Valid() bool {
+	return s == StatusPending || s == StatusRunning || s.Terminal()
+}
+
+// State is the volatile part of a record: what a run writes as it
+// progresses. Store.SetTask and Store.TransitionTask write exactly these
+// fields and nothing else.
+type State struct {
+	Status   Status
+	Progress int // 0 to 100
+	Attempt  int // 1 for the first attempt; 0 before the run starts
+
+	// Result is the JSON encoding of the callback's result; nil when the
+	// callback returned nil or the run did not complete. Decode it with
+	// ResultAs.
+	Result json.RawMessage
+
+	// Error is the recorded message of a FAILED or CANCELLED run.
+	Error string
+
+	StartedAt   time.Time // zero until RUNNING
+	CompletedAt time.Time // zero until terminal
+}
+
+// Record is what a store holds for one task id. The identity fields (ID,
+// RunID, Queue, Watchers, CreatedAt) are written only by InsertTask,
+// ReplaceTask and AddWatcher; State is written by SetTask and
+// TransitionTask.
+type Record struct {
+	ID    string // the scoped task id
+	RunID string // the run that owns the record now; unique across processes
+	Queue string // the sequential queue's name, or "" for the async path
+
+	// Watchers are the user ids allowed to read, list and cancel the task.
+	// The owner of a user-scoped id is also allowed, whether listed or not.
+	Watchers []string
+
+	CreatedAt time.Time
+
+	State
+}
+
+// Clone returns a deep copy of r: nothing in the copy aliases r.
+func (r Record) Clone() Record {
+	r.Watchers = slices.Clone(r.Watchers)
+	if r.Result != nil {
+		r.Result = slices.Clone(r.Result)
+	}
+	return r
+}
+
+// Filter selects records for Store.ListTasks. Zero fields select
+// everything.
+type Filter struct {
+	// VisibleTo, when set, keeps the records that user id may see: those
+	// listing it among their Watchers, and those whose id it owns
+	// (OwnerOf(id) is that user).
+	VisibleTo string
+	// Statuses, when non-empty, keeps records in one of these statuses.
+	Statuses []Status
+	// Queue, when set, keeps records of that sequential queue.
+	Queue string
+	// Limit, when positive, returns at most that many records.
+	Limit int
+}
+
+// Match reports whether r passes f (ignoring Limit). Stores that filter in
+// memory use it; SQL stores must select exactly the same records.
+func (f Filter) Match(r *Record) bool {
+	if f.VisibleTo != "" && !visibleTo(r.ID, r.Watchers, f.VisibleTo) {
+		return false
+	}
+	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, r.Status) {
+		return false
+	}
+	if f.Queue != "" && r.Queue != f.Queue {
+		return false
+	}
+	return true
+}
+
+// visibleTo is the one read-access rule: a listed watcher, or the owner
+// derived from the id.
+func visibleTo(id string, watchers []string, userID string) bool {
+	if slices.Contains(watchers, userID) {
+		return true
+	}
+	o, ok := OwnerOf(id)
+	return ok && o.id == userID
+}
+
+// CompareRecords orders records as ListTasks returns them: by CreatedAt,
+// then by ID.
+func CompareRecords(a, b *Record) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	switch {
+	case a.ID < b.ID:
+		return -1
+	case a.ID > b.ID:
+		return 1
+	}
+	return 0
+}
+
+// QueueAuthorizer decides whether userID may submit into queue. The async
+// path asks it with DefaultQueue. It must be a pure, fast predicate: it is
+// called on every submission by an Owner (never for System). A panic in it
+// denies the submission.
+type QueueAuthorizer func(queue, userID string) bool
+
+// WatchAuthorizer decides whether userID may join, or re-run, the existing
+// task taskID that it does not already watch. watchers is a copy of the
+// record's watcher list.
+//
+// It runs while the runtime holds the store's task lock (Store.Lock), so
+// it must be a pure in-memory predicate: no store calls, no I/O, nothing
+// that waits on another goroutine that might take the same lock, or it
+// deadlocks. A panic in it denies.
+type WatchAuthorizer func(taskID string, watchers []string, userID string) bool
+
+// Store is the durable side of the library: what the record says. It holds
+// data and policy, and nothing that runs: no goroutine, no queue, no
+// scheduler. Everything that executes lives on Runtime, so a store has no
+// teardown to get wrong.
+//
+// Implementations must be safe for concurrent use by multiple goroutines.
+// A store shared by several processes (a SQL database) must make every
+// write below a single atomic operation in the database: the runtime never
+// builds a read-modify-write out of GetTask and a write, and neither may a
+// store. Methods must not retain slices they are passed, and must return
+// records that alias nothing the store keeps.
+//
+// Methods taking a context must honour its cancellation where they block;
+// errors from the backend are wrapped, and the sentinels below are
+// returned so that callers can match them with errors.Is. The package
+// storetest checks all of this; run it against any new implementation.
+type Store interface {
+	// GetTask returns the record stored for id: a durable read, never a
+	// cached live object. It returns ErrNotFound if there is none.
+	GetTask(ctx context.Context, id string) (Record, error)
+
+	// InsertTask stores a new record. It returns ErrConflict, and writes
+	// nothing, if a record with rec.ID exists. rec.RunID must not be
+	// empty (ErrInvalidRunID).
+	InsertTask(ctx context.Context, rec Record) error
+
+	// SetTask writes rec.State to the record rec.ID, unconditionally. It
+	// must never write the identity fields: RunID, Watchers, Queue and
+	// CreatedAt keep their stored values whatever rec holds, because
+	// carrying them on a state write is how concurrent grants and newer
+	// runs get clobbered. It returns ErrNotFound if there is no record.
+	//
+	// SetTask is not fenced, so the runtime never writes a run's outcome
+	// with it; it exists for tools that edit records administratively.
+	SetTask(ctx context.Context, rec Record) error
+
+	// ReplaceTask writes the whole of rec over the record rec.ID if, and
+	// only if, that record's RunID is prevRunID; otherwise it returns
+	// ErrConflict and writes nothing (ErrNotFound if there is no record).
+	// Its one caller is the re-run of a finished key, which by design
+	// resets the watcher list and publishes the new run's id.
+	ReplaceTask(ctx context.Context, rec Record, prevRunID string) error
+
+	// TransitionTask writes next to the record id if its RunID is runID
+	// and its Status is one of from, as one atomic step, and reports
+	// whether it did. A wrong run id or status is not an error: it returns
+	// false. Only next's State is written; identity fields never change.
+	// runID is required (ErrInvalidRunID): every write of a run's outcome
+	// names the run, so a superseded run's late write cannot land. It
+	// returns ErrNotFound if there is no record.
+	TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error)
+
+	// AddWatcher appends watcher to the record id's watcher list if its
+	// RunID is runID, as one compare-and-set, and reports whether the
+	// list changed: appending a watcher already present is a no-op that
+	// reports false. Concurrent appends of distinct watchers must all
+	// survive. It returns ErrConflict if the record belongs to another
+	// run, ErrNotFound if there is none. It performs no authorization.
+	AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error)
+
+	// ListTasks returns the records f selects, ordered as CompareRecords
+	// orders them. An empty result is not an error.
+	ListTasks(ctx context.Context, f Filter) ([]Record, error)
+
+	// DeleteFinished deletes terminal records whose CompletedAt is before
+	// cutoff and returns how many it deleted. PENDING and RUNNING records
+	// are never deleted.
+	DeleteFinished(ctx context.Context, cutoff time.Time) (int, error)
+
+	// Lock and Unlock are the store's task lock. It is process-local,
+	// even for a store that several processes share: it serializes this
+	// process's registrations, joins, cancels and recoveries, and never
+	// stands in for an atomic write. It need not be reentrant; the
+	// runtime never takes it twice.
+	sync.Locker
+
+	// QueueAuthorizer returns the queue authorizer; nil means no queue
+	// check.
+	QueueAuthorizer() QueueAuthorizer
+	// SetQueueAuthorizer replaces the queue authorizer; nil removes it.
+	SetQueueAuthorizer(QueueAuthorizer)
+
+	// WatchAuthorizer returns the watch authorizer; nil means every
+	// cross-user join is denied.
+	WatchAuthorizer() WatchAuthorizer
+	// SetWatchAuthorizer replaces the watch authorizer; nil removes it.
+	SetWatchAuthorizer(WatchAuthorizer)
+}
+
+// RecordClearer is implemented by volatile stores, whose records live no
+// longer than the process. Runtime.Reset calls ClearRecords when the store
+// implements it; a durable store must not, so a reset can never delete
+// durable rows.
+type RecordClearer interface {
+	// ClearRecords deletes every record.
+	ClearRecords(ctx context.Context) error
+}
+
+// Authorizers holds a store's two authorizer slots behind atomic pointers.
+// Embed it in a Store implementation to get the four authorizer methods
+// with the documented nil semantics; its zero value holds none.
+type Authorizers struct {
+	queue atomicFunc[QueueAuthorizer]
+	watch atomicFunc[WatchAuthorizer]
+}
+
+// QueueAuthorizer returns the queue authorizer, or nil.
+func (a *Authorizers) QueueAuthorizer() QueueAuthorizer { return a.queue.load() }
+
+// SetQueueAuthorizer replaces the queue authorizer; nil removes it.
+func (a *Authorizers) SetQueueAuthorizer(f QueueAuthorizer) { a.queue.store(f) }
+
+// WatchAuthorizer returns the watch authorizer, or nil.
+func (a *Authorizers) WatchAuthorizer() WatchAuthorizer { return a.watch.load() }
+
+// SetWatchAuthorizer replaces the watch authorizer; nil removes it.
+func (a *Authorizers) SetWatchAuthorizer(f WatchAuthorizer) { a.watch.store(f) }
+
+// allowQueue asks the store's queue authorizer, failing closed on a panic.
+func allowQueue(s Store, queue, userID string) (ok bool) {
+	f := s.QueueAuthorizer()
+	if f == nil {
+		return true
+	}
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return f(queue, userID)
+}
+
+// allowWatch asks the store's watch authorizer, failing closed on nil and
+// on a panic.
+func allowWatch(s Store, id string, watchers []string, userID string) (ok bool) {
+	f := s.WatchAuthorizer()
+	if f == nil {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return f(id, slices.Clone(watchers), userID)
+}
+
+// checkRecord reports the first problem with a record about to be
+// written, so that every store refuses the same bad input.
+func checkRecord(rec *Record) error {
+	if err := validateID(rec.ID); err != nil {
+		return err
+	}
+	if rec.RunID == "" {
+		return ErrInvalidRunID
+	}
+	if !rec.Status.Valid() {
+		return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, rec.Status)
+	}
+	return nil
+}
+
+// CheckRecord validates a record before InsertTask or ReplaceTask writes
+// it: a valid id, a run id, a known status. Stores call it so that all of
+// them refuse the same input with the same errors.
+func CheckRecord(rec Record) error { return checkRecord(&rec) }
+
+// atomicFunc is a function value behind an atomic pointer.
+type atomicFunc[F any] struct{ p atomic.Pointer[F] }
+
+func (a *atomicFunc[F]) load() F {
+	if p := a.p.Load(); p != nil {
+		return *p
+	}
+	var zero F
+	return zero
+}
+
+func (a *atomicFunc[F]) store(f F) { a.p.Store(&f) }

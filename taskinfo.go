@@ -1,0 +1,184 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Func is a task's callback. ctx is cancelled by the runtime, with one of
+// ErrCancelled, a *TimeoutError, ErrSuperseded or ErrShutdown as its cause,
+// when the run should stop; a callback that watches ctx ends promptly. t
+// is the live run: report progress through t.SetProgress.
+//
+// The result is stored as JSON (see ResultAs); a result that cannot be
+// encoded fails the run. A returned error fails the run, or triggers a
+// retry when the task has attempts left; returning an error after ctx was
+// cancelled records the cancellation instead. A panic is recovered and
+// fails the run with a *PanicError.
+type Func func(ctx context.Context, t *Task) (any, error)
+
+// Task is one run of a task: the live object its callback holds. A re-run
+// of the same id is a new Task. Its methods are safe for concurrent use.
+type Task struct {
+	id    string
+	runID string
+	queue string
+	opts  submitOptions
+	fn    Func
+
+	// ctx is this run's own context, derived from context.Background and
+	// never from a caller's; cancel is private to the runtime.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	progress atomic.Int32
+	attempt  atomic.Int32
+	watchers atomic.Pointer[[]string] // the record's watchers, for QueueStatus
+
+	// handoff settles who finishes a run that timed out: the callback's
+	// goroutine or the waiting one (see Runtime.call).
+	handoff atomic.Int32
+	done    chan struct{} // closed when the run has settled
+}
+
+// ID returns the scoped task id.
+func (t *Task) ID() string { return t.id }
+
+// RunID returns this run's id, unique across processes.
+func (t *Task) RunID() string { return t.runID }
+
+// Queue returns the sequential queue the run belongs to, or "" for the
+// async path.
+func (t *Task) Queue() string { return t.queue }
+
+// Attempt returns the current attempt number, starting at 1.
+func (t *Task) Attempt() int { return int(t.attempt.Load()) }
+
+// SetProgress records progress on a 0 to 100 scale, clamping values
+// outside it. It is the only way to write progress, and it is cheap: the
+// value lives on the run and reaches the store with the run's next
+// transition, while Runtime.Status reads it live.
+func (t *Task) SetProgress(p int) {
+	t.progress.Store(int32(min(max(p, 0), 100)))
+}
+
+// Progress returns the last value passed to SetProgress.
+func (t *Task) Progress() int { return int(t.progress.Load()) }
+
+// CancelReason returns the cause the run's context was cancelled with, or
+// nil while it has not been. The first cause is the one that sticks.
+func (t *Task) CancelReason() error {
+	if t.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(t.ctx)
+}
+
+func (t *Task) setWatchers(w []string) { t.watchers.Store(&w) }
+
+func (t *Task) visibleTo(c caller) bool {
+	if c.system {
+		return true
+	}
+	var w []string
+	if p := t.watchers.Load(); p != nil {
+		w = *p
+	}
+	return visibleTo(t.id, w, c.userID)
+}
+
+// Snapshot is a point-in-time view of a task, as Runtime.Status and
+// Runtime.List return it.
+type Snapshot struct {
+	ID     string
+	RunID  string
+	Status Status
+	// Progress is live for a run executing in this runtime, and the last
+	// stored value otherwise.
+	Progress int
+	Attempt  int
+	// Result is the JSON encoding of the callback's result, for a
+	// COMPLETED task that returned one. Decode it with ResultAs.
+	Result json.RawMessage
+	// Error is the recorded message of a FAILED or CANCELLED task; Err
+	// turns it into an error.
+	Error       string
+	CreatedAt   time.Time
+	StartedAt   time.Time // zero until the run started
+	CompletedAt time.Time // zero until the task ended
+	Queue       string    // the sequential queue, or "" for the async path
+	Watchers    int       // how many identities are granted the task
+}
+
+// Err returns nil unless the task FAILED or was CANCELLED; then it returns
+// a *TaskError carrying the recorded message, which unwraps to the
+// cancellation cause (ErrCancelled, ErrTimeout, ErrSuperseded or
+// ErrShutdown) when the message records one.
+func (s Snapshot) Err() error {
+	if s.Status != StatusFailed && s.Status != StatusCancelled {
+		return nil
+	}
+	return &TaskError{ID: s.ID, Status: s.Status, Message: s.Error, cause: causeFromRecord(s.Status, s.Error)}
+}
+
+func snapshotOf(r *Record) Snapshot {
+	return Snapshot{
+		ID:          r.ID,
+		RunID:       r.RunID,
+		Status:      r.Status,
+		Progress:    r.Progress,
+		Attempt:     r.Attempt,
+		Result:      r.Result,
+		Error:       r.Error,
+		CreatedAt:   r.CreatedAt,
+		StartedAt:   r.StartedAt,
+		CompletedAt: r.CompletedAt,
+		Queue:       r.Queue,
+		Watchers:    len(r.Watchers),
+	}
+}
+
+// ResultAs decodes a task's stored JSON result into a T. Every store
+// keeps results as JSON, so a callback that returned a struct yields a
+// map when read back as any; ResultAs gives the typed value instead. It
+// fails with an error wrapping ErrResultEncoding when the task has no
+// result or the result does not decode into T.
+func ResultAs[T any](s Snapshot) (T, error) {
+	var v T
+	if s.Result == nil {
+		return v, fmt.Errorf("%w: task %q has no result", ErrResultEncoding, s.ID)
+	}
+	if err := json.Unmarshal(s.Result, &v); err != nil {
+		return v, fmt.Errorf("%w: task %q: %w", ErrResultEncoding, s.ID, err)
+	}
+	return v, nil
+}
+
+// QueueState describes what a sequential queue is doing.
+type QueueState string
+
+// Queue states.
+const (
+	QueueIdle       QueueState = "idle"       // nothing running or pending
+	QueueQueued     QueueState = "queued"     // items pending, none running
+	QueueProcessing QueueState = "processing" // an item is running
+)
+
+// QueueInfo is a point-in-time view of a sequential queue, as
+// Runtime.QueueStatus returns it.
+type QueueInfo struct {
+	Name  string
+	State QueueState
+	// Running is the id of the task executing now, or "". It is empty
+	// too when the caller may not see that task.
+	Running string
+	// Pending lists the waiting task ids the caller may see, in order.
+	Pending []string
+	// PendingCount counts every waiting item, seen or not.
+	PendingCount int
+	// Load is PendingCount plus one while an item is running.
+	Load int
+}

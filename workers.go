@@ -1,0 +1,83 @@
+// Package workers is an in-process task queue with authorization built in.
+//
+// A service submits closures as tasks on behalf of an identity, and its
+// handlers poll status and progress, list a user's tasks and cancel them.
+// Every call names who it acts for, and only the task's watchers may see or
+// touch it. Tasks run on their own goroutines or, one at a time and in
+// order, on named sequential queues.
+//
+//	store := workers.NewMemStore()
+//	rt := workers.NewRuntime(store, workers.Config{})
+//	defer rt.Shutdown(context.Background())
+//
+//	alice := workers.MustOwner("alice")
+//	sub, err := rt.Submit(ctx, "report-42", func(ctx context.Context, t *workers.Task) (any, error) {
+//		t.SetProgress(50)
+//		return buildReport(ctx)
+//	}, alice)
+//	snap, err := rt.Status(ctx, sub.ID, alice)
+//
+// # Authority
+//
+// Every task API takes a [TaskAuthority]: an [Owner], built by [NewOwner]
+// from a validated user id, or [System], the explicit unscoped bypass. A
+// nil authority and a zero Owner are refused with [ErrNoAuthority] on every
+// call; a forgotten identity never widens access.
+//
+// A task id is also its deduplication key, so its [Scope] decides who can
+// collide with whom. By default a key is scoped to its owner
+// ("alice::report-42"), and [ScopedTaskKey] rebuilds the id; [OwnerOf]
+// reads the owner back, so ownership is derived from the id and cannot be
+// lost. With [WithScope]([ScopeGlobal]) the key is used verbatim and shared
+// system-wide; a caller who does not watch an existing global task is
+// refused unless the store's [WatchAuthorizer] allows it.
+//
+// Watchers are the only gate on reading, listing and cancelling. A caller
+// who is not a watcher cannot learn that a task exists: [Runtime.Status]
+// and [Runtime.Cancel] answer [ErrNotFound] exactly as for a missing task.
+// Access is granted only at submit time, with [WithWatchers].
+//
+// # Runs and fencing
+//
+// Each run of a task has a run id, minted when the run is registered.
+// Every write of a run's outcome is a transition fenced on that run id, so
+// when a finished key is submitted again and a new run replaces the
+// record, the old run's late writes can never land.
+//
+// # Cancellation
+//
+// A task's callback receives a context that the runtime cancels, with a
+// cause, when the run should stop: [ErrCancelled] (through
+// [Runtime.Cancel]), a [*TimeoutError] ([WithTimeout]), [ErrSuperseded] (a
+// newer run replaced it) or [ErrShutdown] ([Runtime.Shutdown]). The first
+// cause is the one that sticks and the one recorded: [Snapshot.Err]
+// unwraps to it. The cancel function is private to the runtime, and the
+// message stored for each cause comes from one table.
+//
+// # Stores
+//
+// A [Store] holds the records and the authorization policy: what the
+// record says. A [Runtime] holds what this process is doing: run handles,
+// queues, the cleanup scheduler. [MemStore] is the volatile default; the
+// SQL stores in the module github.com/taskgate/workers/sqlstore make
+// records durable and let several processes share one database. Package
+// storetest is the conformance suite every store passes.
+//
+// Results are stored as JSON in every store; decode them with [ResultAs].
+//
+// # Shutdown
+//
+// [Runtime.Shutdown] has the shape of http.Server.Shutdown: it stops
+// intake, stops the queues fetching (recording their backlog CANCELLED),
+// cancels the runs in flight and waits for them within its context. After
+// it returns nil, no goroutine the runtime started is left and no record
+// it owned is PENDING or RUNNING. [Runtime.RecoverZombies] fails the
+// records a crashed process left RUNNING.
+//
+// # Errors
+//
+// Errors are sentinels matched with [errors.Is] ([ErrNotFound],
+// [ErrUnauthorized], [ErrClosed], ...) or types matched with [errors.As]
+// ([*ValidationError], [*AuthorizationError], [*TimeoutError],
+// [*PanicError], [*TaskError]). Each method's doc says which it returns.
+package workers
