@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // reasons is the one table from a cancellation cause to what a run records
@@ -38,7 +39,8 @@ func causeOutcome(cause error) (Status, string) {
 }
 
 // causeFromRecord maps a recorded status and message back to the cause
-// that produced it, or nil if the message is not one of the table's.
+// that produced it, or nil if the message is not one of the table's. A
+// timeout comes back as the *TimeoutError it was recorded from.
 func causeFromRecord(status Status, message string) error {
 	for _, r := range reasons {
 		if r.status != status {
@@ -47,8 +49,10 @@ func causeFromRecord(status Status, message string) error {
 		if message == r.message {
 			return r.cause
 		}
-		if r.cause == ErrTimeout && strings.HasPrefix(message, r.message+" after ") {
-			return r.cause
+		if d, ok := strings.CutPrefix(message, r.message+" after "); ok && r.cause == ErrTimeout {
+			if timeout, err := time.ParseDuration(d); err == nil {
+				return &TimeoutError{Timeout: timeout}
+			}
 		}
 	}
 	return nil

@@ -115,8 +115,8 @@ type Snapshot struct {
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
 // a *TaskError carrying the recorded message, which unwraps to the
-// cancellation cause (ErrCancelled, ErrTimeout, ErrSuperseded or
-// ErrShutdown) when the message records one.
+// cause the message records, if any: ErrCancelled, a *TimeoutError,
+// ErrSuperseded, ErrShutdown or ErrAbandoned.
 func (s Snapshot) Err() error {
 	if s.Status != StatusFailed && s.Status != StatusCancelled {
 		return nil

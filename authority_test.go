@@ -1,0 +1,148 @@
+package workers
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewOwnerRejectsIDsThatBreakInjectivity(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{
+		"",
+		"a::b",
+		"::",
+		"alice:",
+		":",
+		"bad\x00id",
+		"tab\tid",
+		"\xff\xfe",
+		strings.Repeat("x", MaxOwnerIDLen+1),
+	} {
+		_, err := NewOwner(id)
+		require.ErrorIs(t, err, ErrInvalidOwner, "NewOwner(%q)", id)
+		var ve *ValidationError
+		require.ErrorAs(t, err, &ve)
+		assert.Equal(t, "owner", ve.Field)
+	}
+	for _, id := range []string{"alice", "user_123", ":alice", "a:b", "ünï", strings.Repeat("x", MaxOwnerIDLen)} {
+		o, err := NewOwner(id)
+		require.NoError(t, err, "NewOwner(%q)", id)
+		assert.Equal(t, id, o.ID())
+	}
+	assert.Panics(t, func() { MustOwner("a::b") })
+}
+
+func TestZeroAndNilAuthoritiesAreRefused(t *testing.T) {
+	t.Parallel()
+	var nilOwner *Owner
+	for _, auth := range []TaskAuthority{nil, Owner{}, &Owner{}, nilOwner} {
+		_, err := resolve(auth)
+		require.ErrorIs(t, err, ErrNoAuthority, "%#v", auth)
+		_, err = ScopedTaskKey("k", auth)
+		require.ErrorIs(t, err, ErrNoAuthority, "%#v", auth)
+	}
+	alice := MustOwner("alice")
+	c, err := resolve(&alice)
+	require.NoError(t, err)
+	assert.Equal(t, caller{userID: "alice"}, c)
+	c, err = resolve(&System)
+	require.NoError(t, err)
+	assert.True(t, c.system)
+}
+
+func TestScopedTaskKey(t *testing.T) {
+	t.Parallel()
+	alice := MustOwner("alice")
+	id, err := ScopedTaskKey("report_42", alice)
+	require.NoError(t, err)
+	assert.Equal(t, "alice::report_42", id)
+
+	// A user-scoped key may contain "::"; only the owner half may not.
+	id, err = ScopedTaskKey("a::b", alice)
+	require.NoError(t, err)
+	o, ok := OwnerOf(id)
+	require.True(t, ok)
+	assert.Equal(t, alice, o)
+
+	id, err = ScopedTaskKey("warm-cache", System)
+	require.NoError(t, err)
+	assert.Equal(t, "warm-cache", id, "System submits into the global scope")
+
+	id, err = GlobalTaskKey("warm-cache")
+	require.NoError(t, err)
+	assert.Equal(t, "warm-cache", id)
+	_, ok = OwnerOf(id)
+	assert.False(t, ok, "a global id has no owner")
+
+	for _, key := range []string{"", "bad\nkey", "\xff", strings.Repeat("k", MaxKeyLen+1)} {
+		_, err := ScopedTaskKey(key, alice)
+		require.ErrorIs(t, err, ErrInvalidKey, "key %q", key)
+	}
+	_, err = GlobalTaskKey("a::b")
+	require.ErrorIs(t, err, ErrInvalidKey)
+	_, err = ScopedTaskKey("a::b", System)
+	require.ErrorIs(t, err, ErrInvalidKey, "System's global scope refuses '::' too")
+}
+
+func TestOwnerOfRejectsStringsNoUserIDCouldBe(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"", "plain", "::key", "a:::key" + "\x00", "alice::", "\xff::k"} {
+		_, ok := OwnerOf(id)
+		assert.False(t, ok, "OwnerOf(%q)", id)
+	}
+	o, ok := OwnerOf("a:::key")
+	require.True(t, ok)
+	assert.Equal(t, "a", o.ID(), "the first '::' ends the owner half; the key may start with ':'")
+}
+
+// FuzzScopedIDs proves the id rules: (owner, key) -> id is injective, the
+// user and global id spaces are disjoint, and OwnerOf inverts user-scoped
+// ids exactly.
+func FuzzScopedIDs(f *testing.F) {
+	f.Add("alice", "report", "bob", "report", "report")
+	f.Add("a", ":b", "a:", "b", "a::b")
+	f.Add("a:b", "c", "a", "b::c", "x")
+	f.Add(":a", "::", ":a:", ":", "g")
+	f.Fuzz(func(t *testing.T, o1, k1, o2, k2, g string) {
+		id1, err1 := userID(o1, k1)
+		id2, err2 := userID(o2, k2)
+		if err1 == nil {
+			owner, ok := OwnerOf(id1)
+			if !ok || owner.ID() != o1 {
+				t.Fatalf("OwnerOf(%q) = %q, %v; want %q", id1, owner.ID(), ok, o1)
+			}
+			if !strings.HasSuffix(id1, "::"+k1) {
+				t.Fatalf("id %q does not end in its key %q", id1, k1)
+			}
+		}
+		if err1 == nil && err2 == nil && (id1 == id2) != (o1 == o2 && k1 == k2) {
+			t.Fatalf("(%q, %q) -> %q and (%q, %q) -> %q", o1, k1, id1, o2, k2, id2)
+		}
+		gid, err := GlobalTaskKey(g)
+		if err != nil {
+			return
+		}
+		if _, ok := OwnerOf(gid); ok {
+			t.Fatalf("global id %q has an owner", gid)
+		}
+		if err1 == nil && gid == id1 {
+			t.Fatalf("global id %q collides with user id of (%q, %q)", gid, o1, k1)
+		}
+	})
+}
+
+func userID(owner, key string) (string, error) {
+	o, err := NewOwner(owner)
+	if err != nil {
+		return "", err
+	}
+	id, err := ScopedTaskKey(key, o)
+	if err != nil && !errors.Is(err, ErrInvalidKey) {
+		panic(err)
+	}
+	return id, err
+}

@@ -1,0 +1,116 @@
+package workers
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	alice = MustOwner("alice")
+	bob   = MustOwner("bob")
+	carol = MustOwner("carol")
+)
+
+// newRuntime returns a runtime over s that the test shuts down, requiring
+// every run to settle.
+func newRuntime[S Store](t testing.TB, s S, cfg Config) *Runtime[S] {
+	t.Helper()
+	rt := NewRuntime(s, cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+	return rt
+}
+
+func memRuntime(t testing.TB) *Runtime[*MemStore] {
+	return newRuntime(t, NewMemStore(), Config{})
+}
+
+// gate is a callback that signals when it starts and returns when
+// released (with "released") or, unless stubborn, when its context ends
+// (with the cause).
+type gate struct {
+	started  chan struct{}
+	release  chan struct{}
+	once     sync.Once
+	stubborn bool
+	ran      chan struct{} // closed when the callback has returned
+	retOnce  sync.Once
+}
+
+func newGate() *gate {
+	return &gate{started: make(chan struct{}), release: make(chan struct{}), ran: make(chan struct{})}
+}
+
+func stubbornGate() *gate { g := newGate(); g.stubborn = true; return g }
+
+func (g *gate) fn(ctx context.Context, _ *Task) (any, error) {
+	g.once.Do(func() { close(g.started) })
+	defer g.retOnce.Do(func() { close(g.ran) })
+	if g.stubborn {
+		<-g.release
+		return "released", nil
+	}
+	select {
+	case <-g.release:
+		return "released", nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (g *gate) open() { close(g.release) }
+
+// wait blocks until ch is closed, failing the test after a deadline.
+func wait(t testing.TB, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// eventually polls cond until it holds, failing the test after a deadline.
+func eventually(t testing.TB, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// settled waits until the task reaches a terminal status and returns it.
+func settled[S Store](t testing.TB, rt *Runtime[S], id string) Snapshot {
+	t.Helper()
+	var snap Snapshot
+	eventually(t, func() bool {
+		var err error
+		snap, err = rt.Status(context.Background(), id, System)
+		require.NoError(t, err)
+		return snap.Status.Terminal()
+	}, "task "+id+" to end")
+	return snap
+}
+
+func noop(context.Context, *Task) (any, error) { return nil, nil }
+
+func returns(v any, err error) Func {
+	return func(context.Context, *Task) (any, error) { return v, err }
+}

@@ -1,0 +1,532 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var ctx = context.Background()
+
+func TestEveryTaskAPIRefusesAMissingAuthority(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "k", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+
+	var nilOwner *Owner
+	for _, auth := range []TaskAuthority{nil, Owner{}, &Owner{}, nilOwner} {
+		_, err := rt.Submit(ctx, "k2", noop, auth)
+		assert.ErrorIs(t, err, ErrNoAuthority)
+		_, err = rt.SubmitSequential(ctx, "q", "k2", noop, auth)
+		assert.ErrorIs(t, err, ErrNoAuthority)
+		_, err = rt.Status(ctx, sub.ID, auth)
+		assert.ErrorIs(t, err, ErrNoAuthority)
+		_, err = rt.List(ctx, auth)
+		assert.ErrorIs(t, err, ErrNoAuthority)
+		assert.ErrorIs(t, rt.Cancel(ctx, sub.ID, auth), ErrNoAuthority)
+		_, err = rt.QueueStatus(ctx, "q", auth)
+		assert.ErrorIs(t, err, ErrNoAuthority)
+	}
+	_, err = rt.Submit(ctx, "k3", noop, alice, WithWatchers(Owner{}))
+	assert.ErrorIs(t, err, ErrNoAuthority, "a zero Owner is no watcher either")
+	list, err := rt.List(ctx, System)
+	require.NoError(t, err)
+	assert.Len(t, list, 1, "no refused call created a task")
+}
+
+func TestSubmitValidatesInput(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	_, err := rt.Submit(ctx, "", noop, alice)
+	assert.ErrorIs(t, err, ErrInvalidKey)
+	_, err = rt.Submit(ctx, "a::b", noop, alice, WithScope(ScopeGlobal))
+	assert.ErrorIs(t, err, ErrInvalidKey)
+	_, err = rt.Submit(ctx, "k", nil, alice)
+	assert.ErrorIs(t, err, ErrInvalidOption)
+	_, err = rt.Submit(ctx, "k", noop, alice, WithTimeout(-1))
+	assert.ErrorIs(t, err, ErrInvalidOption)
+	_, err = rt.Submit(ctx, "k", noop, alice, WithScope(Scope(7)))
+	assert.ErrorIs(t, err, ErrInvalidOption)
+	_, err = rt.Submit(ctx, "k", noop, alice, WithRetry(RetryPolicy{Jitter: 2}))
+	assert.ErrorIs(t, err, ErrInvalidOption)
+	_, err = rt.SubmitSequential(ctx, "", "k", noop, alice)
+	assert.ErrorIs(t, err, ErrInvalidKey)
+	_, err = rt.Status(ctx, "bad\x00id", alice)
+	assert.ErrorIs(t, err, ErrInvalidKey)
+}
+
+func TestSubmitReturnsScopedIDAndTellsStartFromJoin(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	g := newGate()
+	first, err := rt.Submit(ctx, "report", g.fn, alice)
+	require.NoError(t, err)
+	assert.Equal(t, "alice::report", first.ID)
+	assert.False(t, first.Joined)
+	assert.NotEmpty(t, first.RunID)
+
+	var calls atomic.Int32
+	second, err := rt.Submit(ctx, "report", func(context.Context, *Task) (any, error) {
+		calls.Add(1)
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	assert.True(t, second.Joined, "a live key the caller watches is joined")
+	assert.Equal(t, first.ID, second.ID)
+	assert.Equal(t, first.RunID, second.RunID)
+
+	other, err := rt.Submit(ctx, "report", noop, bob)
+	require.NoError(t, err)
+	assert.Equal(t, "bob::report", other.ID, "user scope keeps owners apart")
+	assert.False(t, other.Joined)
+
+	g.open()
+	snap := settled(t, rt, first.ID)
+	assert.Equal(t, StatusCompleted, snap.Status)
+	assert.Zero(t, calls.Load(), "a joiner's callback never runs")
+}
+
+func TestQueueAuthorizerIsAskedWithDefaultQueueOnTheAsyncPath(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	var asked []string
+	var mu sync.Mutex
+	s.SetQueueAuthorizer(func(queue, user string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, queue+"/"+user)
+		return user == "alice"
+	})
+	_, err := rt.Submit(ctx, "k", noop, alice)
+	require.NoError(t, err)
+	_, err = rt.SubmitSequential(ctx, "reports", "k2", noop, alice)
+	require.NoError(t, err)
+	_, err = rt.Submit(ctx, "k", noop, bob)
+	var ae *AuthorizationError
+	require.ErrorAs(t, err, &ae)
+	assert.ErrorIs(t, err, ErrUnauthorized)
+	assert.Equal(t, DefaultQueue, ae.Queue)
+	_, err = rt.Submit(ctx, "sys", noop, System)
+	require.NoError(t, err, "System is not asked")
+	mu.Lock()
+	assert.Equal(t, []string{"default/alice", "reports/alice", "default/bob"}, asked)
+	mu.Unlock()
+
+	s.SetQueueAuthorizer(func(string, string) bool { panic("boom") })
+	_, err = rt.Submit(ctx, "k3", noop, alice)
+	assert.ErrorIs(t, err, ErrUnauthorized, "a panicking authorizer denies")
+}
+
+func TestForeignJoinOfGlobalKeyNeedsWatchAuthorizer(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	g := newGate()
+	sub, err := rt.Submit(ctx, "warm-cache", g.fn, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	assert.Equal(t, "warm-cache", sub.ID)
+
+	_, err = rt.Submit(ctx, "warm-cache", noop, bob, WithScope(ScopeGlobal))
+	assert.ErrorIs(t, err, ErrUnauthorized, "nil watch authorizer denies every cross-user join")
+	_, err = rt.Status(ctx, sub.ID, bob)
+	assert.ErrorIs(t, err, ErrNotFound)
+
+	s.SetWatchAuthorizer(func(string, []string, string) bool { panic("boom") })
+	_, err = rt.Submit(ctx, "warm-cache", noop, bob, WithScope(ScopeGlobal))
+	assert.ErrorIs(t, err, ErrUnauthorized, "a panicking watch authorizer denies")
+
+	var seen []string
+	s.SetWatchAuthorizer(func(id string, watchers []string, user string) bool {
+		seen = append(seen, fmt.Sprintf("%s %v %s", id, watchers, user))
+		watchers[0] = "tampered" // a copy: must not reach the store
+		return user == "bob"
+	})
+	joined, err := rt.Submit(ctx, "warm-cache", noop, bob, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	assert.True(t, joined.Joined)
+	assert.Equal(t, []string{"warm-cache [alice] bob"}, seen)
+	snap, err := rt.Status(ctx, sub.ID, bob)
+	require.NoError(t, err, "an authorized joiner becomes a watcher")
+	assert.Equal(t, 2, snap.Watchers)
+	rec, err := s.GetTask(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"alice", "bob"}, rec.Watchers)
+
+	_, err = rt.Submit(ctx, "warm-cache", noop, carol, WithScope(ScopeGlobal))
+	assert.ErrorIs(t, err, ErrUnauthorized)
+	g.open()
+	settled(t, rt, sub.ID)
+}
+
+func TestFinishedGlobalKeyIsRefusedToNonWatchers(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	sub, err := rt.Submit(ctx, "shared", returns("alice's result", nil), alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+
+	_, err = rt.Submit(ctx, "shared", returns("bob's", nil), bob, WithScope(ScopeGlobal))
+	require.ErrorIs(t, err, ErrUnauthorized, "re-running would discard the owner's result")
+	snap, err := rt.Status(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	got, err := ResultAs[string](snap)
+	require.NoError(t, err)
+	assert.Equal(t, "alice's result", got)
+
+	s.SetWatchAuthorizer(func(_ string, _ []string, user string) bool { return user == "bob" })
+	rerun, err := rt.Submit(ctx, "shared", returns("bob's", nil), bob, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	assert.False(t, rerun.Joined)
+	settled(t, rt, sub.ID)
+	_, err = rt.Status(ctx, sub.ID, alice)
+	assert.ErrorIs(t, err, ErrNotFound, "a re-run resets the watchers to its submitter")
+}
+
+func TestRerunReplacesRecordAndResetsWatchers(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	first, err := rt.Submit(ctx, "k", returns(1, nil), alice, WithWatchers(bob))
+	require.NoError(t, err)
+	settled(t, rt, first.ID)
+	_, err = rt.Status(ctx, first.ID, bob)
+	require.NoError(t, err, "a grant at submit lets bob read")
+
+	second, err := rt.Submit(ctx, "k", returns(2, nil), alice, WithWatchers(carol))
+	require.NoError(t, err)
+	assert.False(t, second.Joined)
+	assert.NotEqual(t, first.RunID, second.RunID)
+	snap := settled(t, rt, first.ID)
+	assert.Equal(t, second.RunID, snap.RunID)
+	n, err := ResultAs[int](snap)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+
+	rec, err := s.GetTask(ctx, first.ID)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"alice", "carol"}, rec.Watchers)
+	_, err = rt.Status(ctx, first.ID, bob)
+	assert.ErrorIs(t, err, ErrNotFound, "earlier grants are not carried over")
+	_, err = rt.Status(ctx, first.ID, carol)
+	assert.NoError(t, err)
+}
+
+// A predecessor still executing when its key is re-run is cancelled with
+// ErrSuperseded, and its late write never lands on its successor's record.
+func TestSupersededRunLateWriteNeverLands(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	old := stubbornGate()
+	var oldTask *Task
+	first, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+		oldTask = tk
+		return old.fn(ctx, tk)
+	}, alice)
+	require.NoError(t, err)
+	wait(t, old.started, "first run")
+
+	// Another process (or an operator) records the run as finished while
+	// its callback is still executing here.
+	rec, err := s.GetTask(ctx, first.ID)
+	require.NoError(t, err)
+	rec.Status, rec.Error = StatusFailed, "marked failed elsewhere"
+	require.NoError(t, s.SetTask(ctx, rec))
+
+	fresh := newGate()
+	second, err := rt.Submit(ctx, "k", fresh.fn, alice)
+	require.NoError(t, err)
+	require.False(t, second.Joined)
+	wait(t, fresh.started, "the re-run to start: it is not stranded at PENDING")
+	assert.ErrorIs(t, oldTask.CancelReason(), ErrSuperseded)
+
+	old.open()
+	wait(t, old.ran, "first callback to return")
+	snap, err := rt.Status(ctx, first.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, second.RunID, snap.RunID)
+	assert.Equal(t, StatusRunning, snap.Status, "the superseded run's COMPLETED write was fenced out")
+
+	fresh.open()
+	snap = settled(t, rt, first.ID)
+	assert.Equal(t, StatusCompleted, snap.Status)
+	assert.Equal(t, second.RunID, snap.RunID)
+}
+
+func TestNonWatcherCannotLearnThatATaskExists(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "secret", g.fn, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	wait(t, g.started, "callback")
+
+	_, missingStatus := rt.Status(ctx, "no-such-task", bob)
+	_, foreignStatus := rt.Status(ctx, sub.ID, bob)
+	assert.ErrorIs(t, foreignStatus, ErrNotFound)
+	assert.Equal(t, missingStatus, foreignStatus)
+
+	missingCancel := rt.Cancel(ctx, "no-such-task", bob)
+	foreignCancel := rt.Cancel(ctx, sub.ID, bob)
+	assert.ErrorIs(t, foreignCancel, ErrNotFound)
+	assert.Equal(t, missingCancel, foreignCancel)
+
+	list, err := rt.List(ctx, bob)
+	require.NoError(t, err)
+	assert.Empty(t, list)
+
+	snap, err := rt.Status(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusRunning, snap.Status, "bob's cancel did nothing")
+	g.open()
+	settled(t, rt, sub.ID)
+}
+
+func TestWatchersGrantedAtSubmitMayReadListAndCancel(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "k", g.fn, alice, WithWatchers(bob, bob, alice))
+	require.NoError(t, err)
+	snap, err := rt.Status(ctx, sub.ID, bob)
+	require.NoError(t, err)
+	assert.Equal(t, 2, snap.Watchers, "duplicates and the submitter are not listed twice")
+	list, err := rt.List(ctx, bob)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, sub.ID, list[0].ID)
+	require.NoError(t, rt.Cancel(ctx, sub.ID, bob))
+	snap = settled(t, rt, sub.ID)
+	assert.Equal(t, StatusCancelled, snap.Status)
+}
+
+func TestListShowsOwnTasksAndSystemSeesAll(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	var ids []string
+	for i, who := range []Owner{alice, bob, alice} {
+		sub, err := rt.Submit(ctx, fmt.Sprint("k", i), noop, who)
+		require.NoError(t, err)
+		ids = append(ids, sub.ID)
+		settled(t, rt, sub.ID)
+	}
+	fails, err := rt.Submit(ctx, "fails", returns(nil, errors.New("nope")), alice)
+	require.NoError(t, err)
+	settled(t, rt, fails.ID)
+
+	mine, err := rt.List(ctx, alice)
+	require.NoError(t, err)
+	assert.Equal(t, []string{ids[0], ids[2], fails.ID}, snapshotIDs(mine), "creation order")
+	all, err := rt.List(ctx, System)
+	require.NoError(t, err)
+	assert.Len(t, all, 4)
+	failed, err := rt.List(ctx, alice, WithStatus(StatusFailed))
+	require.NoError(t, err)
+	assert.Equal(t, []string{fails.ID}, snapshotIDs(failed))
+	limited, err := rt.List(ctx, System, WithLimit(2))
+	require.NoError(t, err)
+	assert.Len(t, limited, 2)
+}
+
+func snapshotIDs(s []Snapshot) []string {
+	ids := make([]string, len(s))
+	for i := range s {
+		ids[i] = s[i].ID
+	}
+	return ids
+}
+
+// Cancel claims CANCELLED in the store before it cancels the context, so
+// a callback that looks at its record on ctx.Done already sees the claim.
+func TestCancelClaimsTheRecordBeforeCancellingTheContext(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	started := make(chan struct{})
+	seen := make(chan Status, 1)
+	var reason error
+	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+		close(started)
+		<-ctx.Done()
+		reason = tk.CancelReason()
+		rec, err := s.GetTask(context.Background(), tk.ID())
+		if err != nil {
+			return nil, err
+		}
+		seen <- rec.Status
+		return "ignored late result", nil
+	}, alice)
+	require.NoError(t, err)
+	wait(t, started, "callback")
+	require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+	assert.Equal(t, StatusCancelled, <-seen)
+
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusCancelled, snap.Status)
+	assert.Equal(t, "Cancelled by user", snap.Error)
+	assert.Nil(t, snap.Result, "the callback's result after the claim is discarded")
+	assert.ErrorIs(t, snap.Err(), ErrCancelled)
+	assert.ErrorIs(t, reason, ErrCancelled)
+	var te *TaskError
+	require.ErrorAs(t, snap.Err(), &te)
+	assert.Equal(t, StatusCancelled, te.Status)
+
+	assert.ErrorIs(t, rt.Cancel(ctx, sub.ID, alice), ErrFinished)
+}
+
+func TestCancelPendingSequentialTaskNeverRunsIt(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	head := newGate()
+	_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "head of queue")
+	var ran atomic.Bool
+	queued, err := rt.SubmitSequential(ctx, "q", "queued", func(context.Context, *Task) (any, error) {
+		ran.Store(true)
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	require.NoError(t, rt.Cancel(ctx, queued.ID, alice))
+	head.open()
+	snap := settled(t, rt, queued.ID)
+	assert.Equal(t, StatusCancelled, snap.Status)
+	assert.Equal(t, "Cancelled by user", snap.Error, "same message on the sequential path")
+	after, err := rt.SubmitSequential(ctx, "q", "after", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, after.ID)
+	assert.False(t, ran.Load(), "a cancelled pending item is skipped")
+}
+
+func TestProgressIsLiveAndClamped(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	step := make(chan int)
+	acked := make(chan struct{})
+	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+		for p := range step {
+			tk.SetProgress(p)
+			acked <- struct{}{}
+		}
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	for _, c := range []struct{ set, want int }{{10, 10}, {55, 55}, {150, 100}, {-3, 0}, {70, 70}} {
+		step <- c.set
+		<-acked
+		snap, err := rt.Status(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, snap.Progress)
+		assert.Equal(t, 1, snap.Attempt)
+	}
+	close(step)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, 70, snap.Progress, "the terminal record keeps the last progress")
+}
+
+func TestSnapshotCarriesTimesQueueAndWatchers(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sub, err := rt.SubmitSequential(ctx, "reports", "k", returns(map[string]int{"rows": 3}, nil), alice, WithWatchers(bob))
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusCompleted, snap.Status)
+	assert.Equal(t, "reports", snap.Queue)
+	assert.Equal(t, 2, snap.Watchers)
+	assert.False(t, snap.CreatedAt.IsZero())
+	assert.False(t, snap.StartedAt.Before(snap.CreatedAt))
+	assert.False(t, snap.CompletedAt.Before(snap.StartedAt))
+	assert.JSONEq(t, `{"rows":3}`, string(snap.Result))
+	assert.NoError(t, snap.Err())
+	type rows struct{ Rows int }
+	r, err := ResultAs[rows](snap)
+	require.NoError(t, err)
+	assert.Equal(t, 3, r.Rows)
+	_, err = ResultAs[[]string](snap)
+	assert.ErrorIs(t, err, ErrResultEncoding)
+}
+
+func TestPanicFailsTheTaskAndTheRuntimeKeepsWorking(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	for _, queue := range []string{"", "q"} {
+		boom := func(context.Context, *Task) (any, error) { panic("boom") }
+		var sub Submission
+		var err error
+		if queue == "" {
+			sub, err = rt.Submit(ctx, "panics", boom, alice)
+		} else {
+			sub, err = rt.SubmitSequential(ctx, queue, "panics-seq", boom, alice)
+		}
+		require.NoError(t, err)
+		snap := settled(t, rt, sub.ID)
+		assert.Equal(t, StatusFailed, snap.Status)
+		assert.Contains(t, snap.Error, "boom")
+		assert.Contains(t, snap.Error, "panicked")
+	}
+	ok, err := rt.SubmitSequential(ctx, "q", "after", returns("fine", nil), alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, settled(t, rt, ok.ID).Status)
+}
+
+func TestUnencodableResultFailsTheRun(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "k", returns(make(chan int), nil), alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusFailed, snap.Status)
+	assert.Contains(t, snap.Error, "result encoding")
+	assert.Nil(t, snap.Result)
+	_, err = ResultAs[int](snap)
+	assert.ErrorIs(t, err, ErrResultEncoding)
+}
+
+func TestCallbackErrorFailsTheTask(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "k", returns(nil, errors.New("disk full")), alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusFailed, snap.Status)
+	assert.Equal(t, "disk full", snap.Error)
+	assert.EqualError(t, snap.Err(), `workers: task "alice::k" failed: disk full`)
+	assert.Nil(t, errors.Unwrap(snap.Err()))
+}
+
+// Many callers joining one global key at once: every grant survives.
+func TestConcurrentJoinsLoseNoWatcher(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	s.SetWatchAuthorizer(func(string, []string, string) bool { return true })
+	g := newGate()
+	sub, err := rt.Submit(ctx, "shared", g.fn, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	const n = 32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := rt.Submit(ctx, "shared", noop, MustOwner(fmt.Sprint("user", i)), WithScope(ScopeGlobal))
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	rec, err := s.GetTask(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Len(t, rec.Watchers, n+1)
+	assert.True(t, slices.Contains(rec.Watchers, "user7"))
+	g.open()
+	settled(t, rt, sub.ID)
+}
