@@ -1,0 +1,728 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Inside a synctest bubble, time.Sleep advances the fake clock; it never
+// waits for a condition (synctest.Wait does that).
+
+func TestTimeoutFailsTheTaskAtOnceAndIsNeverRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := memRuntime(t)
+		release := make(chan struct{})
+		var calls atomic.Int32
+		var task *Task
+		sub, err := rt.Submit(ctx, "slow", func(ctx context.Context, tk *Task) (any, error) {
+			calls.Add(1)
+			task = tk
+			<-release // ignores ctx: a timeout bounds the wait, not the work
+			return "late", nil
+		}, alice, WithTimeout(time.Second), WithRetry(RetryPolicy{MaxAttempts: 3}))
+		require.NoError(t, err)
+
+		time.Sleep(time.Second + time.Nanosecond)
+		synctest.Wait()
+		snap, err := rt.Status(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, StatusFailed, snap.Status)
+		assert.Equal(t, "Timed out after 1s", snap.Error)
+		var te *TimeoutError
+		require.ErrorAs(t, snap.Err(), &te)
+		assert.Equal(t, time.Second, te.Timeout)
+		assert.ErrorIs(t, snap.Err(), ErrTimeout)
+		require.ErrorAs(t, task.CancelReason(), &te, "the context's cause is the typed timeout")
+
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		assert.EqualValues(t, 1, calls.Load(), "a timed-out attempt is never retried")
+
+		close(release)
+		synctest.Wait()
+		snap, err = rt.Status(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, StatusFailed, snap.Status, "the late return is fenced out")
+		assert.Nil(t, snap.Result)
+	})
+}
+
+func TestTimeoutLetsTheQueueMoveOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := memRuntime(t)
+		release := make(chan struct{})
+		stuck, err := rt.SubmitSequential(ctx, "q", "stuck", func(context.Context, *Task) (any, error) {
+			<-release
+			return nil, nil
+		}, alice, WithTimeout(time.Minute))
+		require.NoError(t, err)
+		next, err := rt.SubmitSequential(ctx, "q", "next", returns("ok", nil), alice)
+		require.NoError(t, err)
+
+		time.Sleep(time.Minute + time.Nanosecond)
+		synctest.Wait()
+		assert.Equal(t, StatusFailed, mustStatus(t, rt, stuck.ID).Status)
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, next.ID).Status,
+			"the next item ran while the timed-out callback was still executing")
+		close(release)
+	})
+}
+
+func mustStatus[S Store](t *testing.T, rt *Runtime[S], id string) Snapshot {
+	t.Helper()
+	snap, err := rt.Status(ctx, id, System)
+	require.NoError(t, err)
+	return snap
+}
+
+func TestRetryBacksOffExponentiallyUpToTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := memRuntime(t)
+		var at []time.Time
+		var attempts []int
+		sub, err := rt.Submit(ctx, "flaky", func(_ context.Context, tk *Task) (any, error) {
+			at = append(at, time.Now())
+			attempts = append(attempts, tk.Attempt())
+			if len(at) < 5 {
+				return nil, errors.New("transient")
+			}
+			return "ok", nil
+		}, alice, WithRetry(RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Second, MaxBackoff: 3 * time.Second}))
+		require.NoError(t, err)
+
+		synctest.Wait()
+		snap := mustStatus(t, rt, sub.ID)
+		assert.Equal(t, StatusRunning, snap.Status)
+		assert.Equal(t, 1, snap.Attempt)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 2, mustStatus(t, rt, sub.ID).Attempt, "the snapshot shows the attempt number")
+
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		snap = mustStatus(t, rt, sub.ID)
+		assert.Equal(t, StatusCompleted, snap.Status)
+		assert.Equal(t, 5, snap.Attempt)
+		assert.Equal(t, []int{1, 2, 3, 4, 5}, attempts)
+		var gaps []time.Duration
+		for i := 1; i < len(at); i++ {
+			gaps = append(gaps, at[i].Sub(at[i-1]))
+		}
+		assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}, gaps)
+	})
+}
+
+func TestRetryExhaustedFailsWithTheLastError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := memRuntime(t)
+		var n atomic.Int32
+		sub, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) {
+			return nil, fmt.Errorf("failure %d", n.Add(1))
+		}, alice, WithRetry(RetryPolicy{MaxAttempts: 3}))
+		require.NoError(t, err)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		snap := mustStatus(t, rt, sub.ID)
+		assert.Equal(t, StatusFailed, snap.Status)
+		assert.Equal(t, "failure 3", snap.Error)
+		assert.Equal(t, 3, snap.Attempt)
+	})
+}
+
+func TestBackoffJitterStaysWithinBounds(t *testing.T) {
+	t.Parallel()
+	p := RetryPolicy{InitialBackoff: time.Second, MaxBackoff: time.Hour, Multiplier: 2, Jitter: 0.5}
+	for range 1000 {
+		d := p.backoff(3) // 4s nominal
+		require.GreaterOrEqual(t, d, 2*time.Second)
+		require.LessOrEqual(t, d, 6*time.Second)
+	}
+	p.Jitter = 0
+	assert.Equal(t, time.Hour, p.backoff(100), "the cap holds however many attempts")
+}
+
+func TestPanicsCountAsErrorsForRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := memRuntime(t)
+		var n atomic.Int32
+		sub, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) {
+			if n.Add(1) == 1 {
+				panic("first attempt explodes")
+			}
+			return "recovered", nil
+		}, alice, WithRetry(RetryPolicy{MaxAttempts: 2}))
+		require.NoError(t, err)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		snap := mustStatus(t, rt, sub.ID)
+		assert.Equal(t, StatusCompleted, snap.Status)
+		assert.Equal(t, 2, snap.Attempt)
+	})
+}
+
+func TestCancelDuringBackoffEndsCancelled(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		cancel func(*Runtime[*MemStore], string) error
+		cause  error
+		msg    string
+	}{
+		{"ByUser", func(rt *Runtime[*MemStore], id string) error { return rt.Cancel(ctx, id, alice) }, ErrCancelled, "Cancelled by user"},
+		{"ByShutdown", func(rt *Runtime[*MemStore], _ string) error { return rt.Shutdown(ctx) }, ErrShutdown, "Cancelled by worker shutdown"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := memRuntime(t)
+				var calls atomic.Int32
+				sub, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) {
+					calls.Add(1)
+					return nil, errors.New("always")
+				}, alice, WithRetry(RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Hour}))
+				require.NoError(t, err)
+				synctest.Wait() // parked in the backoff
+				require.NoError(t, c.cancel(rt, sub.ID))
+				synctest.Wait()
+				snap := mustStatus(t, rt, sub.ID)
+				assert.Equal(t, StatusCancelled, snap.Status)
+				assert.Equal(t, c.msg, snap.Error)
+				assert.ErrorIs(t, snap.Err(), c.cause)
+				assert.EqualValues(t, 1, calls.Load())
+			})
+		})
+	}
+}
+
+func TestSequentialQueueRunsOneAtATimeInOrder(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	const n = 50
+	var mu sync.Mutex
+	var order []int
+	var running, maxRunning atomic.Int32
+	var last Submission
+	for i := range n {
+		sub, err := rt.SubmitSequential(ctx, "q", fmt.Sprint("k", i), func(context.Context, *Task) (any, error) {
+			if r := running.Add(1); r > maxRunning.Load() {
+				maxRunning.Store(r)
+			}
+			defer running.Add(-1)
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		last = sub
+	}
+	settled(t, rt, last.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, order, n)
+	for i, v := range order {
+		require.Equal(t, i, v, "FIFO order")
+	}
+	assert.EqualValues(t, 1, maxRunning.Load(), "one task at a time")
+}
+
+func TestQueuesRunIndependently(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	blocked := newGate()
+	_, err := rt.SubmitSequential(ctx, "a", "blocker", blocked.fn, alice)
+	require.NoError(t, err)
+	wait(t, blocked.started, "queue a's head")
+	other, err := rt.SubmitSequential(ctx, "b", "free", noop, alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, settled(t, rt, other.ID).Status)
+	blocked.open()
+}
+
+func TestQueueStatusReportsRunningPendingAndLoad(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	info, err := rt.QueueStatus(ctx, "q", alice)
+	require.NoError(t, err)
+	assert.Equal(t, QueueInfo{Name: "q", State: QueueIdle, Pending: []string{}}, info)
+
+	head := newGate()
+	h, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "head")
+	p1, err := rt.SubmitSequential(ctx, "q", "p1", noop, alice)
+	require.NoError(t, err)
+	p2, err := rt.SubmitSequential(ctx, "q", "p2", noop, bob)
+	require.NoError(t, err)
+
+	info, err = rt.QueueStatus(ctx, "q", System)
+	require.NoError(t, err)
+	assert.Equal(t, QueueInfo{Name: "q", State: QueueProcessing, Running: h.ID,
+		Pending: []string{p1.ID, p2.ID}, PendingCount: 2, Load: 3}, info)
+
+	info, err = rt.QueueStatus(ctx, "q", bob)
+	require.NoError(t, err)
+	assert.Equal(t, QueueInfo{Name: "q", State: QueueProcessing,
+		Pending: []string{p2.ID}, PendingCount: 2, Load: 3}, info, "bob sees only his own ids")
+
+	s.SetQueueAuthorizer(func(q, user string) bool { return user != "bob" })
+	_, err = rt.QueueStatus(ctx, "q", bob)
+	assert.ErrorIs(t, err, ErrUnauthorized)
+
+	head.open()
+	settled(t, rt, p2.ID)
+	eventually(t, func() bool {
+		info, err := rt.QueueStatus(ctx, "q", System)
+		require.NoError(t, err)
+		return info.State == QueueIdle && info.Load == 0
+	}, "queue to go idle")
+}
+
+func TestQueueStatusQueuedBeforeTheProcessorFetches(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	q := &queue{name: "q"}
+	rt.queues["q"] = q // a queue with no processor: items stay put
+	q.items = []*Task{{id: "x"}}
+	info, err := rt.QueueStatus(ctx, "q", System)
+	require.NoError(t, err)
+	assert.Equal(t, QueueQueued, info.State)
+	assert.Equal(t, 1, info.Load)
+	delete(rt.queues, "q")
+}
+
+// A teardown stops the queues fetching before it drains, and records every
+// item that never started CANCELLED with the shutdown message.
+func TestShutdownAbandonsTheQueueBacklog(t *testing.T) {
+	t.Parallel()
+	rt := NewRuntime(NewMemStore(), Config{})
+	head := newGate()
+	h, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "head")
+	var ran atomic.Int32
+	var backlog []string
+	for i := range 5 {
+		sub, err := rt.SubmitSequential(ctx, "q", fmt.Sprint("b", i), func(context.Context, *Task) (any, error) {
+			ran.Add(1)
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		backlog = append(backlog, sub.ID)
+	}
+	require.NoError(t, rt.Shutdown(ctx))
+	assert.Zero(t, ran.Load(), "no backlog item started during the teardown")
+	for _, id := range backlog {
+		snap := mustStatus(t, rt, id)
+		assert.Equal(t, StatusCancelled, snap.Status)
+		assert.Equal(t, "Cancelled by worker shutdown", snap.Error)
+	}
+	snap := mustStatus(t, rt, h.ID)
+	assert.Equal(t, StatusCancelled, snap.Status)
+	assert.ErrorIs(t, snap.Err(), ErrShutdown)
+
+	_, err = rt.Submit(ctx, "late", noop, alice)
+	assert.ErrorIs(t, err, ErrClosed)
+	_, err = rt.SubmitSequential(ctx, "q", "late", noop, alice)
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, rt.Start(ctx), ErrClosed)
+}
+
+// An abandon write is fenced on the run id its item carried from
+// registration, never on one re-read at teardown: a successor that took
+// the key meanwhile is spared.
+func TestAbandonIsFencedOnTheRunIDFromRegistration(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt1 := NewRuntime(s, Config{})
+	rt2 := newRuntime(t, s, Config{})
+	head := newGate()
+	_, err := rt1.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "head")
+	stale, err := rt1.SubmitSequential(ctx, "q", "k", noop, alice)
+	require.NoError(t, err)
+	require.NoError(t, rt1.Cancel(ctx, stale.ID, alice))
+
+	successor := newGate()
+	fresh, err := rt2.Submit(ctx, "k", successor.fn, alice)
+	require.NoError(t, err)
+	require.False(t, fresh.Joined)
+	wait(t, successor.started, "successor")
+
+	require.NoError(t, rt1.Shutdown(ctx))
+	snap := mustStatus(t, rt2, fresh.ID)
+	assert.Equal(t, fresh.RunID, snap.RunID)
+	assert.Equal(t, StatusRunning, snap.Status, "rt1's teardown did not touch the successor")
+	successor.open()
+	assert.Equal(t, StatusCompleted, settled(t, rt2, fresh.ID).Status)
+}
+
+// A drain's cancellation is recorded as a shutdown on both submit paths.
+func TestShutdownRecordsTheShutdownCauseOnBothPaths(t *testing.T) {
+	t.Parallel()
+	rt := NewRuntime(NewMemStore(), Config{})
+	async, seq := newGate(), newGate()
+	a, err := rt.Submit(ctx, "async", async.fn, alice)
+	require.NoError(t, err)
+	q, err := rt.SubmitSequential(ctx, "q", "seq", seq.fn, alice)
+	require.NoError(t, err)
+	completes := make(chan struct{})
+	c, err := rt.Submit(ctx, "completes", func(ctx context.Context, _ *Task) (any, error) {
+		close(completes)
+		<-ctx.Done()
+		return "finished anyway", nil
+	}, alice)
+	require.NoError(t, err)
+	wait(t, async.started, "async")
+	wait(t, seq.started, "seq")
+	wait(t, completes, "completes")
+
+	require.NoError(t, rt.Shutdown(ctx))
+	for _, id := range []string{a.ID, q.ID} {
+		snap := mustStatus(t, rt, id)
+		assert.Equal(t, StatusCancelled, snap.Status)
+		assert.Equal(t, "Cancelled by worker shutdown", snap.Error)
+		assert.ErrorIs(t, snap.Err(), ErrShutdown)
+	}
+	assert.Equal(t, StatusCompleted, mustStatus(t, rt, c.ID).Status,
+		"what a drained run records is its own doing")
+}
+
+// The first cause wins: a drain that lands after a person's cancel does
+// not overwrite it.
+func TestUserCancelCauseSurvivesShutdown(t *testing.T) {
+	t.Parallel()
+	rt := NewRuntime(NewMemStore(), Config{})
+	started, release := make(chan struct{}), make(chan struct{})
+	var task *Task
+	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+		task = tk
+		close(started)
+		<-ctx.Done()
+		<-release
+		return nil, ctx.Err()
+	}, alice)
+	require.NoError(t, err)
+	wait(t, started, "callback")
+	require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+	shut := make(chan error)
+	go func() { shut <- rt.Shutdown(ctx) }()
+	close(release)
+	require.NoError(t, <-shut)
+	assert.ErrorIs(t, task.CancelReason(), ErrCancelled)
+	assert.Equal(t, "Cancelled by user", mustStatus(t, rt, sub.ID).Error)
+}
+
+// A teardown whose wait ends before a run settles leaves that run its
+// handle, so recovery does not declare a live run dead; the run releases
+// the handle itself when its callback returns.
+func TestShutdownDoesNotManufactureZombies(t *testing.T) {
+	t.Parallel()
+	rt := NewRuntime(NewMemStore(), Config{})
+	g := stubbornGate()
+	sub, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "callback")
+
+	expired, cancel := context.WithCancel(ctx)
+	cancel() // do not wait
+	err = rt.Shutdown(expired)
+	require.ErrorIs(t, err, context.Canceled)
+
+	n, err := rt.RecoverZombies(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	assert.Equal(t, StatusRunning, mustStatus(t, rt, sub.ID).Status)
+
+	g.open()
+	require.NoError(t, rt.Shutdown(ctx), "a second Shutdown waits for what is left")
+	assert.Equal(t, StatusCompleted, mustStatus(t, rt, sub.ID).Status)
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	assert.Empty(t, rt.handles, "the run released its own handle")
+	assert.Empty(t, rt.runs)
+}
+
+func TestShutdownWithDeadlineReportsUnsettledRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{})
+		g := stubbornGate()
+		_, err := rt.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		deadline, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err = rt.Shutdown(deadline)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "1 runs")
+		g.open()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// After Shutdown returns nil no record it owned is PENDING or RUNNING,
+// however submissions and the teardown interleave.
+func TestConcurrentSubmitAndShutdownLeaveNothingLive(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := NewRuntime(s, Config{})
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 8 {
+		wg.Go(func() {
+			<-start
+			for j := 0; ; j++ {
+				key := fmt.Sprint("k", i, "-", j)
+				var err error
+				if j%2 == 0 {
+					_, err = rt.Submit(ctx, key, sleepy, alice)
+				} else {
+					_, err = rt.SubmitSequential(ctx, fmt.Sprint("q", i%2), key, sleepy, alice)
+				}
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	eventually(t, func() bool {
+		recs, _ := s.ListTasks(ctx, Filter{})
+		return len(recs) > 20
+	}, "some submissions")
+	require.NoError(t, rt.Shutdown(ctx))
+	wg.Wait()
+	live, err := s.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
+	require.NoError(t, err)
+	assert.Empty(t, live)
+}
+
+// sleepy yields until its context ends or a few rounds pass.
+func sleepy(ctx context.Context, _ *Task) (any, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Millisecond):
+		return nil, nil
+	}
+}
+
+// Cancel racing completion: each task ends in exactly one terminal state,
+// and a Cancel that returned nil always left it CANCELLED.
+func TestCancelRacingCompletion(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	const n = 64
+	subs := make([]Submission, n)
+	for i := range n {
+		var err error
+		subs[i], err = rt.Submit(ctx, fmt.Sprint("k", i), returns(i, nil), alice)
+		require.NoError(t, err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = rt.Cancel(ctx, subs[i].ID, alice) })
+	}
+	wg.Wait()
+	for i := range n {
+		snap := settled(t, rt, subs[i].ID)
+		switch {
+		case errs[i] == nil:
+			assert.Equal(t, StatusCancelled, snap.Status)
+		case errors.Is(errs[i], ErrFinished):
+			assert.Equal(t, StatusCompleted, snap.Status)
+		default:
+			t.Errorf("Cancel: %v", errs[i])
+		}
+	}
+}
+
+func TestRecoverZombiesFailsOnlyRecordsWithoutALiveRun(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	created := now().Add(-time.Hour)
+	for _, r := range []Record{
+		{ID: "alice::crashed", RunID: "dead.1", Watchers: []string{"alice"}, CreatedAt: created,
+			State: State{Status: StatusRunning, Progress: 40, Attempt: 1, StartedAt: created}},
+		{ID: "alice::orphan", RunID: "dead.2", Watchers: []string{"alice"}, CreatedAt: created,
+			State: State{Status: StatusPending}},
+		{ID: "alice::done", RunID: "dead.3", Watchers: []string{"alice"}, CreatedAt: created,
+			State: State{Status: StatusCompleted, CompletedAt: created}},
+	} {
+		require.NoError(t, s.InsertTask(ctx, r))
+	}
+	rt := newRuntime(t, s, Config{RecoverZombies: true})
+	live := newGate()
+	sub, err := rt.Submit(ctx, "live", live.fn, alice)
+	require.NoError(t, err)
+	wait(t, live.started, "live run")
+	require.NoError(t, rt.Start(ctx))
+	assert.Error(t, rt.Start(ctx), "Start runs once")
+
+	for _, id := range []string{"alice::crashed", "alice::orphan"} {
+		snap := mustStatus(t, rt, id)
+		assert.Equal(t, StatusFailed, snap.Status, id)
+		assert.ErrorIs(t, snap.Err(), ErrAbandoned, id)
+	}
+	assert.Equal(t, 40, mustStatus(t, rt, "alice::crashed").Progress, "recovery keeps the state it found")
+	assert.Equal(t, StatusCompleted, mustStatus(t, rt, "alice::done").Status)
+	assert.Equal(t, StatusRunning, mustStatus(t, rt, sub.ID).Status, "a live run is not a zombie")
+	n, err := rt.RecoverZombies(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	live.open()
+	settled(t, rt, sub.ID)
+}
+
+// Run handles are per runtime: a new runtime over the same store sweeps
+// the runs another runtime abandoned, and those runs' late writes are
+// fenced out.
+func TestRecoveryByANewRuntimeOverTheSameStore(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	crashed := newRuntime(t, s, Config{})
+	g := stubbornGate()
+	sub, err := crashed.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "run")
+
+	restarted := newRuntime(t, s, Config{RecoverZombies: true})
+	require.NoError(t, restarted.Start(ctx))
+	assert.Equal(t, StatusFailed, mustStatus(t, restarted, sub.ID).Status)
+	g.open()
+	wait(t, g.ran, "abandoned callback")
+	require.NoError(t, crashed.Shutdown(ctx))
+	assert.Equal(t, StatusFailed, mustStatus(t, restarted, sub.ID).Status, "the abandoned run's write was fenced out")
+}
+
+func TestCleanupSchedulerDeletesOldTerminalRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		old := now().Add(-2 * time.Hour)
+		recent := now().Add(-10 * time.Minute)
+		for _, r := range []Record{
+			{ID: "old-done", RunID: "r1", CreatedAt: old, State: State{Status: StatusCompleted, CompletedAt: old}},
+			{ID: "old-failed", RunID: "r2", CreatedAt: old, State: State{Status: StatusFailed, CompletedAt: old}},
+			{ID: "recent", RunID: "r3", CreatedAt: recent, State: State{Status: StatusCompleted, CompletedAt: recent}},
+			{ID: "old-running", RunID: "r4", CreatedAt: old, State: State{Status: StatusRunning, StartedAt: old}},
+		} {
+			require.NoError(t, s.InsertTask(ctx, r))
+		}
+		rt := newRuntime(t, s, Config{CleanupInterval: time.Minute, Retention: time.Hour})
+		require.NoError(t, rt.Start(ctx))
+		synctest.Wait()
+		assert.Len(t, ids(t, s), 4, "nothing before the first tick")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		assert.ElementsMatch(t, []string{"recent", "old-running"}, ids(t, s))
+
+		n, err := rt.Cleanup(ctx, 0)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		assert.Equal(t, []string{"old-running"}, ids(t, s))
+		_, err = rt.Cleanup(ctx, -time.Second)
+		assert.ErrorIs(t, err, ErrInvalidOption)
+	})
+}
+
+func ids(t *testing.T, s Store) []string {
+	t.Helper()
+	recs, err := s.ListTasks(ctx, Filter{})
+	require.NoError(t, err)
+	out := make([]string, len(recs))
+	for i := range recs {
+		out[i] = recs[i].ID
+	}
+	return out
+}
+
+func TestStartValidatesConfigAndPrestartsQueues(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, NewMemStore(), Config{Queues: []string{"reports", "mail"}})
+	require.NoError(t, rt.Start(ctx))
+	rt.mu.RLock()
+	assert.Len(t, rt.queues, 2)
+	rt.mu.RUnlock()
+
+	bad := NewRuntime(NewMemStore(), Config{Queues: []string{""}})
+	assert.ErrorIs(t, bad.Start(ctx), ErrInvalidKey)
+	neg := NewRuntime(NewMemStore(), Config{CleanupInterval: -time.Second})
+	assert.ErrorIs(t, neg.Start(ctx), ErrInvalidOption)
+}
+
+// Two runtimes over one store have their own queues and processors:
+// shutting one down does not stop the other's. Policy stays on the store
+// and is shared.
+func TestShutdownOfOneRuntimeLeavesAnothersQueuesRunning(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt1 := NewRuntime(s, Config{Queues: []string{"q"}})
+	rt2 := newRuntime(t, s, Config{Queues: []string{"q"}})
+	require.NoError(t, rt1.Start(ctx))
+	require.NoError(t, rt2.Start(ctx))
+	require.NoError(t, rt1.Shutdown(ctx))
+
+	sub, err := rt2.SubmitSequential(ctx, "q", "k", returns("ok", nil), alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, settled(t, rt2, sub.ID).Status)
+
+	s.SetQueueAuthorizer(func(q, user string) bool { return q != "q" })
+	_, err = rt2.SubmitSequential(ctx, "q", "k2", noop, alice)
+	assert.ErrorIs(t, err, ErrUnauthorized, "the store's policy governs every runtime over it")
+}
+
+// durableStore hides MemStore's RecordClearer, as a durable store would
+// not implement it.
+type durableStore struct{ Store }
+
+func TestResetClearsVolatileRecordsOnly(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		store Store
+		kept  bool
+	}{
+		{"Volatile", NewMemStore(), false},
+		{"Durable", durableStore{NewMemStore()}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := newRuntime(t, c.store, Config{})
+			head := newGate()
+			h, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+			require.NoError(t, err)
+			wait(t, head.started, "head")
+			p, err := rt.SubmitSequential(ctx, "q", "pending", noop, alice)
+			require.NoError(t, err)
+
+			require.NoError(t, rt.Reset(ctx))
+			wait(t, head.ran, "head to see its context cancelled")
+			recs, err := c.store.ListTasks(ctx, Filter{})
+			require.NoError(t, err)
+			if !c.kept {
+				assert.Empty(t, recs)
+				return
+			}
+			assert.Len(t, recs, 2, "a reset never deletes durable records")
+			assert.Equal(t, StatusCancelled, mustStatus(t, rt, p.ID).Status)
+			eventually(t, func() bool { return mustStatus(t, rt, h.ID).Status == StatusCancelled }, "head to record its cancel")
+
+			sub, err := rt.Submit(ctx, "after", noop, alice)
+			require.NoError(t, err, "the runtime stays open")
+			settled(t, rt, sub.ID)
+		})
+	}
+}
