@@ -51,7 +51,7 @@ type State struct {
 	Error string
 
 	StartedAt   time.Time // zero until RUNNING
-	CompletedAt time.Time // zero until terminal
+	CompletedAt time.Time // zero until terminal; set on every terminal record
 }
 
 // Record is what a store holds for one task id. The identity fields (ID,
@@ -174,8 +174,9 @@ type Store interface {
 	GetTask(ctx context.Context, id string) (Record, error)
 
 	// InsertTask stores a new record. It returns ErrConflict, and writes
-	// nothing, if a record with rec.ID exists. rec.RunID must not be
-	// empty (ErrInvalidRunID).
+	// nothing, if a record with rec.ID exists. It refuses a record that
+	// fails CheckRecord with CheckRecord's error (an empty RunID is
+	// ErrInvalidRunID).
 	InsertTask(ctx context.Context, rec Record) error
 
 	// SetTask writes rec.State to the record rec.ID, unconditionally. It
@@ -191,6 +192,7 @@ type Store interface {
 	// ReplaceTask writes the whole of rec over the record rec.ID if, and
 	// only if, that record's RunID is prevRunID; otherwise it returns
 	// ErrConflict and writes nothing (ErrNotFound if there is no record).
+	// Like InsertTask it refuses a record that fails CheckRecord.
 	// Its one caller is the re-run of a finished key, which by design
 	// resets the watcher list and publishes the new run's id.
 	ReplaceTask(ctx context.Context, rec Record, prevRunID string) error
@@ -311,12 +313,16 @@ func checkRecord(rec *Record) error {
 	if !rec.Status.Valid() {
 		return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, rec.Status)
 	}
+	if rec.Status.Terminal() && rec.CompletedAt.IsZero() {
+		return fmt.Errorf("%w: %s record without CompletedAt", ErrInvalidOption, rec.Status)
+	}
 	return nil
 }
 
 // CheckRecord validates a record before InsertTask or ReplaceTask writes
-// it: a valid id, a run id, a known status. Stores call it so that all of
-// them refuse the same input with the same errors.
+// it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a known
+// status, and a CompletedAt on a terminal record (ErrInvalidOption). Stores
+// call it so that all of them refuse the same input with the same errors.
 func CheckRecord(rec Record) error { return checkRecord(&rec) }
 
 // atomicFunc is a function value behind an atomic pointer.

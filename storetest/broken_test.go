@@ -1,0 +1,189 @@
+package storetest_test
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/storetest"
+)
+
+// Each store below wraps a MemStore and breaks one rule of the Store
+// contract, the way a real implementation might. TestSuiteBites runs the
+// suite against each and expects the named case to fail.
+
+// brokenStores maps a name to a broken store and the case that must
+// catch it.
+var brokenStores = map[string]struct {
+	newStore func() workers.Store
+	opts     []storetest.Option
+	fails    string
+}{
+	"NoFence": {
+		func() workers.Store { return noFence{workers.NewMemStore()} }, nil,
+		"Fencing/StaleRunRejected"},
+	"LossyWatchers": {
+		func() workers.Store { return lossyWatchers{workers.NewMemStore()} }, nil,
+		"Watchers/ConcurrentAppendsSurvive"},
+	"SetClobbersIdentity": {
+		func() workers.Store { return setClobbers{workers.NewMemStore()} }, nil,
+		"Set/WritesStateOnly"},
+	"ReplaceNoFence": {
+		func() workers.Store { return replaceNoFence{workers.NewMemStore()} }, nil,
+		"Replace/StaleRunIsConflict"},
+	"AliasingCache": {
+		func() workers.Store { return &aliasingCache{MemStore: workers.NewMemStore()} }, nil,
+		"Aliasing/GetResultNotShared"},
+	"DurableClearer": {
+		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
+		"Clear/DurableHasNoClearer"},
+	"StuckLock": {
+		func() workers.Store { return stuckLock{workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(250 * time.Millisecond)},
+		"Lock/UnlockReleasesWaiter"},
+}
+
+// noFence transitions whatever run owns the record: it drops the run-id
+// fence.
+type noFence struct{ *workers.MemStore }
+
+func (s noFence) TransitionTask(ctx context.Context, id, _ string, from []workers.Status, next workers.State) (bool, error) {
+	r, err := s.GetTask(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return s.MemStore.TransitionTask(ctx, id, r.RunID, from, next)
+}
+
+// lossyWatchers appends by read-modify-write, so concurrent appends
+// overwrite each other.
+type lossyWatchers struct{ *workers.MemStore }
+
+func (s lossyWatchers) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	if runID == "" {
+		return false, workers.ErrInvalidRunID
+	}
+	r, err := s.GetTask(ctx, id)
+	switch {
+	case err != nil:
+		return false, err
+	case r.RunID != runID:
+		return false, workers.ErrConflict
+	case slices.Contains(r.Watchers, watcher):
+		return false, nil
+	}
+	runtime.Gosched() // widen the window between the read and the write
+	r.Watchers = append(r.Watchers, watcher)
+	return true, s.ReplaceTask(ctx, r, runID)
+}
+
+// setClobbers writes the whole record on SetTask, identity included.
+type setClobbers struct{ *workers.MemStore }
+
+func (s setClobbers) SetTask(ctx context.Context, rec workers.Record) error {
+	cur, err := s.GetTask(ctx, rec.ID)
+	if err != nil {
+		return err
+	}
+	return s.ReplaceTask(ctx, rec, cur.RunID)
+}
+
+// replaceNoFence replaces whatever run owns the record.
+type replaceNoFence struct{ *workers.MemStore }
+
+func (s replaceNoFence) ReplaceTask(ctx context.Context, rec workers.Record, _ string) error {
+	cur, err := s.GetTask(ctx, rec.ID)
+	if err != nil {
+		return err
+	}
+	return s.MemStore.ReplaceTask(ctx, rec, cur.RunID)
+}
+
+// stuckLock never releases its task lock.
+type stuckLock struct{ *workers.MemStore }
+
+func (stuckLock) Unlock() {}
+
+// aliasingCache is a read-through cache that hands out its cached records
+// themselves rather than copies, so a caller's edits reach the cache.
+type aliasingCache struct {
+	*workers.MemStore
+	mu    sync.Mutex
+	cache map[string]workers.Record // guarded by mu; emptied by every write
+}
+
+func (s *aliasingCache) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.cache[id]; ok {
+		return r, nil
+	}
+	r, err := s.MemStore.GetTask(ctx, id)
+	if err == nil {
+		s.remember(r)
+	}
+	return r, err
+}
+
+func (s *aliasingCache) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recs, err := s.MemStore.ListTasks(ctx, f)
+	for i, r := range recs {
+		if c, ok := s.cache[r.ID]; ok {
+			recs[i] = c
+		} else {
+			s.remember(r)
+		}
+	}
+	return recs, err
+}
+
+// remember caches r; mu must be held.
+func (s *aliasingCache) remember(r workers.Record) {
+	if s.cache == nil {
+		s.cache = make(map[string]workers.Record)
+	}
+	s.cache[r.ID] = r
+}
+
+// forget empties the cache after a write.
+func (s *aliasingCache) forget(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.cache)
+	return err
+}
+
+func (s *aliasingCache) InsertTask(ctx context.Context, rec workers.Record) error {
+	return s.forget(s.MemStore.InsertTask(ctx, rec))
+}
+
+func (s *aliasingCache) SetTask(ctx context.Context, rec workers.Record) error {
+	return s.forget(s.MemStore.SetTask(ctx, rec))
+}
+
+func (s *aliasingCache) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	return s.forget(s.MemStore.ReplaceTask(ctx, rec, prevRunID))
+}
+
+func (s *aliasingCache) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	ok, err := s.MemStore.TransitionTask(ctx, id, runID, from, next)
+	return ok, s.forget(err)
+}
+
+func (s *aliasingCache) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	ok, err := s.MemStore.AddWatcher(ctx, id, runID, watcher)
+	return ok, s.forget(err)
+}
+
+func (s *aliasingCache) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	n, err := s.MemStore.DeleteFinished(ctx, cutoff)
+	return n, s.forget(err)
+}
+
+func (s *aliasingCache) ClearRecords(ctx context.Context) error {
+	return s.forget(s.MemStore.ClearRecords(ctx))
+}

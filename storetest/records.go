@@ -1,0 +1,335 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/taskgate/workers"
+)
+
+var (
+	pendingOnly = []workers.Status{workers.StatusPending}
+	runningOnly = []workers.Status{workers.StatusRunning}
+	allStatuses = []workers.Status{workers.StatusPending, workers.StatusRunning, workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled}
+)
+
+// started is the State a run writes when it starts.
+var started = workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: at(1)}
+
+func (*suite) getMissing(t *testing.T, s workers.Store) {
+	wantMissing(t, s, "alice::nobody")
+	insert(t, s, record("alice::a", "run-1"))
+	wantMissing(t, s, "alice::nobody")
+}
+
+func (*suite) roundTripAllFields(t *testing.T, s workers.Store) {
+	for i, st := range allStatuses {
+		r := workers.Record{
+			ID:        "alice::report-" + string(st),
+			RunID:     "run-" + string(st),
+			Queue:     "reports",
+			Watchers:  []string{"alice", "svc-audit", "bob"},
+			CreatedAt: at(-i),
+			State:     outcome(st, i),
+		}
+		insert(t, s, r)
+		wantStored(t, s, r)
+	}
+}
+
+func (*suite) roundTripZeroValues(t *testing.T, s workers.Store) {
+	r := record("nightly", "run-1")
+	insert(t, s, r)
+	wantStored(t, s, r) // a zero time equals only a zero time
+}
+
+func (*suite) insertExisting(t *testing.T, s workers.Store) {
+	orig := workers.Record{ID: "alice::a", RunID: "run-1", Queue: "q1", Watchers: []string{"alice"}, CreatedAt: epoch, State: outcome(workers.StatusCompleted, 1)}
+	insert(t, s, orig)
+	dup := record(orig.ID, "run-2", "mallory")
+	dup.CreatedAt = at(5)
+	wantErr(t, "InsertTask of an existing id", s.InsertTask(t.Context(), dup), workers.ErrConflict)
+	wantStored(t, s, orig)
+}
+
+func (*suite) insertEmptyRunID(t *testing.T, s workers.Store) {
+	r := record("alice::a", "", "alice")
+	wantErr(t, "InsertTask with an empty RunID", s.InsertTask(t.Context(), r), workers.ErrInvalidRunID)
+	wantMissing(t, s, r.ID)
+}
+
+func (*suite) insertInvalid(t *testing.T, s workers.Store) {
+	unknown := record("alice::unknown-status", "run-1")
+	unknown.Status = "paused"
+	unfinished := record("alice::no-completed-at", "run-1")
+	unfinished.Status = workers.StatusCompleted
+	for _, c := range []struct {
+		name string
+		rec  workers.Record
+		want error
+	}{
+		{"empty id", record("", "run-1"), workers.ErrInvalidKey},
+		{"control character in id", record("alice::a\nb", "run-1"), workers.ErrInvalidKey},
+		{"unknown status", unknown, workers.ErrInvalidOption},
+		{"terminal status without CompletedAt", unfinished, workers.ErrInvalidOption},
+	} {
+		wantErr(t, "InsertTask with "+c.name, s.InsertTask(t.Context(), c.rec), c.want)
+	}
+	wantMissing(t, s, unknown.ID)
+	wantMissing(t, s, unfinished.ID)
+}
+
+func (*suite) setStateOnly(t *testing.T, s workers.Store) {
+	stored := record("alice::a", "run-1", "alice", "svc")
+	stored.Queue = "q1"
+	insert(t, s, stored)
+	for i, arg := range []workers.Record{
+		{ID: stored.ID, RunID: "run-stale", Queue: "other", Watchers: []string{"mallory"}, CreatedAt: at(50), State: outcome(workers.StatusFailed, 1)},
+		{ID: stored.ID, State: outcome(workers.StatusCompleted, 2)}, // zero identity fields
+	} {
+		if err := s.SetTask(t.Context(), arg); err != nil {
+			t.Fatalf("SetTask #%d: %v", i+1, err)
+		}
+		want := stored
+		want.State = arg.State
+		wantStored(t, s, want)
+	}
+}
+
+func (*suite) setMissing(t *testing.T, s workers.Store) {
+	r := record("alice::nobody", "run-1")
+	r.State = outcome(workers.StatusCompleted, 1)
+	wantErr(t, "SetTask of a missing id", s.SetTask(t.Context(), r), workers.ErrNotFound)
+	wantMissing(t, s, r.ID)
+}
+
+// replaced returns the records the Replace cases start from and write: a
+// finished run, and the next run of the same id with every field changed.
+func replaced() (old, next workers.Record) {
+	old = workers.Record{ID: "alice::a", RunID: "run-1", Queue: "q1", Watchers: []string{"alice", "bob"}, CreatedAt: epoch, State: outcome(workers.StatusCompleted, 1)}
+	next = workers.Record{ID: "alice::a", RunID: "run-2", Queue: "q2", Watchers: []string{"alice", "carol"}, CreatedAt: at(10), State: workers.State{Status: workers.StatusPending}}
+	return old, next
+}
+
+func (*suite) replacePublishes(t *testing.T, s workers.Store) {
+	old, next := replaced()
+	insert(t, s, old)
+	if err := s.ReplaceTask(t.Context(), next, old.RunID); err != nil {
+		t.Fatalf("ReplaceTask: %v", err)
+	}
+	wantStored(t, s, next)
+}
+
+func (*suite) replaceStale(t *testing.T, s workers.Store) {
+	old, next := replaced()
+	insert(t, s, old)
+	for _, prev := range []string{"run-0", next.RunID} {
+		wantErr(t, fmt.Sprintf("ReplaceTask with prevRunID %q", prev), s.ReplaceTask(t.Context(), next, prev), workers.ErrConflict)
+	}
+	wantStored(t, s, old)
+}
+
+func (*suite) replaceEmptyRunID(t *testing.T, s workers.Store) {
+	old, next := replaced()
+	insert(t, s, old)
+	next.RunID = ""
+	wantErr(t, "ReplaceTask of a record with an empty RunID", s.ReplaceTask(t.Context(), next, old.RunID), workers.ErrInvalidRunID)
+	wantStored(t, s, old)
+}
+
+func (*suite) replaceMissing(t *testing.T, s workers.Store) {
+	_, next := replaced()
+	wantErr(t, "ReplaceTask of a missing id", s.ReplaceTask(t.Context(), next, "run-1"), workers.ErrNotFound)
+	wantMissing(t, s, next.ID)
+}
+
+// transition calls TransitionTask and fails t unless it reports wantOK
+// without an error.
+func transition(t *testing.T, s workers.Store, id, runID string, from []workers.Status, next workers.State, wantOK bool) {
+	t.Helper()
+	ok, err := s.TransitionTask(t.Context(), id, runID, from, next)
+	if err != nil || ok != wantOK {
+		t.Errorf("TransitionTask(%q, run %q, from %q to %q) = %v, %v; want %v, nil", id, runID, from, next.Status, ok, err, wantOK)
+	}
+}
+
+func (*suite) transitionWrites(t *testing.T, s workers.Store) {
+	want := record("alice::a", "run-1", "alice")
+	want.Queue = "q1"
+	insert(t, s, want)
+	for _, step := range []struct {
+		from []workers.Status
+		next workers.State
+	}{
+		{pendingOnly, started},
+		{[]workers.Status{workers.StatusPending, workers.StatusRunning}, outcome(workers.StatusCompleted, 1)},
+	} {
+		transition(t, s, want.ID, want.RunID, step.from, step.next, true)
+		want.State = step.next
+		wantStored(t, s, want)
+	}
+}
+
+func (*suite) transitionWrongStatus(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1")
+	r.State = started
+	insert(t, s, r)
+	for _, from := range [][]workers.Status{pendingOnly, {workers.StatusCompleted, workers.StatusFailed}, nil} {
+		transition(t, s, r.ID, r.RunID, from, outcome(workers.StatusCancelled, 1), false)
+	}
+	wantStored(t, s, r)
+}
+
+func (*suite) transitionEmptyRunID(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1")
+	insert(t, s, r)
+	_, err := s.TransitionTask(t.Context(), r.ID, "", pendingOnly, started)
+	wantErr(t, "TransitionTask with an empty run id", err, workers.ErrInvalidRunID)
+	wantStored(t, s, r)
+}
+
+func (*suite) transitionMissing(t *testing.T, s workers.Store) {
+	ok, err := s.TransitionTask(t.Context(), "alice::nobody", "run-1", pendingOnly, started)
+	wantErr(t, "TransitionTask of a missing id", err, workers.ErrNotFound)
+	if ok {
+		t.Error("TransitionTask of a missing id reported true")
+	}
+	wantMissing(t, s, "alice::nobody")
+}
+
+func (su *suite) transitionRace(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1")
+	insert(t, s, r)
+	var startWins, endWins, winner atomic.Int32
+	su.within(t, func(ctx context.Context) {
+		// PENDING -> RUNNING, all racers writing the same state.
+		race(racers, func(int) {
+			ok, err := s.TransitionTask(ctx, r.ID, r.RunID, pendingOnly, started)
+			if err != nil {
+				t.Errorf("TransitionTask to RUNNING: %v", err)
+			}
+			if ok {
+				startWins.Add(1)
+			}
+		})
+		// RUNNING -> terminal, each racer writing an outcome of its own.
+		race(racers, func(i int) {
+			ok, err := s.TransitionTask(ctx, r.ID, r.RunID, runningOnly, outcome(workers.StatusCompleted, i))
+			if err != nil {
+				t.Errorf("TransitionTask to COMPLETED: %v", err)
+			}
+			if ok {
+				endWins.Add(1)
+				winner.Store(int32(i))
+			}
+		})
+	})
+	if n := startWins.Load(); n != 1 {
+		t.Errorf("%d of %d racing PENDING->RUNNING transitions reported true, want exactly 1", n, racers)
+	}
+	if n := endWins.Load(); n != 1 {
+		t.Fatalf("%d of %d racing RUNNING->COMPLETED transitions reported true, want exactly 1", n, racers)
+	}
+	r.State = outcome(workers.StatusCompleted, int(winner.Load()))
+	wantStored(t, s, r)
+}
+
+func (*suite) fencingStaleRun(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-2")
+	insert(t, s, r)
+	for _, stale := range []string{"run-1", "run-2-old", "RUN-2"} {
+		transition(t, s, r.ID, stale, pendingOnly, outcome(workers.StatusCompleted, 1), false)
+	}
+	wantStored(t, s, r)
+}
+
+func (*suite) fencingReplacedRun(t *testing.T, s workers.Store) {
+	old, next := replaced()
+	old.State = started
+	insert(t, s, old)
+	if err := s.ReplaceTask(t.Context(), next, old.RunID); err != nil {
+		t.Fatalf("ReplaceTask: %v", err)
+	}
+	transition(t, s, next.ID, old.RunID, allStatuses, outcome(workers.StatusFailed, 1), false)
+	_, err := s.AddWatcher(t.Context(), next.ID, old.RunID, "mallory")
+	wantErr(t, "AddWatcher naming the replaced run", err, workers.ErrConflict)
+	wantStored(t, s, next)
+}
+
+func (su *suite) fencingSuperseded(t *testing.T, s workers.Store) {
+	const rounds = 32
+	recs := make([]workers.Record, rounds)
+	for i := range recs {
+		recs[i] = record(fmt.Sprintf("alice::r%02d", i), "run-1", "alice")
+	}
+	insert(t, s, recs...)
+	su.within(t, func(ctx context.Context) {
+		race(2*rounds, func(i int) {
+			r := recs[i/2]
+			if i%2 == 0 {
+				next := r
+				next.RunID = "run-2"
+				if err := s.ReplaceTask(ctx, next, "run-1"); err != nil {
+					t.Errorf("ReplaceTask(%q): %v", r.ID, err)
+				}
+				return
+			}
+			if _, err := s.TransitionTask(ctx, r.ID, "run-1", pendingOnly, outcome(workers.StatusCompleted, i)); err != nil {
+				t.Errorf("TransitionTask(%q): %v", r.ID, err)
+			}
+		})
+	})
+	for _, r := range recs {
+		r.RunID = "run-2"
+		wantStored(t, s, r)
+	}
+}
+
+func (*suite) deleteFinished(t *testing.T, s workers.Store) {
+	cutoff := at(100)
+	rows := []struct {
+		id        string
+		status    workers.Status
+		completed int // minutes after epoch; ignored for live statuses
+		deleted   bool
+	}{
+		{"alice::completed-old", workers.StatusCompleted, 10, true},
+		{"alice::failed-old", workers.StatusFailed, 20, true},
+		{"alice::cancelled-old", workers.StatusCancelled, 99, true},
+		{"alice::pending-old", workers.StatusPending, 0, false},
+		{"alice::running-old", workers.StatusRunning, 0, false},
+		{"alice::completed-at-cutoff", workers.StatusCompleted, 100, false},
+		{"alice::failed-recent", workers.StatusFailed, 200, false},
+	}
+	want := 0
+	for _, row := range rows {
+		r := record(row.id, "run-1", "alice")
+		r.CreatedAt = at(-10000)
+		r.Status = row.status
+		if row.status == workers.StatusRunning {
+			r.StartedAt = at(-9000)
+		}
+		if row.status.Terminal() {
+			r.StartedAt, r.CompletedAt = at(row.completed-1), at(row.completed)
+		}
+		insert(t, s, r)
+		if row.deleted {
+			want++
+		}
+	}
+	for _, w := range []int{want, 0} {
+		n, err := s.DeleteFinished(t.Context(), cutoff)
+		if err != nil || n != w {
+			t.Errorf("DeleteFinished(cutoff) = %d, %v; want %d, nil", n, err, w)
+		}
+	}
+	for _, row := range rows {
+		if row.deleted {
+			wantMissing(t, s, row.id)
+		} else {
+			get(t, s, row.id)
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// An Option adjusts how [Run] checks a store.
+type Option func(*suite)
+
+// Durable declares that the store keeps its records beyond the life of
+// the process. The suite then requires that it does not implement
+// [workers.RecordClearer], so that Runtime.Reset can never delete durable
+// rows.
+func Durable() Option { return func(su *suite) { su.durable = true } }
+
+// Serial runs the cases one after another instead of in parallel. Use it
+// when the stores the factory returns cannot be isolated from each other,
+// for instance because each call truncates the same shared tables.
+func Serial() Option { return func(su *suite) { su.serial = true } }
+
+// Timeout bounds each case that runs goroutines: past it the case fails
+// as hung, its context is cancelled, and it is given as long again to
+// return before its goroutines are abandoned. Defaults to 30 seconds;
+// zero or a negative d keeps the default.
+func Timeout(d time.Duration) Option { return func(su *suite) { su.timeout = d } }
+
+const defaultTimeout = 30 * time.Second
+
+// suite is a configured run of the cases.
+type suite struct {
+	durable bool
+	serial  bool
+	timeout time.Duration
+}
+
+// A testCase checks one behaviour of a fresh store.
+type testCase struct {
+	name     string
+	contract string // one sentence, logged when the case fails
+	run      func(su *suite, t *testing.T, s workers.Store)
+}
+
+// Run checks that the stores newStore returns meet the [workers.Store]
+// contract. Each case runs as a parallel subtest of t (unless [Serial] is
+// given) with a store of its own: newStore is called once per case, from
+// that case's goroutine, with the subtest's t. It must return an empty
+// store, register its teardown with t.Cleanup, and call t.Fatal if it
+// cannot build one.
+func Run(t *testing.T, newStore func(t *testing.T) workers.Store, opts ...Option) {
+	t.Helper()
+	su := &suite{}
+	for _, opt := range opts {
+		opt(su)
+	}
+	if su.timeout <= 0 {
+		su.timeout = defaultTimeout
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if !su.serial {
+				t.Parallel()
+			}
+			s := newStore(t)
+			if s == nil {
+				t.Fatal("storetest: newStore returned a nil Store")
+			}
+			defer func() {
+				if t.Failed() {
+					t.Logf("contract: %s", c.contract)
+				}
+			}()
+			c.run(su, t, s)
+		})
+	}
+}
+
+// cases is the suite, grouped by the method whose contract each checks.
+var cases = []testCase{
+	{"Get/MissingIsNotFound",
+		"GetTask of an id with no record returns ErrNotFound.",
+		(*suite).getMissing},
+
+	{"RoundTrip/AllFields",
+		"every field InsertTask is given comes back from GetTask, in every status: times to the microsecond, the result as the same JSON value.",
+		(*suite).roundTripAllFields},
+	{"RoundTrip/ZeroValues",
+		"a record with no queue, no watchers, no result and zero times comes back with all of them empty, and its times zero.",
+		(*suite).roundTripZeroValues},
+
+	{"Insert/ExistingIsConflict",
+		"InsertTask of an id that has a record returns ErrConflict and leaves the stored record as it was.",
+		(*suite).insertExisting},
+	{"Insert/EmptyRunIDRefused",
+		"InsertTask of a record with an empty RunID returns ErrInvalidRunID and stores nothing.",
+		(*suite).insertEmptyRunID},
+	{"Insert/InvalidRecordRefused",
+		"InsertTask refuses the records CheckRecord refuses, with the same errors, and stores nothing.",
+		(*suite).insertInvalid},
+
+	{"Set/WritesStateOnly",
+		"SetTask writes every State field and keeps the stored RunID, Watchers, Queue and CreatedAt, whatever its argument holds.",
+		(*suite).setStateOnly},
+	{"Set/MissingIsNotFound",
+		"SetTask of an id with no record returns ErrNotFound and creates nothing.",
+		(*suite).setMissing},
+
+	{"Replace/PublishesNewRun",
+		"ReplaceTask naming the stored run id writes the whole record: the new run id, the new watcher list and every other field.",
+		(*suite).replacePublishes},
+	{"Replace/StaleRunIsConflict",
+		"ReplaceTask whose prevRunID is not the stored run id returns ErrConflict and writes nothing.",
+		(*suite).replaceStale},
+	{"Replace/EmptyRunIDRefused",
+		"ReplaceTask of a record with an empty RunID returns ErrInvalidRunID and writes nothing.",
+		(*suite).replaceEmptyRunID},
+	{"Replace/MissingIsNotFound",
+		"ReplaceTask of an id with no record returns ErrNotFound and creates nothing.",
+		(*suite).replaceMissing},
+
+	{"Transition/WritesNextState",
+		"TransitionTask naming the stored run id and status reports true, writes next's State, and leaves the identity fields as stored.",
+		(*suite).transitionWrites},
+	{"Transition/WrongStatusRejected",
+		"TransitionTask whose from list lacks the stored status reports false, with no error, and writes nothing.",
+		(*suite).transitionWrongStatus},
+	{"Transition/EmptyRunIDRefused",
+		"TransitionTask with an empty run id returns ErrInvalidRunID and writes nothing: there is no wildcard run.",
+		(*suite).transitionEmptyRunID},
+	{"Transition/MissingIsNotFound",
+		"TransitionTask of an id with no record returns ErrNotFound.",
+		(*suite).transitionMissing},
+	{"Transition/ConcurrentExactlyOneWins",
+		"of many goroutines racing the same transition, exactly one reports true, and the stored state is the winner's.",
+		(*suite).transitionRace},
+
+	{"Fencing/StaleRunRejected",
+		"TransitionTask naming a run other than the stored one reports false and writes nothing, even when the status matches.",
+		(*suite).fencingStaleRun},
+	{"Fencing/ReplacedRunRejected",
+		"once ReplaceTask has published a new run, TransitionTask and AddWatcher naming the previous run no longer write.",
+		(*suite).fencingReplacedRun},
+	{"Fencing/SupersededWriteNeverLands",
+		"an old run's transition racing the ReplaceTask that supersedes it never lands on the new run's record.",
+		(*suite).fencingSuperseded},
+
+	{"Watchers/AppendAdds",
+		"AddWatcher naming the stored run appends a new watcher, reports true, and keeps the watchers already listed.",
+		(*suite).watchersAppend},
+	{"Watchers/ExistingIsNoop",
+		"AddWatcher of a watcher already listed reports false, with no error, and leaves the list as it was.",
+		(*suite).watchersExisting},
+	{"Watchers/StaleRunIsConflict",
+		"AddWatcher naming a run other than the stored one returns ErrConflict and writes nothing.",
+		(*suite).watchersStale},
+	{"Watchers/EmptyRunIDRefused",
+		"AddWatcher with an empty run id returns ErrInvalidRunID and writes nothing.",
+		(*suite).watchersEmptyRunID},
+	{"Watchers/MissingIsNotFound",
+		"AddWatcher to an id with no record returns ErrNotFound.",
+		(*suite).watchersMissing},
+	{"Watchers/ConcurrentAppendsSurvive",
+		"concurrent appends of distinct watchers to one record all report true and are all listed afterwards, beside the original watchers.",
+		(*suite).watchersRace},
+	{"Watchers/ConcurrentDuplicateAddedOnce",
+		"of many goroutines appending the same watcher at once, exactly one reports true, and the watcher is listed once.",
+		(*suite).watchersDuplicateRace},
+
+	{"List/EmptyIsNotError",
+		"ListTasks that selects nothing returns no records and no error.",
+		(*suite).listEmpty},
+	{"List/OrderedByCreatedAtThenID",
+		"ListTasks returns whole records ordered by CreatedAt, then by ID, as CompareRecords orders them.",
+		listing(workers.Filter{}, "alice::a", "alice::b", "bob::a", "carol::c", "bob::b", "nightly", "erin", "erin:x")},
+	{"List/VisibleToWatcher",
+		"Filter.VisibleTo keeps the records that list the user as a watcher, global ids included.",
+		listing(workers.Filter{VisibleTo: "bob"}, "bob::a", "bob::b", "erin")},
+	{"List/VisibleToOwner",
+		"Filter.VisibleTo keeps the user-scoped ids the user owns even where it is not a listed watcher, beside those it watches.",
+		listing(workers.Filter{VisibleTo: "alice"}, "alice::a", "alice::b", "bob::a")},
+	{"List/GlobalIDHasNoOwner",
+		`a global id (one without "::") is visible only to its listed watchers, even to a user whose id it spells.`,
+		listing(workers.Filter{VisibleTo: "erin"})},
+	{"List/ByStatus",
+		"Filter.Statuses keeps the records in one of the listed statuses.",
+		listing(workers.Filter{Statuses: []workers.Status{workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled}}, "bob::a", "bob::b", "erin")},
+	{"List/ByQueue",
+		"Filter.Queue keeps the records of that sequential queue.",
+		listing(workers.Filter{Queue: "q2"}, "carol::c", "nightly")},
+	{"List/FiltersCombine",
+		"the Filter fields combine: a record is listed only if it passes every one that is set.",
+		listing(workers.Filter{VisibleTo: "alice", Statuses: []workers.Status{workers.StatusRunning, workers.StatusCompleted}, Queue: "q1"}, "alice::b", "bob::a")},
+	{"List/LimitAfterFilterAndOrder",
+		"Filter.Limit keeps the first records of the filtered, ordered result.",
+		listing(workers.Filter{VisibleTo: "bob", Limit: 2}, "bob::a", "bob::b")},
+	{"List/FollowsWatcherChanges",
+		"Filter.VisibleTo follows AddWatcher and ReplaceTask: an added watcher sees the record, a watcher a replace drops does not, and the owner always does.",
+		(*suite).listFollowsWatchers},
+
+	{"Delete/FinishedBeforeCutoff",
+		"DeleteFinished deletes the terminal records completed before cutoff, keeps PENDING and RUNNING records however old and terminal ones completed since, and returns how many it deleted.",
+		(*suite).deleteFinished},
+
+	{"Aliasing/InsertNotRetained",
+		"changing the slices of a record after InsertTask does not change what the store returns.",
+		(*suite).aliasInsert},
+	{"Aliasing/ReplaceNotRetained",
+		"changing the slices of a record after ReplaceTask does not change what the store returns.",
+		(*suite).aliasReplace},
+	{"Aliasing/StateWritesNotRetained",
+		"changing the Result bytes of a state after SetTask or TransitionTask does not change what the store returns.",
+		(*suite).aliasStateWrites},
+	{"Aliasing/GetResultNotShared",
+		"a record GetTask returned shares nothing with the store: changing it changes nothing stored, and later writes do not change it.",
+		(*suite).aliasGet},
+	{"Aliasing/ListResultNotShared",
+		"a record ListTasks returned shares nothing with the store: changing it changes nothing stored, and later writes do not change it.",
+		(*suite).aliasList},
+
+	{"Authorizers/UnsetIsNil",
+		"a new store holds no authorizers: both getters return nil.",
+		(*suite).authUnset},
+	{"Authorizers/SetThenGet",
+		"each getter returns the authorizer its setter stored, which answers as the one set, and the two slots are independent.",
+		(*suite).authSetGet},
+	{"Authorizers/ReplaceTakesEffect",
+		"setting an authorizer again replaces the one stored before.",
+		(*suite).authReplace},
+	{"Authorizers/SetNilClears",
+		"setting a nil authorizer removes the one stored: the getter returns nil.",
+		(*suite).authClear},
+	{"Authorizers/StoredNotCalled",
+		"storing and fetching an authorizer never calls it, so even one that panics is stored safely.",
+		(*suite).authNotCalled},
+	{"Authorizers/ConcurrentUse",
+		"authorizers may be set, fetched and called from many goroutines at once.",
+		(*suite).authRace},
+
+	{"Lock/Excludes",
+		"the task lock is held by one goroutine at a time.",
+		(*suite).lockExcludes},
+	{"Lock/UnlockReleasesWaiter",
+		"Lock waits while another goroutine holds the task lock, and returns once that goroutine calls Unlock.",
+		(*suite).lockWaits},
+
+	{"Clear/EmptiesStore",
+		"a store that implements RecordClearer deletes every record on ClearRecords, finished or not.",
+		(*suite).clearEmpties},
+	{"Clear/DurableHasNoClearer",
+		"a durable store does not implement RecordClearer, so Runtime.Reset can never delete its records.",
+		(*suite).clearDurable},
+}
+
+// within runs body under the watchdog. body gets a context that is
+// cancelled if it has not returned within the suite's timeout; the case
+// then fails. body runs on a goroutine of its own, so it, and every
+// goroutine it starts, reports with t.Error, never t.Fatal.
+func (su *suite) within(t *testing.T, body func(ctx context.Context)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body(ctx)
+	}()
+	timer := time.NewTimer(su.timeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	t.Errorf("store hung: the case did not finish within %v; cancelling its context", su.timeout)
+	cancel()
+	timer.Reset(su.timeout)
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Errorf("still blocked %v after its context was cancelled; abandoning its goroutines", su.timeout)
+	}
+	t.FailNow()
+}

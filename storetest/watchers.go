@@ -1,0 +1,194 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/taskgate/workers"
+)
+
+// addWatcher calls AddWatcher and fails t unless it reports wantAdded
+// without an error.
+func addWatcher(t *testing.T, s workers.Store, id, runID, watcher string, wantAdded bool) {
+	t.Helper()
+	added, err := s.AddWatcher(t.Context(), id, runID, watcher)
+	if err != nil || added != wantAdded {
+		t.Errorf("AddWatcher(%q, run %q, %q) = %v, %v; want %v, nil", id, runID, watcher, added, err, wantAdded)
+	}
+}
+
+func (*suite) watchersAppend(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1", "alice")
+	r.Queue, r.State = "q1", started
+	bare := record("nightly", "run-1")
+	insert(t, s, r, bare)
+	addWatcher(t, s, r.ID, r.RunID, "bob", true)
+	r.Watchers = []string{"alice", "bob"}
+	wantStored(t, s, r)
+	addWatcher(t, s, bare.ID, bare.RunID, "carol", true)
+	wantWatchers(t, s, bare.ID, "carol")
+}
+
+func (*suite) watchersExisting(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1", "alice", "bob")
+	insert(t, s, r)
+	addWatcher(t, s, r.ID, r.RunID, "bob", false)
+	addWatcher(t, s, r.ID, r.RunID, "alice", false)
+	wantStored(t, s, r)
+}
+
+func (*suite) watchersStale(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-2", "alice")
+	insert(t, s, r)
+	_, err := s.AddWatcher(t.Context(), r.ID, "run-1", "bob")
+	wantErr(t, "AddWatcher naming another run", err, workers.ErrConflict)
+	wantStored(t, s, r)
+}
+
+func (*suite) watchersEmptyRunID(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1", "alice")
+	insert(t, s, r)
+	_, err := s.AddWatcher(t.Context(), r.ID, "", "bob")
+	wantErr(t, "AddWatcher with an empty run id", err, workers.ErrInvalidRunID)
+	wantStored(t, s, r)
+}
+
+func (*suite) watchersMissing(t *testing.T, s workers.Store) {
+	_, err := s.AddWatcher(t.Context(), "alice::nobody", "run-1", "bob")
+	wantErr(t, "AddWatcher to a missing id", err, workers.ErrNotFound)
+	wantMissing(t, s, "alice::nobody")
+}
+
+func (su *suite) watchersRace(t *testing.T, s workers.Store) {
+	const each = 4 // appends per racer, so that lost updates have many chances
+	r := record("nightly", "run-1", "alice", "bob")
+	insert(t, s, r)
+	want := slices.Clone(r.Watchers)
+	for i := range racers * each {
+		want = append(want, fmt.Sprintf("w%02d-%d", i/each, i%each))
+	}
+	su.within(t, func(ctx context.Context) {
+		race(racers, func(i int) {
+			for _, w := range want[len(r.Watchers)+i*each:][:each] {
+				added, err := s.AddWatcher(ctx, r.ID, r.RunID, w)
+				if err != nil || !added {
+					t.Errorf("AddWatcher(%q) = %v, %v; want true, nil", w, added, err)
+				}
+			}
+		})
+	})
+	got := get(t, s, r.ID).Watchers
+	if !sameSet(got, want) {
+		var lost []string
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				lost = append(lost, w)
+			}
+		}
+		t.Errorf("after %d concurrent appends the record lists %d watchers, want %d; lost %d, among them %q",
+			racers*each, len(got), len(want), len(lost), lost[:min(len(lost), 4)])
+	}
+}
+
+func (su *suite) watchersDuplicateRace(t *testing.T, s workers.Store) {
+	r := record("nightly", "run-1", "alice")
+	insert(t, s, r)
+	var adds atomic.Int32
+	su.within(t, func(ctx context.Context) {
+		race(racers, func(int) {
+			added, err := s.AddWatcher(ctx, r.ID, r.RunID, "bob")
+			if err != nil {
+				t.Errorf("AddWatcher: %v", err)
+			}
+			if added {
+				adds.Add(1)
+			}
+		})
+	})
+	if n := adds.Load(); n != 1 {
+		t.Errorf("%d of %d racing appends of one watcher reported true, want exactly 1", n, racers)
+	}
+	wantWatchers(t, s, r.ID, "alice", "bob")
+}
+
+// fixture returns the records the List cases filter, in an order that is
+// not the listing order. bob::a and carol::c share a CreatedAt, so the
+// order between them comes from their ids.
+func fixture() []workers.Record {
+	mk := func(id string, created int, status workers.Status, queue string, watchers ...string) workers.Record {
+		r := record(id, "run-"+id, watchers...)
+		r.CreatedAt, r.Status, r.Queue = at(created), status, queue
+		if status.Terminal() {
+			r.CompletedAt = at(created + 1)
+		}
+		return r
+	}
+	return []workers.Record{
+		mk("erin:x", 7, workers.StatusPending, ""),
+		mk("bob::b", 4, workers.StatusFailed, "", "bob"),
+		mk("carol::c", 3, workers.StatusRunning, "q2", "carol"),
+		mk("alice::b", 2, workers.StatusRunning, "q1"), // its owner is no watcher
+		mk("nightly", 5, workers.StatusPending, "q2", "carol"),
+		mk("bob::a", 3, workers.StatusCompleted, "q1", "bob", "alice"),
+		mk("erin", 6, workers.StatusCancelled, "", "bob"), // a global id spelling a user id
+		mk("alice::a", 1, workers.StatusPending, "", "alice"),
+	}
+}
+
+// listing returns a case that lists the fixture through f and expects the
+// records with the want ids, in that order.
+func listing(f workers.Filter, want ...string) func(*suite, *testing.T, workers.Store) {
+	return func(_ *suite, t *testing.T, s workers.Store) {
+		recs := fixture()
+		insert(t, s, recs...)
+		got := list(t, s, f)
+		if !slices.Equal(ids(got), want) {
+			t.Fatalf("ListTasks(%+v) returned %q, want %q", f, ids(got), want)
+		}
+		for _, g := range got {
+			i := slices.IndexFunc(recs, func(r workers.Record) bool { return r.ID == g.ID })
+			if d := diff(g, recs[i]); d != "" {
+				t.Errorf("ListTasks returned a different record %q:%s", g.ID, d)
+			}
+		}
+	}
+}
+
+func (*suite) listEmpty(t *testing.T, s workers.Store) {
+	for _, f := range []workers.Filter{{}, {VisibleTo: "alice", Statuses: allStatuses, Queue: "q1", Limit: 5}} {
+		if got := list(t, s, f); len(got) != 0 {
+			t.Errorf("ListTasks(%+v) of an empty store returned %q", f, ids(got))
+		}
+	}
+}
+
+func (*suite) listFollowsWatchers(t *testing.T, s workers.Store) {
+	global := record("nightly", "run-1", "bob")
+	owned := record("alice::a", "run-1", "alice", "bob")
+	owned.CreatedAt = at(1)
+	insert(t, s, global, owned)
+	visible := func(user string, want ...string) {
+		t.Helper()
+		if got := ids(list(t, s, workers.Filter{VisibleTo: user})); !slices.Equal(got, want) {
+			t.Errorf("ListTasks(VisibleTo %q) returned %q, want %q", user, got, want)
+		}
+	}
+	addWatcher(t, s, global.ID, global.RunID, "carol", true)
+	visible("carol", "nightly")
+	visible("bob", "nightly", "alice::a")
+
+	global.RunID, global.Watchers = "run-2", []string{"dave"}
+	owned.RunID, owned.Watchers = "run-2", nil
+	for _, r := range []workers.Record{global, owned} {
+		if err := s.ReplaceTask(t.Context(), r, "run-1"); err != nil {
+			t.Fatalf("ReplaceTask(%q): %v", r.ID, err)
+		}
+	}
+	visible("bob")
+	visible("carol")
+	visible("dave", "nightly")
+	visible("alice", "alice::a")
+}
