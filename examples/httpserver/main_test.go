@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/taskgate/workers"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type client struct {
+	t    *testing.T
+	base string
+}
+
+func (c client) do(method, path, user string, into any) int {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, nil)
+	require.NoError(c.t, err)
+	if user != "" {
+		req.Header.Set("X-User", user)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	if into != nil {
+		require.NoError(c.t, json.NewDecoder(resp.Body).Decode(into))
+	}
+	return resp.StatusCode
+}
+
+func TestAPI(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	srv := httptest.NewServer(newAPI(rt))
+	c := client{t, srv.URL}
+	defer srv.Close()
+
+	var sub workers.Submission
+	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=report&steps=1000", "alice", &sub))
+	assert.Equal(t, "alice::report", sub.ID)
+	var joined workers.Submission
+	require.Equal(t, http.StatusOK, c.do("POST", "/tasks?key=report", "alice", &joined))
+	assert.True(t, joined.Joined)
+
+	var snap workers.Snapshot
+	require.Equal(t, http.StatusOK, c.do("GET", "/tasks/alice::report", "alice", &snap))
+	assert.Equal(t, sub.RunID, snap.RunID)
+	assert.Equal(t, http.StatusNotFound, c.do("GET", "/tasks/alice::report", "bob", nil), "bob cannot see alice's task")
+	assert.Equal(t, http.StatusNotFound, c.do("DELETE", "/tasks/alice::report", "bob", nil))
+	assert.Equal(t, http.StatusUnauthorized, c.do("GET", "/tasks", "", nil), "no identity, no access")
+	assert.Equal(t, http.StatusUnauthorized, c.do("GET", "/tasks", "a::b", nil))
+	assert.Equal(t, http.StatusBadRequest, c.do("POST", "/tasks?key=", "alice", nil))
+	assert.Equal(t, http.StatusBadRequest, c.do("POST", "/tasks?key=x&steps=0", "alice", nil))
+
+	var list []workers.Snapshot
+	require.Equal(t, http.StatusOK, c.do("GET", "/tasks", "alice", &list))
+	require.Len(t, list, 1)
+	require.Equal(t, http.StatusOK, c.do("GET", "/tasks", "bob", &list))
+	assert.Empty(t, list)
+
+	require.Equal(t, http.StatusNoContent, c.do("DELETE", "/tasks/alice::report", "alice", nil))
+	assert.Equal(t, http.StatusConflict, c.do("DELETE", "/tasks/alice::report", "alice", nil))
+	require.Equal(t, http.StatusOK, c.do("GET", "/tasks/alice::report", "alice", &snap))
+	assert.Equal(t, workers.StatusCancelled, snap.Status)
+	assert.Equal(t, "Cancelled by user", snap.Error)
+
+	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=seq&steps=1&queue=reports", "alice", &sub))
+	require.NoError(t, rt.Shutdown(context.Background()))
+	assert.Equal(t, http.StatusServiceUnavailable, c.do("POST", "/tasks?key=late", "alice", nil))
+}
+
+// Cancelling serve's context, as SIGINT does, shuts the server down and
+// drains the runtime: a task in flight ends CANCELLED by the shutdown.
+func TestServeShutsDownGracefully(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, ln, 5*time.Second) }()
+	c := client{t, "http://" + ln.Addr().String()}
+	var sub workers.Submission
+	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=long&steps=1000", "alice", &sub))
+	http.DefaultClient.CloseIdleConnections()
+	stop()
+	select {
+	case err := <-served:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return")
+	}
+}
