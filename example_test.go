@@ -1,0 +1,196 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// waitDone polls a task until it ends. A service's handlers poll the same
+// way; a program that only needs to wait could also use Shutdown.
+func waitDone[S workers.Store](rt *workers.Runtime[S], id string, auth workers.TaskAuthority) workers.Snapshot {
+	for {
+		snap, err := rt.Status(context.Background(), id, auth)
+		if err != nil || snap.Status.Terminal() {
+			return snap
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func Example() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	sub, err := rt.Submit(ctx, "report-42", func(ctx context.Context, t *workers.Task) (any, error) {
+		t.SetProgress(100)
+		return map[string]int{"rows": 42}, nil
+	}, alice)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	snap := waitDone(rt, sub.ID, alice)
+	rows, _ := workers.ResultAs[map[string]int](snap)
+	fmt.Println(sub.ID, snap.Status, snap.Progress, rows["rows"])
+	// Output: alice::report-42 completed 100 42
+}
+
+func ExampleRuntime_Submit_join() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	release := make(chan struct{})
+	first, _ := rt.Submit(ctx, "export", func(ctx context.Context, t *workers.Task) (any, error) {
+		<-release
+		return nil, nil
+	}, alice)
+	// The key is live: a second submission joins the same run.
+	second, _ := rt.Submit(ctx, "export", func(ctx context.Context, t *workers.Task) (any, error) {
+		panic("never runs")
+	}, alice)
+	close(release)
+	fmt.Println(first.Joined, second.Joined, first.RunID == second.RunID)
+	// Output: false true true
+}
+
+func ExampleRuntime_Status() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
+	sub, _ := rt.Submit(ctx, "payroll", func(ctx context.Context, t *workers.Task) (any, error) {
+		return "done", nil
+	}, alice)
+	waitDone(rt, sub.ID, alice)
+
+	_, err := rt.Status(ctx, sub.ID, bob)
+	fmt.Println("bob:", err)
+	_, err = rt.Status(ctx, "alice::no-such-task", alice)
+	fmt.Println("missing:", err)
+	snap, _ := rt.Status(ctx, sub.ID, workers.System)
+	fmt.Println("system:", snap.Status)
+	// Output:
+	// bob: workers: task not found
+	// missing: workers: task not found
+	// system: completed
+}
+
+func ExampleRuntime_Cancel() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	started := make(chan struct{})
+	sub, _ := rt.Submit(ctx, "reindex", func(ctx context.Context, t *workers.Task) (any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}, alice)
+	<-started
+
+	if err := rt.Cancel(ctx, sub.ID, alice); err != nil {
+		fmt.Println(err)
+	}
+	snap := waitDone(rt, sub.ID, alice)
+	fmt.Printf("%s: %s\n", snap.Status, snap.Error)
+	fmt.Println(errors.Is(snap.Err(), workers.ErrCancelled))
+	fmt.Println(rt.Cancel(ctx, sub.ID, alice))
+	// Output:
+	// cancelled: Cancelled by user
+	// true
+	// workers: task already finished
+}
+
+func ExampleRuntime_SubmitSequential() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	var last workers.Submission
+	for _, name := range []string{"first", "second", "third"} {
+		last, _ = rt.SubmitSequential(ctx, "mail", name, func(ctx context.Context, t *workers.Task) (any, error) {
+			fmt.Println("sending", name)
+			return nil, nil
+		}, alice)
+	}
+	waitDone(rt, last.ID, alice)
+	// Output:
+	// sending first
+	// sending second
+	// sending third
+}
+
+func ExampleWithWatchers() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice, support := workers.MustOwner("alice"), workers.MustOwner("support")
+	sub, _ := rt.Submit(ctx, "migration", func(ctx context.Context, t *workers.Task) (any, error) {
+		return nil, nil
+	}, alice, workers.WithWatchers(support))
+	snap := waitDone(rt, sub.ID, support)
+	fmt.Println(snap.Status, snap.Watchers)
+	// Output: completed 2
+}
+
+func ExampleRuntime_Shutdown() {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	alice := workers.MustOwner("alice")
+	started := make(chan struct{})
+	sub, _ := rt.Submit(context.Background(), "long", func(ctx context.Context, t *workers.Task) (any, error) {
+		close(started)
+		<-ctx.Done() // a well-behaved callback stops when asked
+		return nil, context.Cause(ctx)
+	}, alice)
+	<-started
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fmt.Println(rt.Shutdown(ctx))
+	snap, _ := rt.Status(ctx, sub.ID, alice)
+	fmt.Println(snap.Status, snap.Error, errors.Is(snap.Err(), workers.ErrShutdown))
+	_, err := rt.Submit(ctx, "late", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	fmt.Println(err)
+	// Output:
+	// <nil>
+	// cancelled Cancelled by worker shutdown true
+	// workers: runtime closed
+}
+
+func ExampleScopedTaskKey() {
+	alice := workers.MustOwner("alice")
+	id, _ := workers.ScopedTaskKey("report-42", alice)
+	owner, ok := workers.OwnerOf(id)
+	fmt.Println(id, owner, ok)
+
+	global, _ := workers.GlobalTaskKey("warm-cache")
+	_, ok = workers.OwnerOf(global)
+	fmt.Println(global, ok)
+	// Output:
+	// alice::report-42 alice true
+	// warm-cache false
+}
+
+func ExampleNewOwner() {
+	for _, id := range []string{"user_123", "", "a::b", "alice:"} {
+		_, err := workers.NewOwner(id)
+		fmt.Println(err)
+	}
+	// Output:
+	// <nil>
+	// workers: invalid owner "": empty
+	// workers: invalid owner "a::b": contains "::"
+	// workers: invalid owner "alice:": ends in ":"
+}
