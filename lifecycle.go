@@ -150,6 +150,9 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 // without Shutdown; nothing will ever finish it. Each write is fenced on
 // the run id read, so a run registered meanwhile is never touched.
 //
+// Until it runs, such a record blocks its key: a submission of a live key
+// joins it, and nothing will ever finish it.
+//
 // Liveness is read from this runtime's handles only: a run of another
 // runtime sharing the store counts as dead. Call it at startup (see
 // Config.RecoverZombies), before other runtimes over the same store

@@ -238,7 +238,7 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 			if err != nil {
 				return nil, Submission{}, err
 			}
-			rt.publish(t, nil)
+			rt.publish(t)
 			return t, Submission{ID: id, RunID: t.runID}, nil
 		}
 		if err != nil {
@@ -274,7 +274,7 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 		if err != nil {
 			return nil, Submission{}, err
 		}
-		rt.publish(t, &rec)
+		rt.publish(t)
 		return t, Submission{ID: id, RunID: t.runID}, nil
 	}
 	return nil, Submission{}, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
@@ -318,15 +318,16 @@ func (t *Task) record(created time.Time) Record {
 	}
 }
 
-// publish makes t the holder of its id's handle. When a re-run replaced
-// prev, a predecessor of prev's run still executing here is cancelled.
-func (rt *Runtime[S]) publish(t *Task, prev *Record) {
+// publish makes t the holder of its id's handle. A run of the same id
+// still executing here is a predecessor whose record was replaced: it is
+// cancelled as superseded (a no-op if it already has a cause).
+func (rt *Runtime[S]) publish(t *Task) {
 	rt.mu.Lock()
 	old := rt.handles[t.id]
 	rt.handles[t.id] = t
 	rt.runs[t] = struct{}{}
 	rt.mu.Unlock()
-	if old != nil && prev != nil && old.runID == prev.RunID {
+	if old != nil {
 		old.cancel(ErrSuperseded)
 	}
 }
