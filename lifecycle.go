@@ -21,6 +21,10 @@ import (
 // worker shutdown" if it returns after its context ended. Shutdown writes
 // no outcome for a run in flight, and holds no lock while it waits.
 //
+// The context bounds the waiting, not the abandon writes: recording the
+// backlog CANCELLED needs no wait and happens even with a done ctx, so
+// that no item is left PENDING.
+//
 // Shutdown returns nil when everything settled, and otherwise an error
 // wrapping ctx.Err(). A run that outlives the wait keeps its handle, so
 // zombie recovery does not call it dead, and releases it when its callback

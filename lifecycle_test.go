@@ -291,11 +291,15 @@ func TestQueueStatusQueuedBeforeTheProcessorFetches(t *testing.T) {
 	rt := memRuntime(t)
 	q := &queue{name: "q"}
 	rt.queues["q"] = q // a queue with no processor: items stay put
-	q.items = []*Task{{id: "x"}}
+	waiting, _ := rt.newRun("x", "q", caller{system: true}, submitOptions{}, noop)
+	cancelled, _ := rt.newRun("y", "q", caller{system: true}, submitOptions{}, noop)
+	cancelled.cancel(ErrCancelled)
+	q.items = []*Task{waiting, cancelled}
 	info, err := rt.QueueStatus(ctx, "q", System)
 	require.NoError(t, err)
 	assert.Equal(t, QueueQueued, info.State)
-	assert.Equal(t, 1, info.Load)
+	assert.Equal(t, 1, info.Load, "a cancelled item is not pending")
+	assert.Equal(t, []string{"x"}, info.Pending)
 	delete(rt.queues, "q")
 }
 

@@ -141,6 +141,8 @@ func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAut
 	running := q.running
 	items := slices.Clone(q.items)
 	q.mu.Unlock()
+	// A cancelled item waits only to be skipped: it is not pending.
+	items = slices.DeleteFunc(items, func(t *Task) bool { return t.ctx.Err() != nil })
 
 	info.PendingCount = len(items)
 	info.Load = len(items)

@@ -581,6 +581,9 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 		return Record{}, err
 	}
 	rec, err := rt.store.GetTask(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Record{}, ErrNotFound // the very answer a non-watcher gets
+	}
 	if err != nil {
 		return Record{}, err
 	}
