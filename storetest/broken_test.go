@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -15,34 +16,51 @@ import (
 // contract, the way a real implementation might. TestSuiteBites runs the
 // suite against each and expects the named case to fail.
 
-// brokenStores maps a name to a broken store and the case that must
-// catch it.
+// brokenStores maps a name to a broken store, the suite to run against
+// it, and the case of that suite that must catch it.
 var brokenStores = map[string]struct {
 	newStore func() workers.Store
 	opts     []storetest.Option
+	suite    func(*testing.T, func(*testing.T) workers.Store, ...storetest.Option)
 	fails    string
 }{
 	"NoFence": {
 		func() workers.Store { return noFence{workers.NewMemStore()} }, nil,
-		"Fencing/StaleRunRejected"},
+		storetest.Run, "Fencing/StaleRunRejected"},
 	"LossyWatchers": {
 		func() workers.Store { return lossyWatchers{workers.NewMemStore()} }, nil,
-		"Watchers/ConcurrentAppendsSurvive"},
+		storetest.Run, "Watchers/ConcurrentAppendsSurvive"},
 	"SetClobbersIdentity": {
 		func() workers.Store { return setClobbers{workers.NewMemStore()} }, nil,
-		"Set/WritesStateOnly"},
+		storetest.Run, "Set/WritesStateOnly"},
 	"ReplaceNoFence": {
 		func() workers.Store { return replaceNoFence{workers.NewMemStore()} }, nil,
-		"Replace/StaleRunIsConflict"},
+		storetest.Run, "Replace/StaleRunIsConflict"},
 	"AliasingCache": {
 		func() workers.Store { return &aliasingCache{MemStore: workers.NewMemStore()} }, nil,
-		"Aliasing/GetResultNotShared"},
+		storetest.Run, "Aliasing/GetResultNotShared"},
 	"DurableClearer": {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
-		"Clear/DurableHasNoClearer"},
+		storetest.Run, "Clear/DurableHasNoClearer"},
 	"StuckLock": {
 		func() workers.Store { return stuckLock{workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(250 * time.Millisecond)},
-		"Lock/UnlockReleasesWaiter"},
+		storetest.Run, "Lock/UnlockReleasesWaiter"},
+
+	// The same breakage seen through a runtime: a superseded run's late
+	// write lands on its successor's record.
+	"RuntimeNoFence": {
+		func() workers.Store { return noFence{workers.NewMemStore()} }, nil,
+		storetest.RunRuntime, "Rerun/SupersedesExecutingPredecessor"},
+	// A cancel is checked against a stale record. The other runtime cases
+	// wait for records that never change, so the watchdog is kept short.
+	"RuntimeStaleReads": {
+		func() workers.Store { return &staleReads{MemStore: workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(500 * time.Millisecond)},
+		storetest.RunRuntime, "Cancel/WhilePending"},
+	// Reset through a runtime deletes the records of a store declared
+	// durable.
+	"RuntimeDurableClearer": {
+		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
+		storetest.RunRuntime, "Reset/KeepsDurableRecords"},
 }
 
 // noFence transitions whatever run owns the record: it drops the run-id
@@ -185,5 +203,56 @@ func (s *aliasingCache) DeleteFinished(ctx context.Context, cutoff time.Time) (i
 }
 
 func (s *aliasingCache) ClearRecords(ctx context.Context) error {
+	return s.forget(s.MemStore.ClearRecords(ctx))
+}
+
+// staleReads is a read-through cache that only the writes creating or
+// deleting records invalidate: a run's transitions and a cancel leave it
+// serving the record as it was first read, so GetTask is no longer a
+// durable read.
+type staleReads struct {
+	*workers.MemStore
+	mu    sync.Mutex
+	cache map[string]workers.Record // guarded by mu
+}
+
+func (s *staleReads) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.cache[id]; ok {
+		return r.Clone(), nil
+	}
+	r, err := s.MemStore.GetTask(ctx, id)
+	if err == nil {
+		if s.cache == nil {
+			s.cache = make(map[string]workers.Record)
+		}
+		s.cache[id] = r.Clone()
+	}
+	return r, err
+}
+
+// forget empties the cache after a write that creates or deletes records.
+func (s *staleReads) forget(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.cache)
+	return err
+}
+
+func (s *staleReads) InsertTask(ctx context.Context, rec workers.Record) error {
+	return s.forget(s.MemStore.InsertTask(ctx, rec))
+}
+
+func (s *staleReads) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	return s.forget(s.MemStore.ReplaceTask(ctx, rec, prevRunID))
+}
+
+func (s *staleReads) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	n, err := s.MemStore.DeleteFinished(ctx, cutoff)
+	return n, s.forget(err)
+}
+
+func (s *staleReads) ClearRecords(ctx context.Context) error {
 	return s.forget(s.MemStore.ClearRecords(ctx))
 }

@@ -2,7 +2,12 @@
 // implementations. Every store, MemStore included, runs the same cases,
 // which is how the stores are known to behave alike.
 //
-// Call [Run] from a test in the store's package, with a factory that
+// The suite has two entry points. [Run] checks the Store contract method
+// by method. [RunRuntime] drives real [workers.Runtime] values over the
+// store, through the scenarios in which backends have been seen to
+// differ: joins, cancels, re-runs that supersede a run still executing,
+// sequential queues, shutdown, zombie recovery, cleanup. A store passes
+// both. Call them from tests in the store's package, with a factory that
 // returns a fresh, empty store and registers its teardown with t.Cleanup:
 //
 //	package mystore_test
@@ -16,21 +21,30 @@
 //	)
 //
 //	func TestMyStore(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) workers.Store {
-//			// A database of its own per call: the cases run in parallel.
-//			s, err := mystore.Open(t.Context(), mystore.TempDatabase(t))
-//			if err != nil {
-//				t.Fatal(err)
-//			}
-//			t.Cleanup(func() { s.Close() })
-//			return s
-//		}, storetest.Durable())
+//		storetest.Run(t, newStore, storetest.Durable())
+//	}
+//
+//	func TestMyStoreRuntime(t *testing.T) {
+//		storetest.RunRuntime(t, newStore, storetest.Durable())
+//	}
+//
+//	// newStore returns a store with a database of its own: the cases run
+//	// in parallel.
+//	func newStore(t *testing.T) workers.Store {
+//		s, err := mystore.Open(t.Context(), mystore.TempDatabase(t))
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		t.Cleanup(func() { s.Close() })
+//		return s
 //	}
 //
 // A store whose records outlive the process, as a SQL store's do, passes
 // [Durable], as above: the suite then requires that it does not implement
-// [workers.RecordClearer]. A volatile store leaves it out, and if it
-// implements RecordClearer the suite checks that ClearRecords empties it.
+// [workers.RecordClearer], and that Runtime.Reset leaves its records in
+// place. A volatile store leaves it out, and if it implements
+// RecordClearer the suite checks that ClearRecords, and Runtime.Reset,
+// empty it.
 //
 // Run the suite with the race detector (go test -race). Several cases race
 // goroutines against one record or one lock, and a store that shares
@@ -43,13 +57,14 @@
 // go test -run 'TestMyStore/Fencing/StaleRunRejected'. A failing case logs
 // the one sentence of contract it checks.
 //
-// The factory is called once per case, and the cases run in parallel
-// (t.Parallel), so the factory is called from many goroutines at once and
-// the stores it returns are used concurrently. Each call must therefore
-// return a store that shares no records with any other: a SQL store needs a
-// database, schema or table set of its own per call, created by the factory
-// and dropped in its cleanup. A backend that cannot isolate stores that way
-// (a factory that truncates one shared set of tables, say) passes [Serial].
+// The factory is called once per case of either entry point, and the
+// cases run in parallel (t.Parallel), so the factory is called from many
+// goroutines at once and the stores it returns are used concurrently.
+// Each call must therefore return a store that shares no records with any
+// other: a SQL store needs a database, schema or table set of its own per
+// call, created by the factory and dropped in its cleanup. A backend that
+// cannot isolate stores that way (a factory that truncates one shared set
+// of tables, say) passes [Serial].
 //
 // # What the suite assumes
 //
@@ -61,11 +76,30 @@
 // order is not part of the contract, and an empty watcher list or result
 // may come back nil or empty.
 //
+// # Runtime cases
+//
+// A RunRuntime case builds its runtimes with workers.NewRuntime over the
+// one store the factory gave it; two runtimes over it stand for two
+// processes sharing a database. It sets the store's authorizers, reads
+// and writes records directly where an operator or another process
+// would, and shuts every runtime down before it ends, so no goroutine
+// outlives it. It waits on channels and on the store's state, never on
+// the clock, except where real time is the point (a 50ms task timeout, a
+// cleanup scheduler ticking every 10ms): a SQL store cannot run inside a
+// synctest bubble.
+//
+// The runtimes see the store through a recorder that passes every call
+// through unchanged and notes each write, so that a case can wait for a
+// run's write; it forwards [workers.RecordClearer] when the store
+// implements it. A runtime logs only store errors that no caller sees,
+// such as a failed write on a run's behalf, so every error a runtime logs
+// fails the case.
+//
 // # Watchdog
 //
-// Cases that run goroutines run under a watchdog: if one has not finished
-// within the [Timeout] (30 seconds by default), it fails, and the context
-// it passes to the store is cancelled. A store that honours cancellation
-// then returns and the case ends; goroutines stuck in a store that ignores
-// it are abandoned.
+// Cases that run goroutines, and every RunRuntime case, run under a
+// watchdog: if one has not finished within the [Timeout] (30 seconds by
+// default), it fails, and the context it passes to the store is
+// cancelled. A store that honours cancellation then returns and the case
+// ends; goroutines stuck in a store that ignores it are abandoned.
 package storetest

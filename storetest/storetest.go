@@ -8,13 +8,13 @@ import (
 	"github.com/taskgate/workers"
 )
 
-// An Option adjusts how [Run] checks a store.
+// An Option adjusts how [Run] and [RunRuntime] check a store.
 type Option func(*suite)
 
 // Durable declares that the store keeps its records beyond the life of
-// the process. The suite then requires that it does not implement
-// [workers.RecordClearer], so that Runtime.Reset can never delete durable
-// rows.
+// the process. [Run] then requires that it does not implement
+// [workers.RecordClearer], and [RunRuntime] that Runtime.Reset leaves its
+// records in place, so that a reset can never delete durable rows.
 func Durable() Option { return func(su *suite) { su.durable = true } }
 
 // Serial runs the cases one after another instead of in parallel. Use it
@@ -22,10 +22,11 @@ func Durable() Option { return func(su *suite) { su.durable = true } }
 // for instance because each call truncates the same shared tables.
 func Serial() Option { return func(su *suite) { su.serial = true } }
 
-// Timeout bounds each case that runs goroutines: past it the case fails
-// as hung, its context is cancelled, and it is given as long again to
-// return before its goroutines are abandoned. Defaults to 30 seconds;
-// zero or a negative d keeps the default.
+// Timeout bounds each case that runs goroutines (every [RunRuntime]
+// case does): past it the case fails as hung, its context is cancelled,
+// and it is given as long again to return before its goroutines are
+// abandoned. Defaults to 30 seconds; zero or a negative d keeps the
+// default.
 func Timeout(d time.Duration) Option { return func(su *suite) { su.timeout = d } }
 
 const defaultTimeout = 30 * time.Second
@@ -52,6 +53,11 @@ type testCase struct {
 // cannot build one.
 func Run(t *testing.T, newStore func(t *testing.T) workers.Store, opts ...Option) {
 	t.Helper()
+	newSuite(opts).run(t, cases, newStore)
+}
+
+// newSuite applies opts over the defaults.
+func newSuite(opts []Option) *suite {
 	su := &suite{}
 	for _, opt := range opts {
 		opt(su)
@@ -59,7 +65,15 @@ func Run(t *testing.T, newStore func(t *testing.T) workers.Store, opts ...Option
 	if su.timeout <= 0 {
 		su.timeout = defaultTimeout
 	}
-	for _, c := range cases {
+	return su
+}
+
+// run runs each case of table as a subtest of t, in parallel unless the suite is
+// serial, with a store of its own from newStore, and logs the case's
+// contract if it fails. Both entry points run their tables through it.
+func (su *suite) run(t *testing.T, table []testCase, newStore func(t *testing.T) workers.Store) {
+	t.Helper()
+	for _, c := range table {
 		t.Run(c.name, func(t *testing.T) {
 			if !su.serial {
 				t.Parallel()

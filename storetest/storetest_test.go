@@ -17,18 +17,24 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+func newMemStore(*testing.T) workers.Store { return workers.NewMemStore() }
+
 func TestMemStore(t *testing.T) {
-	newStore := func(*testing.T) workers.Store { return workers.NewMemStore() }
-	t.Run("Parallel", func(t *testing.T) { storetest.Run(t, newStore) })
-	t.Run("Serial", func(t *testing.T) { storetest.Run(t, newStore, storetest.Serial()) })
+	t.Run("Parallel", func(t *testing.T) { storetest.Run(t, newMemStore) })
+	t.Run("Serial", func(t *testing.T) { storetest.Run(t, newMemStore, storetest.Serial()) })
+}
+
+func TestMemStoreRuntime(t *testing.T) {
+	t.Run("Parallel", func(t *testing.T) { storetest.RunRuntime(t, newMemStore) })
+	t.Run("Serial", func(t *testing.T) { storetest.RunRuntime(t, newMemStore, storetest.Serial()) })
 }
 
 // brokenEnv names the broken store TestHelperBroken runs the suite
 // against.
 const brokenEnv = "STORETEST_BROKEN_STORE"
 
-// TestHelperBroken runs the suite against the broken store brokenEnv
-// names. It runs only as TestSuiteBites' child process, where its failure
+// TestHelperBroken runs the suite the entry in brokenStores names
+// (Run or RunRuntime) against the broken store brokenEnv names. It runs only as TestSuiteBites' child process, where its failure
 // is the expected outcome.
 func TestHelperBroken(t *testing.T) {
 	name := os.Getenv(brokenEnv)
@@ -39,7 +45,7 @@ func TestHelperBroken(t *testing.T) {
 	if !ok {
 		t.Fatalf("no broken store named %q", name)
 	}
-	storetest.Run(t, func(*testing.T) workers.Store { return b.newStore() }, b.opts...)
+	b.suite(t, func(*testing.T) workers.Store { return b.newStore() }, b.opts...)
 }
 
 // TestSuiteBites runs the suite against each broken store in a child
