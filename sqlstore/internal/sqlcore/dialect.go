@@ -1,0 +1,95 @@
+// Package sqlcore is the dialect-neutral half of the SQL stores: the store
+// logic, its SQL text, record scanning, error mapping and the migration
+// runner. The dialect packages (postgres, sqlite) supply a Dialect, their
+// migration files and the database handles, and nothing else.
+//
+// It works over database/sql and imports no driver. SQL is written once,
+// with PostgreSQL-style $n placeholders, which SQLite also accepts.
+package sqlcore
+
+import (
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Dialect is everything that differs between two SQL backends.
+type Dialect struct {
+	// Name prefixes error messages: "postgres" or "sqlite".
+	Name string
+
+	// Time encodes a non-zero time as a query argument. Zero times are
+	// always written as NULL. Scanning accepts what the driver returns
+	// for the column: a time.Time, or integer Unix microseconds.
+	Time func(time.Time) any
+
+	// JSONAgg is the aggregate that folds strings into a JSON array,
+	// accepting an ORDER BY inside its parentheses: "json_agg" or
+	// "json_group_array".
+	JSONAgg string
+
+	// RowShareLock is appended to the SELECT that fences AddWatcher on
+	// its task row, so that a concurrent ReplaceTask (which updates the
+	// row, then drops its watchers) waits for the append or makes it
+	// miss: " FOR SHARE" where writers run concurrently, "" where the
+	// database has a single writer.
+	RowShareLock string
+
+	// MigrationLock, if set, is the first statement of the migration
+	// transaction, run with one int64 argument that names the store's
+	// tables; it must block until no other migration of those tables is
+	// in progress. A dialect without it must make BeginTx itself
+	// exclusive (SQLite's BEGIN IMMEDIATE).
+	MigrationLock string
+
+	// Migrations holds the schema as files named migrations/NNNN_name.sql,
+	// applied in version order. In their text, {schema} stands for the quoted
+	// schema and a dot (or nothing) and {prefix} for the table prefix,
+	// so a table is written {schema}"{prefix}tasks".
+	Migrations fs.FS
+}
+
+// Config names a store's tables.
+type Config struct {
+	// Schema, if set, qualifies every table name. The schema must exist.
+	Schema string
+	// Prefix begins every table and index name.
+	Prefix string
+}
+
+// DefaultPrefix is the table prefix of a store configured with none.
+const DefaultPrefix = "workers_"
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Validate reports whether c's names are plain SQL identifiers short
+// enough that every derived table and index name fits PostgreSQL's
+// 63-byte limit. Names are quoted as well, so validation is about
+// predictability, not injection alone.
+func (c Config) Validate() error {
+	if c.Schema != "" && (len(c.Schema) > 63 || !identRE.MatchString(c.Schema)) {
+		return fmt.Errorf("sqlstore: invalid schema name %q: want a letter or underscore, then letters, digits or underscores, at most 63 bytes", c.Schema)
+	}
+	if c.Prefix != "" && (len(c.Prefix) > 32 || !identRE.MatchString(c.Prefix)) {
+		return fmt.Errorf("sqlstore: invalid table prefix %q: want a letter or underscore, then letters, digits or underscores, at most 32 bytes", c.Prefix)
+	}
+	return nil
+}
+
+// expand replaces the {schema} and {prefix} placeholders of the shared
+// and migration SQL.
+func (c Config) expand(q string) string {
+	schema := ""
+	if c.Schema != "" {
+		schema = `"` + c.Schema + `".`
+	}
+	return strings.NewReplacer(
+		"{tasks}", schema+`"`+c.Prefix+`tasks"`,
+		"{watchers}", schema+`"`+c.Prefix+`watchers"`,
+		"{versions}", schema+`"`+c.Prefix+`schema_version"`,
+		"{schema}", schema,
+		"{prefix}", c.Prefix,
+	).Replace(q)
+}

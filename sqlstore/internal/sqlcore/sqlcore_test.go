@@ -1,0 +1,52 @@
+package sqlcore
+
+import (
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestLoadMigrations(t *testing.T) {
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	migs, err := loadMigrations(fstest.MapFS{
+		"migrations/0010_later.sql": file("B"),
+		"migrations/0002_first.sql": file("A"),
+		"migrations/README":         file("not a migration"),
+	})
+	if err != nil || len(migs) != 2 || migs[0].version != 2 || migs[0].name != "first" || migs[1].sql != "B" {
+		t.Fatalf("loadMigrations = %+v, %v", migs, err)
+	}
+	for name, fsys := range map[string]fstest.MapFS{
+		"none":       {},
+		"unnumbered": {"migrations/init.sql": file("")},
+		"zero":       {"migrations/0000_init.sql": file("")},
+		"duplicate":  {"migrations/0001_a.sql": file(""), "migrations/1_b.sql": file("")},
+	} {
+		if _, err := loadMigrations(fsys); err == nil {
+			t.Errorf("%s: loadMigrations accepted it", name)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	c := Config{Schema: "jobs", Prefix: "w_"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.expand(`{tasks} {watchers} {versions} {schema}"{prefix}x"`),
+		`"jobs"."w_tasks" "jobs"."w_watchers" "jobs"."w_schema_version" "jobs"."w_x"`; got != want {
+		t.Errorf("expand = %s, want %s", got, want)
+	}
+	for _, c := range []Config{
+		{Schema: `a"b`}, {Schema: "a.b"}, {Schema: "1a"}, {Schema: strings.Repeat("s", 64)},
+		{Prefix: "a b"}, {Prefix: "é"}, {Prefix: strings.Repeat("p", 33)},
+	} {
+		if c.Validate() == nil {
+			t.Errorf("Validate accepted %+v", c)
+		}
+	}
+}

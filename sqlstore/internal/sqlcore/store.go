@@ -1,0 +1,471 @@
+package sqlcore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// The shared SQL. {tasks} and {watchers} are the quoted table names, {agg}
+// is Dialect.JSONAgg and {share} is Dialect.RowShareLock. Parameters $1 to
+// $8 are always the id and the seven State columns, in this order.
+const (
+	sqlSelect = `SELECT t.id, t.run_id, t.queue, t.created_at, t.status, t.progress, t.attempt,
+	t.result, t.error, t.started_at, t.completed_at,
+	COALESCE((SELECT {agg}(w.user_id ORDER BY w.seq) FROM {watchers} w WHERE w.task_id = t.id), '[]')
+FROM {tasks} t`
+
+	sqlGet = sqlSelect + ` WHERE t.id = $1`
+
+	sqlInsert = `INSERT INTO {tasks}
+	(id, status, progress, attempt, result, error, started_at, completed_at, run_id, queue, created_at, owner)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+ON CONFLICT (id) DO NOTHING`
+
+	sqlSetState = `UPDATE {tasks} SET status = $2, progress = $3, attempt = $4, result = $5, error = $6,
+	started_at = $7, completed_at = $8`
+
+	sqlSet = sqlSetState + ` WHERE id = $1`
+
+	// TransitionTask appends "AND status IN (...)" with parameters from $10.
+	sqlTransition = sqlSetState + ` WHERE id = $1 AND run_id = $9`
+
+	sqlReplace = sqlSetState + `, run_id = $9, queue = $10, created_at = $11 WHERE id = $1 AND run_id = $12`
+
+	// The compare-and-set append: the SELECT yields the task row only if
+	// it belongs to run $2, and the primary key on (task_id, user_id)
+	// makes a watcher already present a no-op. {share} locks the row
+	// against a concurrent ReplaceTask until the append commits; once that
+	// replace has committed, the re-checked run id no longer matches.
+	sqlAddWatcher = `INSERT INTO {watchers} (task_id, user_id)
+SELECT id, $3 FROM {tasks} WHERE id = $1 AND run_id = $2{share}
+ON CONFLICT DO NOTHING`
+
+	sqlRunOf = `SELECT run_id FROM {tasks} WHERE id = $1`
+
+	sqlDropWatchers = `DELETE FROM {watchers} WHERE task_id = $1`
+
+	// insertWatchers appends one "($1, $n)" row per watcher.
+	sqlInsertWatchers = `INSERT INTO {watchers} (task_id, user_id) VALUES `
+
+	sqlDeleteFinished = `DELETE FROM {tasks}
+WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
+
+	// The visibility rule of workers.Filter.VisibleTo: the owner derived
+	// from the id at insert, or a listed watcher. A UNION of two indexed
+	// lookups keeps the cost in proportion to the user's tasks.
+	sqlVisible = `t.id IN (SELECT id FROM {tasks} WHERE owner = %[1]s
+	UNION SELECT task_id FROM {watchers} WHERE user_id = %[1]s)`
+
+	sqlCreateVersions = `CREATE TABLE IF NOT EXISTS {versions} (version integer PRIMARY KEY, name text NOT NULL)`
+	sqlVersion        = `SELECT COALESCE(MAX(version), 0) FROM {versions}`
+	sqlRecordVersion  = `INSERT INTO {versions} (version, name) VALUES ($1, $2)`
+)
+
+// Store implements workers.Store on a database/sql handle for one
+// Dialect. Every write is one statement, or one transaction whose first
+// statement is the conditional write, so several processes may share the
+// tables. Lock and Unlock are a process-local mutex.
+type Store struct {
+	workers.Authorizers
+
+	taskLock sync.Mutex // the task lock; process-local, guards nothing in Store
+
+	d    *Dialect
+	cfg  Config
+	r, w *sql.DB // reads and writes; the same handle unless the dialect splits them
+	q    queries // expanded once by New, read-only after
+}
+
+// queries is the shared SQL with table names and dialect hooks filled in.
+type queries struct {
+	get, insert, set, transition, replace, addWatcher, runOf    string
+	insertWatchers, dropWatchers, deleteFinished, list, visible string
+	createVersions, version, recordVersion                      string
+}
+
+var _ workers.Store = (*Store)(nil)
+
+// New returns a Store over read and write, which may be the same handle.
+// The caller keeps ownership of both. New does not touch the database;
+// call Migrate to create or update the tables.
+func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	hooks := strings.NewReplacer("{agg}", d.JSONAgg, "{share}", d.RowShareLock)
+	x := func(q string) string { return hooks.Replace(cfg.expand(q)) }
+	return &Store{
+		d: d, cfg: cfg, r: read, w: write,
+		q: queries{
+			get:            x(sqlGet),
+			insert:         x(sqlInsert),
+			set:            x(sqlSet),
+			transition:     x(sqlTransition),
+			replace:        x(sqlReplace),
+			addWatcher:     x(sqlAddWatcher),
+			runOf:          x(sqlRunOf),
+			insertWatchers: x(sqlInsertWatchers),
+			dropWatchers:   x(sqlDropWatchers),
+			deleteFinished: x(sqlDeleteFinished),
+			list:           x(sqlSelect),
+			visible:        x(sqlVisible),
+			createVersions: x(sqlCreateVersions),
+			version:        x(sqlVersion),
+			recordVersion:  x(sqlRecordVersion),
+		},
+	}, nil
+}
+
+// Lock takes the task lock. It is process-local: it serializes this
+// process's registrations and never stands in for an atomic write.
+func (s *Store) Lock() { s.taskLock.Lock() }
+
+// Unlock releases the task lock.
+func (s *Store) Unlock() { s.taskLock.Unlock() }
+
+// GetTask implements workers.Store: one primary-key lookup.
+func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	rec, err := scanRecord(s.r.QueryRowContext(ctx, s.q.get, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return workers.Record{}, workers.ErrNotFound
+	}
+	if err != nil {
+		return workers.Record{}, s.wrap("get task", err)
+	}
+	return rec, nil
+}
+
+// InsertTask implements workers.Store: INSERT ... ON CONFLICT (id) DO
+// NOTHING, where no row inserted means ErrConflict. A record with
+// watchers is inserted with them in one transaction.
+func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
+	if err := workers.CheckRecord(rec); err != nil {
+		return err
+	}
+	args, err := s.recordArgs(&rec)
+	if err != nil {
+		return err
+	}
+	var owner any
+	if o, ok := workers.OwnerOf(rec.ID); ok {
+		owner = o.ID()
+	}
+	args = append(args, owner)
+	insert := func(x execer) error {
+		n, err := affected(x.ExecContext(ctx, s.q.insert, args...))
+		if err != nil {
+			return s.wrap("insert task", err)
+		}
+		if n == 0 {
+			return workers.ErrConflict
+		}
+		return s.insertWatchers(ctx, x, rec.ID, rec.Watchers)
+	}
+	if len(rec.Watchers) == 0 {
+		return insert(s.w)
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error { return insert(tx) })
+}
+
+// SetTask implements workers.Store: an UPDATE of the state columns only.
+func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
+	args, err := s.stateArgs(rec.ID, &rec.State)
+	if err != nil {
+		return err
+	}
+	n, err := affected(s.w.ExecContext(ctx, s.q.set, args...))
+	if err != nil {
+		return s.wrap("set task", err)
+	}
+	if n == 0 {
+		return workers.ErrNotFound
+	}
+	return nil
+}
+
+// ReplaceTask implements workers.Store: in one transaction, an UPDATE
+// conditional on the previous run id, then the new watcher list. When the
+// UPDATE matches nothing, a read in the same transaction tells ErrNotFound
+// from ErrConflict.
+func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	if err := workers.CheckRecord(rec); err != nil {
+		return err
+	}
+	args, err := s.recordArgs(&rec)
+	if err != nil {
+		return err
+	}
+	args = append(args, prevRunID)
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		n, err := affected(tx.ExecContext(ctx, s.q.replace, args...))
+		if err != nil {
+			return s.wrap("replace task", err)
+		}
+		if n == 0 {
+			if _, err := s.runOf(ctx, tx, rec.ID); err != nil {
+				return err
+			}
+			return workers.ErrConflict
+		}
+		if _, err := tx.ExecContext(ctx, s.q.dropWatchers, rec.ID); err != nil {
+			return s.wrap("replace task", err)
+		}
+		return s.insertWatchers(ctx, tx, rec.ID, rec.Watchers)
+	})
+}
+
+// TransitionTask implements workers.Store: one UPDATE conditional on id,
+// run id and status. Only when it matches nothing does a second read
+// tell a missing record (ErrNotFound) from a fenced-off one (false).
+func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	if runID == "" {
+		return false, workers.ErrInvalidRunID
+	}
+	if len(from) > 0 {
+		args, err := s.stateArgs(id, &next)
+		if err != nil {
+			return false, err
+		}
+		args = append(args, runID)
+		q := s.q.transition + " AND status IN " + params(&args, from)
+		n, err := affected(s.w.ExecContext(ctx, q, args...))
+		if err != nil {
+			return false, s.wrap("transition task", err)
+		}
+		if n > 0 {
+			return true, nil
+		}
+	}
+	if _, err := s.runOf(ctx, s.r, id); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// AddWatcher implements workers.Store: one INSERT ... SELECT fenced on
+// the run id, with ON CONFLICT DO NOTHING for a watcher already present.
+// Concurrent appends insert distinct rows, so all of them survive. When
+// nothing was inserted, a second read says why.
+func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	if runID == "" {
+		return false, workers.ErrInvalidRunID
+	}
+	n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
+	if err != nil {
+		return false, s.wrap("add watcher", err)
+	}
+	if n > 0 {
+		return true, nil
+	}
+	cur, err := s.runOf(ctx, s.r, id)
+	if err != nil {
+		return false, err
+	}
+	if cur != runID {
+		return false, workers.ErrConflict
+	}
+	return false, nil
+}
+
+// ListTasks implements workers.Store. With Filter.VisibleTo set it reads
+// only that user's rows, through the owner and watcher indexes.
+func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	q, args := s.listQuery(f)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap("list tasks", err)
+	}
+	defer rows.Close()
+	var out []workers.Record
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, s.wrap("list tasks", err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("list tasks", err)
+	}
+	return out, nil
+}
+
+// listQuery builds the SELECT for f and its arguments.
+func (s *Store) listQuery(f workers.Filter) (string, []any) {
+	var (
+		b    strings.Builder
+		args []any
+		sep  = " WHERE "
+	)
+	b.WriteString(s.q.list)
+	cond := func(c string) {
+		b.WriteString(sep)
+		b.WriteString(c)
+		sep = " AND "
+	}
+	if f.VisibleTo != "" {
+		cond(fmt.Sprintf(s.q.visible, param(&args, f.VisibleTo)))
+	}
+	if len(f.Statuses) > 0 {
+		cond("t.status IN " + params(&args, f.Statuses))
+	}
+	if f.Queue != "" {
+		cond("t.queue = " + param(&args, f.Queue))
+	}
+	// Zero times are NULL and sort first, as they do in CompareRecords;
+	// ids compare bytewise (the PostgreSQL column is COLLATE "C").
+	b.WriteString(" ORDER BY t.created_at NULLS FIRST, t.id")
+	if f.Limit > 0 {
+		b.WriteString(" LIMIT " + param(&args, f.Limit))
+	}
+	return b.String(), args
+}
+
+// DeleteFinished implements workers.Store: one DELETE over the (status,
+// completed_at) index; the watcher rows go with it (ON DELETE CASCADE).
+func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	if !cutoff.After(time.Time{}) {
+		return 0, nil // nothing completed before the zero time
+	}
+	n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.time(cutoff),
+		string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled)))
+	if err != nil {
+		return 0, s.wrap("delete finished", err)
+	}
+	return int(n), nil
+}
+
+// runOf returns the run id stored for id, or ErrNotFound.
+func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error) {
+	var run string
+	err := q.QueryRowContext(ctx, s.q.runOf, id).Scan(&run)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", workers.ErrNotFound
+	}
+	if err != nil {
+		return "", s.wrap("read run id", err)
+	}
+	return run, nil
+}
+
+// insertWatchers appends watchers to id's list in one statement, in
+// order; duplicates collapse into the first.
+func (s *Store) insertWatchers(ctx context.Context, x execer, id string, watchers []string) error {
+	if len(watchers) == 0 {
+		return nil
+	}
+	args := make([]any, 1, 1+len(watchers))
+	args[0] = id
+	var b strings.Builder
+	b.WriteString(s.q.insertWatchers)
+	for i, w := range watchers {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("($1, " + param(&args, w) + ")")
+	}
+	b.WriteString(" ON CONFLICT DO NOTHING")
+	if _, err := x.ExecContext(ctx, b.String(), args...); err != nil {
+		return s.wrap("insert watchers", err)
+	}
+	return nil
+}
+
+// inTx runs fn in a transaction on the write handle, committing if it
+// returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap("begin", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return s.wrap("commit", err)
+	}
+	return nil
+}
+
+// stateArgs returns the arguments $1 to $8: id and the State columns.
+func (s *Store) stateArgs(id string, st *workers.State) ([]any, error) {
+	var result any
+	if len(st.Result) > 0 {
+		if !json.Valid(st.Result) {
+			return nil, fmt.Errorf("%w: %s: result is not valid JSON", workers.ErrResultEncoding, s.d.Name)
+		}
+		result = string(st.Result)
+	}
+	return append(make([]any, 0, 12),
+		id, string(st.Status), st.Progress, st.Attempt, result, st.Error,
+		s.time(st.StartedAt), s.time(st.CompletedAt)), nil
+}
+
+// recordArgs returns the arguments $1 to $11: stateArgs, then the run id,
+// queue and creation time.
+func (s *Store) recordArgs(rec *workers.Record) ([]any, error) {
+	args, err := s.stateArgs(rec.ID, &rec.State)
+	if err != nil {
+		return nil, err
+	}
+	return append(args, rec.RunID, rec.Queue, s.time(rec.CreatedAt)), nil
+}
+
+// time encodes t for the dialect; the zero time is NULL.
+func (s *Store) time(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return s.d.Time(t)
+}
+
+func (s *Store) wrap(op string, err error) error {
+	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
+}
+
+// execer and querier are what *sql.DB and *sql.Tx have in common.
+type (
+	execer interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	}
+	querier interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+)
+
+func affected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// param appends v to args and returns its placeholder.
+func param(args *[]any, v any) string {
+	*args = append(*args, v)
+	return "$" + strconv.Itoa(len(*args))
+}
+
+// params appends the statuses to args and returns "($i, $j, ...)".
+func params(args *[]any, statuses []workers.Status) string {
+	var b strings.Builder
+	b.WriteByte('(')
+	for i, st := range statuses {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(param(args, string(st)))
+	}
+	b.WriteByte(')')
+	return b.String()
+}

@@ -1,0 +1,161 @@
+// Package postgres is a durable [workers.Store] on PostgreSQL, through
+// github.com/jackc/pgx/v5 and its connection pool.
+//
+// Open a store, migrate it once at startup, and hand it to the runtime:
+//
+//	s, err := postgres.Open(ctx, "postgres://app@db/app", postgres.WithSchema("jobs"))
+//	if err != nil { ... }
+//	defer s.Close()
+//	if err := s.Migrate(ctx); err != nil { ... }
+//	rt := workers.NewRuntime(s, workers.Config{})
+//
+// # Several processes
+//
+// Any number of processes may share the tables. Every write is one
+// statement, or one transaction whose first statement is the conditional
+// write, so nothing is ever read, modified and written back across round
+// trips: TransitionTask is a single UPDATE fenced on the id, the run id and
+// the status; AddWatcher is a single INSERT ... SELECT that locks the task
+// row FOR SHARE and checks its run id, so concurrent appends all land and
+// none lands on a newer run; InsertTask is INSERT ... ON CONFLICT DO
+// NOTHING; ReplaceTask updates the row only if it still holds the previous
+// run id. Migrate takes a transaction-scoped advisory lock, so processes
+// may all call it at startup.
+//
+// Zombie recovery (workers.Runtime.RecoverZombies) counts a run as live
+// only if the recovering runtime holds it, so with several processes run
+// it only where the others are known to be gone.
+//
+// # Limits
+//
+// Lock and Unlock are a mutex inside this Store value: they serialize this
+// process's registrations only, as the workers.Store contract says. The
+// store does not implement workers.RecordClearer, so a runtime reset never
+// deletes rows. A named schema must exist before Migrate runs.
+//
+// # Schema
+//
+// Two tables, named with the prefix (default "workers_"): tasks, one row
+// per task id, with result as jsonb and times as timestamptz (NULL for the
+// zero time), and watchers, one row per (task, user), deleted with their
+// task. Indexes on tasks(owner), watchers(user_id) and tasks(status,
+// completed_at) make a status read one primary-key lookup, listing one
+// user's tasks cost in proportion to that user's tasks, and the recovery
+// and cleanup scans touch only the rows they select.
+//
+// Results are stored as JSON, as the runtime encodes them; decode one with
+// workers.ResultAs. The jsonb column keeps the JSON value but not its
+// bytes: key order and spacing come back in PostgreSQL's canonical form. A
+// write whose result is not valid JSON fails with an error wrapping
+// workers.ErrResultEncoding.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+var dialect = &sqlcore.Dialect{
+	Name:          "sqlstore/postgres",
+	Time:          func(t time.Time) any { return t.UTC() },
+	JSONAgg:       "json_agg",
+	RowShareLock:  " FOR SHARE",
+	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
+	Migrations:    migrations,
+}
+
+// Store is a workers.Store on a PostgreSQL database. It is safe for
+// concurrent use, and several processes may share its tables. The
+// methods of the workers.Store interface, and Migrate, come from the
+// embedded implementation shared with the SQLite store.
+type Store struct {
+	*sqlcore.Store
+
+	pool    *pgxpool.Pool
+	db      *sql.DB // database/sql over pool
+	ownPool bool    // Close closes pool
+}
+
+var _ workers.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct{ sqlcore.Config }
+
+// WithSchema places the tables in the named schema, which must exist. The
+// name must be a plain identifier (letters, digits, underscores); it is
+// quoted, so it is case-sensitive. Defaults to the connection's
+// search_path.
+func WithSchema(name string) Option {
+	return func(o *options) { o.Schema = name }
+}
+
+// WithTablePrefix begins every table and index name with prefix, so that
+// several stores can share a schema. It must be empty or a plain
+// identifier of at most 32 bytes. Defaults to "workers_".
+func WithTablePrefix(prefix string) Option {
+	return func(o *options) { o.Prefix = prefix }
+}
+
+// New returns a Store over pool. The caller keeps ownership of pool:
+// Close does not close it. New does not touch the database; call Migrate.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	o := options{sqlcore.Config{Prefix: sqlcore.DefaultPrefix}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	core, err := sqlcore.New(dialect, db, db, o.Config)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &Store{Store: core, pool: pool, db: db}, nil
+}
+
+// Open connects a pool to the database at connString (a URL or a keyword
+// string, as pgxpool.ParseConfig takes it), checks that it answers, and
+// returns a Store that owns the pool: Close closes it.
+func Open(ctx context.Context, connString string, opts ...Option) (*Store, error) {
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore/postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("sqlstore/postgres: %w", err)
+	}
+	s, err := New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// Pool returns the connection pool the store uses.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close releases the store's handle on the pool, and closes the pool if
+// Open created it. It does not wait for a runtime using the store: shut
+// that down first.
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if s.ownPool {
+		s.pool.Close()
+	}
+	return err
+}

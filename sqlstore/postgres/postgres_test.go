@@ -1,0 +1,335 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/internal/sqltest"
+	"github.com/taskgate/workers/sqlstore/postgres"
+	"github.com/taskgate/workers/storetest"
+)
+
+// dsnEnv names the variable holding the test database's address.
+const dsnEnv = "WORKERS_TEST_POSTGRES"
+
+var fixtures = &sqltest.Fixtures{Seed: seed}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(sqltest.Main{M: m, Fixtures: fixtures})
+}
+
+// testDSN returns the test database's address, or skips tb.
+func testDSN(tb testing.TB) string {
+	tb.Helper()
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		tb.Skipf("PostgreSQL tests need %s, e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable", dsnEnv, dsnEnv)
+	}
+	return dsn
+}
+
+// scratch is a pool with a schema of its own, in which tests create
+// stores.
+type scratch struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+// newScratch connects to dsn and creates a schema with a random name.
+// drop removes the schema and closes the pool.
+func newScratch(ctx context.Context, dsn string) (sc scratch, drop func(), err error) {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return scratch{}, nil, err
+	}
+	schema := "workers_test_" + strings.ToLower(rand.Text())
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
+		pool.Close()
+		return scratch{}, nil, err
+	}
+	drop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(ctx, `DROP SCHEMA "`+schema+`" CASCADE`)
+		pool.Close()
+	}
+	return scratch{pool, schema}, drop, nil
+}
+
+// newScratchT is newScratch for a test, undone in its cleanup.
+func newScratchT(t testing.TB) scratch {
+	t.Helper()
+	sc, drop, err := newScratch(t.Context(), testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	return sc
+}
+
+// store returns a migrated store in sc's schema, closed in t's cleanup.
+func (sc scratch) store(t testing.TB, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	s, err := postgres.New(sc.pool, append([]postgres.Option{postgres.WithSchema(sc.schema)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newStore returns a migrated store in a schema of its own.
+func newStore(t testing.TB) *postgres.Store {
+	t.Helper()
+	return newScratchT(t).store(t)
+}
+
+func TestConformance(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) workers.Store { return newStore(t) }, storetest.Durable())
+}
+
+func TestRuntimeConformance(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	storetest.RunRuntime(t, func(t *testing.T) workers.Store { return newStore(t) }, storetest.Durable())
+}
+
+// TestSQLChecks runs the checks the SQL stores add to the suite.
+func TestSQLChecks(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sqltest.Run(t, func(t *testing.T) workers.Store { return newStore(t) })
+}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s, err := postgres.Open(t.Context(), testDSN(t), postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := workers.Record{ID: "alice::report", RunID: "run-1", State: workers.State{Status: workers.StatusPending}}
+	if err := errors.Join(s.Migrate(t.Context()), s.InsertTask(t.Context(), rec)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().Ping(t.Context()); err == nil {
+		t.Error("the pool Open created is still open after Close")
+	}
+	if _, err := sc.store(t).GetTask(t.Context(), rec.ID); err != nil {
+		t.Errorf("the record did not outlive its store: %v", err)
+	}
+	if _, err := postgres.Open(t.Context(), "postgres://127.0.0.1:1/none?connect_timeout=1"); err == nil {
+		t.Error("Open succeeded without a server")
+	}
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	var stores []*postgres.Store
+	for range 4 {
+		// A pool each, as separate processes would have.
+		pool, err := pgxpool.New(t.Context(), testDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores = append(stores, s)
+	}
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			for range 2 {
+				if err := s.Migrate(t.Context()); err != nil {
+					t.Errorf("Migrate: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var n int
+	err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n)
+	if err != nil || n != 1 {
+		t.Errorf("schema_version holds %d rows (%v), want 1", n, err)
+	}
+}
+
+func TestNames(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	a, b := sc.store(t, postgres.WithTablePrefix("a_")), sc.store(t, postgres.WithTablePrefix(""))
+	rec := workers.Record{ID: "nightly", RunID: "run-1", State: workers.State{Status: workers.StatusPending}}
+	if err := a.InsertTask(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.GetTask(t.Context(), rec.ID); !errors.Is(err, workers.ErrNotFound) {
+		t.Errorf("a store with another prefix sees the record: %v", err)
+	}
+	for _, opt := range []postgres.Option{
+		postgres.WithSchema(`public"; DROP SCHEMA public; --`),
+		postgres.WithSchema("a.b"),
+		postgres.WithSchema(strings.Repeat("s", 64)),
+		postgres.WithTablePrefix("1abc"),
+		postgres.WithTablePrefix(strings.Repeat("p", 33)),
+	} {
+		if s, err := postgres.New(sc.pool, opt); err == nil {
+			s.Close()
+			t.Errorf("New accepted an invalid name")
+		}
+	}
+}
+
+// TestQueryPlansUseIndexes checks, after seeding and analyzing 10^4
+// records, that a status read, a user's listing and the recovery scan
+// are index lookups, never a sequential scan of either table.
+func TestQueryPlansUseIndexes(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	const n = 10_000
+	s, drop, err := seed(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	ps := s.(*postgres.Store)
+	for _, st := range sqlcore.IndexedStatements(ps.Store, sqltest.TaskID(n/2), sqltest.Owner(n/2)) {
+		var plan []byte
+		if err := ps.Pool().QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", st.Name, err)
+		}
+		var tree []struct{ Plan planNode }
+		if err := json.Unmarshal(plan, &tree); err != nil || len(tree) != 1 {
+			t.Fatalf("%s: decode plan: %v", st.Name, err)
+		}
+		var steps []string
+		indexed := false
+		tree[0].Plan.walk(func(p *planNode) {
+			steps = append(steps, p.NodeType+" "+p.Relation+" "+p.Index)
+			switch p.NodeType {
+			case "Seq Scan":
+				t.Errorf("%s: sequential scan of %s", st.Name, p.Relation)
+			case "Index Scan", "Index Only Scan", "Bitmap Index Scan":
+				indexed = true
+			}
+		})
+		if !indexed {
+			t.Errorf("%s uses no index", st.Name)
+		}
+		t.Logf("%s: %q", st.Name, steps)
+	}
+}
+
+// planNode is a node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	NodeType string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Plans    []planNode `json:"Plans"`
+}
+
+func (p *planNode) walk(f func(*planNode)) {
+	f(p)
+	for i := range p.Plans {
+		p.Plans[i].walk(f)
+	}
+}
+
+func BenchmarkGetTask(b *testing.B)        { sqltest.BenchmarkGetTask(b, fixtures) }
+func BenchmarkListVisibleTo(b *testing.B)  { sqltest.BenchmarkListVisibleTo(b, fixtures) }
+func BenchmarkTransitionTask(b *testing.B) { sqltest.BenchmarkTransitionTask(b, fixtures) }
+func BenchmarkInsertTask(b *testing.B)     { sqltest.BenchmarkInsertTask(b, fixtures) }
+
+// BenchmarkRoundTrip is the floor under every figure above: one SELECT 1
+// through the pool.
+func BenchmarkRoundTrip(b *testing.B) {
+	s := newStore(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		var one int
+		if err := s.Pool().QueryRow(b.Context(), "SELECT 1").Scan(&one); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// seed returns a store in a schema of its own holding the n records of
+// the sqltest fixture, inserted with one INSERT ... SELECT
+// generate_series per table, then analyzed.
+func seed(ctx context.Context, n int) (workers.Store, func(), error) {
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		return nil, nil, fmt.Errorf("%s is not set", dsnEnv)
+	}
+	sc, dropSchema, err := newScratch(ctx, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := postgres.New(sc.pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		dropSchema()
+		return nil, nil, err
+	}
+	drop := func() { s.Close(); dropSchema() }
+	if err := s.Migrate(ctx); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	for _, q := range seedSQL {
+		q = strings.ReplaceAll(q, "{schema}", `"`+sc.schema+`"`)
+		if _, err := sc.pool.Exec(ctx, q, n, sqltest.TasksPerUser, sqltest.RunningEvery); err != nil {
+			err = fmt.Errorf("seed: %w", err)
+			drop()
+			return nil, nil, err
+		}
+	}
+	for _, table := range []string{"workers_tasks", "workers_watchers"} {
+		if _, err := sc.pool.Exec(ctx, `ANALYZE "`+sc.schema+`".`+table); err != nil {
+			drop()
+			return nil, nil, err
+		}
+	}
+	return s, drop, nil
+}
+
+var seedSQL = []string{`
+INSERT INTO {schema}.workers_tasks
+	(id, run_id, queue, owner, created_at, status, progress, attempt, result, error, started_at, completed_at)
+SELECT 'u' || (i / $2::int) || '::k' || i, 'r' || i, '', 'u' || (i / $2::int),
+	timestamptz '2025-01-01 00:00:00Z' + i * interval '1 millisecond',
+	CASE WHEN i % $3::int = 0 THEN 'running' ELSE 'completed' END,
+	CASE WHEN i % $3::int = 0 THEN 50 ELSE 100 END, 1,
+	CASE WHEN i % $3::int = 0 THEN NULL ELSE '{"ok":true}'::jsonb END, '',
+	timestamptz '2025-01-01 00:00:00Z' + i * interval '1 millisecond',
+	CASE WHEN i % $3::int = 0 THEN NULL ELSE timestamptz '2025-01-01 00:00:01Z' + i * interval '1 millisecond' END
+FROM generate_series(0, $1::int - 1) AS i`, `
+INSERT INTO {schema}.workers_watchers (task_id, user_id)
+SELECT 'u' || (i / $2::int) || '::k' || i, 'u' || ((i / $2::int + 1) % ($1::int / $2::int))
+FROM generate_series(0, $1::int - 1) AS i
+WHERE $3::int > 0 -- every statement takes the same three arguments`,
+}

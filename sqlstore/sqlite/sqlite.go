@@ -1,0 +1,175 @@
+// Package sqlite is a durable [workers.Store] in a SQLite database file,
+// through modernc.org/sqlite (pure Go, no cgo).
+//
+// Open a store, migrate it once at startup, and hand it to the runtime:
+//
+//	s, err := sqlite.Open(ctx, "/var/lib/app/tasks.db")
+//	if err != nil { ... }
+//	defer s.Close()
+//	if err := s.Migrate(ctx); err != nil { ... }
+//	rt := workers.NewRuntime(s, workers.Config{RecoverZombies: true})
+//
+// # Limits
+//
+// SQLite has one writer at a time. The store opens the file in WAL mode,
+// so reads never wait for the writer, and gives writes a single
+// connection of their own, so this process's writes queue in Go instead
+// of contending for the file lock; a write transaction begins IMMEDIATE,
+// taking the lock up front. Other processes may open the same file: their
+// writes wait for the lock for up to the busy timeout (WithBusyTimeout)
+// and then fail. Every write is one statement or one transaction, so
+// processes sharing the file never lose each other's updates; they only
+// take turns. Zombie recovery, as configured above, suits one process per
+// file: it counts a run as live only if the recovering runtime holds it.
+//
+// Lock and Unlock are a mutex inside this Store value: they serialize this
+// process's registrations only, as the workers.Store contract says. The
+// store does not implement workers.RecordClearer, so a runtime reset never
+// deletes rows. The database must be a file: ":memory:" would give every
+// connection a database of its own. Commits use synchronous=NORMAL: a
+// power loss may lose the last commits, never the database.
+//
+// # Schema
+//
+// Two STRICT tables, named with the prefix (default "workers_"): tasks,
+// one row per task id, with result as JSON text and times as integer Unix
+// microseconds (NULL for the zero time), and watchers, one row per (task,
+// user), deleted with their task. Indexes on tasks(owner),
+// watchers(user_id) and tasks(status, completed_at) make a status read one
+// primary-key lookup, listing one user's tasks cost in proportion to that
+// user's tasks, and the recovery and cleanup scans touch only the rows
+// they select.
+//
+// Results are stored as JSON, as the runtime encodes them; decode one with
+// workers.ResultAs. A write whose result is not valid JSON fails with an
+// error wrapping workers.ErrResultEncoding.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+var dialect = &sqlcore.Dialect{
+	Name:         "sqlstore/sqlite",
+	Time:         func(t time.Time) any { return t.UnixMicro() },
+	JSONAgg:      "json_group_array",
+	RowShareLock: "", // one writer: the INSERT ... SELECT cannot interleave with another write
+	Migrations:   migrations,
+	// No MigrationLock: the write handle begins every transaction
+	// IMMEDIATE, which is the lock.
+}
+
+// Store is a workers.Store in a SQLite database file. It is safe for
+// concurrent use. The methods of the workers.Store interface, and
+// Migrate, come from the embedded implementation shared with the
+// PostgreSQL store.
+type Store struct {
+	*sqlcore.Store
+
+	read  *sql.DB // query-only connections, one per core or more
+	write *sql.DB // exactly one connection
+}
+
+var _ workers.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	sqlcore.Config
+	busyTimeout time.Duration
+}
+
+// WithTablePrefix begins every table and index name with prefix, so that
+// several stores can share a database file. It must be empty or a plain
+// identifier of at most 32 bytes. Defaults to "workers_".
+func WithTablePrefix(prefix string) Option {
+	return func(o *options) { o.Prefix = prefix }
+}
+
+// WithBusyTimeout sets how long a statement waits for another process's
+// lock on the file before it fails. Defaults to 5 seconds.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(o *options) { o.busyTimeout = d }
+}
+
+// Open opens, or creates, the database file at path and returns a Store
+// on it. path is a file name, not a URI. Call Migrate before using the
+// store, and Close when done.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	o := options{Config: sqlcore.Config{Prefix: sqlcore.DefaultPrefix}, busyTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.Contains(path, "?") {
+		return nil, fmt.Errorf("sqlstore/sqlite: %q is not a database file name", path)
+	}
+	if o.busyTimeout < 0 {
+		return nil, fmt.Errorf("sqlstore/sqlite: negative busy timeout %v", o.busyTimeout)
+	}
+	busy := strconv.FormatInt(o.busyTimeout.Milliseconds(), 10)
+
+	// The writer comes first: it creates the file and switches it to WAL.
+	write, err := open(ctx, path, 1, url.Values{
+		"_busy_timeout": {busy},
+		"_journal_mode": {"WAL"},
+		"_synchronous":  {"NORMAL"},
+		"_foreign_keys": {"1"},
+		"_txlock":       {"immediate"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	read, err := open(ctx, path, max(4, runtime.GOMAXPROCS(0)), url.Values{
+		"_busy_timeout": {busy},
+		"_query_only":   {"1"},
+	})
+	if err != nil {
+		return nil, errors.Join(err, write.Close())
+	}
+	core, err := sqlcore.New(dialect, read, write, o.Config)
+	if err != nil {
+		return nil, errors.Join(err, read.Close(), write.Close())
+	}
+	return &Store{Store: core, read: read, write: write}, nil
+}
+
+// open returns a handle of at most n connections to path, configured by
+// the driver parameters params, that has answered.
+func open(ctx context.Context, path string, n int, params url.Values) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", path+"?"+params.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore/sqlite: %w", err)
+	}
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	if err := db.PingContext(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlstore/sqlite: %w", err), db.Close())
+	}
+	return db, nil
+}
+
+// Close closes the database. It does not wait for a runtime using the
+// store: shut that down first.
+func (s *Store) Close() error {
+	return errors.Join(s.read.Close(), s.write.Close())
+}

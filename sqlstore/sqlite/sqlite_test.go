@@ -1,0 +1,258 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/internal/sqltest"
+	"github.com/taskgate/workers/sqlstore/sqlite"
+	"github.com/taskgate/workers/storetest"
+)
+
+var fixtures = &sqltest.Fixtures{Seed: seed}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(sqltest.Main{M: m, Fixtures: fixtures})
+}
+
+// newStore returns a migrated store in a file of its own, closed in
+// t's cleanup.
+func newStore(t testing.TB, opts ...sqlite.Option) *sqlite.Store {
+	t.Helper()
+	return openAt(t, filepath.Join(t.TempDir(), "tasks.db"), opts...)
+}
+
+// openAt returns a migrated store on path, closed in t's cleanup.
+func openAt(t testing.TB, path string, opts ...sqlite.Option) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(t.Context(), path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) workers.Store { return newStore(t) }, storetest.Durable())
+}
+
+func TestRuntimeConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunRuntime(t, func(t *testing.T) workers.Store { return newStore(t) }, storetest.Durable())
+}
+
+// TestSQLChecks runs the checks the SQL stores add to the suite.
+func TestSQLChecks(t *testing.T) {
+	t.Parallel()
+	sqltest.Run(t, func(t *testing.T) workers.Store { return newStore(t) })
+}
+
+func TestRecordsOutliveTheStore(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	rec := workers.Record{ID: "alice::report", RunID: "run-1", Watchers: []string{"bob"},
+		State: workers.State{Status: workers.StatusCompleted, Result: []byte(`{"rows":3}`),
+			CompletedAt: time.Date(2025, 1, 2, 3, 4, 5, 6000, time.UTC)}}
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = errors.Join(s.Migrate(t.Context()), s.InsertTask(t.Context(), rec), s.Close())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := openAt(t, path).GetTask(t.Context(), rec.ID)
+	if err != nil || got.RunID != rec.RunID || string(got.Result) != `{"rows":3}` ||
+		!got.CompletedAt.Equal(rec.CompletedAt) || got.CompletedAt.Location() != time.UTC {
+		t.Fatalf("after reopening: GetTask = %+v, %v", got, err)
+	}
+}
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	var stores []*sqlite.Store
+	for range 4 {
+		s, err := sqlite.Open(t.Context(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores = append(stores, s)
+	}
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			for range 2 {
+				if err := s.Migrate(t.Context()); err != nil {
+					t.Errorf("Migrate: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	db := openRaw(t, path)
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM workers_schema_version`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("schema_version holds %d rows (%v), want 1", n, err)
+	}
+}
+
+// openRaw returns a handle on the database at path, closed in t's cleanup.
+func openRaw(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", path+"?_busy_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestTablePrefix(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	a, b := openAt(t, path, sqlite.WithTablePrefix("a_")), openAt(t, path, sqlite.WithTablePrefix(""))
+	rec := workers.Record{ID: "nightly", RunID: "run-1", State: workers.State{Status: workers.StatusPending}}
+	if err := a.InsertTask(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.GetTask(t.Context(), rec.ID); !errors.Is(err, workers.ErrNotFound) {
+		t.Errorf("a store with another prefix sees the record: %v", err)
+	}
+	for _, p := range []string{`x"; DROP TABLE a_tasks; --`, "1abc", "a-b", strings.Repeat("p", 33)} {
+		if _, err := sqlite.Open(t.Context(), path, sqlite.WithTablePrefix(p)); err == nil {
+			t.Errorf("Open accepted table prefix %q", p)
+		}
+	}
+}
+
+func TestOpenRefusesNonFiles(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"", ":memory:", "file:x.db", "x.db?mode=ro"} {
+		if s, err := sqlite.Open(t.Context(), path); err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded", path)
+		}
+	}
+}
+
+// TestQueryPlansUseIndexes checks that a status read, a user's listing
+// and the recovery scan are index lookups, never a scan of a table.
+func TestQueryPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	const n = 10_000
+	s, drop, err := seed(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	db := s.(*seeded).raw
+	for _, st := range sqlcore.IndexedStatements(s.(*seeded).Store.Store, sqltest.TaskID(n/2), sqltest.Owner(n/2)) {
+		rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+st.SQL, st.Args...)
+		if err != nil {
+			t.Fatalf("%s: %v", st.Name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		indexed := false
+		for _, step := range plan {
+			if strings.HasPrefix(step, "SCAN ") {
+				t.Errorf("%s scans a table: %q\nplan: %q", st.Name, step, plan)
+			}
+			if strings.HasPrefix(step, "SEARCH ") && strings.Contains(step, " USING ") {
+				indexed = true
+			}
+		}
+		if !indexed {
+			t.Errorf("%s uses no index; plan: %q", st.Name, plan)
+		}
+		t.Logf("%s: %q", st.Name, plan)
+	}
+}
+
+func BenchmarkGetTask(b *testing.B)        { sqltest.BenchmarkGetTask(b, fixtures) }
+func BenchmarkListVisibleTo(b *testing.B)  { sqltest.BenchmarkListVisibleTo(b, fixtures) }
+func BenchmarkTransitionTask(b *testing.B) { sqltest.BenchmarkTransitionTask(b, fixtures) }
+func BenchmarkInsertTask(b *testing.B)     { sqltest.BenchmarkInsertTask(b, fixtures) }
+
+// seeded is a fixture store with a handle of its own on the same file.
+type seeded struct {
+	*sqlite.Store
+	raw *sql.DB
+}
+
+// seed returns a store in a temporary file holding the n records of the
+// sqltest fixture, inserted in one statement per table, then analyzed.
+func seed(ctx context.Context, n int) (workers.Store, func(), error) {
+	dir, err := os.MkdirTemp("", "workers-sqlite-bench-") // outlives any one test
+
+	if err != nil {
+		return nil, nil, err
+	}
+	path := filepath.Join(dir, "bench.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, err := sql.Open("sqlite", path+"?_busy_timeout=5000")
+	drop := func() { s.Close(); raw.Close(); os.RemoveAll(dir) }
+	if err == nil {
+		err = s.Migrate(ctx)
+	}
+	if err == nil {
+		_, err = raw.ExecContext(ctx, seedSQL, n, sqltest.TasksPerUser, sqltest.RunningEvery)
+	}
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return &seeded{Store: s, raw: raw}, drop, nil
+}
+
+const seedSQL = `
+WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < $1)
+INSERT INTO workers_tasks
+	(id, run_id, queue, owner, created_at, status, progress, attempt, result, error, started_at, completed_at)
+SELECT 'u' || (i / $2) || '::k' || i, 'r' || i, '', 'u' || (i / $2), 1735689600000000 + i * 1000,
+	CASE WHEN i % $3 = 0 THEN 'running' ELSE 'completed' END,
+	CASE WHEN i % $3 = 0 THEN 50 ELSE 100 END, 1,
+	CASE WHEN i % $3 = 0 THEN NULL ELSE '{"ok":true}' END, '',
+	1735689600000000 + i * 1000,
+	CASE WHEN i % $3 = 0 THEN NULL ELSE 1735689600000000 + i * 1000 + 500 END
+FROM seq;
+
+WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < $1)
+INSERT INTO workers_watchers (task_id, user_id)
+SELECT 'u' || (i / $2) || '::k' || i, 'u' || ((i / $2 + 1) % ($1 / $2)) FROM seq;
+
+ANALYZE;
+`
