@@ -71,6 +71,9 @@ func (s *MemStore) InsertTask(_ context.Context, rec Record) error {
 
 // SetTask implements Store.
 func (s *MemStore) SetTask(_ context.Context, rec Record) error {
+	if err := checkState(&rec.State); err != nil {
+		return err
+	}
 	st := rec.Clone().State
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,6 +110,9 @@ func (s *MemStore) ReplaceTask(_ context.Context, rec Record, prevRunID string) 
 func (s *MemStore) TransitionTask(_ context.Context, id, runID string, from []Status, next State) (bool, error) {
 	if runID == "" {
 		return false, ErrInvalidRunID
+	}
+	if err := checkState(&next); err != nil {
+		return false, err
 	}
 	if next.Result != nil {
 		next.Result = slices.Clone(next.Result)

@@ -63,8 +63,9 @@ type Record struct {
 	RunID string // the run that owns the record now; unique across processes
 	Queue string // the sequential queue's name, or "" for the async path
 
-	// Watchers are the user ids allowed to read, list and cancel the task.
-	// The owner of a user-scoped id is also allowed, whether listed or not.
+	// Watchers are the user ids allowed to read, list and cancel the task:
+	// a set, whose order stores need not keep. The owner of a user-scoped
+	// id is also allowed, whether listed or not.
 	Watchers []string
 
 	CreatedAt time.Time
@@ -179,7 +180,8 @@ type Store interface {
 	// ErrInvalidRunID).
 	InsertTask(ctx context.Context, rec Record) error
 
-	// SetTask writes rec.State to the record rec.ID, unconditionally. It
+	// SetTask writes rec.State to the record rec.ID, unconditionally, once
+	// it passes CheckState. It
 	// must never write the identity fields: RunID, Watchers, Queue and
 	// CreatedAt keep their stored values whatever rec holds, because
 	// carrying them on a state write is how concurrent grants and newer
@@ -200,7 +202,8 @@ type Store interface {
 	// TransitionTask writes next to the record id if its RunID is runID
 	// and its Status is one of from, as one atomic step, and reports
 	// whether it did. A wrong run id or status is not an error: it returns
-	// false. Only next's State is written; identity fields never change.
+	// false. Only next is written, once it passes CheckState; identity
+	// fields never change.
 	// runID is required (ErrInvalidRunID): every write of a run's outcome
 	// names the run, so a superseded run's late write cannot land. It
 	// returns ErrNotFound if there is no record.
@@ -310,8 +313,8 @@ func checkRecord(rec *Record) error {
 	if rec.RunID == "" {
 		return ErrInvalidRunID
 	}
-	if !rec.Status.Valid() {
-		return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, rec.Status)
+	if err := checkState(&rec.State); err != nil {
+		return err
 	}
 	if rec.Status.Terminal() && rec.CompletedAt.IsZero() {
 		return fmt.Errorf("%w: %s record without CompletedAt", ErrInvalidOption, rec.Status)
@@ -319,11 +322,28 @@ func checkRecord(rec *Record) error {
 	return nil
 }
 
+// checkState reports the first problem with a state about to be written.
+func checkState(st *State) error {
+	if !st.Status.Valid() {
+		return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, st.Status)
+	}
+	if st.Result != nil && !json.Valid(st.Result) {
+		return fmt.Errorf("%w: result is not valid JSON", ErrResultEncoding)
+	}
+	return nil
+}
+
 // CheckRecord validates a record before InsertTask or ReplaceTask writes
-// it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a known
-// status, and a CompletedAt on a terminal record (ErrInvalidOption). Stores
-// call it so that all of them refuse the same input with the same errors.
+// it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a state that
+// passes CheckState, and a CompletedAt on a terminal record
+// (ErrInvalidOption). Stores call it so that all of them refuse the same
+// input with the same errors.
 func CheckRecord(rec Record) error { return checkRecord(&rec) }
+
+// CheckState validates a state before SetTask or TransitionTask writes
+// it: a known status (ErrInvalidOption) and a Result that is nil or valid
+// JSON (ErrResultEncoding).
+func CheckState(st State) error { return checkState(&st) }
 
 // atomicFunc is a function value behind an atomic pointer.
 type atomicFunc[F any] struct{ p atomic.Pointer[F] }

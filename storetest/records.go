@@ -333,3 +333,32 @@ func (*suite) deleteFinished(t *testing.T, s workers.Store) {
 		}
 	}
 }
+
+func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
+	stored := record("alice::a", "run-1", "alice")
+	insert(t, s, stored)
+	notJSON := outcome(workers.StatusCompleted, 1)
+	notJSON.Result = []byte("{not json")
+	unknown := outcome(workers.StatusCompleted, 1)
+	unknown.Status = "paused"
+	for _, c := range []struct {
+		name string
+		st   workers.State
+		want error
+	}{
+		{"a result that is not JSON", notJSON, workers.ErrResultEncoding},
+		{"an unknown status", unknown, workers.ErrInvalidOption},
+	} {
+		bad := record("alice::bad", "run-1")
+		bad.State = c.st
+		wantErr(t, "InsertTask with "+c.name, s.InsertTask(t.Context(), bad), c.want)
+		wantMissing(t, s, bad.ID)
+
+		arg := stored
+		arg.State = c.st
+		wantErr(t, "SetTask with "+c.name, s.SetTask(t.Context(), arg), c.want)
+		_, err := s.TransitionTask(t.Context(), stored.ID, stored.RunID, []workers.Status{workers.StatusPending}, c.st)
+		wantErr(t, "TransitionTask with "+c.name, err, c.want)
+		wantStored(t, s, stored)
+	}
+}

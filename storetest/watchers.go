@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -191,4 +192,44 @@ func (*suite) listFollowsWatchers(t *testing.T, s workers.Store) {
 	visible("carol")
 	visible("dave", "nightly")
 	visible("alice", "alice::a")
+}
+
+// watchersRaceReplace races late appends under a run against the replace
+// that ends it: an append that read the old run id and landed after the
+// replace dropped the old watcher list would grant a watcher of the old
+// run access to the new one.
+func (su *suite) watchersRaceReplace(t *testing.T, s workers.Store) {
+	const rounds = 50
+	prev := record("nightly", "run-0", "alice")
+	prev.Status, prev.CompletedAt = workers.StatusCompleted, at(1)
+	insert(t, s, prev)
+	su.within(t, func(ctx context.Context) {
+		for round := range rounds {
+			next := prev
+			next.RunID = fmt.Sprintf("run-%d", round+1)
+			race(4, func(i int) {
+				if i == 0 {
+					if err := s.ReplaceTask(ctx, next, prev.RunID); err != nil {
+						t.Errorf("ReplaceTask: %v", err)
+					}
+					return
+				}
+				_, err := s.AddWatcher(ctx, prev.ID, prev.RunID, fmt.Sprintf("late-%d-%d", round, i))
+				if err != nil && !errors.Is(err, workers.ErrConflict) {
+					t.Errorf("AddWatcher: %v", err)
+				}
+			})
+			got, err := s.GetTask(ctx, prev.ID)
+			if err != nil {
+				t.Errorf("GetTask: %v", err)
+				return
+			}
+			if got.RunID != next.RunID || !sameSet(got.Watchers, next.Watchers) {
+				t.Errorf("round %d: after the replace the record is run %q with watchers %q; want run %q with %q",
+					round, got.RunID, got.Watchers, next.RunID, next.Watchers)
+				return
+			}
+			prev = next
+		}
+	})
 }

@@ -3,7 +3,6 @@ package sqlcore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -399,11 +398,11 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // stateArgs returns the arguments $1 to $8: id and the State columns.
 func (s *Store) stateArgs(id string, st *workers.State) ([]any, error) {
+	if err := workers.CheckState(*st); err != nil {
+		return nil, err
+	}
 	var result any
 	if len(st.Result) > 0 {
-		if !json.Valid(st.Result) {
-			return nil, fmt.Errorf("%w: %s: result is not valid JSON", workers.ErrResultEncoding, s.d.Name)
-		}
 		result = string(st.Result)
 	}
 	return append(make([]any, 0, 12),
