@@ -101,7 +101,12 @@ func resolve(auth TaskAuthority) (caller, error) {
 			return caller{}, ErrNoAuthority
 		}
 		return caller{userID: a.id}, nil
-	case SystemAuthority, *SystemAuthority:
+	case SystemAuthority:
+		return caller{system: true}, nil
+	case *SystemAuthority:
+		if a == nil {
+			return caller{}, ErrNoAuthority
+		}
 		return caller{system: true}, nil
 	default: // nil
 		return caller{}, ErrNoAuthority

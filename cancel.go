@@ -9,7 +9,7 @@ import (
 
 // reasons is the one table from a cancellation cause to what a run records
 // for it. No call site writes its own message: each one renders the cause
-// through causeState, so two paths can never record different text for one
+// through causeOutcome, so two paths can never record different text for one
 // event. A new cause gets a sentinel in errors.go and a row here.
 var reasons = [...]struct {
 	cause   error

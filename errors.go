@@ -31,15 +31,17 @@ var (
 	ErrNotFound = errors.New("workers: task not found")
 
 	// ErrConflict is returned by Store.InsertTask when a record with the
-	// same id exists, and by Store.ReplaceTask when the record no longer
-	// belongs to the run the caller expected to replace.
+	// same id exists, and by Store.ReplaceTask and Store.AddWatcher when
+	// the record no longer belongs to the run the caller named. The
+	// runtime retries such conflicts, and wraps ErrConflict only when the
+	// record kept changing under a submission or cancel.
 	ErrConflict = errors.New("workers: task record conflict")
 
 	// ErrUnauthorized is wrapped by every *AuthorizationError.
 	ErrUnauthorized = errors.New("workers: not authorized")
 
 	// ErrFinished is returned by Runtime.Cancel for a task that has already
-	// reached a terminal status.
+	// reached a terminal status, or that was re-run since Cancel read it.
 	ErrFinished = errors.New("workers: task already finished")
 
 	// ErrClosed is returned by submit calls after Runtime.Shutdown has
@@ -50,6 +52,9 @@ var (
 	// an empty run id. Every fenced write names its run; there is no
 	// wildcard.
 	ErrInvalidRunID = errors.New("workers: missing run id")
+
+	// ErrStarted is returned by a second call to Runtime.Start.
+	ErrStarted = errors.New("workers: runtime already started")
 
 	// ErrInvalidOption reports a submit option or Config value out of
 	// range, such as a negative timeout.
@@ -62,7 +67,7 @@ var (
 )
 
 // Cancellation causes. The context a callback receives is cancelled with
-// exactly one of these as its cause ([context.Cause]); the first cause to
+// one of the first four as its cause ([context.Cause]); the first cause to
 // land is the one that sticks and the one recorded. A timeout's cause is a
 // *TimeoutError, which matches ErrTimeout.
 var (
@@ -126,8 +131,9 @@ func (e *AuthorizationError) Error() string {
 // Unwrap returns ErrUnauthorized.
 func (e *AuthorizationError) Unwrap() error { return ErrUnauthorized }
 
-// TimeoutError is the cause of a run's cancellation, and the error
-// recorded for it, when its timeout expired. It matches ErrTimeout. A
+// TimeoutError is the cause of a run's cancellation when its timeout
+// expired; the record says "Timed out after" the timeout, and
+// Snapshot.Err returns a *TimeoutError again. It matches ErrTimeout. A
 // timed-out run is never retried.
 type TimeoutError struct {
 	Timeout time.Duration

@@ -21,6 +21,10 @@ import (
 // worker shutdown" if it returns after its context ended. Shutdown writes
 // no outcome for a run in flight, and holds no lock while it waits.
 //
+// Shutdown first waits for submissions already in progress to finish
+// their registration (a store call each), without a bound. Do not call it
+// from inside a task's callback: it would wait for that callback.
+//
 // The context bounds the waiting, not the abandon writes: recording the
 // backlog CANCELLED needs no wait and happens even with a done ctx, so
 // that no item is left PENDING.
@@ -124,7 +128,9 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 // handle, and clears the store's records if the store is volatile (it
 // implements RecordClearer). It never deletes durable records. The
 // runtime stays open; runs still executing settle on their own, and a
-// later Shutdown waits for them.
+// later Shutdown waits for them. Since their handles are forgotten, a
+// RecoverZombies after a Reset over a durable store fails them even while
+// they execute.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	rt.mu.RLock()
 	queues := slices.Collect(maps.Values(rt.queues))

@@ -9,7 +9,8 @@ import (
 
 // MemStore is the volatile, in-memory Store, and the default. It is safe
 // for concurrent use. Records are copied in and out, so nothing a caller
-// holds aliases stored state; times are kept at full precision. Its records
+// holds aliases stored state; times are kept at full precision. Like a SQL
+// store, it fails a call whose context is already done. Its records
 // live as long as the process, so it implements RecordClearer.
 //
 // The zero value is not usable; call NewMemStore.
@@ -43,7 +44,10 @@ func (s *MemStore) Lock() { s.taskLock.Lock() }
 func (s *MemStore) Unlock() { s.taskLock.Unlock() }
 
 // GetTask implements Store.
-func (s *MemStore) GetTask(_ context.Context, id string) (Record, error) {
+func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	r, ok := s.recs[id]
@@ -54,7 +58,10 @@ func (s *MemStore) GetTask(_ context.Context, id string) (Record, error) {
 }
 
 // InsertTask implements Store.
-func (s *MemStore) InsertTask(_ context.Context, rec Record) error {
+func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := checkRecord(&rec); err != nil {
 		return err
 	}
@@ -70,7 +77,10 @@ func (s *MemStore) InsertTask(_ context.Context, rec Record) error {
 }
 
 // SetTask implements Store.
-func (s *MemStore) SetTask(_ context.Context, rec Record) error {
+func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := checkState(&rec.State); err != nil {
 		return err
 	}
@@ -86,7 +96,10 @@ func (s *MemStore) SetTask(_ context.Context, rec Record) error {
 }
 
 // ReplaceTask implements Store.
-func (s *MemStore) ReplaceTask(_ context.Context, rec Record, prevRunID string) error {
+func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := checkRecord(&rec); err != nil {
 		return err
 	}
@@ -107,7 +120,10 @@ func (s *MemStore) ReplaceTask(_ context.Context, rec Record, prevRunID string) 
 }
 
 // TransitionTask implements Store.
-func (s *MemStore) TransitionTask(_ context.Context, id, runID string, from []Status, next State) (bool, error) {
+func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	if runID == "" {
 		return false, ErrInvalidRunID
 	}
@@ -131,7 +147,10 @@ func (s *MemStore) TransitionTask(_ context.Context, id, runID string, from []St
 }
 
 // AddWatcher implements Store.
-func (s *MemStore) AddWatcher(_ context.Context, id, runID, watcher string) (bool, error) {
+func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	if runID == "" {
 		return false, ErrInvalidRunID
 	}
@@ -155,7 +174,10 @@ func (s *MemStore) AddWatcher(_ context.Context, id, runID, watcher string) (boo
 
 // ListTasks implements Store. With Filter.VisibleTo set it costs in
 // proportion to that user's tasks, not to the store.
-func (s *MemStore) ListTasks(_ context.Context, f Filter) ([]Record, error) {
+func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s.mu.RLock()
 	var out []Record
 	add := func(r *Record) {
@@ -181,7 +203,10 @@ func (s *MemStore) ListTasks(_ context.Context, f Filter) ([]Record, error) {
 }
 
 // DeleteFinished implements Store.
-func (s *MemStore) DeleteFinished(_ context.Context, cutoff time.Time) (int, error) {
+func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -196,7 +221,10 @@ func (s *MemStore) DeleteFinished(_ context.Context, cutoff time.Time) (int, err
 }
 
 // ClearRecords implements RecordClearer: it deletes every record.
-func (s *MemStore) ClearRecords(context.Context) error {
+func (s *MemStore) ClearRecords(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.recs)

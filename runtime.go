@@ -106,7 +106,8 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 // Start readies the runtime as its Config says: it recovers zombies
 // (Config.RecoverZombies), starts the named queues' processors and the
 // cleanup scheduler. Start is optional when none of that is wanted. It
-// returns ErrClosed after Shutdown, and an error if called twice.
+// returns ErrClosed after Shutdown and ErrStarted if it already ran; a
+// Start that failed (a store error during recovery) may be called again.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
 	for _, q := range rt.cfg.Queues {
 		if err := validateText("queue", q, MaxKeyLen, ErrInvalidKey); err != nil {
@@ -126,10 +127,13 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	rt.started = true
 	rt.mu.Unlock()
 	if started {
-		return errors.New("workers: runtime already started")
+		return ErrStarted
 	}
 	if rt.cfg.RecoverZombies {
 		if _, err := rt.RecoverZombies(ctx); err != nil {
+			rt.mu.Lock()
+			rt.started = false // a transient store error must not leave Start unretryable
+			rt.mu.Unlock()
 			return err
 		}
 	}
@@ -167,7 +171,11 @@ type Submission struct {
 //
 // The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority,
 // a *ValidationError (ErrInvalidKey), ErrInvalidOption, an
-// *AuthorizationError (ErrUnauthorized), ErrClosed, or a store error.
+// *AuthorizationError (ErrUnauthorized), ErrClosed, ErrConflict (wrapped)
+// when other processes kept changing the record, or a store error.
+//
+// Options such as WithWatchers apply to a new run only: a submission that
+// joins a live run does not change it.
 func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
 	return rt.submit(ctx, "", key, fn, auth, opts)
 }
@@ -407,7 +415,7 @@ func (rt *Runtime[S]) attempts(t *Task, st State) (handedOff bool) {
 			rt.finishCancelled(t, StatusRunning, st)
 			return false
 		case attempt >= t.opts.retry.MaxAttempts:
-			rt.finish(t, StatusRunning, st, StatusFailed, err.Error())
+			rt.finish(t, StatusRunning, st, StatusFailed, errorText(err))
 			return false
 		case !sleep(t.ctx, t.opts.retry.backoff(attempt)):
 			rt.finishCancelled(t, StatusRunning, st)
@@ -420,7 +428,8 @@ func (rt *Runtime[S]) attempts(t *Task, st State) (handedOff bool) {
 // With one, the callback runs on its own goroutine and call waits at most
 // the timeout; when that expires it records the outcome and reports
 // handedOff, and whichever of the two goroutines finishes last settles
-// the run.
+// the run, so the run settles only after its terminal write. The handoff
+// state is per attempt: an earlier attempt's goroutine can never touch it.
 func (rt *Runtime[S]) call(t *Task, st State) (res any, err error, handedOff bool) {
 	if t.opts.timeout <= 0 {
 		res, err = invoke(t)
@@ -431,12 +440,14 @@ func (rt *Runtime[S]) call(t *Task, st State) (res any, err error, handedOff boo
 		err error
 	}
 	out := make(chan outcome, 1)
-	t.handoff.Store(0)
+	var claim atomic.Int32 // 1: the callback returned in time; 2: the waiter gave up
+	var left atomic.Int32  // after a give-up: goroutines still to finish; the last settles
+	left.Store(2)
 	go func() {
 		r, e := invoke(t)
 		out <- outcome{r, e}
-		if !t.handoff.CompareAndSwap(0, 1) {
-			rt.settle(t) // the waiter gave up on this attempt
+		if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
+			rt.settle(t)
 		}
 	}()
 	timer := time.NewTimer(t.opts.timeout)
@@ -446,7 +457,7 @@ func (rt *Runtime[S]) call(t *Task, st State) (res any, err error, handedOff boo
 		return o.res, o.err, false
 	case <-timer.C:
 	}
-	if !t.handoff.CompareAndSwap(0, 2) {
+	if !claim.CompareAndSwap(0, 2) {
 		o := <-out // the callback returned as the timer fired
 		return o.res, o.err, false
 	}
@@ -454,6 +465,9 @@ func (rt *Runtime[S]) call(t *Task, st State) (res any, err error, handedOff boo
 	// The first cause sticks: a cancel that landed before the timeout is
 	// what gets recorded.
 	rt.finishCancelled(t, StatusRunning, st)
+	if left.Add(-1) == 0 {
+		rt.settle(t)
+	}
 	return nil, nil, true
 }
 
@@ -465,6 +479,28 @@ func invoke(t *Task) (res any, err error) {
 		}
 	}()
 	return t.fn(t.ctx, t)
+}
+
+// encodeResult marshals a callback's result. A panicking MarshalJSON is
+// the callback's code, so it fails the run, not the process.
+func encodeResult(res any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return json.Marshal(res)
+}
+
+// errorText is err.Error() with a panic in it recovered, for the same
+// reason.
+func errorText(err error) (s string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s = (&PanicError{Value: r}).Error()
+		}
+	}()
+	return err.Error()
 }
 
 // sleep waits for d unless ctx ends first, and reports whether it waited
@@ -485,7 +521,7 @@ func (rt *Runtime[S]) finishCompleted(t *Task, st State, res any) {
 		rt.finish(t, StatusRunning, st, StatusCompleted, "")
 		return
 	}
-	b, err := json.Marshal(res)
+	b, err := encodeResult(res)
 	if err != nil {
 		rt.finish(t, StatusRunning, st, StatusFailed, fmt.Errorf("%w: %w", ErrResultEncoding, err).Error())
 		return
@@ -602,36 +638,39 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 //
 // A run executing in another process that shares the store is not
 // interrupted: its record says CANCELLED at once, and its eventual
-// terminal write is discarded by the run-id fence.
+// terminal write is discarded, since it expects the record RUNNING.
 func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority) error {
-	rec, err := rt.visibleRecord(ctx, id, auth)
-	if err != nil {
-		return err
-	}
-	if rec.Status.Terminal() {
-		return ErrFinished
-	}
-	t := rt.handle(id, rec.RunID)
-	st := rec.State
-	if t != nil {
-		st.Progress = t.Progress()
-	}
-	st.Status, st.Error = causeOutcome(ErrCancelled)
-	st.CompletedAt = now()
-	ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{StatusPending, StatusRunning}, st)
-	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return ErrNotFound
+	var runID string
+	for range registerAttempts {
+		rec, err := rt.visibleRecord(ctx, id, auth)
+		if err != nil {
+			return err
 		}
-		return err
+		if rec.Status.Terminal() || (runID != "" && rec.RunID != runID) {
+			return ErrFinished // it ended, or was re-run, since the first read
+		}
+		runID = rec.RunID
+		t := rt.handle(id, rec.RunID)
+		st := rec.State
+		if t != nil {
+			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
+		}
+		st.Status, st.Error = causeOutcome(ErrCancelled)
+		st.CompletedAt = now()
+		// Fenced on the exact status read, so a start or retry that landed
+		// since the read is never overwritten with the older state.
+		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if t != nil {
+				t.cancel(ErrCancelled)
+			}
+			return nil
+		}
 	}
-	if !ok {
-		return ErrFinished // it ended, or was re-run, since the read
-	}
-	if t != nil {
-		t.cancel(ErrCancelled)
-	}
-	return nil
+	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
 }
 
 // now is the one clock reading per transition: UTC, to the microsecond

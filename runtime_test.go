@@ -530,3 +530,26 @@ func TestConcurrentJoinsLoseNoWatcher(t *testing.T) {
 	g.open()
 	settled(t, rt, sub.ID)
 }
+
+// The ctx passed to a call bounds its store calls: a done one fails the
+// call, as it would against a SQL store, and the run never depends on it.
+func TestCallerContextBoundsOnlyTheCall(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := rt.Submit(done, "k", noop, alice)
+	assert.ErrorIs(t, err, context.Canceled)
+	list, err := rt.List(ctx, System)
+	require.NoError(t, err)
+	assert.Empty(t, list, "a failed submission created nothing")
+
+	callCtx, cancelCall := context.WithCancel(ctx)
+	g := newGate()
+	sub, err := rt.Submit(callCtx, "k", g.fn, alice)
+	require.NoError(t, err)
+	cancelCall() // the request that submitted it is gone
+	wait(t, g.started, "callback")
+	g.open()
+	assert.Equal(t, StatusCompleted, settled(t, rt, sub.ID).Status, "the run outlives the submitting context")
+}

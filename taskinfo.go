@@ -38,10 +38,7 @@ type Task struct {
 	attempt  atomic.Int32
 	watchers atomic.Pointer[[]string] // the record's watchers, for QueueStatus
 
-	// handoff settles who finishes a run that timed out: the callback's
-	// goroutine or the waiting one (see Runtime.call).
-	handoff atomic.Int32
-	done    chan struct{} // closed when the run has settled
+	done chan struct{} // closed when the run has settled
 }
 
 // ID returns the scoped task id.

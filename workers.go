@@ -71,8 +71,9 @@
 // intake, stops the queues fetching (recording their backlog CANCELLED),
 // cancels the runs in flight and waits for them within its context. After
 // it returns nil, no goroutine the runtime started is left and no record
-// it owned is PENDING or RUNNING. [Runtime.RecoverZombies] fails the
-// records a crashed process left RUNNING.
+// it owned is PENDING or RUNNING (unless the store refused a run's final
+// write, which is logged to Config.Logger). [Runtime.RecoverZombies] fails
+// the records a crashed process left behind.
 //
 // # Errors
 //
