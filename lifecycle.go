@@ -114,7 +114,7 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 	rt.store.Lock()
 	for _, t := range items {
 		t.cancel(ErrShutdown)
-		rt.write("abandon", t, StatusPending, st)
+		rt.write("abandon", t, StatusPending, &st)
 	}
 	rt.store.Unlock()
 	for _, t := range items {

@@ -121,6 +121,9 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 
 func applyOptions(opts []SubmitOption) (submitOptions, error) {
 	var o submitOptions
+	if len(opts) == 0 {
+		return o, nil
+	}
 	for _, opt := range opts {
 		if opt == nil {
 			continue

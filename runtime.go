@@ -310,7 +310,8 @@ func (rt *Runtime[S]) newRun(id, queue string, c caller, o submitOptions, fn Fun
 			w = append(w, g)
 		}
 	}
-	t.setWatchers(w)
+	t.initial = w
+	t.watchers.Store(&t.initial)
 	return t, now()
 }
 
@@ -380,12 +381,12 @@ func (rt *Runtime[S]) execute(t *Task) {
 	case t.ctx.Err() != nil:
 		// Cancelled before it started (a shutdown, a supersede): record
 		// the cause, if the record is still this run's and PENDING.
-		rt.finishCancelled(t, StatusPending, State{})
-	case !rt.write("start", t, StatusPending, st):
+		rt.finishCancelled(t, StatusPending, &State{})
+	case !rt.write("start", t, StatusPending, &st):
 		// A run-start is a durable, fenced read: the store no longer says
 		// this run is PENDING, so it was cancelled or superseded.
 	default:
-		if rt.attempts(t, st) {
+		if rt.attempts(t, &st) {
 			return // timed out: the callback's goroutine settles the run
 		}
 	}
@@ -395,7 +396,7 @@ func (rt *Runtime[S]) execute(t *Task) {
 // attempts runs the callback until it succeeds, fails for good or is
 // cancelled, and records the outcome. It reports whether an attempt timed
 // out and handed settling to the callback's goroutine.
-func (rt *Runtime[S]) attempts(t *Task, st State) (handedOff bool) {
+func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 	for attempt := 1; ; attempt++ {
 		t.attempt.Store(int32(attempt))
 		if attempt > 1 {
@@ -430,7 +431,7 @@ func (rt *Runtime[S]) attempts(t *Task, st State) (handedOff bool) {
 // handedOff, and whichever of the two goroutines finishes last settles
 // the run, so the run settles only after its terminal write. The handoff
 // state is per attempt: an earlier attempt's goroutine can never touch it.
-func (rt *Runtime[S]) call(t *Task, st State) (res any, err error, handedOff bool) {
+func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bool) {
 	if t.opts.timeout <= 0 {
 		res, err = invoke(t)
 		return res, err, false
@@ -516,7 +517,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (rt *Runtime[S]) finishCompleted(t *Task, st State, res any) {
+func (rt *Runtime[S]) finishCompleted(t *Task, st *State, res any) {
 	if res == nil {
 		rt.finish(t, StatusRunning, st, StatusCompleted, "")
 		return
@@ -532,13 +533,13 @@ func (rt *Runtime[S]) finishCompleted(t *Task, st State, res any) {
 
 // finishCancelled records the outcome of the cause t's context carries,
 // rendered through the reasons table.
-func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st State) {
+func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st *State) {
 	status, msg := causeOutcome(context.Cause(t.ctx))
 	rt.finish(t, from, st, status, msg)
 }
 
 // finish writes a run's terminal record.
-func (rt *Runtime[S]) finish(t *Task, from Status, st State, status Status, msg string) {
+func (rt *Runtime[S]) finish(t *Task, from Status, st *State, status Status, msg string) {
 	st.Status, st.Error, st.CompletedAt = status, msg, now()
 	st.Progress = t.Progress()
 	rt.write("finish", t, from, st)
@@ -548,8 +549,8 @@ func (rt *Runtime[S]) finish(t *Task, from Status, st State, status Status, msg 
 // run's id and the status it expects. A failed fence is the expected fate
 // of a superseded or cancelled run's late write, not an error; a store
 // error is logged, since a run has no caller to return it to.
-func (rt *Runtime[S]) write(op string, t *Task, from Status, st State) bool {
-	ok, err := rt.store.TransitionTask(context.Background(), t.id, t.runID, []Status{from}, st)
+func (rt *Runtime[S]) write(op string, t *Task, from Status, st *State) bool {
+	ok, err := rt.store.TransitionTask(context.Background(), t.id, t.runID, statusSet(from), *st)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		rt.cfg.Logger.Error("workers: store write failed", "op", op, "task", t.id, "run", t.runID, "err", err)
 	}
@@ -671,6 +672,24 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority)
 		}
 	}
 	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
+}
+
+// fromPending and fromRunning are the from lists of a run's writes,
+// shared so that they do not allocate; stores never retain or modify a
+// from list.
+var (
+	fromPending = []Status{StatusPending}
+	fromRunning = []Status{StatusRunning}
+)
+
+func statusSet(s Status) []Status {
+	switch s {
+	case StatusPending:
+		return fromPending
+	case StatusRunning:
+		return fromRunning
+	}
+	return []Status{s}
 }
 
 // now is the one clock reading per transition: UTC, to the microsecond

@@ -37,6 +37,7 @@ type Task struct {
 	progress atomic.Int32
 	attempt  atomic.Int32
 	watchers atomic.Pointer[[]string] // the record's watchers, for QueueStatus
+	initial  []string                 // the watchers registered with the run; watchers points here until a join
 
 	done chan struct{} // closed when the run has settled
 }

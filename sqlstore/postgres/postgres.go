@@ -26,6 +26,21 @@
 // only if the recovering runtime holds it, so with several processes run
 // it only where the others are known to be gone.
 //
+// A task's record is the same for every process, so any process's
+// runtime answers Status, List and Cancel for a task another process
+// runs, with the same authorization: a caller who is not a watcher gets
+// workers.ErrNotFound wherever it asks. A cancel from a process that does
+// not run the task writes CANCELLED ("Cancelled by user") to the record
+// at once, fenced on the run id, but cannot reach the run: the callback
+// in the other process is not interrupted, its context is not cancelled,
+// and it keeps running until it returns. Its terminal write is then
+// fenced out and the record stays CANCELLED. A callback that must stop
+// promptly on such a cancel has to notice it itself, for instance by
+// reading its record (GetTask) now and then and stopping once the record
+// no longer names its run as RUNNING. Progress read from another process
+// is the value last stored, which a run writes with its transitions
+// (start, retry, finish), not the live value of workers.Task.SetProgress.
+//
 // # Limits
 //
 // Lock and Unlock are a mutex inside this Store value: they serialize this

@@ -2,6 +2,10 @@
 // fixture's layout, the benchmarks themselves, and checks the
 // conformance suite does not make because they only bite with a real
 // database's concurrency.
+//
+// RunProcesses runs the scenarios that need several OS processes sharing
+// one database: concurrent joins and re-runs, a process killed mid-run,
+// a cancel served by a process that does not run the task.
 package sqltest
 
 import (
