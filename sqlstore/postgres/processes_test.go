@@ -1,0 +1,46 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqltest"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// schemaEnv names, for a child process, the schema of the scenario it
+// takes part in.
+const schemaEnv = "WORKERS_SQLTEST_SCHEMA"
+
+// backend gives each multi-process scenario a migrated schema of its own;
+// parent and children each open their own pool on it.
+var backend = sqltest.Backend{
+	NewDB: func(t *testing.T) []string {
+		sc := newScratchT(t)
+		sc.store(t) // migrated once, before any child starts
+		return []string{schemaEnv + "=" + sc.schema}
+	},
+	Open: func(getenv func(string) string) sqltest.Opener {
+		return func(ctx context.Context) (workers.Store, func(), error) {
+			s, err := postgres.Open(ctx, getenv(dsnEnv), postgres.WithSchema(getenv(schemaEnv)))
+			if err != nil {
+				return nil, nil, err
+			}
+			return s, func() { s.Close() }, nil
+		}
+	},
+}
+
+// TestProcesses runs the scenarios that need real processes sharing the
+// database: concurrent joins and re-runs, a process killed mid-run, and a
+// cancel served by a process that does not run the task.
+func TestProcesses(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sqltest.RunProcesses(t, backend)
+}
+
+// TestHelperProcess is a child process of TestProcesses; run on its own,
+// it does nothing.
+func TestHelperProcess(t *testing.T) { sqltest.HelperProcess(t, backend) }
