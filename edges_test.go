@@ -72,18 +72,7 @@ func TestSupersededRunSettlingLeavesTheSuccessorsHandle(t *testing.T) {
 	t.Parallel()
 	s := NewMemStore()
 	rt := newRuntime(t, s, Config{})
-	old := stubbornGate()
-	var oldTask *Task
-	first, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
-		oldTask = tk
-		return old.fn(ctx, tk)
-	}, alice)
-	require.NoError(t, err)
-	wait(t, old.started, "first run")
-	rec, err := s.GetTask(ctx, first.ID)
-	require.NoError(t, err)
-	rec.Status, rec.Error, rec.CompletedAt = StatusFailed, "marked failed elsewhere", now()
-	require.NoError(t, s.SetTask(ctx, rec))
+	_, old, oldTask := runMarkedFinished(t, s, rt)
 
 	fresh := newGate()
 	second, err := rt.Submit(ctx, "k", fresh.fn, alice)

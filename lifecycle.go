@@ -39,13 +39,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	rt.closed = true
 	rt.submitMu.Unlock()
 
-	rt.mu.RLock()
-	queues := slices.Collect(maps.Values(rt.queues))
-	rt.mu.RUnlock()
-	var abandoned []*Task
-	for _, q := range queues {
-		abandoned = append(abandoned, q.drain()...)
-	}
+	queues, abandoned := rt.emptyQueues((*queue).drain)
 	rt.abandon(abandoned)
 
 	rt.mu.RLock()
@@ -72,6 +66,19 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("workers: shutdown left %d runs or goroutines executing: %w", n, ctx.Err())
 	}
 	return nil
+}
+
+// emptyQueues takes the waiting items out of every queue with take, and
+// returns the queues and the items.
+func (rt *Runtime[S]) emptyQueues(take func(*queue) []*Task) ([]*queue, []*Task) {
+	rt.mu.RLock()
+	queues := slices.Collect(maps.Values(rt.queues))
+	rt.mu.RUnlock()
+	var items []*Task
+	for _, q := range queues {
+		items = append(items, take(q)...)
+	}
+	return queues, items
 }
 
 // waitAll waits until every channel is closed or ctx ends, and returns
@@ -132,13 +139,7 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 // RecoverZombies after a Reset over a durable store fails them even while
 // they execute.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
-	rt.mu.RLock()
-	queues := slices.Collect(maps.Values(rt.queues))
-	rt.mu.RUnlock()
-	var waiting []*Task
-	for _, q := range queues {
-		waiting = append(waiting, q.take()...)
-	}
+	_, waiting := rt.emptyQueues((*queue).take)
 	rt.abandon(waiting)
 
 	rt.mu.Lock()
@@ -178,8 +179,8 @@ func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
 	ts := now()
 	n := 0
 	for _, rec := range recs {
-		if rt.handle(rec.ID, rec.RunID) != nil {
-			continue
+		if rec.Status.Terminal() || rt.handle(rec.ID, rec.RunID) != nil {
+			continue // finished after all, or live here
 		}
 		st := rec.State
 		st.Status, st.Error, st.CompletedAt = status, msg, ts

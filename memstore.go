@@ -59,13 +59,10 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 
 // InsertTask implements Store.
 func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
-	if err := ctx.Err(); err != nil {
+	rec, err := prepare(ctx, rec)
+	if err != nil {
 		return err
 	}
-	if err := checkRecord(&rec); err != nil {
-		return err
-	}
-	rec = rec.Clone()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.recs[rec.ID]; ok {
@@ -97,13 +94,10 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 
 // ReplaceTask implements Store.
 func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string) error {
-	if err := ctx.Err(); err != nil {
+	rec, err := prepare(ctx, rec)
+	if err != nil {
 		return err
 	}
-	if err := checkRecord(&rec); err != nil {
-		return err
-	}
-	rec = rec.Clone()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[rec.ID]
@@ -230,6 +224,18 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	clear(s.recs)
 	clear(s.byUser)
 	return nil
+}
+
+// prepare checks a whole record about to be written and returns the copy
+// to store.
+func prepare(ctx context.Context, rec Record) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	if err := checkRecord(&rec); err != nil {
+		return Record{}, err
+	}
+	return rec.Clone(), nil
 }
 
 // index adds r to the per-user index; mu must be held.

@@ -228,21 +228,7 @@ func TestSupersededRunLateWriteNeverLands(t *testing.T) {
 	t.Parallel()
 	s := NewMemStore()
 	rt := newRuntime(t, s, Config{})
-	old := stubbornGate()
-	var oldTask *Task
-	first, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
-		oldTask = tk
-		return old.fn(ctx, tk)
-	}, alice)
-	require.NoError(t, err)
-	wait(t, old.started, "first run")
-
-	// Another process (or an operator) records the run as finished while
-	// its callback is still executing here.
-	rec, err := s.GetTask(ctx, first.ID)
-	require.NoError(t, err)
-	rec.Status, rec.Error = StatusFailed, "marked failed elsewhere"
-	require.NoError(t, s.SetTask(ctx, rec))
+	first, old, oldTask := runMarkedFinished(t, s, rt)
 
 	fresh := newGate()
 	second, err := rt.Submit(ctx, "k", fresh.fn, alice)
@@ -262,6 +248,26 @@ func TestSupersededRunLateWriteNeverLands(t *testing.T) {
 	snap = settled(t, rt, first.ID)
 	assert.Equal(t, StatusCompleted, snap.Status)
 	assert.Equal(t, second.RunID, snap.RunID)
+}
+
+// runMarkedFinished starts a stubborn run of "k" for alice, then records
+// it FAILED while its callback still executes, as another process or an
+// operator might. It returns the submission, the run's gate and the run.
+func runMarkedFinished[S Store](t *testing.T, s S, rt *Runtime[S]) (Submission, *gate, *Task) {
+	t.Helper()
+	old := stubbornGate()
+	var task atomic.Pointer[Task]
+	first, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+		task.Store(tk)
+		return old.fn(ctx, tk)
+	}, alice)
+	require.NoError(t, err)
+	wait(t, old.started, "first run")
+	rec, err := s.GetTask(ctx, first.ID)
+	require.NoError(t, err)
+	rec.Status, rec.Error, rec.CompletedAt = StatusFailed, "marked failed elsewhere", now()
+	require.NoError(t, s.SetTask(ctx, rec))
+	return first, old, task.Load()
 }
 
 func TestNonWatcherCannotLearnThatATaskExists(t *testing.T) {
