@@ -12,7 +12,8 @@ import (
 // closes the runtime to submissions (submit calls return ErrClosed from
 // then on); stops every sequential queue fetching and records each item
 // that never started CANCELLED with the shutdown message; cancels every
-// run in flight with ErrShutdown; stops the cleanup scheduler; and waits
+// run in flight with ErrShutdown; stops the background loops (cleanup,
+// progress); and waits
 // until every run has settled or ctx ends. An already-done ctx means "do
 // not wait".
 //
@@ -48,19 +49,19 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	for _, t := range inflight {
 		t.cancel(ErrShutdown)
 	}
-	if rt.stopCleanup != nil {
-		rt.stopCleanup()
+	if rt.stopLoops != nil {
+		rt.stopLoops()
 	}
 
-	waits := make([]<-chan struct{}, 0, len(inflight)+len(queues)+1)
+	waits := make([]<-chan struct{}, 0, len(inflight)+len(queues)+len(rt.loopsDone))
 	for _, t := range inflight {
 		waits = append(waits, t.done)
 	}
 	for _, q := range queues {
 		waits = append(waits, q.exited)
 	}
-	if rt.cleanupDone != nil {
-		waits = append(waits, rt.cleanupDone)
+	for _, done := range rt.loopsDone {
+		waits = append(waits, done)
 	}
 	if n := waitAll(ctx, waits); n > 0 {
 		return fmt.Errorf("workers: shutdown left %d runs or goroutines executing: %w", n, ctx.Err())
@@ -205,23 +206,25 @@ func (rt *Runtime[S]) Cleanup(ctx context.Context, olderThan time.Duration) (int
 	return rt.store.DeleteFinished(ctx, now().Add(-olderThan))
 }
 
-// startCleanup starts the cleanup scheduler. Shutdown stops it.
-func (rt *Runtime[S]) startCleanup() {
-	ctx, cancel := context.WithCancel(context.Background())
-	rt.stopCleanup = cancel
-	rt.cleanupDone = make(chan struct{})
+// every starts a background loop that calls f every interval until ctx
+// ends; a zero interval starts nothing. Shutdown ends ctx and waits for
+// the loop. Called only by Start, before it returns.
+func (rt *Runtime[S]) every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	if interval <= 0 {
+		return
+	}
+	done := make(chan struct{})
+	rt.loopsDone = append(rt.loopsDone, done)
 	go func() {
-		defer close(rt.cleanupDone)
-		tick := time.NewTicker(rt.cfg.CleanupInterval)
+		defer close(done)
+		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				if _, err := rt.Cleanup(ctx, rt.cfg.Retention); err != nil && ctx.Err() == nil {
-					rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
-				}
+				f(ctx)
 			}
 		}
 	}()

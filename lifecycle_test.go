@@ -663,8 +663,9 @@ func TestStartValidatesConfigAndPrestartsQueues(t *testing.T) {
 
 	bad := NewRuntime(NewMemStore(), Config{Queues: []string{""}})
 	assert.ErrorIs(t, bad.Start(ctx), ErrInvalidKey)
-	neg := NewRuntime(NewMemStore(), Config{CleanupInterval: -time.Second})
-	assert.ErrorIs(t, neg.Start(ctx), ErrInvalidOption)
+	for _, cfg := range []Config{{CleanupInterval: -time.Second}, {Retention: -time.Second}, {ProgressInterval: -time.Second}} {
+		assert.ErrorIs(t, NewRuntime(NewMemStore(), cfg).Start(ctx), ErrInvalidOption)
+	}
 }
 
 // Two runtimes over one store have their own queues and processors:
@@ -729,4 +730,70 @@ func TestResetClearsVolatileRecordsOnly(t *testing.T) {
 			settled(t, rt, sub.ID)
 		})
 	}
+}
+
+// With a progress interval, the live progress of a running task reaches
+// the store, where another runtime (another process) reads it.
+func TestProgressLoopPublishesRunningProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		rt := newRuntime(t, s, Config{ProgressInterval: time.Second})
+		require.NoError(t, rt.Start(ctx))
+		other := newRuntime(t, s, Config{})
+		step := make(chan int)
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+			for p := range step {
+				tk.SetProgress(p)
+			}
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		stored := func() int {
+			snap, err := other.Status(ctx, sub.ID, alice)
+			require.NoError(t, err)
+			return snap.Progress
+		}
+
+		step <- 40
+		synctest.Wait()
+		assert.Equal(t, 0, stored(), "not before the loop runs")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 40, stored())
+		step <- 65
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 65, stored())
+		close(step)
+		synctest.Wait()
+		assert.Equal(t, StatusCompleted, mustStatus(t, other, sub.ID).Status)
+	})
+}
+
+// A progress write is built from the state the run last wrote, so it
+// never undoes a retry's attempt number.
+func TestProgressLoopKeepsTheAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		rt := newRuntime(t, s, Config{ProgressInterval: time.Second})
+		require.NoError(t, rt.Start(ctx))
+		release := make(chan struct{})
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+			if tk.Attempt() == 1 {
+				tk.SetProgress(10)
+				return nil, errors.New("transient")
+			}
+			tk.SetProgress(20)
+			<-release
+			return nil, nil
+		}, alice, WithRetry(RetryPolicy{MaxAttempts: 2, InitialBackoff: 1500 * time.Millisecond}))
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		rec, err := s.GetTask(ctx, sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, 2, rec.Attempt)
+		assert.Equal(t, 20, rec.Progress)
+		close(release)
+	})
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,6 +46,14 @@ type Config struct {
 	// Defaults to 24 hours.
 	Retention time.Duration
 
+	// ProgressInterval, when positive, makes Start run a loop that writes
+	// the progress of this runtime's running tasks to the store at that
+	// interval, whenever it changed, so that other processes sharing the
+	// store see it while the task runs. Each write is fenced on the run
+	// and its RUNNING status. Zero (the default) stores progress only with
+	// a run's transitions, which suits a store no other process reads.
+	ProgressInterval time.Duration
+
 	// Logger receives errors that have no caller to return to: a store
 	// write on a run's behalf that failed, a cleanup that failed.
 	// Defaults to a logger that discards everything.
@@ -79,8 +89,8 @@ type Runtime[S Store] struct {
 	queues  map[string]*queue  // guarded by mu
 	started bool               // guarded by mu
 
-	stopCleanup context.CancelFunc // set once by Start; nil if no scheduler
-	cleanupDone chan struct{}      // closed when the scheduler exits
+	stopLoops context.CancelFunc // set once by Start; stops the background loops
+	loopsDone []chan struct{}    // set once by Start: closed as each loop exits
 }
 
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
@@ -104,8 +114,8 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 func (rt *Runtime[S]) Store() S { return rt.store }
 
 // Start readies the runtime as its Config says: it recovers zombies
-// (Config.RecoverZombies), starts the named queues' processors and the
-// cleanup scheduler. Start is optional when none of that is wanted. It
+// (Config.RecoverZombies), starts the named queues' processors, the
+// cleanup scheduler and the progress loop. Start is optional when none of that is wanted. It
 // returns ErrClosed after Shutdown and ErrStarted if it already ran; a
 // Start that failed (a store error during recovery) may be called again.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
@@ -114,8 +124,8 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if rt.cfg.CleanupInterval < 0 || rt.cfg.Retention < 0 {
-		return fmt.Errorf("%w: negative cleanup interval or retention", ErrInvalidOption)
+	if rt.cfg.CleanupInterval < 0 || rt.cfg.Retention < 0 || rt.cfg.ProgressInterval < 0 {
+		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
 	}
 	rt.submitMu.RLock()
 	defer rt.submitMu.RUnlock()
@@ -140,9 +150,14 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	for _, name := range rt.cfg.Queues {
 		rt.queue(name)
 	}
-	if rt.cfg.CleanupInterval > 0 {
-		rt.startCleanup()
-	}
+	loops, stop := context.WithCancel(context.Background())
+	rt.stopLoops = stop
+	rt.every(loops, rt.cfg.CleanupInterval, func(ctx context.Context) {
+		if _, err := rt.Cleanup(ctx, rt.cfg.Retention); err != nil && ctx.Err() == nil {
+			rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
+		}
+	})
+	rt.every(loops, rt.cfg.ProgressInterval, func(context.Context) { rt.flushProgress() })
 	return nil
 }
 
@@ -550,11 +565,36 @@ func (rt *Runtime[S]) finish(t *Task, from Status, st *State, status Status, msg
 // of a superseded or cancelled run's late write, not an error; a store
 // error is logged, since a run has no caller to return it to.
 func (rt *Runtime[S]) write(op string, t *Task, from Status, st *State) bool {
+	t.stateMu.Lock()
+	defer t.stateMu.Unlock()
 	ok, err := rt.store.TransitionTask(context.Background(), t.id, t.runID, statusSet(from), *st)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		rt.cfg.Logger.Error("workers: store write failed", "op", op, "task", t.id, "run", t.runID, "err", err)
 	}
+	if ok {
+		t.state = *st
+	}
 	return ok
+}
+
+// flushProgress writes the live progress of every running run whose
+// progress changed since its last write. It builds each write from the
+// state the run last wrote, under the run's state lock, so it can never
+// undo a newer write of the run's own (a retry's attempt number, say).
+func (rt *Runtime[S]) flushProgress() {
+	rt.mu.RLock()
+	runs := slices.Collect(maps.Keys(rt.runs))
+	rt.mu.RUnlock()
+	for _, t := range runs {
+		t.stateMu.Lock()
+		st := t.state
+		t.stateMu.Unlock()
+		if st.Status != StatusRunning || st.Progress == t.Progress() || t.ctx.Err() != nil {
+			continue // not running, unchanged, or ending: its final write carries it
+		}
+		st.Progress = t.Progress()
+		rt.write("progress", t, StatusRunning, &st)
+	}
 }
 
 // Status returns a snapshot of the task id, if auth may see it: a

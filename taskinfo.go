@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -38,6 +39,9 @@ type Task struct {
 	attempt  atomic.Int32
 	watchers atomic.Pointer[[]string] // the record's watchers, for QueueStatus
 	initial  []string                 // the watchers registered with the run; watchers points here until a join
+
+	stateMu sync.Mutex // serializes the run's store writes
+	state   State      // guarded by stateMu: the state the run last wrote
 
 	done chan struct{} // closed when the run has settled
 }

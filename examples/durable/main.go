@@ -176,7 +176,12 @@ func phaseOne(ctx context.Context, out io.Writer, parent io.Reader, path string)
 	if err := s.Migrate(ctx); err != nil {
 		return err
 	}
-	rt := workers.NewRuntime(s, workers.Config{})
+	// The progress loop stores running tasks' progress as they go, so what
+	// they reached survives the crash.
+	rt := workers.NewRuntime(s, workers.Config{ProgressInterval: 20 * time.Millisecond})
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
 	defer func() {
 		// Reached only if the parent went away: the kill skips it, as a
 		// crash would.
@@ -197,8 +202,8 @@ func phaseOne(ctx context.Context, out io.Writer, parent io.Reader, path string)
 	}
 	for i, tk := range tasks {
 		err := poll(func() (bool, error) {
-			snap, err := rt.Status(ctx, id(i), tk.owner)
-			return snap.Status == tk.status && snap.Progress == tk.progress, err
+			rec, err := s.GetTask(ctx, id(i)) // the stored record, as a crash leaves it
+			return rec.Status == tk.status && rec.Progress == tk.progress, err
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", id(i), err)
@@ -275,7 +280,7 @@ func show(ctx context.Context, out io.Writer, rt *workers.Runtime[*sqlite.Store]
 		}
 	}
 	fmt.Fprintf(out, "  %d records abandoned by the crash, 1 completed one intact\n", abandoned)
-	fmt.Fprintln(out, "  (progress lives on the run and is stored with its transitions: a crash loses what it had reached)")
+	fmt.Fprintln(out, "  (the progress loop had stored how far each run got; recovery keeps it)")
 	fmt.Fprintln(out)
 
 	mine, err := rt.List(ctx, bob)

@@ -43,9 +43,9 @@
 // callback that must stop promptly on such a cancel has to notice it
 // itself, for instance by reading its record (GetTask) now and then and
 // stopping once the record no longer names its run as RUNNING. Progress
-// read from another process is the value last stored, which a run writes
-// with its transitions (start, retry, finish), not the live value of
-// workers.Task.SetProgress.
+// read from another process is the value last stored: a run writes it
+// with its transitions (start, retry, finish) and, when the runtime's
+// Config.ProgressInterval is set, at that interval while it runs.
 //
 // # Schema
 //
