@@ -663,7 +663,7 @@ func TestStartValidatesConfigAndPrestartsQueues(t *testing.T) {
 
 	bad := NewRuntime(NewMemStore(), Config{Queues: []string{""}})
 	assert.ErrorIs(t, bad.Start(ctx), ErrInvalidKey)
-	for _, cfg := range []Config{{CleanupInterval: -time.Second}, {Retention: -time.Second}, {ProgressInterval: -time.Second}} {
+	for _, cfg := range []Config{{CleanupInterval: -time.Second}, {Retention: -time.Second}, {SyncInterval: -time.Second}} {
 		assert.ErrorIs(t, NewRuntime(NewMemStore(), cfg).Start(ctx), ErrInvalidOption)
 	}
 }
@@ -734,10 +734,10 @@ func TestResetClearsVolatileRecordsOnly(t *testing.T) {
 
 // With a progress interval, the live progress of a running task reaches
 // the store, where another runtime (another process) reads it.
-func TestProgressLoopPublishesRunningProgress(t *testing.T) {
+func TestSyncLoopPublishesRunningProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewMemStore()
-		rt := newRuntime(t, s, Config{ProgressInterval: time.Second})
+		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		other := newRuntime(t, s, Config{})
 		step := make(chan int)
@@ -772,10 +772,10 @@ func TestProgressLoopPublishesRunningProgress(t *testing.T) {
 
 // A progress write is built from the state the run last wrote, so it
 // never undoes a retry's attempt number.
-func TestProgressLoopKeepsTheAttempt(t *testing.T) {
+func TestSyncLoopProgressKeepsTheAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewMemStore()
-		rt := newRuntime(t, s, Config{ProgressInterval: time.Second})
+		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		release := make(chan struct{})
 		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
@@ -795,5 +795,87 @@ func TestProgressLoopKeepsTheAttempt(t *testing.T) {
 		assert.Equal(t, 2, rec.Attempt)
 		assert.Equal(t, 20, rec.Progress)
 		close(release)
+	})
+}
+
+// The sync loop ends a run whose record another process ended: cancelled
+// there, recovered there as a zombie, or re-run there.
+func TestSyncLoopCancelsRunsEndedElsewhere(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		end   func(t *testing.T, s *MemStore, other *Runtime[*MemStore], id string)
+		cause error
+	}{
+		{"CancelledElsewhere", func(t *testing.T, _ *MemStore, other *Runtime[*MemStore], id string) {
+			require.NoError(t, other.Cancel(ctx, id, alice))
+		}, ErrCancelled},
+		{"RecoveredElsewhere", func(t *testing.T, _ *MemStore, other *Runtime[*MemStore], _ string) {
+			n, err := other.RecoverZombies(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		}, ErrAbandoned},
+		{"RerunElsewhere", func(t *testing.T, s *MemStore, other *Runtime[*MemStore], id string) {
+			rec, err := s.GetTask(ctx, id)
+			require.NoError(t, err)
+			rec.Status, rec.CompletedAt = StatusFailed, now()
+			require.NoError(t, s.SetTask(ctx, rec))
+			_, err = other.Submit(ctx, "k", noop, alice)
+			require.NoError(t, err)
+		}, ErrSuperseded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := NewMemStore()
+				rt := newRuntime(t, s, Config{SyncInterval: time.Second})
+				require.NoError(t, rt.Start(ctx))
+				other := newRuntime(t, s, Config{})
+				g := newGate()
+				var task *Task
+				sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+					task = tk
+					return g.fn(ctx, tk)
+				}, alice)
+				require.NoError(t, err)
+				synctest.Wait()
+
+				c.end(t, s, other, sub.ID)
+				synctest.Wait()
+				assert.NoError(t, task.CancelReason(), "nothing reaches the run before the loop runs")
+				time.Sleep(time.Second)
+				synctest.Wait()
+				assert.ErrorIs(t, task.CancelReason(), c.cause)
+				select {
+				case <-g.ran:
+				default:
+					t.Error("the callback did not return on its cancelled context")
+				}
+			})
+		})
+	}
+}
+
+// The sync loop leaves a run alone while its record is still its own.
+func TestSyncLoopLeavesLiveRunsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
+		require.NoError(t, rt.Start(ctx))
+		g := newGate()
+		var task *Task
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+			task = tk
+			return g.fn(ctx, tk)
+		}, alice)
+		require.NoError(t, err)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		assert.NoError(t, task.CancelReason())
+		g.open()
+		synctest.Wait()
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, sub.ID).Status)
+		assert.NoError(t, task.CancelReason(), "a finished run is not cancelled after the fact")
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		assert.NoError(t, task.CancelReason())
 	})
 }

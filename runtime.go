@@ -46,13 +46,19 @@ type Config struct {
 	// Defaults to 24 hours.
 	Retention time.Duration
 
-	// ProgressInterval, when positive, makes Start run a loop that writes
-	// the progress of this runtime's running tasks to the store at that
-	// interval, whenever it changed, so that other processes sharing the
-	// store see it while the task runs. Each write is fenced on the run
-	// and its RUNNING status. Zero (the default) stores progress only with
-	// a run's transitions, which suits a store no other process reads.
-	ProgressInterval time.Duration
+	// SyncInterval, when positive, makes Start run a loop that syncs this
+	// runtime's running tasks with the store at that interval, for
+	// processes that share it: it stores a run's live progress whenever
+	// it changed, so other processes see it, and it cancels a run whose
+	// record says another process ended it: with ErrCancelled when it was
+	// cancelled there, ErrAbandoned when it was recovered as a zombie,
+	// ErrSuperseded when the record was replaced or deleted. Each progress
+	// write is fenced on the run and its RUNNING status; a run with no
+	// progress to store costs one read per interval. Zero (the default)
+	// runs no loop: progress is stored with a run's transitions only, and
+	// a cancel from another process reaches the record but not the
+	// callback.
+	SyncInterval time.Duration
 
 	// Logger receives errors that have no caller to return to: a store
 	// write on a run's behalf that failed, a cleanup that failed.
@@ -115,7 +121,7 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 
 // Start readies the runtime as its Config says: it recovers zombies
 // (Config.RecoverZombies), starts the named queues' processors, the
-// cleanup scheduler and the progress loop. Start is optional when none of that is wanted. It
+// cleanup scheduler and the sync loop. Start is optional when none of that is wanted. It
 // returns ErrClosed after Shutdown and ErrStarted if it already ran; a
 // Start that failed (a store error during recovery) may be called again.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
@@ -124,7 +130,7 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if rt.cfg.CleanupInterval < 0 || rt.cfg.Retention < 0 || rt.cfg.ProgressInterval < 0 {
+	if rt.cfg.CleanupInterval < 0 || rt.cfg.Retention < 0 || rt.cfg.SyncInterval < 0 {
 		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
 	}
 	rt.submitMu.RLock()
@@ -157,7 +163,7 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 			rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
 		}
 	})
-	rt.every(loops, rt.cfg.ProgressInterval, func(context.Context) { rt.flushProgress() })
+	rt.every(loops, rt.cfg.SyncInterval, rt.syncRuns)
 	return nil
 }
 
@@ -577,23 +583,54 @@ func (rt *Runtime[S]) write(op string, t *Task, from Status, st *State) bool {
 	return ok
 }
 
-// flushProgress writes the live progress of every running run whose
-// progress changed since its last write. It builds each write from the
-// state the run last wrote, under the run's state lock, so it can never
-// undo a newer write of the run's own (a retry's attempt number, say).
-func (rt *Runtime[S]) flushProgress() {
+// syncRuns is the sync loop's work (see Config.SyncInterval). A progress
+// write is built from the state the run last wrote, under the run's state
+// lock, so it never undoes a newer write of the run's own (a retry's
+// attempt number, say); a run is cancelled only while it still holds that
+// its last write left it RUNNING, so a run that has just finished is left
+// alone.
+func (rt *Runtime[S]) syncRuns(ctx context.Context) {
 	rt.mu.RLock()
 	runs := slices.Collect(maps.Keys(rt.runs))
 	rt.mu.RUnlock()
 	for _, t := range runs {
+		if t.ctx.Err() != nil {
+			continue // ending already: its final write carries its state
+		}
 		t.stateMu.Lock()
 		st := t.state
 		t.stateMu.Unlock()
-		if st.Status != StatusRunning || st.Progress == t.Progress() || t.ctx.Err() != nil {
-			continue // not running, unchanged, or ending: its final write carries it
+		if st.Status != StatusRunning {
+			continue // not started yet, or finished
 		}
-		st.Progress = t.Progress()
-		rt.write("progress", t, StatusRunning, &st)
+		if p := t.Progress(); p != st.Progress {
+			st.Progress = p
+			if rt.write("progress", t, StatusRunning, &st) {
+				continue // still this run's, and RUNNING
+			}
+		}
+		rec, err := rt.store.GetTask(ctx, t.id)
+		var cause error
+		switch {
+		case errors.Is(err, ErrNotFound):
+			cause = ErrSuperseded
+		case err != nil:
+			if ctx.Err() == nil {
+				rt.cfg.Logger.Error("workers: sync read failed", "task", t.id, "run", t.runID, "err", err)
+			}
+			continue
+		case rec.RunID != t.runID:
+			cause = ErrSuperseded
+		case rec.Status != StatusRunning:
+			cause = cmp.Or(causeFromRecord(rec.Status, rec.Error), ErrSuperseded)
+		default:
+			continue
+		}
+		t.stateMu.Lock()
+		if t.state.Status == StatusRunning {
+			t.cancel(cause)
+		}
+		t.stateMu.Unlock()
 	}
 }
 
@@ -677,8 +714,10 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // ErrNotFound, exactly as for a missing task. A task that already ended
 // returns ErrFinished.
 //
-// A run executing in another process that shares the store is not
-// interrupted: its record says CANCELLED at once, and its eventual
+// For a run executing in another process that shares the store, the
+// record says CANCELLED at once; that process's sync loop (see
+// Config.SyncInterval) cancels the run's context within an interval, and
+// without it the callback runs on until it returns. Either way its
 // terminal write is discarded, since it expects the record RUNNING.
 func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority) error {
 	var runID string

@@ -176,9 +176,9 @@ func phaseOne(ctx context.Context, out io.Writer, parent io.Reader, path string)
 	if err := s.Migrate(ctx); err != nil {
 		return err
 	}
-	// The progress loop stores running tasks' progress as they go, so what
+	// The sync loop stores running tasks' progress as they go, so what
 	// they reached survives the crash.
-	rt := workers.NewRuntime(s, workers.Config{ProgressInterval: 20 * time.Millisecond})
+	rt := workers.NewRuntime(s, workers.Config{SyncInterval: 20 * time.Millisecond})
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func show(ctx context.Context, out io.Writer, rt *workers.Runtime[*sqlite.Store]
 		}
 	}
 	fmt.Fprintf(out, "  %d records abandoned by the crash, 1 completed one intact\n", abandoned)
-	fmt.Fprintln(out, "  (the progress loop had stored how far each run got; recovery keeps it)")
+	fmt.Fprintln(out, "  (the sync loop had stored how far each run got; recovery keeps it)")
 	fmt.Fprintln(out)
 
 	mine, err := rt.List(ctx, bob)

@@ -31,16 +31,13 @@
 // runs, with the same authorization: a caller who is not a watcher gets
 // workers.ErrNotFound wherever it asks. A cancel from a process that does
 // not run the task writes CANCELLED ("Cancelled by user") to the record
-// at once, fenced on the run id, but cannot reach the run: the callback
-// in the other process is not interrupted, its context is not cancelled,
-// and it keeps running until it returns. Its terminal write is then
-// fenced out and the record stays CANCELLED. A callback that must stop
-// promptly on such a cancel has to notice it itself, for instance by
-// reading its record (GetTask) now and then and stopping once the record
-// no longer names its run as RUNNING. Progress read from another process
-// is the value last stored: a run writes it with its transitions (start,
-// retry, finish) and, when the runtime's Config.ProgressInterval is set,
-// at that interval while it runs.
+// at once, fenced on the run id. The process running the callback
+// cancels its context (with workers.ErrCancelled) within one interval of
+// its runtime's sync loop (workers.Config.SyncInterval); without that loop
+// the callback keeps running until it returns. Either way its terminal
+// write is fenced out and the record stays CANCELLED. The sync loop also
+// stores running tasks' progress; without it, progress read from another
+// process is the value a run stored with its last transition.
 //
 // # Limits
 //

@@ -23,6 +23,7 @@ var scenarios = []scenario{
 	{"RerunsFromManyProcessesStartOneRun", rerunsParent, rerunsChild},
 	{"KilledProcessRecoveredAsZombies", killedParent, killedChild},
 	{"CancelFromAnotherProcess", cancelParent, cancelChild},
+	{"CancelFromAnotherProcessReachesASyncedRun", syncedCancelParent, syncedCancelChild},
 }
 
 // The joins scenario's numbers and names.
@@ -516,6 +517,65 @@ func cancelChild(c *child, s workers.Store) {
 	close(release)
 	recv(t, returned, "the callback returning")
 	c.shutdown(rt) // waits for the run's terminal write
+	snap, err := rt.Status(c.ctx, sub.ID, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.say("final", snap.Status)
+}
+
+// syncedCancelParent checks that a cancel from another process reaches
+// the callback when the runtime running it has a sync loop: its context is
+// cancelled with ErrCancelled, and the record stays the cancelled one.
+func syncedCancelParent(p *parent) {
+	t, ctx, s := p.t, p.ctx(), p.store()
+	rt := p.runtime(s, workers.Config{})
+	alice := workers.MustOwner("alice")
+	pr := p.start(0)
+	id := pr.next("running", 2)[0]
+	if err := rt.Cancel(ctx, id, alice); err != nil {
+		t.Fatalf("Cancel from another process: %v", err)
+	}
+	cancelled, err := s.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pr.next("interrupted", 1)[0], word(workers.ErrCancelled); got != want {
+		t.Errorf("the callback's context was cancelled with %s, want %s", got, want)
+	}
+	if got := pr.next("final", 1)[0]; got != string(workers.StatusCancelled) {
+		t.Errorf("the running process reads the task back as %s, want CANCELLED", got)
+	}
+	pr.wait()
+	final, err := s.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffRecords(cancelled, final); len(d) > 0 {
+		t.Errorf("the run's own terminal write landed on the cancelled record: %s", strings.Join(d, "; "))
+	}
+}
+
+func syncedCancelChild(c *child, s workers.Store) {
+	t := c.t
+	rt := c.runtime(s, workers.Config{SyncInterval: 10 * time.Millisecond})
+	if err := rt.Start(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	alice := workers.MustOwner("alice")
+	returned := make(chan struct{})
+	sub, err := rt.Submit(c.ctx, cancelKey, func(ctx context.Context, task *workers.Task) (any, error) {
+		defer close(returned)
+		c.say("running", task.ID(), task.RunID())
+		<-ctx.Done()
+		c.say("interrupted", word(context.Cause(ctx)))
+		return nil, context.Cause(ctx)
+	}, alice)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	recv(t, returned, "the callback returning")
+	c.shutdown(rt)
 	snap, err := rt.Status(c.ctx, sub.ID, alice)
 	if err != nil {
 		t.Fatal(err)
