@@ -40,11 +40,11 @@ func TestDurable(t *testing.T) {
 		"bob::archive           pending     0%  on queue exports",
 		"the process was killed (signal: killed)",
 		// The records as the crash left them.
-		"alice::thumbnails      running     0%",
-		"bob::csv-export        running     0%  on queue exports",
+		"alice::thumbnails      running    40%",
+		"bob::csv-export        running    70%  on queue exports",
 		// After recovery.
-		"alice::thumbnails      failed      0%  Abandoned: no live run (recovered as a zombie)",
-		"bob::csv-export        failed      0%  Abandoned: no live run (recovered as a zombie)",
+		"alice::thumbnails      failed     40%  Abandoned: no live run (recovered as a zombie)",
+		"bob::csv-export        failed     70%  Abandoned: no live run (recovered as a zombie)",
 		"bob::archive           failed      0%  Abandoned: no live run (recovered as a zombie)",
 		"3 records abandoned by the crash, 1 completed one intact",
 		"bob lists 2 tasks; asking for alice::invoice-batch he is told: workers: task not found",
