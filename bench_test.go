@@ -54,3 +54,18 @@ func BenchmarkStatus(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSubmitLatency measures one task at a time: submit, then wait
+// for its callback to run.
+func BenchmarkSubmitLatency(b *testing.B) {
+	rt := memRuntime(b)
+	ran := make(chan struct{})
+	fn := func(context.Context, *Task) (any, error) { ran <- struct{}{}; return nil, nil }
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := rt.Submit(ctx, strconv.Itoa(i), fn, alice); err != nil {
+			b.Fatal(err)
+		}
+		<-ran
+	}
+}

@@ -575,12 +575,21 @@ func (rt *Runtime[S]) write(op string, t *Task, from Status, st *State) bool {
 	defer t.stateMu.Unlock()
 	ok, err := rt.store.TransitionTask(context.Background(), t.id, t.runID, statusSet(from), *st)
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		rt.cfg.Logger.Error("workers: store write failed", "op", op, "task", t.id, "run", t.runID, "err", err)
+		rt.logRunError("workers: store write failed", op, t, err)
 	}
 	if ok {
 		t.state = *st
 	}
 	return ok
+}
+
+// logRunError logs a store error met on a run's behalf. It is kept out of
+// line so that the run's own frames stay small: a run's goroutine starts
+// with a small stack, and growing it costs a copy.
+//
+//go:noinline
+func (rt *Runtime[S]) logRunError(msg, op string, t *Task, err error) {
+	rt.cfg.Logger.Error(msg, "op", op, "task", t.id, "run", t.runID, "err", err)
 }
 
 // syncRuns is the sync loop's work (see Config.SyncInterval). A progress
@@ -616,7 +625,7 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) {
 			cause = ErrSuperseded
 		case err != nil:
 			if ctx.Err() == nil {
-				rt.cfg.Logger.Error("workers: sync read failed", "task", t.id, "run", t.runID, "err", err)
+				rt.logRunError("workers: sync read failed", "sync", t, err)
 			}
 			continue
 		case rec.RunID != t.runID:
