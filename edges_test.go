@@ -424,3 +424,109 @@ func TestShutdownBeforeTimeoutRecordsTheShutdown(t *testing.T) {
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
+
+// A timed-out run's callback is still this runtime's goroutine: Shutdown
+// waits for it, and returns nil only once it has returned.
+func TestShutdownWaitsForATimedOutCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{})
+		release, returned := make(chan struct{}), make(chan struct{})
+		sub, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) {
+			<-release // ignores its context
+			close(returned)
+			return nil, nil
+		}, alice, WithTimeout(time.Second))
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Equal(t, StatusFailed, mustStatus(t, rt, sub.ID).Status)
+
+		short, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		assert.ErrorIs(t, rt.Shutdown(short), context.DeadlineExceeded)
+		close(release)
+		require.NoError(t, rt.Shutdown(context.Background()))
+		select {
+		case <-returned:
+		default:
+			t.Error("Shutdown returned nil while the timed-out callback still ran")
+		}
+	})
+}
+
+type blockingCleanup struct {
+	*MemStore
+	entered, release chan struct{}
+}
+
+func (s *blockingCleanup) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	select {
+	case <-s.entered:
+	default:
+		close(s.entered)
+	}
+	<-s.release
+	return s.MemStore.DeleteFinished(ctx, cutoff)
+}
+
+// Shutdown waits for a background loop's store call in progress.
+func TestShutdownWaitsForTheBackgroundLoops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &blockingCleanup{MemStore: NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
+		rt := NewRuntime(s, Config{CleanupInterval: time.Second})
+		require.NoError(t, rt.Start(ctx))
+		<-s.entered
+		short, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		assert.ErrorIs(t, rt.Shutdown(short), context.DeadlineExceeded, "a cleanup in progress is waited for")
+		close(s.release)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// finishDuringRead lets the run finish while the sync loop's read is in flight.
+type finishDuringRead struct {
+	*MemStore
+	once    sync.Once
+	armed   atomic.Bool
+	release chan struct{}
+}
+
+func (s *finishDuringRead) GetTask(ctx context.Context, id string) (Record, error) {
+	if !s.armed.Load() {
+		return s.MemStore.GetTask(ctx, id)
+	}
+	s.once.Do(func() {
+		close(s.release)
+		for {
+			rec, _ := s.MemStore.GetTask(ctx, id)
+			if rec.Status.Terminal() {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return s.MemStore.GetTask(ctx, id)
+}
+
+// A run whose own terminal write lands while the sync loop reads its
+// record is not cancelled after the fact.
+func TestSyncLoopSparesARunThatFinishedDuringItsRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &finishDuringRead{MemStore: NewMemStore(), release: make(chan struct{})}
+		rt := NewRuntime(s, Config{SyncInterval: time.Second})
+		require.NoError(t, rt.Start(ctx))
+		var task *Task
+		_, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+			task = tk
+			<-s.release
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		s.armed.Store(true)
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		assert.NoError(t, task.CancelReason(), "a finished run is not cancelled")
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}

@@ -224,6 +224,9 @@ func (rt *Runtime[S]) every(ctx context.Context, interval time.Duration, f func(
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+				if ctx.Err() != nil {
+					return // a tick that raced the stop
+				}
 				f(ctx)
 			}
 		}

@@ -573,6 +573,11 @@ func (rt *Runtime[S]) finish(t *Task, from Status, st *State, status Status, msg
 func (rt *Runtime[S]) write(op string, t *Task, from Status, st *State) bool {
 	t.stateMu.Lock()
 	defer t.stateMu.Unlock()
+	return rt.writeLocked(op, t, from, st)
+}
+
+// writeLocked is write with t.stateMu held.
+func (rt *Runtime[S]) writeLocked(op string, t *Task, from Status, st *State) bool {
 	ok, err := rt.store.TransitionTask(context.Background(), t.id, t.runID, statusSet(from), *st)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		rt.logRunError("workers: store write failed", op, t, err)
@@ -606,17 +611,8 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) {
 		if t.ctx.Err() != nil {
 			continue // ending already: its final write carries its state
 		}
-		t.stateMu.Lock()
-		st := t.state
-		t.stateMu.Unlock()
-		if st.Status != StatusRunning {
-			continue // not started yet, or finished
-		}
-		if p := t.Progress(); p != st.Progress {
-			st.Progress = p
-			if rt.write("progress", t, StatusRunning, &st) {
-				continue // still this run's, and RUNNING
-			}
+		if running, stored := rt.syncProgress(t); !running || stored {
+			continue // not started yet, finished, or still this run's and RUNNING
 		}
 		rec, err := rt.store.GetTask(ctx, t.id)
 		var cause error
@@ -641,6 +637,25 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) {
 		}
 		t.stateMu.Unlock()
 	}
+}
+
+// syncProgress stores t's live progress if it changed since the run's
+// last write. It builds the write from t.state within one hold of
+// t.stateMu, so no write of the run's own can land in between. It reports
+// whether the run's last write left it RUNNING, and whether it stored.
+func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
+	t.stateMu.Lock()
+	defer t.stateMu.Unlock()
+	if t.state.Status != StatusRunning {
+		return false, false
+	}
+	p := t.Progress()
+	if p == t.state.Progress {
+		return true, false
+	}
+	st := t.state
+	st.Progress = p
+	return true, rt.writeLocked("progress", t, StatusRunning, &st)
 }
 
 // Status returns a snapshot of the task id, if auth may see it: a
