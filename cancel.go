@@ -64,8 +64,8 @@ func causeFromRecord(status Status, message string) error {
 // errors.Is(snap.Err(), ErrShutdown) tells a deploy from a person's
 // cancel.
 type TaskError struct {
-	ID      string
-	Status  Status
+	ID      string // the task id
+	Status  Status // FAILED or CANCELLED
 	Message string // the recorded message
 	cause   error
 }

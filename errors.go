@@ -67,9 +67,11 @@ var (
 )
 
 // Cancellation causes. The context a callback receives is cancelled with
-// one of the first four as its cause ([context.Cause]); the first cause to
-// land is the one that sticks and the one recorded. A timeout's cause is a
-// *TimeoutError, which matches ErrTimeout.
+// one of these as its cause ([context.Cause]): ErrCancelled, a
+// *TimeoutError, ErrSuperseded or ErrShutdown from its own runtime, or
+// ErrCancelled, ErrSuperseded or ErrAbandoned from the sync loop
+// (Config.SyncInterval) when another process ended the run. The first
+// cause to land is the one that sticks and the one recorded.
 var (
 	// ErrCancelled is the cause of a cancellation requested through
 	// Runtime.Cancel.
@@ -87,8 +89,9 @@ var (
 	// Runtime.Shutdown drains.
 	ErrShutdown = errors.New("workers: cancelled by worker shutdown")
 
-	// ErrAbandoned is not a cancellation cause but the reason recorded by
-	// Runtime.RecoverZombies for a record whose run is no longer alive.
+	// ErrAbandoned is the reason Runtime.RecoverZombies records for a
+	// record whose run is no longer alive, and the cause the sync loop
+	// gives a run that another process recovered as a zombie.
 	ErrAbandoned = errors.New("workers: run abandoned")
 )
 
@@ -136,7 +139,7 @@ func (e *AuthorizationError) Unwrap() error { return ErrUnauthorized }
 // Snapshot.Err returns a *TimeoutError again. It matches ErrTimeout. A
 // timed-out run is never retried.
 type TimeoutError struct {
-	Timeout time.Duration
+	Timeout time.Duration // the timeout that expired
 }
 
 func (e *TimeoutError) Error() string {

@@ -9,18 +9,6 @@ import (
 	"github.com/taskgate/workers"
 )
 
-// waitDone polls a task until it ends. A service's handlers poll the same
-// way; a program that only needs to wait could also use Shutdown.
-func waitDone[S workers.Store](rt *workers.Runtime[S], id string, auth workers.TaskAuthority) workers.Snapshot {
-	for {
-		snap, err := rt.Status(context.Background(), id, auth)
-		if err != nil || snap.Status.Terminal() {
-			return snap
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func Example() {
 	ctx := context.Background()
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
@@ -35,7 +23,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	snap := waitDone(rt, sub.ID, alice)
+	snap, _ := rt.Wait(ctx, sub.ID, alice)
 	rows, _ := workers.ResultAs[map[string]int](snap)
 	fmt.Println(sub.ID, snap.Status, snap.Progress, rows["rows"])
 	// Output: alice::report-42 completed 100 42
@@ -70,7 +58,7 @@ func ExampleRuntime_Status() {
 	sub, _ := rt.Submit(ctx, "payroll", func(ctx context.Context, t *workers.Task) (any, error) {
 		return "done", nil
 	}, alice)
-	waitDone(rt, sub.ID, alice)
+	rt.Wait(ctx, sub.ID, alice)
 
 	_, err := rt.Status(ctx, sub.ID, bob)
 	fmt.Println("bob:", err)
@@ -101,7 +89,7 @@ func ExampleRuntime_Cancel() {
 	if err := rt.Cancel(ctx, sub.ID, alice); err != nil {
 		fmt.Println(err)
 	}
-	snap := waitDone(rt, sub.ID, alice)
+	snap, _ := rt.Wait(ctx, sub.ID, alice)
 	fmt.Printf("%s: %s\n", snap.Status, snap.Error)
 	fmt.Println(errors.Is(snap.Err(), workers.ErrCancelled))
 	fmt.Println(rt.Cancel(ctx, sub.ID, alice))
@@ -124,7 +112,7 @@ func ExampleRuntime_SubmitSequential() {
 			return nil, nil
 		}, alice)
 	}
-	waitDone(rt, last.ID, alice)
+	rt.Wait(ctx, last.ID, alice)
 	// Output:
 	// sending first
 	// sending second
@@ -140,8 +128,8 @@ func ExampleWithWatchers() {
 	sub, _ := rt.Submit(ctx, "migration", func(ctx context.Context, t *workers.Task) (any, error) {
 		return nil, nil
 	}, alice, workers.WithWatchers(support))
-	snap := waitDone(rt, sub.ID, support)
-	fmt.Println(snap.Status, snap.Watchers)
+	snap, _ := rt.Wait(ctx, sub.ID, support)
+	fmt.Println(snap.Status, snap.WatcherCount)
 	// Output: completed 2
 }
 

@@ -13,9 +13,8 @@ import (
 // then on); stops every sequential queue fetching and records each item
 // that never started CANCELLED with the shutdown message; cancels every
 // run in flight with ErrShutdown; stops the background loops (cleanup,
-// progress); and waits
-// until every run has settled or ctx ends. An already-done ctx means "do
-// not wait".
+// sync); and waits until every run has settled or ctx ends. An
+// already-done ctx means "do not wait".
 //
 // What a cancelled run records is its own doing: COMPLETED if its callback
 // returns a result anyway, FAILED if it fails, CANCELLED with "Cancelled by
@@ -198,7 +197,8 @@ func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
 
 // Cleanup deletes terminal records that completed more than olderThan
 // ago and returns how many it deleted. The cleanup scheduler calls it
-// every Config.CleanupInterval with Config.Retention.
+// every Config.CleanupInterval with Config.Retention. A negative
+// olderThan is ErrInvalidOption.
 func (rt *Runtime[S]) Cleanup(ctx context.Context, olderThan time.Duration) (int, error) {
 	if olderThan < 0 {
 		return 0, fmt.Errorf("%w: negative age %v", ErrInvalidOption, olderThan)

@@ -732,7 +732,7 @@ func TestResetClearsVolatileRecordsOnly(t *testing.T) {
 	}
 }
 
-// With a progress interval, the live progress of a running task reaches
+// With a sync interval, the live progress of a running task reaches
 // the store, where another runtime (another process) reads it.
 func TestSyncLoopPublishesRunningProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

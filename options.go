@@ -143,8 +143,8 @@ func WithStatus(s ...Status) ListOption {
 	return func(f *Filter) { f.Statuses = append(f.Statuses, s...) }
 }
 
-// InQueue keeps tasks of the named sequential queue.
-func InQueue(name string) ListOption {
+// WithQueue keeps tasks of the named sequential queue.
+func WithQueue(name string) ListOption {
 	return func(f *Filter) { f.Queue = name }
 }
 

@@ -57,12 +57,14 @@ type Config struct {
 	// progress to store costs one read per interval. Zero (the default)
 	// runs no loop: progress is stored with a run's transitions only, and
 	// a cancel from another process reaches the record but not the
-	// callback.
+	// callback. Only runs that have started are checked: a queued item
+	// whose record another process ended waits to be skipped by its
+	// processor.
 	SyncInterval time.Duration
 
 	// Logger receives errors that have no caller to return to: a store
-	// write on a run's behalf that failed, a cleanup that failed.
-	// Defaults to a logger that discards everything.
+	// write on a run's behalf that failed (which leaves the record for
+	// zombie recovery), a cleanup that failed. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -104,7 +106,7 @@ type Runtime[S Store] struct {
 func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	return &Runtime[S]{
 		store:     store,
@@ -121,9 +123,11 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 
 // Start readies the runtime as its Config says: it recovers zombies
 // (Config.RecoverZombies), starts the named queues' processors, the
-// cleanup scheduler and the sync loop. Start is optional when none of that is wanted. It
-// returns ErrClosed after Shutdown and ErrStarted if it already ran; a
-// Start that failed (a store error during recovery) may be called again.
+// cleanup scheduler and the sync loop. Start is optional when none of
+// that is wanted. It returns a *ValidationError for a bad queue name in
+// Config.Queues, ErrInvalidOption for a negative interval or Retention,
+// ErrClosed after Shutdown and ErrStarted if it already ran; a Start that
+// failed (a store error during recovery) may be called again.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
 	for _, q := range rt.cfg.Queues {
 		if err := validateText("queue", q, MaxKeyLen, ErrInvalidKey); err != nil {
@@ -204,7 +208,9 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 // SubmitSequential is Submit on the named sequential queue: the queue's
 // one processor runs its tasks one at a time, in submission order.
 // Different queues run independently. The queue authorizer is asked with
-// the queue's name.
+// the queue's name. Each distinct queue name gets a processor goroutine
+// that lives until Shutdown, so do not pass untrusted names without a
+// queue authorizer that limits them.
 func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
 	if err := validateText("queue", queue, MaxKeyLen, ErrInvalidKey); err != nil {
 		return Submission{}, err
@@ -639,6 +645,40 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) {
 	}
 }
 
+// waitPoll is how often Wait reads a task that runs in another runtime.
+const waitPoll = 50 * time.Millisecond
+
+// Wait blocks until the task id has ended, or ctx ends, and returns its
+// final snapshot. A run executing in this runtime is waited on directly;
+// a task another runtime or process runs is read from the store every
+// 50ms. Errors are those of Status, or ctx.Err().
+func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
+	for {
+		rec, err := rt.visibleRecord(ctx, id, auth)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if rec.Status.Terminal() {
+			return rt.snapshot(&rec), nil
+		}
+		if t := rt.handle(id, rec.RunID); t != nil {
+			select {
+			case <-t.done:
+			case <-ctx.Done():
+				return Snapshot{}, ctx.Err()
+			}
+			continue
+		}
+		timer := time.NewTimer(waitPoll)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return Snapshot{}, ctx.Err()
+		}
+	}
+}
+
 // syncProgress stores t's live progress if it changed since the run's
 // last write. It builds the write from t.state within one hold of
 // t.stateMu, so no write of the run's own can land in between. It reports
@@ -662,7 +702,8 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 // watcher, the owner the id names, or System. For any other caller it
 // returns ErrNotFound, exactly as for a task that does not exist, so
 // Status never reveals that someone else's task exists. Progress is read
-// live when the run executes in this runtime.
+// live when the run executes in this runtime. Errors: ErrNoAuthority, a
+// *ValidationError (ErrInvalidKey), ErrNotFound, or a store error.
 func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
 	rec, err := rt.visibleRecord(ctx, id, auth)
 	if err != nil {
@@ -673,7 +714,7 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 
 // List returns the tasks auth may see, ordered by creation time: for an
 // Owner, the tasks it owns or watches; for System, every task. Options
-// narrow the list.
+// narrow the list. Errors: ErrNoAuthority or a store error.
 func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
 	c, err := resolve(auth)
 	if err != nil {
@@ -736,7 +777,9 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // run's context with ErrCancelled, so the record says "Cancelled by user"
 // whatever the callback does next. A caller who may not see the task gets
 // ErrNotFound, exactly as for a missing task. A task that already ended
-// returns ErrFinished.
+// returns ErrFinished. Errors: ErrNoAuthority, a *ValidationError
+// (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
+// the record kept changing, or a store error.
 //
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process's sync loop (see

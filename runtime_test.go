@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -157,7 +158,7 @@ func TestForeignJoinOfGlobalKeyNeedsWatchAuthorizer(t *testing.T) {
 	assert.Equal(t, []string{"warm-cache [alice] bob"}, seen)
 	snap, err := rt.Status(ctx, sub.ID, bob)
 	require.NoError(t, err, "an authorized joiner becomes a watcher")
-	assert.Equal(t, 2, snap.Watchers)
+	assert.Equal(t, 2, snap.WatcherCount)
 	rec, err := s.GetTask(ctx, sub.ID)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{"alice", "bob"}, rec.Watchers)
@@ -307,7 +308,7 @@ func TestWatchersGrantedAtSubmitMayReadListAndCancel(t *testing.T) {
 	require.NoError(t, err)
 	snap, err := rt.Status(ctx, sub.ID, bob)
 	require.NoError(t, err)
-	assert.Equal(t, 2, snap.Watchers, "duplicates and the submitter are not listed twice")
+	assert.Equal(t, 2, snap.WatcherCount, "duplicates and the submitter are not listed twice")
 	list, err := rt.List(ctx, bob)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -343,6 +344,12 @@ func TestListShowsOwnTasksAndSystemSeesAll(t *testing.T) {
 	limited, err := rt.List(ctx, System, WithLimit(2))
 	require.NoError(t, err)
 	assert.Len(t, limited, 2)
+	queued, err := rt.SubmitSequential(ctx, "reports", "queued", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, queued.ID)
+	inQueue, err := rt.List(ctx, alice, WithQueue("reports"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{queued.ID}, snapshotIDs(inQueue))
 }
 
 func snapshotIDs(s []Snapshot) []string {
@@ -449,7 +456,7 @@ func TestSnapshotCarriesTimesQueueAndWatchers(t *testing.T) {
 	snap := settled(t, rt, sub.ID)
 	assert.Equal(t, StatusCompleted, snap.Status)
 	assert.Equal(t, "reports", snap.Queue)
-	assert.Equal(t, 2, snap.Watchers)
+	assert.Equal(t, 2, snap.WatcherCount)
 	assert.False(t, snap.CreatedAt.IsZero())
 	assert.False(t, snap.StartedAt.Before(snap.CreatedAt))
 	assert.False(t, snap.CompletedAt.Before(snap.StartedAt))
@@ -558,4 +565,54 @@ func TestCallerContextBoundsOnlyTheCall(t *testing.T) {
 	wait(t, g.started, "callback")
 	g.open()
 	assert.Equal(t, StatusCompleted, settled(t, rt, sub.ID).Status, "the run outlives the submitting context")
+}
+
+func TestWaitReturnsTheFinalSnapshot(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+
+	_, err = rt.Wait(ctx, sub.ID, bob)
+	assert.ErrorIs(t, err, ErrNotFound, "a non-watcher cannot wait either")
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = rt.Wait(short, sub.ID, alice)
+	assert.ErrorIs(t, err, context.Canceled)
+
+	got := make(chan Snapshot)
+	go func() {
+		snap, err := rt.Wait(ctx, sub.ID, alice)
+		assert.NoError(t, err)
+		got <- snap
+	}()
+	g.open()
+	snap := <-got
+	assert.Equal(t, StatusCompleted, snap.Status)
+	assert.JSONEq(t, `"released"`, string(snap.Result))
+}
+
+func TestWaitFollowsATaskAnotherRuntimeRuns(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	runner := newRuntime(t, s, Config{})
+	watcher := newRuntime(t, s, Config{})
+	g := newGate()
+	sub, err := runner.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "callback")
+	got := make(chan Snapshot)
+	go func() {
+		snap, err := watcher.Wait(ctx, sub.ID, alice)
+		assert.NoError(t, err)
+		got <- snap
+	}()
+	g.open()
+	select {
+	case snap := <-got:
+		assert.Equal(t, StatusCompleted, snap.Status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not see the other runtime's task end")
+	}
 }

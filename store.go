@@ -38,9 +38,9 @@ func (s Status) Valid() bool {
 // progresses. Store.SetTask and Store.TransitionTask write exactly these
 // fields and nothing else.
 type State struct {
-	Status   Status
-	Progress int // 0 to 100
-	Attempt  int // 1 for the first attempt; 0 before the run starts
+	Status   Status // the lifecycle state
+	Progress int    // 0 to 100
+	Attempt  int    // 1 for the first attempt; 0 before the run starts
 
 	// Result is the JSON encoding of the callback's result; nil when the
 	// callback returned nil or the run did not complete. Decode it with
@@ -68,7 +68,7 @@ type Record struct {
 	// id is also allowed, whether listed or not.
 	Watchers []string
 
-	CreatedAt time.Time
+	CreatedAt time.Time // when the run was submitted
 
 	State
 }
@@ -228,9 +228,11 @@ type Store interface {
 
 	// Lock and Unlock are the store's task lock. It is process-local,
 	// even for a store that several processes share: it serializes this
-	// process's registrations, joins, cancels and recoveries, and never
-	// stands in for an atomic write. It need not be reentrant; the
-	// runtime never takes it twice.
+	// process's registrations, joins, queue abandons and zombie
+	// recoveries (Runtime.Cancel takes no lock: its write is fenced on run
+	// id and status), and never stands in for an atomic write. It need not
+	// be reentrant; the runtime never takes it twice, and calls the other
+	// methods while holding it, so no Store method may take it.
 	sync.Locker
 
 	// QueueAuthorizer returns the queue authorizer; nil means no queue

@@ -10,8 +10,9 @@ import (
 )
 
 // Func is a task's callback. ctx is cancelled by the runtime, with one of
-// ErrCancelled, a *TimeoutError, ErrSuperseded or ErrShutdown as its cause,
-// when the run should stop; a callback that watches ctx ends promptly. t
+// ErrCancelled, a *TimeoutError, ErrSuperseded, ErrShutdown or (from the
+// sync loop, when another process recovered the run) ErrAbandoned as its
+// cause, when the run should stop; a callback that watches ctx ends promptly. t
 // is the live run: report progress through t.SetProgress.
 //
 // The result is stored as JSON (see ResultAs); a result that cannot be
@@ -62,7 +63,8 @@ func (t *Task) Attempt() int { return int(t.attempt.Load()) }
 // SetProgress records progress on a 0 to 100 scale, clamping values
 // outside it. It is the only way to write progress, and it is cheap: the
 // value lives on the run and reaches the store with the run's next
-// transition, while Runtime.Status reads it live.
+// transition, or within one Config.SyncInterval when the sync loop runs,
+// while Runtime.Status reads it live.
 func (t *Task) SetProgress(p int) {
 	t.progress.Store(int32(min(max(p, 0), 100)))
 }
@@ -95,24 +97,26 @@ func (t *Task) visibleTo(c caller) bool {
 // Snapshot is a point-in-time view of a task, as Runtime.Status and
 // Runtime.List return it.
 type Snapshot struct {
-	ID     string
-	RunID  string
+	ID     string // the scoped task id
+	RunID  string // the run the record belongs to
 	Status Status
 	// Progress is live for a run executing in this runtime, and the last
 	// stored value otherwise.
 	Progress int
-	Attempt  int
+	// Attempt is the current attempt, from 1; live like Progress.
+	Attempt int
 	// Result is the JSON encoding of the callback's result, for a
 	// COMPLETED task that returned one. Decode it with ResultAs.
 	Result json.RawMessage
 	// Error is the recorded message of a FAILED or CANCELLED task; Err
 	// turns it into an error.
 	Error       string
-	CreatedAt   time.Time
+	CreatedAt   time.Time // when the run was submitted
 	StartedAt   time.Time // zero until the run started
 	CompletedAt time.Time // zero until the task ended
 	Queue       string    // the sequential queue, or "" for the async path
-	Watchers    int       // how many identities are granted the task
+	// WatcherCount is how many identities are granted the task.
+	WatcherCount int
 }
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
@@ -128,18 +132,18 @@ func (s Snapshot) Err() error {
 
 func snapshotOf(r *Record) Snapshot {
 	return Snapshot{
-		ID:          r.ID,
-		RunID:       r.RunID,
-		Status:      r.Status,
-		Progress:    r.Progress,
-		Attempt:     r.Attempt,
-		Result:      r.Result,
-		Error:       r.Error,
-		CreatedAt:   r.CreatedAt,
-		StartedAt:   r.StartedAt,
-		CompletedAt: r.CompletedAt,
-		Queue:       r.Queue,
-		Watchers:    len(r.Watchers),
+		ID:           r.ID,
+		RunID:        r.RunID,
+		Status:       r.Status,
+		Progress:     r.Progress,
+		Attempt:      r.Attempt,
+		Result:       r.Result,
+		Error:        r.Error,
+		CreatedAt:    r.CreatedAt,
+		StartedAt:    r.StartedAt,
+		CompletedAt:  r.CompletedAt,
+		Queue:        r.Queue,
+		WatcherCount: len(r.Watchers),
 	}
 }
 
@@ -172,8 +176,8 @@ const (
 // QueueInfo is a point-in-time view of a sequential queue, as
 // Runtime.QueueStatus returns it.
 type QueueInfo struct {
-	Name  string
-	State QueueState
+	Name  string     // the queue's name
+	State QueueState // idle, queued or processing
 	// Running is the id of the task executing now, or "". It is empty
 	// too when the caller may not see that task.
 	Running string

@@ -15,7 +15,7 @@
 //		t.SetProgress(50)
 //		return buildReport(ctx)
 //	}, alice)
-//	snap, err := rt.Status(ctx, sub.ID, alice)
+//	snap, err := rt.Status(ctx, sub.ID, alice) // or rt.Wait, to block until it ends
 //
 // # Authority
 //
@@ -49,10 +49,12 @@
 // A task's callback receives a context that the runtime cancels, with a
 // cause, when the run should stop: [ErrCancelled] (through
 // [Runtime.Cancel]), a [*TimeoutError] ([WithTimeout]), [ErrSuperseded] (a
-// newer run replaced it) or [ErrShutdown] ([Runtime.Shutdown]). The first
-// cause is the one that sticks and the one recorded: [Snapshot.Err]
-// unwraps to it. The cancel function is private to the runtime, and the
-// message stored for each cause comes from one table.
+// newer run replaced it) or [ErrShutdown] ([Runtime.Shutdown]); with
+// Config.SyncInterval, also when another process cancelled, re-ran or
+// recovered it ([ErrAbandoned]). The first cause is the one that sticks
+// and the one recorded: [Snapshot.Err] unwraps to it. The cancel function
+// is private to the runtime, and the message stored for each cause comes
+// from one table.
 //
 // # Stores
 //

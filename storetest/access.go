@@ -71,8 +71,8 @@ func joinForeignAllowed(h *harness) {
 		h.t.Errorf("after bob joined the record lists the watchers %q, want [alice bob]", w)
 	}
 	snap := h.status(rt, sub.ID, bob)
-	if snap.RunID != sub.RunID || snap.Watchers != 2 {
-		h.t.Errorf("Status for the joiner: run %q, %d watchers; want run %q, 2 watchers", snap.RunID, snap.Watchers, sub.RunID)
+	if snap.RunID != sub.RunID || snap.WatcherCount != 2 {
+		h.t.Errorf("Status for the joiner: run %q, %d watchers; want run %q, 2 watchers", snap.RunID, snap.WatcherCount, sub.RunID)
 	}
 	if !slices.Contains(listed(h, rt, bob), sub.ID) {
 		h.t.Errorf("List for the joiner does not show %q", sub.ID)

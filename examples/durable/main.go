@@ -64,7 +64,13 @@ var tasks = []struct {
 	{"archive", "exports", bob, workUntil(100), workers.StatusPending, 0}, // behind csv-export
 }
 
-func id(i int) string { return tasks[i].owner.ID() + "::" + tasks[i].key }
+func id(i int) string {
+	id, err := workers.ScopedTaskKey(tasks[i].key, tasks[i].owner)
+	if err != nil {
+		panic(err) // the keys above are valid
+	}
+	return id
+}
 
 func main() {
 	path := flag.String("db", filepath.Join(os.TempDir(), "workers-durable-example.db"),

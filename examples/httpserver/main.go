@@ -54,6 +54,11 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 		CleanupInterval: time.Minute,
 		Retention:       time.Hour,
 	})
+	// Every queue name gets a processor: let clients use only the known
+	// ones, or any of them could start goroutines without limit.
+	rt.Store().SetQueueAuthorizer(func(queue, _ string) bool {
+		return queue == workers.DefaultQueue || queue == "reports"
+	})
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}

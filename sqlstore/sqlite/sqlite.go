@@ -8,6 +8,8 @@
 //	defer s.Close()
 //	if err := s.Migrate(ctx); err != nil { ... }
 //	rt := workers.NewRuntime(s, workers.Config{RecoverZombies: true})
+//	if err := rt.Start(ctx); err != nil { ... } // recovers zombies
+//	defer rt.Shutdown(context.Background())
 //
 // # Limits
 //
@@ -36,10 +38,11 @@
 // another process runs, with the same authorization: a caller who is not
 // a watcher gets workers.ErrNotFound wherever it asks. A cancel from a
 // process that does not run the task writes CANCELLED ("Cancelled by
-// user") to the record at once, fenced on the run id. The process running the callback
-// cancels its context (with workers.ErrCancelled) within one interval of
-// its runtime's sync loop (workers.Config.SyncInterval); without that loop
-// the callback keeps running until it returns. Either way its terminal
+// user") to the record at once, fenced on the run id. The process
+// running the callback cancels its context (with workers.ErrCancelled)
+// within one interval of its runtime's sync loop
+// (workers.Config.SyncInterval); without that loop the callback keeps
+// running until it returns. Either way its terminal
 // write is fenced out and the record stays CANCELLED. The sync loop also
 // stores running tasks' progress; without it, progress read from another
 // process is the value a run stored with its last transition.

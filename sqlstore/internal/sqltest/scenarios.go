@@ -421,7 +421,7 @@ func cancelParent(p *parent) {
 		// reads the value stored when the run started, or a later one.
 		if snap.ID != id || snap.RunID != run || snap.Status != workers.StatusRunning || snap.Attempt != 1 ||
 			snap.StartedAt.IsZero() || !snap.CompletedAt.IsZero() || snap.Error != "" || snap.Result != nil ||
-			snap.Queue != "" || snap.Watchers != 2 || (snap.Progress != 0 && snap.Progress != 60) {
+			snap.Queue != "" || snap.WatcherCount != 2 || (snap.Progress != 0 && snap.Progress != 60) {
 			t.Errorf("Status as %s from another process = %+v; want run %q RUNNING, attempt 1, 2 watchers", who.ID(), snap, run)
 		}
 	}
