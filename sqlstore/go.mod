@@ -26,4 +26,7 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
+// The replace directives build against this repository's own modules. A
+// release tags the root module and this one together and requires the
+// tagged version, since a dependency's replace directives are ignored.
 replace github.com/taskgate/workers => ../

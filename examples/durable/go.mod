@@ -21,6 +21,9 @@ require (
 	modernc.org/sqlite v1.62.0 // indirect
 )
 
+// The replace directives build against this repository's own modules. A
+// release tags the root module and this one together and requires the
+// tagged version, since a dependency's replace directives are ignored.
 replace (
 	github.com/taskgate/workers => ../..
 	github.com/taskgate/workers/sqlstore => ../../sqlstore
