@@ -151,37 +151,6 @@ func TestOwnerIsNeverEvictedFromAUserScopedTask(t *testing.T) {
 	require.NoError(t, rt.Cancel(ctx, "alice::legacy", alice))
 }
 
-// An abandon write is fenced on the item's own run id even when the
-// successor that took the key is PENDING too (waiting in another
-// runtime's queue).
-func TestAbandonSparesAPendingSuccessor(t *testing.T) {
-	t.Parallel()
-	s := NewMemStore()
-	rt1 := NewRuntime(s, Config{})
-	rt2 := newRuntime(t, s, Config{})
-	head1, head2 := newGate(), newGate()
-	_, err := rt1.SubmitSequential(ctx, "q", "head", head1.fn, alice)
-	require.NoError(t, err)
-	wait(t, head1.started, "rt1's head")
-	stale, err := rt1.SubmitSequential(ctx, "q", "k", noop, alice)
-	require.NoError(t, err)
-	require.NoError(t, rt1.Cancel(ctx, stale.ID, alice))
-
-	_, err = rt2.SubmitSequential(ctx, "q", "head2", head2.fn, alice)
-	require.NoError(t, err)
-	wait(t, head2.started, "rt2's head")
-	fresh, err := rt2.SubmitSequential(ctx, "q", "k", noop, alice)
-	require.NoError(t, err)
-	require.False(t, fresh.Joined)
-
-	require.NoError(t, rt1.Shutdown(ctx))
-	snap := mustStatus(t, rt2, fresh.ID)
-	assert.Equal(t, fresh.RunID, snap.RunID)
-	assert.Equal(t, StatusPending, snap.Status, "rt1's teardown did not touch the successor")
-	head2.open()
-	assert.Equal(t, StatusCompleted, settled(t, rt2, fresh.ID).Status)
-}
-
 // System watches everything: it joins a live global task without asking
 // the watch authorizer.
 func TestSystemJoinsALiveGlobalTask(t *testing.T) {

@@ -345,29 +345,53 @@ func TestShutdownAbandonsTheQueueBacklog(t *testing.T) {
 // the key meanwhile is spared.
 func TestAbandonIsFencedOnTheRunIDFromRegistration(t *testing.T) {
 	t.Parallel()
-	s := NewMemStore()
-	rt1 := NewRuntime(s, Config{})
-	rt2 := newRuntime(t, s, Config{})
-	head := newGate()
-	_, err := rt1.SubmitSequential(ctx, "q", "head", head.fn, alice)
-	require.NoError(t, err)
-	wait(t, head.started, "head")
-	stale, err := rt1.SubmitSequential(ctx, "q", "k", noop, alice)
-	require.NoError(t, err)
-	require.NoError(t, rt1.Cancel(ctx, stale.ID, alice))
+	for _, c := range []struct {
+		name string
+		want Status // the successor's status when rt1 shuts down
+		// successor submits "k" in rt2, returning the gate to open once
+		// rt1 has shut down, and waits until it is where the case wants.
+		successor func(t *testing.T, rt2 *Runtime[*MemStore]) (Submission, *gate)
+	}{
+		{"RunningSuccessor", StatusRunning, func(t *testing.T, rt2 *Runtime[*MemStore]) (Submission, *gate) {
+			g := newGate()
+			sub, err := rt2.Submit(ctx, "k", g.fn, alice)
+			require.NoError(t, err)
+			wait(t, g.started, "successor")
+			return sub, g
+		}},
+		{"PendingSuccessor", StatusPending, func(t *testing.T, rt2 *Runtime[*MemStore]) (Submission, *gate) {
+			head := newGate()
+			_, err := rt2.SubmitSequential(ctx, "q", "head2", head.fn, alice)
+			require.NoError(t, err)
+			wait(t, head.started, "rt2's head")
+			sub, err := rt2.SubmitSequential(ctx, "q", "k", noop, alice)
+			require.NoError(t, err)
+			return sub, head
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := NewMemStore()
+			rt1 := NewRuntime(s, Config{})
+			rt2 := newRuntime(t, s, Config{})
+			head := newGate()
+			_, err := rt1.SubmitSequential(ctx, "q", "head", head.fn, alice)
+			require.NoError(t, err)
+			wait(t, head.started, "head")
+			stale, err := rt1.SubmitSequential(ctx, "q", "k", noop, alice)
+			require.NoError(t, err)
+			require.NoError(t, rt1.Cancel(ctx, stale.ID, alice))
 
-	successor := newGate()
-	fresh, err := rt2.Submit(ctx, "k", successor.fn, alice)
-	require.NoError(t, err)
-	require.False(t, fresh.Joined)
-	wait(t, successor.started, "successor")
-
-	require.NoError(t, rt1.Shutdown(ctx))
-	snap := mustStatus(t, rt2, fresh.ID)
-	assert.Equal(t, fresh.RunID, snap.RunID)
-	assert.Equal(t, StatusRunning, snap.Status, "rt1's teardown did not touch the successor")
-	successor.open()
-	assert.Equal(t, StatusCompleted, settled(t, rt2, fresh.ID).Status)
+			fresh, release := c.successor(t, rt2)
+			require.False(t, fresh.Joined)
+			require.NoError(t, rt1.Shutdown(ctx))
+			snap := mustStatus(t, rt2, fresh.ID)
+			assert.Equal(t, fresh.RunID, snap.RunID)
+			assert.Equal(t, c.want, snap.Status, "rt1's teardown did not touch the successor")
+			release.open()
+			assert.Equal(t, StatusCompleted, settled(t, rt2, fresh.ID).Status)
+		})
+	}
 }
 
 // A drain's cancellation is recorded as a shutdown on both submit paths.
@@ -830,12 +854,10 @@ func TestSyncLoopCancelsRunsEndedElsewhere(t *testing.T) {
 				require.NoError(t, rt.Start(ctx))
 				other := newRuntime(t, s, Config{})
 				g := newGate()
-				var task *Task
-				sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
-					task = tk
-					return g.fn(ctx, tk)
-				}, alice)
+				sub, err := rt.Submit(ctx, "k", g.fn, alice)
 				require.NoError(t, err)
+				wait(t, g.started, "callback")
+				task := g.task.Load()
 				synctest.Wait()
 
 				c.end(t, s, other, sub.ID)
@@ -861,12 +883,10 @@ func TestSyncLoopLeavesLiveRunsAlone(t *testing.T) {
 		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		g := newGate()
-		var task *Task
-		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
-			task = tk
-			return g.fn(ctx, tk)
-		}, alice)
+		sub, err := rt.Submit(ctx, "k", g.fn, alice)
 		require.NoError(t, err)
+		wait(t, g.started, "callback")
+		task := g.task.Load()
 		time.Sleep(time.Hour)
 		synctest.Wait()
 		assert.NoError(t, task.CancelReason())

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,7 @@ func memRuntime(t testing.TB) *Runtime[*MemStore] {
 // released (with "released") or, unless stubborn, when its context ends
 // (with the cause).
 type gate struct {
+	task     atomic.Pointer[Task] // the run, once started
 	started  chan struct{}
 	release  chan struct{}
 	once     sync.Once
@@ -53,8 +55,11 @@ func newGate() *gate {
 
 func stubbornGate() *gate { g := newGate(); g.stubborn = true; return g }
 
-func (g *gate) fn(ctx context.Context, _ *Task) (any, error) {
-	g.once.Do(func() { close(g.started) })
+func (g *gate) fn(ctx context.Context, tk *Task) (any, error) {
+	g.once.Do(func() {
+		g.task.Store(tk)
+		close(g.started)
+	})
 	defer g.retOnce.Do(func() { close(g.ran) })
 	if g.stubborn {
 		<-g.release

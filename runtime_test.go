@@ -257,18 +257,14 @@ func TestSupersededRunLateWriteNeverLands(t *testing.T) {
 func runMarkedFinished[S Store](t *testing.T, s S, rt *Runtime[S]) (Submission, *gate, *Task) {
 	t.Helper()
 	old := stubbornGate()
-	var task atomic.Pointer[Task]
-	first, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
-		task.Store(tk)
-		return old.fn(ctx, tk)
-	}, alice)
+	first, err := rt.Submit(ctx, "k", old.fn, alice)
 	require.NoError(t, err)
 	wait(t, old.started, "first run")
 	rec, err := s.GetTask(ctx, first.ID)
 	require.NoError(t, err)
 	rec.Status, rec.Error, rec.CompletedAt = StatusFailed, "marked failed elsewhere", now()
 	require.NoError(t, s.SetTask(ctx, rec))
-	return first, old, task.Load()
+	return first, old, old.task.Load()
 }
 
 func TestNonWatcherCannotLearnThatATaskExists(t *testing.T) {
