@@ -14,6 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// Edge cases of the runtime's concurrency. As in lifecycle_test.go,
+// time.Sleep appears only inside synctest bubbles, where it advances the
+// fake clock; it never waits for a condition.
+
 // hookStore lets a test act inside the runtime's store calls. Set the hooks
 // before the store is shared.
 type hookStore struct {
