@@ -460,33 +460,36 @@ func TestShutdownWaitsForTheBackgroundLoops(t *testing.T) {
 // finishDuringRead lets the run finish while the sync loop's read is in flight.
 type finishDuringRead struct {
 	*MemStore
-	once    sync.Once
-	armed   atomic.Bool
-	release chan struct{}
+	once     sync.Once
+	armed    atomic.Bool
+	release  chan struct{} // closed to let the callback return
+	finished chan struct{} // closed once the run's terminal write landed
+	signal   sync.Once
 }
 
 func (s *finishDuringRead) GetTask(ctx context.Context, id string) (Record, error) {
-	if !s.armed.Load() {
-		return s.MemStore.GetTask(ctx, id)
+	if s.armed.Load() {
+		s.once.Do(func() {
+			close(s.release)
+			<-s.finished
+		})
 	}
-	s.once.Do(func() {
-		close(s.release)
-		for {
-			rec, _ := s.MemStore.GetTask(ctx, id)
-			if rec.Status.Terminal() {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	})
 	return s.MemStore.GetTask(ctx, id)
+}
+
+func (s *finishDuringRead) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	ok, err := s.MemStore.TransitionTask(ctx, id, runID, from, next)
+	if ok && next.Status.Terminal() {
+		s.signal.Do(func() { close(s.finished) })
+	}
+	return ok, err
 }
 
 // A run whose own terminal write lands while the sync loop reads its
 // record is not cancelled after the fact.
 func TestSyncLoopSparesARunThatFinishedDuringItsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &finishDuringRead{MemStore: NewMemStore(), release: make(chan struct{})}
+		s := &finishDuringRead{MemStore: NewMemStore(), release: make(chan struct{}), finished: make(chan struct{})}
 		rt := NewRuntime(s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		var task *Task

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -162,17 +161,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		stores = append(stores, s)
 	}
-	var wg sync.WaitGroup
-	for _, s := range stores {
-		wg.Go(func() {
-			for range 2 {
-				if err := s.Migrate(t.Context()); err != nil {
-					t.Errorf("Migrate: %v", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	sqltest.MigrateConcurrently(t, stores)
 	var n int
 	err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n)
 	if err != nil || n != 1 {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -100,17 +99,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		stores = append(stores, s)
 	}
-	var wg sync.WaitGroup
-	for _, s := range stores {
-		wg.Go(func() {
-			for range 2 {
-				if err := s.Migrate(t.Context()); err != nil {
-					t.Errorf("Migrate: %v", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	sqltest.MigrateConcurrently(t, stores)
 	db := openRaw(t, path)
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM workers_schema_version`).Scan(&n); err != nil || n != 1 {

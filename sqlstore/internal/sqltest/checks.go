@@ -1,6 +1,8 @@
 package sqltest
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,3 +46,25 @@ func timesUTC(t *testing.T, s workers.Store) {
 }
 
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// Migrator is a store with a Migrate method, as both SQL stores have.
+type Migrator interface {
+	Migrate(ctx context.Context) error
+}
+
+// MigrateConcurrently runs Migrate twice on each of stores at once, as
+// several processes starting together would, failing t on any error. The
+// caller then checks that the schema was migrated exactly once.
+func MigrateConcurrently[M Migrator](t *testing.T, stores []M) {
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			for range 2 {
+				if err := s.Migrate(t.Context()); err != nil {
+					t.Errorf("Migrate: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
