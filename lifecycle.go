@@ -109,21 +109,18 @@ func waitAll(ctx context.Context, chans []<-chan struct{}) int {
 }
 
 // abandon records queue items that will never run CANCELLED with the
-// shutdown message, in one batch under the store's task lock, each write
-// fenced on the run id its item carries from registration, and settles
-// them. It must not be called with a queue lock held.
+// shutdown message, each write fenced on the run id its item carries from
+// registration, and settles them. It must not be called with a queue lock held.
 func (rt *Runtime[S]) abandon(items []*Task) {
 	if len(items) == 0 {
 		return
 	}
 	status, msg := causeOutcome(ErrShutdown)
 	st := State{Status: status, Error: msg, CompletedAt: now()}
-	rt.store.Lock()
 	for _, t := range items {
 		t.cancel(ErrShutdown)
 		rt.write("abandon", t, StatusPending, &st)
 	}
-	rt.store.Unlock()
 	for _, t := range items {
 		rt.settle(t)
 	}
@@ -169,8 +166,6 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 // Config.RecoverZombies), before other runtimes over the same store
 // begin work, or where the other processes are known to be gone.
 func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
-	rt.store.Lock()
-	defer rt.store.Unlock()
 	recs, err := rt.store.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
 	if err != nil {
 		return 0, err
@@ -179,17 +174,23 @@ func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
 	ts := now()
 	n := 0
 	for _, rec := range recs {
-		if rec.Status.Terminal() || rt.handle(rec.ID, rec.RunID) != nil {
-			continue // finished after all, or live here
-		}
+		// Under the task's lock, a registration's insert and the
+		// publishing of its handle are one step: a run registered since
+		// the list is either seen live here or has another run id.
+		l := rt.keys.lock(rec.ID)
+		ok, err := false, error(nil)
 		st := rec.State
 		st.Status, st.Error, st.CompletedAt = status, msg, ts
-		ok, err := rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+		if rt.handle(rec.ID, rec.RunID) == nil {
+			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+		}
+		rt.keys.unlock(rec.ID, l)
 		if err != nil {
 			return n, err
 		}
 		if ok {
 			n++
+			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, state: st})
 		}
 	}
 	return n, nil

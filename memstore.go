@@ -17,8 +17,6 @@ import (
 type MemStore struct {
 	Authorizers
 
-	taskLock sync.Mutex // the Store's task lock; guards nothing inside MemStore
-
 	mu     sync.RWMutex
 	recs   map[string]*Record             // guarded by mu
 	byUser map[string]map[string]struct{} // guarded by mu: user id -> ids visible to it
@@ -36,12 +34,6 @@ func NewMemStore() *MemStore {
 		byUser: make(map[string]map[string]struct{}),
 	}
 }
-
-// Lock takes the task lock.
-func (s *MemStore) Lock() { s.taskLock.Lock() }
-
-// Unlock releases the task lock.
-func (s *MemStore) Unlock() { s.taskLock.Unlock() }
 
 // GetTask implements Store.
 func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {

@@ -91,6 +91,8 @@ type Runtime[S Store] struct {
 	submitMu sync.RWMutex
 	closed   bool // guarded by submitMu
 
+	keys *keyLocks // the task lock: serializes this process's decisions per id
+
 	mu      sync.RWMutex
 	handles map[string]*Task   // guarded by mu: task id -> the run holding its handle
 	runs    map[*Task]struct{} // guarded by mu: every registered run not yet settled
@@ -112,6 +114,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		store:     store,
 		cfg:       cfg,
 		runPrefix: uuid.NewString(),
+		keys:      newKeyLocks(),
 		handles:   make(map[string]*Task),
 		runs:      make(map[*Task]struct{}),
 		queues:    make(map[string]*queue),
@@ -255,13 +258,13 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 	return sub, nil
 }
 
-// register decides, under the store's task lock, whether the submission
+// register decides, under the task's lock, whether the submission
 // joins a live run, re-runs a finished key or creates the task. For a new
 // run it returns the registered Task, its handle published; for a join it
 // returns a nil Task.
 func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, error) {
-	rt.store.Lock()
-	defer rt.store.Unlock()
+	l := rt.keys.lock(id)
+	defer rt.keys.unlock(id, l)
 	for range registerAttempts {
 		rec, err := rt.store.GetTask(ctx, id)
 		if errors.Is(err, ErrNotFound) {
@@ -274,6 +277,7 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 				return nil, Submission{}, err
 			}
 			rt.publish(t)
+			rt.emit(&change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}})
 			return t, Submission{ID: id, RunID: t.runID}, nil
 		}
 		if err != nil {
@@ -298,6 +302,7 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 					rt.noteWatcher(id, rec.RunID, append(rec.Watchers, c.userID))
 				}
 			}
+			rt.emit(&change{kind: changeJoined, id: id, runID: rec.RunID, queue: rec.Queue, task: rt.handle(id, rec.RunID), state: rec.State})
 			return nil, Submission{ID: id, RunID: rec.RunID, Joined: true}, nil
 		}
 
@@ -310,6 +315,7 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 			return nil, Submission{}, err
 		}
 		rt.publish(t)
+		rt.emit(&change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}})
 		return t, Submission{ID: id, RunID: t.runID}, nil
 	}
 	return nil, Submission{}, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
@@ -578,8 +584,21 @@ func (rt *Runtime[S]) finish(t *Task, from Status, st *State, status Status, msg
 // error is logged, since a run has no caller to return it to.
 func (rt *Runtime[S]) write(op string, t *Task, from Status, st *State) bool {
 	t.stateMu.Lock()
-	defer t.stateMu.Unlock()
-	return rt.writeLocked(op, t, from, st)
+	ok := rt.writeLocked(op, t, from, st)
+	t.stateMu.Unlock()
+	if ok {
+		rt.emit(&change{kind: opChange[op], id: t.id, runID: t.runID, queue: t.queue, task: t, state: *st})
+	}
+	return ok
+}
+
+// opChange is the change each run write reports once it lands.
+var opChange = map[string]changeKind{
+	"start":    changeStarted,
+	"retry":    changeRetrying,
+	"finish":   changeFinished,
+	"abandon":  changeFinished,
+	"progress": changeProgress,
 }
 
 // writeLocked is write with t.stateMu held.
@@ -814,6 +833,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority)
 			if t != nil {
 				t.cancel(ErrCancelled)
 			}
+			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
 			return nil
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -52,7 +51,45 @@ type State struct {
 
 	StartedAt   time.Time // zero until RUNNING
 	CompletedAt time.Time // zero until terminal; set on every terminal record
+
+	// Cause is the code of how the run ended, beside the human message in
+	// Error; empty while the record is live. Snapshot.Err reads the
+	// code, never the message.
+	Cause Cause
+
+	// CancelledBy is who cancelled a CANCELLED-by-user run: the user id of
+	// the Owner who called Runtime.Cancel, or "" for System and for every
+	// other ending. CancelReason is the reason the canceller gave, if any.
+	CancelledBy  string
+	CancelReason string
+
+	// Stack is the stack of a callback that panicked, truncated to
+	// MaxStackLen bytes; empty otherwise. Runtime reads show it to
+	// System only.
+	Stack string
 }
+
+// Cause is the code a terminal record keeps for how its run ended.
+type Cause string
+
+// The causes a run can end with. A store keeps the code verbatim; it need
+// not know what each means.
+const (
+	CauseNone       Cause = ""           // the record is live
+	CauseCompleted  Cause = "completed"  // the callback returned a result
+	CauseFailed     Cause = "failed"     // the callback failed, with no attempt left
+	CausePermanent  Cause = "permanent"  // the callback failed with a permanent error: no retry
+	CausePanicked   Cause = "panicked"   // the callback panicked on its last attempt
+	CauseTimeout    Cause = "timeout"    // an attempt outlived WithTimeout
+	CauseCancelled  Cause = "cancelled"  // Runtime.Cancel
+	CauseShutdown   Cause = "shutdown"   // Runtime.Shutdown ended it, or it never started
+	CauseSuperseded Cause = "superseded" // a newer run of the same id replaced it
+	CauseAbandoned  Cause = "abandoned"  // its runtime died or lost its lease; recovery ended it
+)
+
+// MaxStackLen bounds State.Stack: a longer stack keeps its first
+// MaxStackLen bytes.
+const MaxStackLen = 16 << 10
 
 // Record is what a store holds for one task id. The identity fields (ID,
 // RunID, Queue, Watchers, CreatedAt) are written only by InsertTask,
@@ -147,9 +184,9 @@ type QueueAuthorizer func(queue, userID string) bool
 // task taskID that it does not already watch. watchers is a copy of the
 // record's watcher list.
 //
-// It runs while the runtime holds the store's task lock (Store.Lock), so
-// it must be a pure in-memory predicate: no store calls, no I/O, nothing
-// that waits on another goroutine that might take the same lock, or it
+// It runs while the runtime holds the task's lock (a process-local lock per
+// task id), so it must be a pure in-memory predicate: no store calls, no
+// I/O, nothing that waits on another submission of the same id, or it
 // deadlocks. A panic in it denies.
 type WatchAuthorizer func(taskID string, watchers []string, userID string) bool
 
@@ -225,15 +262,6 @@ type Store interface {
 	// cutoff and returns how many it deleted. PENDING and RUNNING records
 	// are never deleted.
 	DeleteFinished(ctx context.Context, cutoff time.Time) (int, error)
-
-	// Lock and Unlock are the store's task lock. It is process-local,
-	// even for a store that several processes share: it serializes this
-	// process's registrations, joins, queue abandons and zombie
-	// recoveries (Runtime.Cancel takes no lock: its write is fenced on run
-	// id and status), and never stands in for an atomic write. It need not
-	// be reentrant; the runtime never takes it twice, and calls the other
-	// methods while holding it, so no Store method may take it.
-	sync.Locker
 
 	// QueueAuthorizer returns the queue authorizer; nil means no queue
 	// check.

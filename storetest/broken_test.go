@@ -42,9 +42,6 @@ var brokenStores = map[string]struct {
 	"DurableClearer": {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
 		storetest.Run, "Clear/DurableHasNoClearer"},
-	"StuckLock": {
-		func() workers.Store { return stuckLock{workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(250 * time.Millisecond)},
-		storetest.Run, "Lock/UnlockReleasesWaiter"},
 
 	// The same breakage seen through a runtime: a superseded run's late
 	// write lands on its successor's record.
@@ -118,11 +115,6 @@ func (s replaceNoFence) ReplaceTask(ctx context.Context, rec workers.Record, _ s
 	}
 	return s.MemStore.ReplaceTask(ctx, rec, cur.RunID)
 }
-
-// stuckLock never releases its task lock.
-type stuckLock struct{ *workers.MemStore }
-
-func (stuckLock) Unlock() {}
 
 // aliasingCache is a read-through cache that hands out its cached records
 // themselves rather than copies, so a caller's edits reach the cache.

@@ -2,9 +2,7 @@ package storetest
 
 import (
 	"context"
-	"runtime"
 	"slices"
-	"sync/atomic"
 	"testing"
 
 	"github.com/taskgate/workers"
@@ -127,49 +125,6 @@ func (su *suite) authRace(t *testing.T, s workers.Store) {
 				t.Error("the watch authorizer fetched admits neither racer's user")
 			}
 		})
-	})
-}
-
-func (su *suite) lockExcludes(t *testing.T, s workers.Store) {
-	const rounds = 50
-	var inside, overlaps atomic.Int32
-	su.within(t, func(context.Context) {
-		race(racers, func(int) {
-			for range rounds {
-				s.Lock()
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				runtime.Gosched()
-				inside.Add(-1)
-				s.Unlock()
-			}
-		})
-	})
-	if n := overlaps.Load(); n > 0 {
-		t.Errorf("the task lock was held by two goroutines at once %d times in %d critical sections", n, racers*rounds)
-	}
-}
-
-func (su *suite) lockWaits(t *testing.T, s workers.Store) {
-	var released atomic.Bool
-	acquired := make(chan struct{})
-	su.within(t, func(context.Context) {
-		s.Lock()
-		go func() {
-			defer close(acquired)
-			s.Lock()
-			if !released.Load() {
-				t.Error("Lock returned while another goroutine held the task lock")
-			}
-			s.Unlock()
-		}()
-		for range 100 { // let the waiter reach Lock
-			runtime.Gosched()
-		}
-		released.Store(true)
-		s.Unlock()
-		<-acquired
 	})
 }
 

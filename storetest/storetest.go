@@ -259,13 +259,6 @@ var cases = []testCase{
 		"authorizers may be set, fetched and called from many goroutines at once.",
 		(*suite).authRace},
 
-	{"Lock/Excludes",
-		"the task lock is held by one goroutine at a time.",
-		(*suite).lockExcludes},
-	{"Lock/UnlockReleasesWaiter",
-		"Lock waits while another goroutine holds the task lock, and returns once that goroutine calls Unlock.",
-		(*suite).lockWaits},
-
 	{"Clear/EmptiesStore",
 		"a store that implements RecordClearer deletes every record on ClearRecords, finished or not.",
 		(*suite).clearEmpties},

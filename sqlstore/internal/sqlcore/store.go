@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -72,11 +71,9 @@ WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 // Store implements workers.Store on a database/sql handle for one
 // Dialect. Every write is one statement, or one transaction whose first
 // statement is the conditional write, so several processes may share the
-// tables. Lock and Unlock are a process-local mutex.
+// tables.
 type Store struct {
 	workers.Authorizers
-
-	taskLock sync.Mutex // the task lock; process-local, guards nothing in Store
 
 	d    *Dialect
 	cfg  Config
@@ -123,13 +120,6 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 		},
 	}, nil
 }
-
-// Lock takes the task lock. It is process-local: it serializes this
-// process's registrations and never stands in for an atomic write.
-func (s *Store) Lock() { s.taskLock.Lock() }
-
-// Unlock releases the task lock.
-func (s *Store) Unlock() { s.taskLock.Unlock() }
 
 // GetTask implements workers.Store: one primary-key lookup.
 func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) {
