@@ -60,6 +60,12 @@ var (
 	// range, such as a negative timeout.
 	ErrInvalidOption = errors.New("workers: invalid option")
 
+	// ErrInvalidData reports a value a store cannot hold: text with a NUL
+	// byte or invalid UTF-8, a value its column type refuses. A store
+	// wraps its backend's refusal in it, so that the runtime knows that
+	// retrying the same write can never succeed (see Store).
+	ErrInvalidData = errors.New("workers: invalid data for the store")
+
 	// ErrResultEncoding is wrapped by the error recorded for a task whose
 	// result cannot be encoded as JSON, and returned by ResultAs when a
 	// stored result cannot be decoded into the requested type.

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Status is the lifecycle state of a task record.
@@ -357,6 +359,14 @@ func checkState(st *State) error {
 	if !st.Status.Valid() {
 		return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, st.Status)
 	}
+	for _, f := range [...]struct{ name, text string }{
+		{"Error", st.Error}, {"CancelledBy", st.CancelledBy}, {"CancelReason", st.CancelReason},
+		{"Stack", st.Stack}, {"Cause", string(st.Cause)},
+	} {
+		if !storableText(f.text) {
+			return fmt.Errorf("%w: %s holds a NUL byte or invalid UTF-8", ErrInvalidData, f.name)
+		}
+	}
 	if st.Result != nil && !json.Valid(st.Result) {
 		return fmt.Errorf("%w: result is not valid JSON", ErrResultEncoding)
 	}
@@ -371,8 +381,11 @@ func checkState(st *State) error {
 func CheckRecord(rec Record) error { return checkRecord(&rec) }
 
 // CheckState validates a state before SetTask or TransitionTask writes
-// it: a known status (ErrInvalidOption) and a Result that is nil or valid
-// JSON (ErrResultEncoding).
+// it: a known status (ErrInvalidOption), text fields that are valid UTF-8
+// without NUL bytes (ErrInvalidData: no store need hold what PostgreSQL's
+// text type refuses; the runtime cleans what it writes with the same
+// rule), and a Result that is nil or valid JSON (ErrResultEncoding). A
+// Result is stored byte for byte, escapes such as \u0000 included.
 func CheckState(st State) error { return checkState(&st) }
 
 // atomicFunc is a function value behind an atomic pointer.
@@ -387,3 +400,19 @@ func (a *atomicFunc[F]) load() F {
 }
 
 func (a *atomicFunc[F]) store(f F) { a.p.Store(&f) }
+
+// storableText reports whether every store can hold s verbatim: valid
+// UTF-8 without NUL bytes.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// cleanText is the one rule by which the runtime makes text storable:
+// invalid UTF-8 and NUL bytes each become U+FFFD. Storable text is
+// returned unchanged, without allocating.
+func cleanText(s string) string {
+	if storableText(s) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
