@@ -8,59 +8,75 @@ import (
 )
 
 // reasons is the one table from a cancellation cause to what a run records
-// for it. No call site writes its own message: each one renders the cause
-// through causeOutcome, so two paths can never record different text for one
-// event. A new cause gets a sentinel in errors.go and a row here.
+// for it: its status, its cause code and its message. No call site writes
+// its own message: each one renders the cause through causeOutcome, so two
+// paths can never record different text for one event. A new cause gets a
+// sentinel in errors.go, a Cause code in store.go and a row here.
 var reasons = [...]struct {
 	cause   error
 	status  Status
+	code    Cause
 	message string
 }{
-	{ErrCancelled, StatusCancelled, "Cancelled by user"},
-	{ErrTimeout, StatusFailed, "Timed out"},
-	{ErrSuperseded, StatusCancelled, "Superseded by a newer run"},
-	{ErrShutdown, StatusCancelled, "Cancelled by worker shutdown"},
-	{ErrAbandoned, StatusFailed, "Abandoned: no live run (recovered as a zombie)"},
+	{ErrCancelled, StatusCancelled, CauseCancelled, "Cancelled by user"},
+	{ErrTimeout, StatusFailed, CauseTimeout, "Timed out"},
+	{ErrSuperseded, StatusCancelled, CauseSuperseded, "Superseded by a newer run"},
+	{ErrShutdown, StatusCancelled, CauseShutdown, "Cancelled by worker shutdown"},
+	{ErrAbandoned, StatusFailed, CauseAbandoned, "Abandoned: its run is no longer alive"},
 }
 
-// causeOutcome returns the terminal status and message a run records when
-// its context was cancelled with cause.
-func causeOutcome(cause error) (Status, string) {
+// outcome is what a terminal record says about how its run ended.
+type outcome struct {
+	status  Status
+	code    Cause
+	message string
+}
+
+// causeOutcome returns what a run records when its context was cancelled
+// with cause. A cause outside the table (none is ever given) records
+// CANCELLED with its text.
+func causeOutcome(cause error) outcome {
 	for _, r := range reasons {
 		if errors.Is(cause, r.cause) {
 			var te *TimeoutError
 			if errors.As(cause, &te) {
-				return r.status, fmt.Sprintf("%s after %v", r.message, te.Timeout)
+				return outcome{r.status, r.code, fmt.Sprintf("%s after %v", r.message, te.Timeout)}
 			}
-			return r.status, r.message
+			return outcome{r.status, r.code, r.message}
 		}
 	}
-	return StatusCancelled, cause.Error()
+	return outcome{StatusCancelled, CauseCancelled, cleanText(cause.Error())}
 }
 
-// causeFromRecord maps a recorded status and message back to the cause
-// that produced it, or nil if the message is not one of the table's. A
-// timeout comes back as the *TimeoutError it was recorded from.
-func causeFromRecord(status Status, message string) error {
+// apply writes o into st, with the completion time.
+func (o outcome) apply(st *State, completed time.Time) {
+	st.Status, st.Cause, st.Error, st.CompletedAt = o.status, o.code, o.message, completed
+}
+
+// causeOf maps a record's cause code back to the error it stands for, or
+// nil for a code that names no cancellation (completed, failed, …) and for
+// a record written before codes were kept. Only a timeout reads the
+// message, for the duration the runtime wrote into it.
+func causeOf(code Cause, message string) error {
 	for _, r := range reasons {
-		if r.status != status {
+		if r.code != code {
 			continue
 		}
-		if message == r.message {
-			return r.cause
-		}
-		if d, ok := strings.CutPrefix(message, r.message+" after "); ok && r.cause == ErrTimeout {
-			if timeout, err := time.ParseDuration(d); err == nil {
-				return &TimeoutError{Timeout: timeout}
+		if r.cause == ErrTimeout {
+			te := &TimeoutError{}
+			if d, ok := strings.CutPrefix(message, r.message+" after "); ok {
+				te.Timeout, _ = time.ParseDuration(d)
 			}
+			return te
 		}
+		return r.cause
 	}
 	return nil
 }
 
 // TaskError is the error a Snapshot of a FAILED or CANCELLED task reports
-// through Snapshot.Err. When the message is one the runtime records for a
-// cancellation cause, it unwraps to that cause, so
+// through Snapshot.Err. When the record's cause code names a cancellation
+// cause, it unwraps to that cause, so
 // errors.Is(snap.Err(), ErrShutdown) tells a deploy from a person's
 // cancel.
 type TaskError struct {
@@ -74,5 +90,5 @@ func (e *TaskError) Error() string {
 	return fmt.Sprintf("workers: task %q %s: %s", e.ID, e.Status, e.Message)
 }
 
-// Unwrap returns the cancellation cause the message records, or nil.
+// Unwrap returns the cancellation cause the record's code names, or nil.
 func (e *TaskError) Unwrap() error { return e.cause }

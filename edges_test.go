@@ -199,11 +199,11 @@ func TestRunCancelledBeforeItStartsNeverCallsBack(t *testing.T) {
 	s := NewMemStore()
 	rt := newRuntime(t, s, Config{})
 	var called atomic.Bool
-	tk, created := rt.newRun("alice::k", "", caller{userID: "alice"}, submitOptions{}, func(context.Context, *Task) (any, error) {
+	tk := rt.newRun(ctx, "alice::k", "", caller{userID: "alice"}, submitOptions{}, func(context.Context, *Task) (any, error) {
 		called.Store(true)
 		return nil, nil
 	})
-	require.NoError(t, s.InsertTask(ctx, tk.record(created)))
+	require.NoError(t, s.InsertTask(ctx, tk.record()))
 	rt.publish(tk)
 	tk.cancel(ErrShutdown)
 	rt.execute(tk)

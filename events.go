@@ -29,5 +29,5 @@ type change struct {
 // store write that made the change has landed, with no runtime, task or
 // store lock held, from the goroutine that made the write.
 func (rt *Runtime[S]) emit(c *change) {
-	_ = c
+	rt.bells.ring(c.id)
 }

@@ -5,67 +5,203 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 )
 
-// Shutdown stops the runtime in the manner of http.Server.Shutdown. It
-// closes the runtime to submissions (submit calls return ErrClosed from
-// then on); stops every sequential queue fetching and records each item
-// that never started CANCELLED with the shutdown message; cancels every
-// run in flight with ErrShutdown; stops the background loops (cleanup,
-// sync); and waits until every run has settled or ctx ends. An
-// already-done ctx means "do not wait".
-//
-// What a cancelled run records is its own doing: COMPLETED if its callback
-// returns a result anyway, FAILED if it fails, CANCELLED with "Cancelled by
-// worker shutdown" if it returns after its context ended. Shutdown writes
-// no outcome for a run in flight, and holds no lock while it waits.
-//
-// Shutdown first waits for submissions already in progress to finish
-// their registration (a store call each), without a bound. Do not call it
-// from inside a task's callback: it would wait for that callback.
-//
-// The context bounds the waiting, not the abandon writes: recording the
-// backlog CANCELLED needs no wait and happens even with a done ctx, so
-// that no item is left PENDING.
-//
-// Shutdown returns nil when everything settled, and otherwise an error
-// wrapping ctx.Err(). A run that outlives the wait keeps its handle, so
-// zombie recovery does not call it dead, and releases it when its callback
-// returns. Calling Shutdown again waits again for what is left. A runtime
-// cannot be started again after Shutdown.
-func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
-	rt.submitMu.Lock()
-	rt.closed = true
-	rt.submitMu.Unlock()
+// shutdownSlack is how long past its context's end Shutdown may take to
+// give up: store calls it makes or waits for are cut off then.
+const shutdownSlack = 100 * time.Millisecond
 
-	queues, abandoned := rt.emptyQueues((*queue).drain)
-	rt.abandon(abandoned)
+// Shutdown stops the runtime in the manner of http.Server.Shutdown: it
+// stops intake, lets the runs in flight finish for a grace period, then
+// cancels what remains and waits until every run has settled or ctx
+// ends. In order, it:
+//
+//  1. closes the runtime to submissions (submit calls return ErrClosed
+//     from then on) and waits, within ctx, for submissions already
+//     registering; one that registers later is cancelled at once;
+//  2. stops every sequential queue fetching and records each item that
+//     never started CANCELLED with the shutdown message;
+//  3. lets callbacks in flight run until the grace point (see
+//     Config.ShutdownGrace: by default three quarters of the time ctx
+//     leaves), then cancels those still running with ErrShutdown;
+//  4. waits until every run has settled and its terminal record is
+//     written, or ctx ends; then stops the background loops and, if
+//     everything settled, releases the instance lease.
+//
+// What a cancelled run records is its own doing: COMPLETED if its
+// callback returns a result anyway, FAILED if it fails, CANCELLED with
+// "Cancelled by worker shutdown" if it returns after its context ended.
+// Shutdown holds no lock while it waits. Do not call it from inside a
+// task's callback: it would wait for that callback.
+//
+// Shutdown returns by ctx's deadline plus a small constant, even over a
+// store that hangs: every store call made for it, or on a run's behalf,
+// is cut off then. It returns nil when everything settled, and otherwise
+// an error wrapping ctx.Err() that says what was left: runs whose
+// callbacks still execute (they keep their handles, and release them
+// when they return, but can no longer write: their records stay live)
+// and records that could not be written in time (a queue item still
+// PENDING, a run still RUNNING). Such records belong to this runtime's
+// instance: once its lease expires (it is no longer renewed), any
+// runtime's recovery ends them as abandoned; over a store without leases,
+// RecoverZombies does. An already-done ctx means "do not wait". Calling
+// Shutdown again waits again for what is left. A runtime cannot be
+// started again after Shutdown.
+func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
+	// Past ctx's end plus the slack, every store call is cut off.
+	returned := make(chan struct{})
+	stopCut := context.AfterFunc(ctx, func() {
+		timer := time.NewTimer(shutdownSlack)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			rt.endLife(ErrClosed)
+		case <-returned:
+		}
+	})
+	defer func() {
+		close(returned)
+		stopCut()
+	}()
+	grace := rt.gracePoint(ctx)
+
+	waitAll(ctx, []<-chan struct{}{rt.gate.close()})
+
+	queues, backlog := rt.emptyQueues((*queue).drain)
+	rt.abandon(backlog)
 
 	rt.mu.RLock()
 	inflight := slices.Collect(maps.Keys(rt.runs))
 	rt.mu.RUnlock()
+	done := make([]<-chan struct{}, len(inflight))
+	for i, t := range inflight {
+		done[i] = t.done
+	}
+	graceCtx, cancel := context.WithDeadline(ctx, grace)
+	waitAll(graceCtx, done)
+	cancel()
 	for _, t := range inflight {
 		t.cancel(ErrShutdown)
 	}
-	if rt.stopLoops != nil {
-		rt.stopLoops()
-	}
-
-	waits := make([]<-chan struct{}, 0, len(inflight)+len(queues)+len(rt.loopsDone))
-	for _, t := range inflight {
-		waits = append(waits, t.done)
-	}
 	for _, q := range queues {
-		waits = append(waits, q.exited)
+		done = append(done, q.exited)
 	}
-	for _, done := range rt.loopsDone {
-		waits = append(waits, done)
+	open := waitAll(ctx, done)
+
+	rt.mu.Lock()
+	loops := rt.loops.halt()
+	rt.mu.Unlock()
+	waits := make([]<-chan struct{}, len(loops))
+	for i, l := range loops {
+		waits[i] = l
 	}
-	if n := waitAll(ctx, waits); n > 0 {
-		return fmt.Errorf("workers: shutdown left %d runs or goroutines executing: %w", n, ctx.Err())
+	open += waitAll(ctx, waits)
+
+	unwritten := rt.unwritten()
+	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() {
+		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
+		if err := l.ReleaseLease(release, rt.instance); err != nil {
+			rt.cfg.Logger.Error("workers: releasing the lease failed; it expires by itself", "instance", rt.instance, "err", err)
+		}
+		cancel()
 	}
-	return nil
+	if open == 0 && unwritten == 0 {
+		rt.endLife(ErrClosed)
+		return nil
+	}
+	err := ctx.Err()
+	if err == nil {
+		err = context.Cause(rt.life)
+	}
+	rt.endLife(ErrClosed)
+	return fmt.Errorf("workers: shutdown left %d runs or goroutines executing and %d live records of this runtime unwritten: %w", open, unwritten, err)
+}
+
+// gracePoint is when Shutdown stops letting callbacks run (see
+// Config.ShutdownGrace).
+func (rt *Runtime[S]) gracePoint(ctx context.Context) time.Time {
+	start := time.Now()
+	deadline, ok := ctx.Deadline()
+	switch g := rt.cfg.ShutdownGrace; {
+	case g < 0 || ctx.Err() != nil:
+		return start
+	case g > 0 && ok:
+		return minTime(start.Add(g), deadline)
+	case g > 0:
+		return start.Add(g)
+	case ok:
+		return start.Add(deadline.Sub(start) * 3 / 4)
+	}
+	return start
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// unwritten counts the runs of this runtime whose handle is gone but whose
+// record could not be ended: what Shutdown leaves for recovery. It is read
+// from the runs that gave up a write because the runtime was ending.
+func (rt *Runtime[S]) unwritten() int { return int(rt.gaveUp.Load()) }
+
+// intake is the runtime's intake. Submissions enter it for the length of
+// their registration; Shutdown closes it and waits for those inside.
+type intake struct {
+	mu     sync.Mutex
+	closed bool          // guarded by mu
+	inside int           // guarded by mu
+	idle   chan struct{} // guarded by mu: made by close, closed when inside reaches 0
+}
+
+// enter admits a submission, or reports false once the gate is closed.
+func (g *intake) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.inside++
+	return true
+}
+
+// leave ends a submission admitted by enter.
+func (g *intake) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inside--; g.inside == 0 && g.idle != nil {
+		close(g.idle)
+		g.idle = nil
+	}
+}
+
+// isClosed reports whether close was called.
+func (g *intake) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+// close closes the gate and returns a channel closed once no submission
+// is inside.
+func (g *intake) close() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	ch := make(chan struct{})
+	if g.inside == 0 {
+		close(ch)
+	} else {
+		if g.idle != nil {
+			close(g.idle) // a second Shutdown: the first's waiter moves on
+		}
+		g.idle = ch
+	}
+	return ch
 }
 
 // emptyQueues takes the waiting items out of every queue with take, and
@@ -110,18 +246,20 @@ func waitAll(ctx context.Context, chans []<-chan struct{}) int {
 
 // abandon records queue items that will never run CANCELLED with the
 // shutdown message, each write fenced on the run id its item carries from
-// registration, and settles them. It must not be called with a queue lock held.
+// registration, and settles them. Each write retries while the runtime
+// lives, so the batch is bounded by Shutdown's cutoff. It must not be
+// called with a queue lock held.
 func (rt *Runtime[S]) abandon(items []*Task) {
 	if len(items) == 0 {
 		return
 	}
-	status, msg := causeOutcome(ErrShutdown)
-	st := State{Status: status, Error: msg, CompletedAt: now()}
+	st := State{}
+	causeOutcome(ErrShutdown).apply(&st, now())
 	for _, t := range items {
 		t.cancel(ErrShutdown)
-		rt.write("abandon", t, StatusPending, &st)
-	}
-	for _, t := range items {
+		t.finishing.Store(true)
+		w := st
+		rt.write(opAbandon, t, StatusPending, &w, nil)
 		rt.settle(t)
 	}
 }
@@ -152,48 +290,24 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	return nil
 }
 
-// RecoverZombies marks FAILED every PENDING or RUNNING record that has no
-// live run in this runtime, and returns how many it marked. Such a record
-// was left by a process that died, or by a runtime that was dropped
-// without Shutdown; nothing will ever finish it. Each write is fenced on
-// the run id read, so a run registered meanwhile is never touched.
+// RecoverZombies ends, FAILED as abandoned, every PENDING or RUNNING
+// record whose run is not alive, and returns how many it ended. Such a
+// record was left by a process that died, by a runtime that was dropped
+// without Shutdown, or by a Shutdown that gave up; nothing will ever
+// finish it. Each write is fenced on the run id and status read, so a run
+// registered meanwhile is never touched, and several recoverers at once
+// are harmless. Submissions never join such a record either way: register
+// replaces it.
 //
-// Until it runs, such a record blocks its key: a submission of a live key
-// joins it, and nothing will ever finish it.
-//
-// Liveness is read from this runtime's handles only: a run of another
-// runtime sharing the store counts as dead. Call it at startup (see
-// Config.RecoverZombies), before other runtimes over the same store
-// begin work, or where the other processes are known to be gone.
+// A run of this runtime is alive while the runtime holds its handle. Over
+// a store that implements Leaser, a run of another instance is alive
+// while that instance's lease is: recovery is then safe anywhere, and
+// Start and the recovery loop (Config.RecoverInterval) run it in every
+// replica. Over a store without leases, every other runtime's run counts
+// as dead: call it only where the other processes are known to be gone
+// (at the startup of a single instance, with Config.RecoverZombies).
 func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
-	recs, err := rt.store.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
-	if err != nil {
-		return 0, err
-	}
-	status, msg := causeOutcome(ErrAbandoned)
-	ts := now()
-	n := 0
-	for _, rec := range recs {
-		// Under the task's lock, a registration's insert and the
-		// publishing of its handle are one step: a run registered since
-		// the list is either seen live here or has another run id.
-		l := rt.keys.lock(rec.ID)
-		ok, err := false, error(nil)
-		st := rec.State
-		st.Status, st.Error, st.CompletedAt = status, msg, ts
-		if rt.handle(rec.ID, rec.RunID) == nil {
-			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
-		}
-		rt.keys.unlock(rec.ID, l)
-		if err != nil {
-			return n, err
-		}
-		if ok {
-			n++
-			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, state: st})
-		}
-	}
-	return n, nil
+	return rt.recoverRuns(ctx, true)
 }
 
 // Cleanup deletes terminal records that completed more than olderThan
@@ -205,31 +319,4 @@ func (rt *Runtime[S]) Cleanup(ctx context.Context, olderThan time.Duration) (int
 		return 0, fmt.Errorf("%w: negative age %v", ErrInvalidOption, olderThan)
 	}
 	return rt.store.DeleteFinished(ctx, now().Add(-olderThan))
-}
-
-// every starts a background loop that calls f every interval until ctx
-// ends; a zero interval starts nothing. Shutdown ends ctx and waits for
-// the loop. Called only by Start, before it returns.
-func (rt *Runtime[S]) every(ctx context.Context, interval time.Duration, f func(context.Context)) {
-	if interval <= 0 {
-		return
-	}
-	done := make(chan struct{})
-	rt.loopsDone = append(rt.loopsDone, done)
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if ctx.Err() != nil {
-					return // a tick that raced the stop
-				}
-				f(ctx)
-			}
-		}
-	}()
 }

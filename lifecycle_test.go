@@ -291,8 +291,8 @@ func TestQueueStatusQueuedBeforeTheProcessorFetches(t *testing.T) {
 	rt := memRuntime(t)
 	q := &queue{name: "q"}
 	rt.queues["q"] = q // a queue with no processor: items stay put
-	waiting, _ := rt.newRun("x", "q", caller{system: true}, submitOptions{}, noop)
-	cancelled, _ := rt.newRun("y", "q", caller{system: true}, submitOptions{}, noop)
+	waiting := rt.newRun(ctx, "x", "q", caller{system: true}, submitOptions{}, noop)
+	cancelled := rt.newRun(ctx, "y", "q", caller{system: true}, submitOptions{}, noop)
 	cancelled.cancel(ErrCancelled)
 	q.items = []*Task{waiting, cancelled}
 	info, err := rt.QueueStatus(ctx, "q", System)

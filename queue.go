@@ -21,8 +21,9 @@ type queue struct {
 }
 
 // queue returns the named queue, creating it and starting its processor
-// on first use. Callers hold submitMu for reading, so Shutdown cannot
-// have begun.
+// on first use, or nil once Shutdown has begun and the queue does not
+// exist. Creation and the closed check share rt.mu with Shutdown's
+// collection of the queues, so every queue created is drained.
 func (rt *Runtime[S]) queue(name string) *queue {
 	rt.mu.RLock()
 	q := rt.queues[name]
@@ -33,6 +34,9 @@ func (rt *Runtime[S]) queue(name string) *queue {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if q = rt.queues[name]; q == nil {
+		if rt.gate.isClosed() {
+			return nil // Shutdown has begun: it would never drain a new queue
+		}
 		q = &queue{
 			name:   name,
 			wake:   make(chan struct{}, 1),
@@ -44,16 +48,22 @@ func (rt *Runtime[S]) queue(name string) *queue {
 	return q
 }
 
-// push appends a run. The queue is never draining here: pushes happen
-// under submitMu, which Shutdown takes before it drains.
-func (q *queue) push(t *Task) {
+// push appends a run, and reports false if the queue is draining: a
+// submission that registered while Shutdown began (Shutdown waits only so
+// long for those) finds it so.
+func (q *queue) push(t *Task) bool {
 	q.mu.Lock()
+	if q.draining {
+		q.mu.Unlock()
+		return false
+	}
 	q.items = append(q.items, t)
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // process is the queue's processor: it executes items in order until the

@@ -3,13 +3,9 @@ package workers
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"runtime/debug"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,8 +30,37 @@ type Config struct {
 	Queues []string
 
 	// RecoverZombies makes Start call RecoverZombies before anything
-	// runs. Defaults to false.
+	// runs, even over a store without leases (see RecoverZombies for what
+	// that assumes). Over a Leaser store Start recovers anyway, and the
+	// recovery loop keeps doing so. Defaults to false.
 	RecoverZombies bool
+
+	// LeaseInterval is how often the runtime renews its instance lease,
+	// over a store that implements Leaser. Defaults to 3 seconds.
+	LeaseInterval time.Duration
+
+	// LeaseTTL is how long a lease outlives its last renewal, by the
+	// store's clock: an instance that has not renewed for this long is
+	// dead to every other runtime, and its runs are recovered. It must
+	// exceed LeaseInterval; a few missed renewals are tolerated by
+	// design. A runtime that has not managed to renew for LeaseTTL, or
+	// that finds its lease expired, cancels its own runs with
+	// ErrAbandoned. Defaults to 15 seconds.
+	LeaseTTL time.Duration
+
+	// RecoverInterval is how often the recovery loop, started by Start
+	// over a store that implements Leaser, ends the live records whose
+	// run is no longer alive (see RecoverZombies). Defaults to
+	// LeaseInterval.
+	RecoverInterval time.Duration
+
+	// ShutdownGrace is how long Shutdown lets callbacks in flight run on
+	// before it cancels them with ErrShutdown: deploys then finish short
+	// tasks instead of cancelling them. It is capped by Shutdown's
+	// context. Zero (the default) lets them run for three quarters of the
+	// time the context leaves when it has a deadline, and cancels them at
+	// once when it has none; a negative value always cancels at once.
+	ShutdownGrace time.Duration
 
 	// CleanupInterval is how often the cleanup scheduler, started by
 	// Start, deletes terminal records older than Retention. Zero disables
@@ -46,25 +71,30 @@ type Config struct {
 	// Defaults to 24 hours.
 	Retention time.Duration
 
-	// SyncInterval, when positive, makes Start run a loop that syncs this
-	// runtime's running tasks with the store at that interval, for
-	// processes that share it: it stores a run's live progress whenever
-	// it changed, so other processes see it, and it cancels a run whose
-	// record says another process ended it: with ErrCancelled when it was
-	// cancelled there, ErrAbandoned when it was recovered as a zombie,
-	// ErrSuperseded when the record was replaced or deleted. Each progress
-	// write is fenced on the run and its RUNNING status; a run with no
-	// progress to store costs one read per interval. Zero (the default)
-	// runs no loop: progress is stored with a run's transitions only, and
-	// a cancel from another process reaches the record but not the
-	// callback. Only runs that have started are checked: a queued item
-	// whose record another process ended waits to be skipped by its
-	// processor.
+	// SyncInterval is how often a loop, started by Start, syncs this
+	// runtime's running tasks with the store, for processes that share
+	// it: it stores a run's live progress whenever it changed, so other
+	// processes see it, and it cancels a run whose record says another
+	// process ended it: with ErrCancelled when it was cancelled there,
+	// ErrAbandoned when it was recovered, ErrSuperseded when the record
+	// was replaced or deleted. Each progress write is fenced on the run
+	// and its RUNNING status; a run with no progress to store costs one
+	// read per interval.
+	//
+	// Over a store that implements Notifier, a change written elsewhere
+	// reaches the run at once, and this loop is only the fallback for a
+	// lost notice. Defaults to 10 seconds over a Notifier, 2 seconds over
+	// a Leaser that is not one (a store shared by processes that polls),
+	// and to no loop over other stores (progress is then stored with a
+	// run's transitions only, and a cancel from another process reaches
+	// the record but not the callback). Only runs that have started are
+	// checked.
 	SyncInterval time.Duration
 
 	// Logger receives errors that have no caller to return to: a store
-	// write on a run's behalf that failed (which leaves the record for
-	// zombie recovery), a cleanup that failed. Defaults to slog.Default().
+	// write on a run's behalf that failed (it is retried, or left for
+	// recovery), a cleanup or lease renewal that failed. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -79,72 +109,95 @@ type Config struct {
 // has shut down cannot be started again: construct a new one over the
 // same store.
 type Runtime[S Store] struct {
-	store     S
-	cfg       Config
-	runPrefix string
-	runSeq    atomic.Uint64
+	store    S
+	cfg      Config
+	instance string // this runtime's instance id: the prefix of its run ids
+	runSeq   atomic.Uint64
 
-	// submitMu is held for reading by every submission from its closed
-	// check to the moment its run is handed to a goroutine or a queue,
-	// and for writing by Shutdown to set closed, so that no submission
-	// straddles the start of a shutdown.
-	submitMu sync.RWMutex
-	closed   bool // guarded by submitMu
+	gate intake // intake: closed by Shutdown, counts submissions in progress
 
-	keys *keyLocks // the task lock: serializes this process's decisions per id
+	// life ends when Shutdown returns: every store call made on a run's
+	// behalf carries it, so none outlives Shutdown's bound.
+	life    context.Context
+	endLife context.CancelCauseFunc
+
+	keys  *keyLocks // the task lock: serializes this process's decisions per id
+	bells bells     // wakes Wait when a task changes
+
+	lease  leaseState   // this instance's lease, over a Leaser store
+	gaveUp atomic.Int64 // run writes given up because the runtime was ending
 
 	mu      sync.RWMutex
 	handles map[string]*Task   // guarded by mu: task id -> the run holding its handle
 	runs    map[*Task]struct{} // guarded by mu: every registered run not yet settled
 	queues  map[string]*queue  // guarded by mu
 	started bool               // guarded by mu
-
-	stopLoops context.CancelFunc // set once by Start; stops the background loops
-	loopsDone []chan struct{}    // set once by Start: closed as each loop exits
+	loops   loops              // guarded by mu: the background goroutines
 }
 
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
 // Start.
 func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
+	cfg.LeaseInterval = cmp.Or(cfg.LeaseInterval, 3*time.Second)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 5*cfg.LeaseInterval)
+	cfg.RecoverInterval = cmp.Or(cfg.RecoverInterval, cfg.LeaseInterval)
+	if cfg.SyncInterval == 0 {
+		if _, ok := any(store).(Notifier); ok {
+			cfg.SyncInterval = 10 * time.Second
+		} else if _, ok := any(store).(Leaser); ok {
+			cfg.SyncInterval = 2 * time.Second
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	life, endLife := context.WithCancelCause(context.Background())
 	return &Runtime[S]{
-		store:     store,
-		cfg:       cfg,
-		runPrefix: uuid.NewString(),
-		keys:      newKeyLocks(),
-		handles:   make(map[string]*Task),
-		runs:      make(map[*Task]struct{}),
-		queues:    make(map[string]*queue),
+		store:    store,
+		cfg:      cfg,
+		instance: uuid.NewString(),
+		life:     life,
+		endLife:  endLife,
+		keys:     newKeyLocks(),
+		handles:  make(map[string]*Task),
+		runs:     make(map[*Task]struct{}),
+		queues:   make(map[string]*queue),
 	}
 }
 
 // Store returns the store the runtime was built over.
 func (rt *Runtime[S]) Store() S { return rt.store }
 
-// Start readies the runtime as its Config says: it recovers zombies
-// (Config.RecoverZombies), starts the named queues' processors, the
-// cleanup scheduler and the sync loop. Start is optional when none of
-// that is wanted. It returns a *ValidationError for a bad queue name in
-// Config.Queues, ErrInvalidOption for a negative interval or Retention,
-// ErrClosed after Shutdown and ErrStarted if it already ran; a Start that
-// failed (a store error during recovery) may be called again.
+// Start readies the runtime as its Config says: over a store that
+// implements Leaser it takes this instance's lease and recovers the runs
+// of dead instances (and, with Config.RecoverZombies, over any store it
+// recovers as RecoverZombies does); it starts the named queues'
+// processors, and the background loops: lease renewal, recovery, cleanup,
+// sync, and the listener of a Notifier store. Start is optional when none
+// of that is wanted: the first submission takes the lease and starts the
+// renewal and the listener itself. It returns a *ValidationError for a
+// bad queue name in Config.Queues, ErrInvalidOption for a negative
+// interval or Retention or a LeaseTTL not above LeaseInterval, ErrClosed
+// after Shutdown and ErrStarted if it already ran; a Start that failed (a
+// store error during recovery) may be called again.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
 	for _, q := range rt.cfg.Queues {
 		if err := validateText("queue", q, MaxKeyLen, ErrInvalidKey); err != nil {
 			return err
 		}
 	}
-	if rt.cfg.CleanupInterval < 0 || rt.cfg.Retention < 0 || rt.cfg.SyncInterval < 0 {
+	c := &rt.cfg
+	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
 		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
 	}
-	rt.submitMu.RLock()
-	defer rt.submitMu.RUnlock()
-	if rt.closed {
+	if c.LeaseTTL <= c.LeaseInterval {
+		return fmt.Errorf("%w: LeaseTTL %v must exceed LeaseInterval %v", ErrInvalidOption, c.LeaseTTL, c.LeaseInterval)
+	}
+	if !rt.gate.enter() {
 		return ErrClosed
 	}
+	defer rt.gate.leave()
 	rt.mu.Lock()
 	started := rt.started
 	rt.started = true
@@ -152,25 +205,35 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	if started {
 		return ErrStarted
 	}
-	if rt.cfg.RecoverZombies {
-		if _, err := rt.RecoverZombies(ctx); err != nil {
-			rt.mu.Lock()
-			rt.started = false // a transient store error must not leave Start unretryable
-			rt.mu.Unlock()
-			return err
-		}
+	_, leased := any(rt.store).(Leaser)
+	err := rt.ensureLease(ctx)
+	if err == nil && (leased || rt.cfg.RecoverZombies) {
+		_, err = rt.RecoverZombies(ctx)
+	}
+	if err != nil {
+		rt.mu.Lock()
+		rt.started = false // a transient store error must not leave Start unretryable
+		rt.mu.Unlock()
+		return err
 	}
 	for _, name := range rt.cfg.Queues {
-		rt.queue(name)
+		rt.queue(name) // nil once Shutdown began; Start returns anyway
 	}
-	loops, stop := context.WithCancel(context.Background())
-	rt.stopLoops = stop
-	rt.every(loops, rt.cfg.CleanupInterval, func(ctx context.Context) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.loops.every(rt.cfg.CleanupInterval, func(ctx context.Context) {
 		if _, err := rt.Cleanup(ctx, rt.cfg.Retention); err != nil && ctx.Err() == nil {
 			rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
 		}
 	})
-	rt.every(loops, rt.cfg.SyncInterval, rt.syncRuns)
+	rt.loops.every(rt.cfg.SyncInterval, rt.syncRuns)
+	if leased {
+		rt.loops.every(rt.cfg.RecoverInterval, func(ctx context.Context) {
+			if _, err := rt.recoverRuns(ctx, false); err != nil && ctx.Err() == nil {
+				rt.cfg.Logger.Error("workers: recovery failed", "err", err)
+			}
+		})
+	}
 	return nil
 }
 
@@ -241,98 +304,167 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 		return Submission{}, &AuthorizationError{Op: "submit", Queue: cmp.Or(queue, DefaultQueue), UserID: c.userID}
 	}
 
-	rt.submitMu.RLock()
-	defer rt.submitMu.RUnlock()
-	if rt.closed {
+	if !rt.gate.enter() {
 		return Submission{}, ErrClosed
+	}
+	defer rt.gate.leave()
+	if err := rt.ensureLease(ctx); err != nil {
+		return Submission{}, err
 	}
 	t, sub, err := rt.register(ctx, id, queue, c, o, fn)
 	if err != nil || t == nil {
 		return sub, err
 	}
-	if queue == "" {
-		go rt.execute(t)
-	} else {
-		rt.queue(queue).push(t)
-	}
+	rt.dispatch(t)
 	return sub, nil
 }
 
-// register decides, under the task's lock, whether the submission
-// joins a live run, re-runs a finished key or creates the task. For a new
-// run it returns the registered Task, its handle published; for a join it
-// returns a nil Task.
+// dispatch hands a registered run to a goroutine or its queue. A run
+// registered while Shutdown began (it waits only so long for submissions
+// in progress) is cancelled with ErrShutdown and executed at once, which
+// records it CANCELLED.
+func (rt *Runtime[S]) dispatch(t *Task) {
+	if rt.gate.isClosed() {
+		t.cancel(ErrShutdown)
+		go rt.execute(t)
+		return
+	}
+	if t.queue == "" {
+		go rt.execute(t)
+		return
+	}
+	if q := rt.queue(t.queue); q == nil || !q.push(t) {
+		t.cancel(ErrShutdown) // the queue drained since the check
+		go rt.execute(t)
+	}
+}
+
+// register decides, under the task's lock, whether the submission joins
+// a live run, re-runs a finished or abandoned key, or creates the task.
+// For a new run it returns the registered Task, its handle published; for
+// a join it returns a nil Task. The change it made is reported once the
+// lock is released.
 func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, error) {
 	l := rt.keys.lock(id)
-	defer rt.keys.unlock(id, l)
+	t, sub, ch, err := rt.decide(ctx, id, queue, c, o, fn)
+	rt.keys.unlock(id, l)
+	if ch != nil {
+		rt.emit(ch)
+	}
+	return t, sub, err
+}
+
+// decide is register's rule table; the task's lock is held. The common
+// case, a new key, costs one store call: the insert comes first, and the
+// record is read only when one exists.
+func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, *change, error) {
+	t := rt.newRun(ctx, id, queue, c, o, fn)
+	registered := func() (*Task, Submission, *change, error) {
+		rt.publish(t)
+		return t, Submission{ID: id, RunID: t.runID}, &change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}}, nil
+	}
+	insert := true
 	for range registerAttempts {
+		if insert {
+			err := rt.store.InsertTask(ctx, t.record())
+			if err == nil {
+				return registered()
+			}
+			if !errors.Is(err, ErrConflict) {
+				rt.retire(t, err)
+				return nil, Submission{}, nil, err
+			}
+		}
 		rec, err := rt.store.GetTask(ctx, id)
 		if errors.Is(err, ErrNotFound) {
-			t, now := rt.newRun(id, queue, c, o, fn)
-			err = rt.store.InsertTask(ctx, t.record(now))
-			if errors.Is(err, ErrConflict) {
-				continue // another process created it first
-			}
-			if err != nil {
-				return nil, Submission{}, err
-			}
-			rt.publish(t)
-			rt.emit(&change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}})
-			return t, Submission{ID: id, RunID: t.runID}, nil
+			insert = true
+			continue // deleted since the insert found it
 		}
 		if err != nil {
-			return nil, Submission{}, err
+			return nil, Submission{}, nil, err
 		}
+		insert = false
 
 		watching := c.system || visibleTo(id, rec.Watchers, c.userID)
 		if !watching && !allowWatch(rt.store, id, rec.Watchers, c.userID) {
-			return nil, Submission{}, &AuthorizationError{Op: "submit", TaskID: id, UserID: c.userID}
+			return nil, Submission{}, nil, &AuthorizationError{Op: "submit", TaskID: id, UserID: c.userID}
 		}
 
 		if !rec.Status.Terminal() {
-			if !watching {
-				added, err := rt.store.AddWatcher(ctx, id, rec.RunID, c.userID)
-				if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
-					continue // the record moved on; decide again
-				}
-				if err != nil {
-					return nil, Submission{}, err
-				}
-				if added {
-					rt.noteWatcher(id, rec.RunID, append(rec.Watchers, c.userID))
-				}
+			alive, err := rt.alive(ctx, &rec)
+			if err != nil {
+				return nil, Submission{}, nil, err
 			}
-			rt.emit(&change{kind: changeJoined, id: id, runID: rec.RunID, queue: rec.Queue, task: rt.handle(id, rec.RunID), state: rec.State})
-			return nil, Submission{ID: id, RunID: rec.RunID, Joined: true}, nil
+			if alive {
+				if !watching {
+					added, err := rt.store.AddWatcher(ctx, id, rec.RunID, c.userID)
+					if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+						continue // the record moved on; decide again
+					}
+					if err != nil {
+						return nil, Submission{}, nil, err
+					}
+					if added {
+						rt.noteWatcher(id, rec.RunID, append(rec.Watchers, c.userID))
+					}
+				}
+				return nil, Submission{ID: id, RunID: rec.RunID, Joined: true},
+					&change{kind: changeJoined, id: id, runID: rec.RunID, queue: rec.Queue, task: rt.handle(id, rec.RunID), state: rec.State}, nil
+			}
+			// No live run stands behind the record: nobody will ever end
+			// it, so it is replaced like a finished one, fenced on the
+			// dead run's id, instead of being joined.
 		}
 
-		t, now := rt.newRun(id, queue, c, o, fn)
-		err = rt.store.ReplaceTask(ctx, t.record(now), rec.RunID)
-		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
-			continue // another process re-ran or deleted it first
+		err = rt.store.ReplaceTask(ctx, t.record(), rec.RunID)
+		switch {
+		case err == nil:
+			return registered()
+		case errors.Is(err, ErrConflict):
+			continue // another process re-ran it first
+		case errors.Is(err, ErrNotFound):
+			insert = true
+			continue // deleted since the read
 		}
-		if err != nil {
-			return nil, Submission{}, err
-		}
-		rt.publish(t)
-		rt.emit(&change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}})
-		return t, Submission{ID: id, RunID: t.runID}, nil
+		rt.retire(t, err)
+		return nil, Submission{}, nil, err
 	}
-	return nil, Submission{}, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
+	return nil, Submission{}, nil, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
 }
 
-// newRun builds the live object of a run and mints its run id.
-func (rt *Runtime[S]) newRun(id, queue string, c caller, o submitOptions, fn Func) (*Task, time.Time) {
-	ctx, cancel := context.WithCancelCause(context.Background())
+// retire ends a run whose registering write failed. Unless the store
+// refused it for good, the write may have landed (a timeout after the
+// commit, a dropped connection): the run is then ended like one
+// cancelled before it started, fenced on its own run id, by a write that
+// retries while the runtime lives, so a record it may have left is never
+// joined. Its handle is never published, so this process does not take
+// it for alive meanwhile.
+func (rt *Runtime[S]) retire(t *Task, err error) {
+	if permanentStoreError(err) {
+		return
+	}
+	t.cancel(ErrAbandoned)
+	rt.mu.Lock()
+	rt.runs[t] = struct{}{}
+	rt.mu.Unlock()
+	go rt.execute(t)
+}
+
+// newRun builds the live object of a run and mints its run id. The run's
+// context keeps the values of the submission's context, never its
+// cancellation or deadline.
+func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	t := &Task{
-		id:     id,
-		runID:  rt.runPrefix + "." + strconv.FormatUint(rt.runSeq.Add(1), 36),
-		queue:  queue,
-		opts:   o,
-		fn:     fn,
-		ctx:    ctx,
-		cancel: cancel,
-		done:   make(chan struct{}),
+		id:      id,
+		runID:   rt.instance + "." + strconv.FormatUint(rt.runSeq.Add(1), 36),
+		queue:   queue,
+		opts:    o,
+		fn:      fn,
+		ctx:     runCtx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		created: now(),
 	}
 	w := make([]string, 0, 1+len(o.watchers))
 	if !c.system {
@@ -345,17 +477,17 @@ func (rt *Runtime[S]) newRun(id, queue string, c caller, o submitOptions, fn Fun
 	}
 	t.initial = w
 	t.watchers.Store(&t.initial)
-	return t, now()
+	return t
 }
 
 // record is the new record a run is registered with.
-func (t *Task) record(created time.Time) Record {
+func (t *Task) record() Record {
 	return Record{
 		ID:        t.id,
 		RunID:     t.runID,
 		Queue:     t.queue,
 		Watchers:  *t.watchers.Load(),
-		CreatedAt: created,
+		CreatedAt: t.created,
 		State:     State{Status: StatusPending},
 	}
 }
@@ -406,458 +538,3 @@ func (rt *Runtime[S]) settle(t *Task) {
 	rt.mu.Unlock()
 	close(t.done)
 }
-
-// execute runs t from its start to its terminal record and settles it.
-func (rt *Runtime[S]) execute(t *Task) {
-	st := State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
-	switch {
-	case t.ctx.Err() != nil:
-		// Cancelled before it started (a shutdown, a supersede): record
-		// the cause, if the record is still this run's and PENDING.
-		rt.finishCancelled(t, StatusPending, &State{})
-	case !rt.write("start", t, StatusPending, &st):
-		// A run-start is a durable, fenced read: the store no longer says
-		// this run is PENDING, so it was cancelled or superseded.
-	default:
-		if rt.attempts(t, &st) {
-			return // timed out: the callback's goroutine settles the run
-		}
-	}
-	rt.settle(t)
-}
-
-// attempts runs the callback until it succeeds, fails for good or is
-// cancelled, and records the outcome. It reports whether an attempt timed
-// out and handed settling to the callback's goroutine.
-func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
-	for attempt := 1; ; attempt++ {
-		t.attempt.Store(int32(attempt))
-		if attempt > 1 {
-			st.Attempt, st.Progress = attempt, t.Progress()
-			if !rt.write("retry", t, StatusRunning, st) {
-				return false // the record moved on without this run
-			}
-		}
-		res, err, handedOff := rt.call(t, st)
-		switch {
-		case handedOff:
-			return true
-		case err == nil:
-			rt.finishCompleted(t, st, res)
-			return false
-		case t.ctx.Err() != nil:
-			rt.finishCancelled(t, StatusRunning, st)
-			return false
-		case attempt >= t.opts.retry.MaxAttempts:
-			rt.finish(t, StatusRunning, st, StatusFailed, errorText(err))
-			return false
-		case !sleep(t.ctx, t.opts.retry.backoff(attempt)):
-			rt.finishCancelled(t, StatusRunning, st)
-			return false
-		}
-	}
-}
-
-// call runs one attempt. Without a timeout it calls the callback here.
-// With one, the callback runs on its own goroutine and call waits at most
-// the timeout; when that expires it records the outcome and reports
-// handedOff, and whichever of the two goroutines finishes last settles
-// the run, so the run settles only after its terminal write. The handoff
-// state is per attempt: an earlier attempt's goroutine can never touch it.
-func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bool) {
-	if t.opts.timeout <= 0 {
-		res, err = invoke(t)
-		return res, err, false
-	}
-	type outcome struct {
-		res any
-		err error
-	}
-	out := make(chan outcome, 1)
-	var claim atomic.Int32 // 1: the callback returned in time; 2: the waiter gave up
-	var left atomic.Int32  // after a give-up: goroutines still to finish; the last settles
-	left.Store(2)
-	go func() {
-		r, e := invoke(t)
-		out <- outcome{r, e}
-		if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
-			rt.settle(t)
-		}
-	}()
-	timer := time.NewTimer(t.opts.timeout)
-	defer timer.Stop()
-	select {
-	case o := <-out:
-		return o.res, o.err, false
-	case <-timer.C:
-	}
-	if !claim.CompareAndSwap(0, 2) {
-		o := <-out // the callback returned as the timer fired
-		return o.res, o.err, false
-	}
-	t.cancel(&TimeoutError{Timeout: t.opts.timeout})
-	// The first cause sticks: a cancel that landed before the timeout is
-	// what gets recorded.
-	rt.finishCancelled(t, StatusRunning, st)
-	if left.Add(-1) == 0 {
-		rt.settle(t)
-	}
-	return nil, nil, true
-}
-
-// invoke calls the callback, turning a panic into a *PanicError.
-func invoke(t *Task) (res any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			res, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
-	return t.fn(t.ctx, t)
-}
-
-// encodeResult marshals a callback's result. A panicking MarshalJSON is
-// the callback's code, so it fails the run, not the process.
-func encodeResult(res any) (b []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			b, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
-	return json.Marshal(res)
-}
-
-// errorText is err.Error() with a panic in it recovered, for the same
-// reason.
-func errorText(err error) (s string) {
-	defer func() {
-		if r := recover(); r != nil {
-			s = (&PanicError{Value: r}).Error()
-		}
-	}()
-	return err.Error()
-}
-
-// sleep waits for d unless ctx ends first, and reports whether it waited
-// the whole time.
-func sleep(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (rt *Runtime[S]) finishCompleted(t *Task, st *State, res any) {
-	if res == nil {
-		rt.finish(t, StatusRunning, st, StatusCompleted, "")
-		return
-	}
-	b, err := encodeResult(res)
-	if err != nil {
-		rt.finish(t, StatusRunning, st, StatusFailed, fmt.Errorf("%w: %w", ErrResultEncoding, err).Error())
-		return
-	}
-	st.Result = b
-	rt.finish(t, StatusRunning, st, StatusCompleted, "")
-}
-
-// finishCancelled records the outcome of the cause t's context carries,
-// rendered through the reasons table.
-func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st *State) {
-	status, msg := causeOutcome(context.Cause(t.ctx))
-	rt.finish(t, from, st, status, msg)
-}
-
-// finish writes a run's terminal record.
-func (rt *Runtime[S]) finish(t *Task, from Status, st *State, status Status, msg string) {
-	st.Status, st.Error, st.CompletedAt = status, msg, now()
-	st.Progress = t.Progress()
-	rt.write("finish", t, from, st)
-}
-
-// write is every store write a run makes: a transition fenced on the
-// run's id and the status it expects. A failed fence is the expected fate
-// of a superseded or cancelled run's late write, not an error; a store
-// error is logged, since a run has no caller to return it to.
-func (rt *Runtime[S]) write(op string, t *Task, from Status, st *State) bool {
-	t.stateMu.Lock()
-	ok := rt.writeLocked(op, t, from, st)
-	t.stateMu.Unlock()
-	if ok {
-		rt.emit(&change{kind: opChange[op], id: t.id, runID: t.runID, queue: t.queue, task: t, state: *st})
-	}
-	return ok
-}
-
-// opChange is the change each run write reports once it lands.
-var opChange = map[string]changeKind{
-	"start":    changeStarted,
-	"retry":    changeRetrying,
-	"finish":   changeFinished,
-	"abandon":  changeFinished,
-	"progress": changeProgress,
-}
-
-// writeLocked is write with t.stateMu held.
-func (rt *Runtime[S]) writeLocked(op string, t *Task, from Status, st *State) bool {
-	ok, err := rt.store.TransitionTask(context.Background(), t.id, t.runID, statusSet(from), *st)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		rt.logRunError("workers: store write failed", op, t, err)
-	}
-	if ok {
-		t.state = *st
-	}
-	return ok
-}
-
-// logRunError logs a store error met on a run's behalf. It is kept out of
-// line so that the run's own frames stay small: a run's goroutine starts
-// with a small stack, and growing it costs a copy.
-//
-//go:noinline
-func (rt *Runtime[S]) logRunError(msg, op string, t *Task, err error) {
-	rt.cfg.Logger.Error(msg, "op", op, "task", t.id, "run", t.runID, "err", err)
-}
-
-// syncRuns is the sync loop's work (see Config.SyncInterval). A progress
-// write is built from the state the run last wrote, under the run's state
-// lock, so it never undoes a newer write of the run's own (a retry's
-// attempt number, say); a run is cancelled only while it still holds that
-// its last write left it RUNNING, so a run that has just finished is left
-// alone.
-func (rt *Runtime[S]) syncRuns(ctx context.Context) {
-	rt.mu.RLock()
-	runs := slices.Collect(maps.Keys(rt.runs))
-	rt.mu.RUnlock()
-	for _, t := range runs {
-		if t.ctx.Err() != nil {
-			continue // ending already: its final write carries its state
-		}
-		if running, stored := rt.syncProgress(t); !running || stored {
-			continue // not started yet, finished, or still this run's and RUNNING
-		}
-		rec, err := rt.store.GetTask(ctx, t.id)
-		var cause error
-		switch {
-		case errors.Is(err, ErrNotFound):
-			cause = ErrSuperseded
-		case err != nil:
-			if ctx.Err() == nil {
-				rt.logRunError("workers: sync read failed", "sync", t, err)
-			}
-			continue
-		case rec.RunID != t.runID:
-			cause = ErrSuperseded
-		case rec.Status != StatusRunning:
-			cause = cmp.Or(causeFromRecord(rec.Status, rec.Error), ErrSuperseded)
-		default:
-			continue
-		}
-		t.stateMu.Lock()
-		if t.state.Status == StatusRunning {
-			t.cancel(cause)
-		}
-		t.stateMu.Unlock()
-	}
-}
-
-// waitPoll is how often Wait reads a task that runs in another runtime.
-const waitPoll = 50 * time.Millisecond
-
-// Wait blocks until the task id has ended, or ctx ends, and returns its
-// final snapshot. A run executing in this runtime is waited on directly;
-// a task another runtime or process runs is read from the store every
-// 50ms. Errors are those of Status, or ctx.Err().
-func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
-	for {
-		rec, err := rt.visibleRecord(ctx, id, auth)
-		if err != nil {
-			return Snapshot{}, err
-		}
-		if rec.Status.Terminal() {
-			return rt.snapshot(&rec), nil
-		}
-		if t := rt.handle(id, rec.RunID); t != nil {
-			select {
-			case <-t.done:
-			case <-ctx.Done():
-				return Snapshot{}, ctx.Err()
-			}
-			continue
-		}
-		timer := time.NewTimer(waitPoll)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return Snapshot{}, ctx.Err()
-		}
-	}
-}
-
-// syncProgress stores t's live progress if it changed since the run's
-// last write. It builds the write from t.state within one hold of
-// t.stateMu, so no write of the run's own can land in between. It reports
-// whether the run's last write left it RUNNING, and whether it stored.
-func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
-	t.stateMu.Lock()
-	defer t.stateMu.Unlock()
-	if t.state.Status != StatusRunning {
-		return false, false
-	}
-	p := t.Progress()
-	if p == t.state.Progress {
-		return true, false
-	}
-	st := t.state
-	st.Progress = p
-	return true, rt.writeLocked("progress", t, StatusRunning, &st)
-}
-
-// Status returns a snapshot of the task id, if auth may see it: a
-// watcher, the owner the id names, or System. For any other caller it
-// returns ErrNotFound, exactly as for a task that does not exist, so
-// Status never reveals that someone else's task exists. Progress is read
-// live when the run executes in this runtime. Errors: ErrNoAuthority, a
-// *ValidationError (ErrInvalidKey), ErrNotFound, or a store error.
-func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
-	rec, err := rt.visibleRecord(ctx, id, auth)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	return rt.snapshot(&rec), nil
-}
-
-// List returns the tasks auth may see, ordered by creation time: for an
-// Owner, the tasks it owns or watches; for System, every task. Options
-// narrow the list. Errors: ErrNoAuthority or a store error.
-func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
-	c, err := resolve(auth)
-	if err != nil {
-		return nil, err
-	}
-	var f Filter
-	for _, opt := range opts {
-		opt(&f)
-	}
-	if !c.system {
-		f.VisibleTo = c.userID
-	}
-	recs, err := rt.store.ListTasks(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Snapshot, len(recs))
-	for i := range recs {
-		out[i] = rt.snapshot(&recs[i])
-	}
-	return out, nil
-}
-
-// snapshot renders a record, with live progress when this runtime runs it.
-func (rt *Runtime[S]) snapshot(rec *Record) Snapshot {
-	s := snapshotOf(rec)
-	if rec.Status == StatusRunning {
-		if t := rt.handle(rec.ID, rec.RunID); t != nil {
-			s.Progress, s.Attempt = t.Progress(), t.Attempt()
-		}
-	}
-	return s
-}
-
-// visibleRecord reads id's record durably and returns it if auth may see
-// it, ErrNotFound otherwise.
-func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAuthority) (Record, error) {
-	c, err := resolve(auth)
-	if err != nil {
-		return Record{}, err
-	}
-	if err := validateID(id); err != nil {
-		return Record{}, err
-	}
-	rec, err := rt.store.GetTask(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		return Record{}, ErrNotFound // the very answer a non-watcher gets
-	}
-	if err != nil {
-		return Record{}, err
-	}
-	if !c.system && !visibleTo(id, rec.Watchers, c.userID) {
-		return Record{}, ErrNotFound
-	}
-	return rec, nil
-}
-
-// Cancel cancels the task id on behalf of auth. It first claims CANCELLED
-// in the store, fenced on the run it read, and only then cancels the
-// run's context with ErrCancelled, so the record says "Cancelled by user"
-// whatever the callback does next. A caller who may not see the task gets
-// ErrNotFound, exactly as for a missing task. A task that already ended
-// returns ErrFinished. Errors: ErrNoAuthority, a *ValidationError
-// (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
-// the record kept changing, or a store error.
-//
-// For a run executing in another process that shares the store, the
-// record says CANCELLED at once; that process's sync loop (see
-// Config.SyncInterval) cancels the run's context within an interval, and
-// without it the callback runs on until it returns. Either way its
-// terminal write is discarded, since it expects the record RUNNING.
-func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority) error {
-	var runID string
-	for range registerAttempts {
-		rec, err := rt.visibleRecord(ctx, id, auth)
-		if err != nil {
-			return err
-		}
-		if rec.Status.Terminal() || (runID != "" && rec.RunID != runID) {
-			return ErrFinished // it ended, or was re-run, since the first read
-		}
-		runID = rec.RunID
-		t := rt.handle(id, rec.RunID)
-		st := rec.State
-		if t != nil {
-			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
-		}
-		st.Status, st.Error = causeOutcome(ErrCancelled)
-		st.CompletedAt = now()
-		// Fenced on the exact status read, so a start or retry that landed
-		// since the read is never overwritten with the older state.
-		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
-		if err != nil {
-			return err
-		}
-		if ok {
-			if t != nil {
-				t.cancel(ErrCancelled)
-			}
-			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
-}
-
-// fromPending and fromRunning are the from lists of a run's writes,
-// shared so that they do not allocate; stores never retain or modify a
-// from list.
-var (
-	fromPending = []Status{StatusPending}
-	fromRunning = []Status{StatusRunning}
-)
-
-func statusSet(s Status) []Status {
-	switch s {
-	case StatusPending:
-		return fromPending
-	case StatusRunning:
-		return fromRunning
-	}
-	return []Status{s}
-}
-
-// now is the one clock reading per transition: UTC, to the microsecond
-// that every store keeps.
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

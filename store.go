@@ -87,6 +87,7 @@ const (
 	CauseShutdown   Cause = "shutdown"   // Runtime.Shutdown ended it, or it never started
 	CauseSuperseded Cause = "superseded" // a newer run of the same id replaced it
 	CauseAbandoned  Cause = "abandoned"  // its runtime died or lost its lease; recovery ended it
+	CauseStore      Cause = "store"      // the store refused the run's outcome for good (ErrInvalidData)
 )
 
 // MaxStackLen bounds State.Stack: a longer stack keeps its first

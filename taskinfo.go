@@ -41,10 +41,13 @@ type Task struct {
 	watchers atomic.Pointer[[]string] // the record's watchers, for QueueStatus
 	initial  []string                 // the watchers registered with the run; watchers points here until a join
 
+	finishing atomic.Bool // set before the run writes its own outcome
+
 	stateMu sync.Mutex // serializes the run's store writes
 	state   State      // guarded by stateMu: the state the run last wrote
 
-	done chan struct{} // closed when the run has settled
+	created time.Time     // when the run was registered
+	done    chan struct{} // closed when the run has settled
 }
 
 // ID returns the scoped task id.
@@ -110,7 +113,9 @@ type Snapshot struct {
 	Result json.RawMessage
 	// Error is the recorded message of a FAILED or CANCELLED task; Err
 	// turns it into an error.
-	Error       string
+	Error string
+	// Cause is the code of how the task ended; empty while it is live.
+	Cause       Cause
 	CreatedAt   time.Time // when the run was submitted
 	StartedAt   time.Time // zero until the run started
 	CompletedAt time.Time // zero until the task ended
@@ -121,13 +126,14 @@ type Snapshot struct {
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
 // a *TaskError carrying the recorded message, which unwraps to the
-// cause the message records, if any: ErrCancelled, a *TimeoutError,
+// cause the record's Cause code names, if any (never parsed from the
+// message): ErrCancelled, a *TimeoutError,
 // ErrSuperseded, ErrShutdown or ErrAbandoned.
 func (s Snapshot) Err() error {
 	if s.Status != StatusFailed && s.Status != StatusCancelled {
 		return nil
 	}
-	return &TaskError{ID: s.ID, Status: s.Status, Message: s.Error, cause: causeFromRecord(s.Status, s.Error)}
+	return &TaskError{ID: s.ID, Status: s.Status, Message: s.Error, cause: causeOf(s.Cause, s.Error)}
 }
 
 func snapshotOf(r *Record) Snapshot {
@@ -139,6 +145,7 @@ func snapshotOf(r *Record) Snapshot {
 		Attempt:      r.Attempt,
 		Result:       r.Result,
 		Error:        r.Error,
+		Cause:        r.Cause,
 		CreatedAt:    r.CreatedAt,
 		StartedAt:    r.StartedAt,
 		CompletedAt:  r.CompletedAt,

@@ -1,0 +1,423 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loops are a runtime's background goroutines: lease renewal, recovery,
+// cleanup, sync and the notice listener. Each watches ctx and closes its
+// done channel when it returns; Shutdown ends ctx and waits for them.
+// Every field is guarded by the runtime's mu.
+type loops struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	done []chan struct{}
+}
+
+// goroutine starts f on a goroutine of its own; rt.mu is held.
+func (l *loops) goroutine(f func(ctx context.Context)) {
+	if l.ctx == nil {
+		l.ctx, l.stop = context.WithCancel(context.Background())
+	}
+	done := make(chan struct{})
+	l.done = append(l.done, done)
+	go func() {
+		defer close(done)
+		f(l.ctx)
+	}()
+}
+
+// every starts a loop that calls f every interval until the loops stop;
+// a zero interval starts nothing. rt.mu is held.
+func (l *loops) every(interval time.Duration, f func(context.Context)) {
+	if interval <= 0 {
+		return
+	}
+	l.goroutine(func(ctx context.Context) {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if ctx.Err() != nil {
+					return // a tick that raced the stop
+				}
+				f(ctx)
+			}
+		}
+	})
+}
+
+// halt stops the loops and returns what to wait for; rt.mu is held.
+func (l *loops) halt() []chan struct{} {
+	if l.stop != nil {
+		l.stop()
+	}
+	return l.done
+}
+
+// leaseState is this instance's lease over a Leaser store.
+type leaseState struct {
+	held atomic.Bool // the lease was taken: the fast path of ensureLease
+	mu   sync.Mutex  // serializes taking it
+
+	// live caches the instances last read live, for register's question
+	// "is this run's instance alive": a hit younger than LeaseInterval is
+	// trusted; a miss is always asked of the store again, since a new
+	// instance must never be taken for dead.
+	live atomic.Pointer[liveSet]
+}
+
+type liveSet struct {
+	read time.Time
+	ids  map[string]struct{}
+}
+
+// ensureLease takes this instance's lease before its first run is
+// registered, and starts the loops that need no Start: lease renewal and
+// the notice listener. Over a store that is neither a Leaser nor a
+// Notifier it does nothing.
+func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
+	if rt.lease.held.Load() {
+		return nil
+	}
+	rt.lease.mu.Lock()
+	defer rt.lease.mu.Unlock()
+	if rt.lease.held.Load() {
+		return nil
+	}
+	if l, ok := any(rt.store).(Leaser); ok {
+		if _, err := l.RenewLease(ctx, rt.instance, rt.cfg.LeaseTTL); err != nil {
+			return err
+		}
+	}
+	rt.mu.Lock()
+	if l, ok := any(rt.store).(Leaser); ok {
+		rt.loops.goroutine(func(ctx context.Context) { rt.renewLease(ctx, l) })
+	}
+	if n, ok := any(rt.store).(Notifier); ok {
+		rt.loops.goroutine(func(ctx context.Context) { rt.listen(ctx, n) })
+	}
+	rt.mu.Unlock()
+	rt.lease.held.Store(true)
+	return nil
+}
+
+// renewLease renews the lease every LeaseInterval until ctx ends. When
+// the store says the lease had expired, or renewals have failed for a
+// whole LeaseTTL, the instance may have been declared dead and its runs
+// recovered by another: it cancels them all with ErrAbandoned, and their
+// late writes are fenced out wherever a recovery got there first.
+func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
+	tick := time.NewTicker(rt.cfg.LeaseInterval)
+	defer tick.Stop()
+	renewed := time.Now()
+	lost := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		call, cancel := context.WithTimeout(ctx, rt.cfg.LeaseInterval)
+		extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
+			if !lost && time.Since(renewed) >= rt.cfg.LeaseTTL {
+				lost = true
+				rt.abandonRuns("the lease could not be renewed for its whole TTL")
+			}
+		case !extended && !lost:
+			rt.abandonRuns("the lease had expired")
+			fallthrough
+		default:
+			renewed, lost = time.Now(), false
+		}
+	}
+}
+
+// abandonRuns cancels every run of this runtime with ErrAbandoned.
+func (rt *Runtime[S]) abandonRuns(why string) {
+	rt.cfg.Logger.Error("workers: instance lease lost; abandoning its runs", "instance", rt.instance, "why", why)
+	rt.mu.RLock()
+	runs := slices.Collect(maps.Keys(rt.runs))
+	rt.mu.RUnlock()
+	for _, t := range runs {
+		t.cancel(ErrAbandoned)
+	}
+}
+
+// alive reports whether a live record's run is alive: held by this
+// runtime if it is one of its runs, and otherwise run by an instance
+// whose lease is live. Over a store without leases another runtime's run
+// is taken for alive.
+func (rt *Runtime[S]) alive(ctx context.Context, rec *Record) (bool, error) {
+	inst := InstanceOf(rec.RunID)
+	if inst == rt.instance {
+		return rt.handle(rec.ID, rec.RunID) != nil, nil
+	}
+	l, ok := any(rt.store).(Leaser)
+	if !ok {
+		return true, nil
+	}
+	if set := rt.lease.live.Load(); set != nil && time.Since(set.read) < rt.cfg.LeaseInterval {
+		if _, ok := set.ids[inst]; ok {
+			return true, nil
+		}
+	}
+	set, err := rt.liveInstances(ctx, l)
+	if err != nil {
+		return false, err
+	}
+	_, ok = set[inst]
+	return ok, nil
+}
+
+// liveInstances reads the live instances and caches them for alive.
+func (rt *Runtime[S]) liveInstances(ctx context.Context, l Leaser) (map[string]struct{}, error) {
+	ids, err := l.LiveInstances(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := &liveSet{read: time.Now(), ids: make(map[string]struct{}, len(ids))}
+	for _, id := range ids {
+		set.ids[id] = struct{}{}
+	}
+	rt.lease.live.Store(set)
+	return set.ids, nil
+}
+
+// recoverRuns ends, FAILED as abandoned, every live record whose run is
+// not alive, and returns how many it ended. A run of this runtime is
+// alive while it holds its handle; a run of another instance, while that
+// instance's lease is live, over a Leaser store. Over a store without
+// leases, manual recovery takes every other runtime's run for dead, and
+// the loop never runs. Each write is fenced on the run id and status
+// read, so several recoverers at once are harmless, and a run registered
+// since the read is never touched.
+func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error) {
+	var live map[string]struct{}
+	l, leased := any(rt.store).(Leaser)
+	if leased {
+		var err error
+		if live, err = rt.liveInstances(ctx, l); err != nil {
+			return 0, err
+		}
+	} else if !manual {
+		return 0, nil
+	}
+	recs, err := rt.store.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
+	if err != nil {
+		return 0, err
+	}
+	o := causeOutcome(ErrAbandoned)
+	ts := now()
+	n := 0
+	for _, rec := range recs {
+		inst := InstanceOf(rec.RunID)
+		own := inst == rt.instance
+		if !own && leased {
+			if _, ok := live[inst]; ok {
+				continue // its instance holds a live lease
+			}
+		}
+		st := rec.State
+		o.apply(&st, ts)
+		ok := false
+		if own {
+			// Under the task's lock, a registration's insert and the
+			// publishing of its handle are one step: a run registered
+			// since the list is either seen live here or has another id.
+			lk := rt.keys.lock(rec.ID)
+			if rt.handle(rec.ID, rec.RunID) == nil {
+				ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+			}
+			rt.keys.unlock(rec.ID, lk)
+		} else {
+			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return n, err
+		}
+		if ok {
+			n++
+			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, state: st})
+		}
+	}
+	return n, nil
+}
+
+// listen follows a Notifier store's notices until ctx ends: each wakes
+// the Waits on its task, and a notice about a run this runtime executes
+// that says another process ended or replaced it has the run checked
+// against its record. Listen retries its own connection; should it fail
+// outright, listen tries again after a pause, the sync loop standing in
+// meanwhile.
+func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
+	checks := make(chan struct{}, 1)
+	var mu sync.Mutex
+	pending := make(map[string]struct{}) // guarded by mu: ids to check
+	all := false                         // guarded by mu: check every run
+	rt.mu.Lock()
+	rt.loops.goroutine(func(ctx context.Context) {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-checks:
+			}
+			mu.Lock()
+			ids, everything := pending, all
+			pending, all = make(map[string]struct{}), false
+			mu.Unlock()
+			if everything {
+				rt.checkRuns(ctx, nil)
+			} else {
+				rt.checkRuns(ctx, ids)
+			}
+		}
+	})
+	rt.mu.Unlock()
+	changed := func(c Change) {
+		if c.Resync {
+			rt.bells.ringAll()
+			mu.Lock()
+			all = true
+			mu.Unlock()
+		} else {
+			rt.bells.ring(c.ID)
+			if !rt.endedElsewhere(c) {
+				return
+			}
+			mu.Lock()
+			pending[c.ID] = struct{}{}
+			mu.Unlock()
+		}
+		select {
+		case checks <- struct{}{}:
+		default:
+		}
+	}
+	for {
+		err := n.Listen(ctx, changed)
+		if ctx.Err() != nil {
+			return
+		}
+		rt.cfg.Logger.Error("workers: listening for store notices failed", "err", err)
+		if !sleep(ctx, rt.cfg.LeaseInterval) {
+			return
+		}
+	}
+}
+
+// endedElsewhere reports whether notice c may say that a run executing
+// here was ended or replaced by someone else: the record moved to another
+// run, or to a terminal status this runtime did not write.
+func (rt *Runtime[S]) endedElsewhere(c Change) bool {
+	rt.mu.RLock()
+	t := rt.handles[c.ID]
+	rt.mu.RUnlock()
+	if t == nil || t.ctx.Err() != nil || t.finishing.Load() {
+		return false
+	}
+	return (c.RunID != "" && c.RunID != t.runID) || c.Status == "" || c.Status.Terminal()
+}
+
+// syncRuns is the sync loop's work (see Config.SyncInterval): it stores
+// progress and checks every run against its record.
+func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil) }
+
+// checkRuns syncs the runs executing here whose ids are in ids, or all
+// of them when ids is nil. A progress write is built from the state the
+// run last wrote, under the run's state lock, so it never undoes a newer
+// write of the run's own (a retry's attempt number, say); a run is
+// cancelled only while it still holds that its last write left it
+// RUNNING, so a run that has just finished is left alone.
+func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
+	rt.mu.RLock()
+	var runs []*Task
+	for t := range rt.runs {
+		if ids == nil {
+			runs = append(runs, t)
+		} else if _, ok := ids[t.id]; ok {
+			runs = append(runs, t)
+		}
+	}
+	rt.mu.RUnlock()
+	for _, t := range runs {
+		if t.ctx.Err() != nil {
+			continue // ending already: its final write carries its state
+		}
+		if running, stored := rt.syncProgress(t); !running || stored {
+			continue // not started yet, finished, busy, or still this run's and RUNNING
+		}
+		rec, err := rt.store.GetTask(ctx, t.id)
+		var cause error
+		switch {
+		case errors.Is(err, ErrNotFound):
+			cause = ErrSuperseded
+		case err != nil:
+			if ctx.Err() == nil {
+				rt.logRunError("workers: sync read failed", opProgress, t, err)
+			}
+			continue
+		case rec.RunID != t.runID:
+			cause = ErrSuperseded
+		case rec.Status != StatusRunning:
+			cause = causeOf(rec.Cause, rec.Error)
+			if cause == nil {
+				cause = ErrSuperseded
+			}
+		default:
+			continue
+		}
+		t.stateMu.Lock()
+		if t.state.Status == StatusRunning {
+			t.cancel(cause)
+		}
+		t.stateMu.Unlock()
+	}
+}
+
+// syncProgress stores t's live progress if it changed since the run's
+// last write. It builds the write from t.state within one hold of
+// t.stateMu, so no write of the run's own can land in between; a run
+// busy with a write of its own is skipped. A progress write is tried
+// once: the next sync stores it if this one fails. It reports whether the
+// run's last write left it RUNNING, and whether it stored.
+func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
+	if !t.stateMu.TryLock() {
+		return false, false
+	}
+	defer t.stateMu.Unlock()
+	if t.state.Status != StatusRunning {
+		return false, false
+	}
+	p := t.Progress()
+	if p == t.state.Progress {
+		return true, false
+	}
+	st := t.state
+	st.Progress = p
+	ok, err := rt.store.TransitionTask(rt.life, t.id, t.runID, fromRunning, st)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		rt.logRunError("workers: progress write failed", opProgress, t, err)
+	}
+	if ok {
+		t.state = st
+		rt.emit(&change{kind: changeProgress, id: t.id, runID: t.runID, queue: t.queue, task: t, state: st})
+	}
+	return true, ok
+}

@@ -1,0 +1,388 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+)
+
+// execute runs t from its start to its terminal record and settles it.
+func (rt *Runtime[S]) execute(t *Task) {
+	if t.ctx.Err() != nil {
+		// Cancelled before it started (a shutdown, a supersede): record
+		// the cause, if the record is still this run's and PENDING.
+		rt.finishCancelled(t, StatusPending, &State{}, nil)
+		rt.settle(t)
+		return
+	}
+	st := State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
+	// A run-start is a durable, fenced read: if it does not land, the
+	// store no longer says this run is PENDING (it was cancelled or
+	// superseded), or the run was cancelled while the store failed and
+	// write recorded that instead.
+	if rt.write(opStart, t, StatusPending, &st, nil) && st.Status == StatusRunning {
+		if rt.attempts(t, &st) {
+			return // timed out: the callback's goroutine settles the run
+		}
+	}
+	rt.settle(t)
+}
+
+// attempts runs the callback until it succeeds, fails for good or is
+// cancelled, and records the outcome. It reports whether an attempt timed
+// out and handed settling to the callback's goroutine.
+func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		t.attempt.Store(int32(attempt))
+		if attempt > 1 {
+			st.Attempt, st.Progress = attempt, t.Progress()
+			if !rt.write(opRetry, t, StatusRunning, st, lastErr) || st.Status != StatusRunning {
+				return false // the record moved on without this run
+			}
+		}
+		res, err, handedOff := rt.call(t, st)
+		switch {
+		case handedOff:
+			return true
+		case err == nil:
+			rt.finishCompleted(t, st, res)
+			return false
+		case t.ctx.Err() != nil:
+			rt.finishCancelled(t, StatusRunning, st, err)
+			return false
+		case attempt >= t.opts.retry.MaxAttempts:
+			rt.finishFailed(t, st, err)
+			return false
+		case !sleep(t.ctx, t.opts.retry.backoff(attempt)):
+			rt.finishCancelled(t, StatusRunning, st, err)
+			return false
+		}
+		lastErr = err
+	}
+}
+
+// call runs one attempt. Without a timeout it calls the callback here.
+// With one, the callback runs on its own goroutine and call waits at most
+// the timeout; when that expires it records the outcome and reports
+// handedOff, and whichever of the two goroutines finishes last settles
+// the run, so the run settles only after its terminal write. The handoff
+// state is per attempt: an earlier attempt's goroutine can never touch it.
+func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bool) {
+	if t.opts.timeout <= 0 {
+		res, err = invoke(t)
+		return res, err, false
+	}
+	type outcome struct {
+		res any
+		err error
+	}
+	out := make(chan outcome, 1)
+	var claim atomic.Int32 // 1: the callback returned in time; 2: the waiter gave up
+	var left atomic.Int32  // after a give-up: goroutines still to finish; the last settles
+	left.Store(2)
+	go func() {
+		r, e := invoke(t)
+		out <- outcome{r, e}
+		if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
+			rt.settle(t)
+		}
+	}()
+	timer := time.NewTimer(t.opts.timeout)
+	defer timer.Stop()
+	select {
+	case o := <-out:
+		return o.res, o.err, false
+	case <-timer.C:
+	}
+	if !claim.CompareAndSwap(0, 2) {
+		o := <-out // the callback returned as the timer fired
+		return o.res, o.err, false
+	}
+	t.cancel(&TimeoutError{Timeout: t.opts.timeout})
+	// The first cause sticks: a cancel that landed before the timeout is
+	// what gets recorded.
+	rt.finishCancelled(t, StatusRunning, st, nil)
+	if left.Add(-1) == 0 {
+		rt.settle(t)
+	}
+	return nil, nil, true
+}
+
+// invoke calls the callback, turning a panic into a *PanicError.
+func invoke(t *Task) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return t.fn(t.ctx, t)
+}
+
+// encodeResult marshals a callback's result. A panicking MarshalJSON is
+// the callback's code, so it fails the run, not the process.
+func encodeResult(res any) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return json.Marshal(res)
+}
+
+// errorText is err.Error() with a panic in it recovered, for the same
+// reason.
+func errorText(err error) (s string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s = (&PanicError{Value: r}).Error()
+		}
+	}()
+	return err.Error()
+}
+
+// sleep waits for d unless ctx ends first, and reports whether it waited
+// the whole time.
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (rt *Runtime[S]) finishCompleted(t *Task, st *State, res any) {
+	if res != nil {
+		b, err := encodeResult(res)
+		if err != nil {
+			rt.finishFailed(t, st, fmt.Errorf("%w: %w", ErrResultEncoding, err))
+			return
+		}
+		st.Result = b
+	}
+	rt.finish(t, StatusRunning, st, outcome{StatusCompleted, CauseCompleted, ""}, nil)
+}
+
+// finishFailed records a callback's error as the run's FAILED outcome.
+func (rt *Runtime[S]) finishFailed(t *Task, st *State, err error) {
+	code := CauseFailed
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		code = CausePanicked
+	}
+	rt.finish(t, StatusRunning, st, outcome{StatusFailed, code, cleanText(errorText(err))}, err)
+}
+
+// finishCancelled records the outcome of the cause t's context carries,
+// rendered through the reasons table. err is the callback's error, if it
+// returned one, for observers.
+func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st *State, err error) {
+	rt.finish(t, from, st, causeOutcome(context.Cause(t.ctx)), err)
+}
+
+// finish writes a run's terminal record.
+func (rt *Runtime[S]) finish(t *Task, from Status, st *State, o outcome, err error) {
+	t.finishing.Store(true)
+	o.apply(st, now())
+	st.Progress = t.Progress()
+	rt.write(opFinish, t, from, st, err)
+}
+
+// runOp names a run's store writes, for logs and for the change each
+// reports once it lands.
+type runOp uint8
+
+const (
+	opStart runOp = iota
+	opRetry
+	opProgress
+	opFinish
+	opAbandon
+)
+
+var runOps = [...]struct {
+	name   string
+	change changeKind
+}{
+	opStart:    {"start", changeStarted},
+	opRetry:    {"retry", changeRetrying},
+	opProgress: {"progress", changeProgress},
+	opFinish:   {"finish", changeFinished},
+	opAbandon:  {"abandon", changeFinished},
+}
+
+// Backoff of a run write whose store call failed for a transient reason.
+const (
+	writeBackoffMin = 5 * time.Millisecond
+	writeBackoffMax = 2 * time.Second
+)
+
+// write makes one store write of a run durable: a transition fenced on
+// the run's id and the status it expects. A fenced-out write is the
+// expected fate of a superseded or cancelled run's late write, not an
+// error: write reports false.
+//
+// A store error is classified by permanentStoreError. A transient one is
+// retried with capped exponential backoff, still fenced on the run id,
+// for as long as the runtime lives (until Shutdown gives up); since the
+// failed call may have landed, a retry that finds itself fenced out reads
+// the record, and counts the write as landed when the record holds
+// exactly what it wrote. A permanent one turns st into a FAILED record
+// saying the store refused the outcome, which is retried in turn; a start
+// refused for good, or a run cancelled while its start was being
+// retried, becomes that terminal write too, so st.Status tells the caller
+// what landed. err is the callback's error, reported with the change.
+func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error) bool {
+	t.stateMu.Lock()
+	ok := rt.writeLocked(op, t, from, st)
+	t.stateMu.Unlock()
+	if ok {
+		if st.Status.Terminal() {
+			op = opFinish
+		}
+		rt.emit(&change{kind: runOps[op].change, id: t.id, runID: t.runID, queue: t.queue, task: t, state: *st, err: err})
+	}
+	return ok
+}
+
+// writeLocked is write with t.stateMu held.
+func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) bool {
+	var failed error // the last attempt's error: it may have landed
+	backoff := writeBackoffMin
+	for try := 1; ; try++ {
+		ok, err := rt.transition(op, t, from, st)
+		switch {
+		case ok:
+			t.state = *st
+			return true
+		case err == nil && failed != nil && rt.landed(t, st):
+			t.state = *st
+			return true
+		case err == nil, errors.Is(err, ErrNotFound):
+			return false // fenced out, or the record is gone
+		case rt.life.Err() != nil:
+			rt.gaveUp.Add(1)
+			rt.logRunError("workers: run write abandoned: the runtime shut down; the record is left for recovery", op, t, err)
+			return false
+		case permanentStoreError(err):
+			if st.Status.Terminal() && st.Cause == CauseStore {
+				rt.gaveUp.Add(1)
+				rt.logRunError("workers: the store refused a run's fallback outcome; the record is left for recovery", op, t, err)
+				return false
+			}
+			rt.logRunError("workers: the store refused a run write for good; recording the run FAILED", op, t, err)
+			refused(st, err)
+			failed = err
+			continue
+		}
+		if try == 1 || try%16 == 0 {
+			rt.logRunError("workers: run write failed; retrying", op, t, err)
+		}
+		failed = err
+		if op == opStart && t.ctx.Err() != nil && !st.Status.Terminal() {
+			// Cancelled while its start could not be written: record
+			// the cancellation instead of starting.
+			*st = State{Progress: t.Progress()}
+			causeOutcome(context.Cause(t.ctx)).apply(st, now())
+		}
+		if !sleep(rt.life, jitter(backoff)) {
+			continue // the next try fails at once and logs the give-up
+		}
+		backoff = min(2*backoff, writeBackoffMax)
+	}
+}
+
+// lastWriteTimeout bounds the one try a run makes to write its outcome
+// after Shutdown gave up on it.
+const lastWriteTimeout = 5 * time.Second
+
+// transition is one try of a run's write. While the runtime lives, the
+// call carries its life, which Shutdown's cutoff ends. Afterwards, a run
+// whose callback returned late still gets one try at its outcome, bounded
+// on its own, since no Shutdown waits for it; a queue item's abandon
+// write, made for Shutdown, gets none.
+func (rt *Runtime[S]) transition(op runOp, t *Task, from Status, st *State) (bool, error) {
+	if rt.life.Err() == nil || op == opAbandon {
+		return rt.store.TransitionTask(rt.life, t.id, t.runID, statusSet(from), *st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lastWriteTimeout)
+	defer cancel()
+	return rt.store.TransitionTask(ctx, t.id, t.runID, statusSet(from), *st)
+}
+
+// landed reports whether the record holds exactly the state st of run t,
+// which a write that reported a failure may have stored after all.
+func (rt *Runtime[S]) landed(t *Task, st *State) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rt.life), lastWriteTimeout)
+	defer cancel()
+	rec, err := rt.store.GetTask(ctx, t.id)
+	return err == nil && rec.RunID == t.runID && rec.Status == st.Status && rec.Attempt == st.Attempt &&
+		rec.StartedAt.Equal(st.StartedAt) && rec.CompletedAt.Equal(st.CompletedAt)
+}
+
+// refused turns st into the FAILED record of a run whose write the store
+// refused for good.
+func refused(st *State, err error) {
+	*st = State{Progress: st.Progress, Attempt: st.Attempt, StartedAt: st.StartedAt}
+	outcome{StatusFailed, CauseStore, cleanText("the store refused the run's outcome: " + err.Error())}.apply(st, now())
+}
+
+// permanentStoreError is the one place that classifies a store error: it
+// reports whether the same call would fail the same way however often it
+// were retried, because the store refused the data itself (ErrInvalidData,
+// ErrResultEncoding, ErrInvalidOption, ErrInvalidKey, ErrInvalidRunID).
+// Every other error (a dropped connection, a timeout, a serialization
+// failure, an error this package does not know) is transient.
+func permanentStoreError(err error) bool {
+	for _, p := range [...]error{ErrInvalidData, ErrResultEncoding, ErrInvalidOption, ErrInvalidKey, ErrInvalidRunID} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// jitter spreads d over [d/2, d), so that runs failing together do not
+// retry in step.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
+// logRunError logs a store error met on a run's behalf. It is kept out of
+// line so that the run's own frames stay small: a run's goroutine starts
+// with a small stack, and growing it costs a copy.
+//
+//go:noinline
+func (rt *Runtime[S]) logRunError(msg string, op runOp, t *Task, err error) {
+	rt.cfg.Logger.Error(msg, "op", runOps[op].name, "task", t.id, "run", t.runID, "err", err)
+}
+
+// fromPending and fromRunning are the from lists of a run's writes,
+// shared so that they do not allocate; stores never retain or modify a
+// from list.
+var (
+	fromPending = []Status{StatusPending}
+	fromRunning = []Status{StatusRunning}
+)
+
+func statusSet(s Status) []Status {
+	switch s {
+	case StatusPending:
+		return fromPending
+	case StatusRunning:
+		return fromRunning
+	}
+	return []Status{s}
+}
+
+// now is the one clock reading per transition: UTC, to the microsecond
+// that every store keeps.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

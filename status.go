@@ -1,0 +1,248 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Wait's fallback polls: a task this runtime runs, or any task over a
+// Notifier store, reaches Wait through notices; another runtime's task
+// over a store without notices is read at waitPoll.
+const (
+	waitPoll     = 50 * time.Millisecond
+	waitFallback = time.Second
+)
+
+// Wait blocks until the task id's record has ended, or ctx ends, and
+// returns its final snapshot. It returns when the record ends, not when
+// the callback does: a run that timed out, was cancelled, superseded,
+// shut down or recovered is terminal in the store at once, and Wait
+// returns then even while its callback runs on. A change made by this
+// runtime, or announced by a Notifier store, wakes Wait at once; a task
+// another runtime runs over a store without notices is read every 50ms.
+// Errors are those of Status, or ctx.Err().
+func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
+	if err := rt.ensureLease(ctx); err != nil {
+		return Snapshot{}, err
+	}
+	_, notices := any(rt.store).(Notifier)
+	for {
+		// Listen before reading, so a change between the read and the
+		// wait still wakes it.
+		ring, release := rt.bells.listen(id)
+		rec, err := rt.visibleRecord(ctx, id, auth)
+		if err != nil || rec.Status.Terminal() {
+			release()
+			if err != nil {
+				return Snapshot{}, err
+			}
+			return rt.snapshot(&rec), nil
+		}
+		poll := waitPoll
+		if notices || rt.handle(id, rec.RunID) != nil {
+			poll = waitFallback
+		}
+		timer := time.NewTimer(poll)
+		select {
+		case <-ring:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+		release()
+		if ctx.Err() != nil {
+			return Snapshot{}, ctx.Err()
+		}
+	}
+}
+
+// bells wake the waiters of a task id when it changes. A bell exists
+// while someone listens to it, so a task nobody waits for costs a ring
+// one atomic load.
+type bells struct {
+	listeners atomic.Int64 // how many listen now
+	mu        sync.Mutex
+	m         map[string]*bell // guarded by mu
+}
+
+type bell struct {
+	ch   chan struct{} // closed by the next ring
+	refs int           // guarded by bells.mu
+}
+
+// listen returns a channel closed at id's next ring, and the func that
+// stops listening.
+func (b *bells) listen(id string) (<-chan struct{}, func()) {
+	b.listeners.Add(1)
+	b.mu.Lock()
+	if b.m == nil {
+		b.m = make(map[string]*bell)
+	}
+	bl := b.m[id]
+	if bl == nil {
+		bl = &bell{ch: make(chan struct{})}
+		b.m[id] = bl
+	}
+	bl.refs++
+	b.mu.Unlock()
+	return bl.ch, func() {
+		b.mu.Lock()
+		if bl.refs--; bl.refs == 0 && b.m[id] == bl {
+			delete(b.m, id)
+		}
+		b.mu.Unlock()
+		b.listeners.Add(-1)
+	}
+}
+
+// ring wakes id's listeners.
+func (b *bells) ring(id string) {
+	if b.listeners.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	if bl := b.m[id]; bl != nil {
+		close(bl.ch)
+		delete(b.m, id)
+	}
+	b.mu.Unlock()
+}
+
+// ringAll wakes every listener.
+func (b *bells) ringAll() {
+	if b.listeners.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	for id, bl := range b.m {
+		close(bl.ch)
+		delete(b.m, id)
+	}
+	b.mu.Unlock()
+}
+
+// Status returns a snapshot of the task id, if auth may see it: a
+// watcher, the owner the id names, or System. For any other caller it
+// returns ErrNotFound, exactly as for a task that does not exist, so
+// Status never reveals that someone else's task exists. Progress is read
+// live when the run executes in this runtime. Errors: ErrNoAuthority, a
+// *ValidationError (ErrInvalidKey), ErrNotFound, or a store error.
+func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
+	rec, err := rt.visibleRecord(ctx, id, auth)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return rt.snapshot(&rec), nil
+}
+
+// List returns the tasks auth may see, ordered by creation time: for an
+// Owner, the tasks it owns or watches; for System, every task. Options
+// narrow the list. Errors: ErrNoAuthority or a store error.
+func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
+	c, err := resolve(auth)
+	if err != nil {
+		return nil, err
+	}
+	var f Filter
+	for _, opt := range opts {
+		opt(&f)
+	}
+	if !c.system {
+		f.VisibleTo = c.userID
+	}
+	recs, err := rt.store.ListTasks(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Snapshot, len(recs))
+	for i := range recs {
+		out[i] = rt.snapshot(&recs[i])
+	}
+	return out, nil
+}
+
+// snapshot renders a record, with live progress when this runtime runs it.
+func (rt *Runtime[S]) snapshot(rec *Record) Snapshot {
+	s := snapshotOf(rec)
+	if rec.Status == StatusRunning {
+		if t := rt.handle(rec.ID, rec.RunID); t != nil {
+			s.Progress, s.Attempt = t.Progress(), t.Attempt()
+		}
+	}
+	return s
+}
+
+// visibleRecord reads id's record durably and returns it if auth may see
+// it, ErrNotFound otherwise.
+func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAuthority) (Record, error) {
+	c, err := resolve(auth)
+	if err != nil {
+		return Record{}, err
+	}
+	if err := validateID(id); err != nil {
+		return Record{}, err
+	}
+	rec, err := rt.store.GetTask(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Record{}, ErrNotFound // the very answer a non-watcher gets
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	if !c.system && !visibleTo(id, rec.Watchers, c.userID) {
+		return Record{}, ErrNotFound
+	}
+	return rec, nil
+}
+
+// Cancel cancels the task id on behalf of auth. It first claims CANCELLED
+// in the store, fenced on the run it read, and only then cancels the
+// run's context with ErrCancelled, so the record says "Cancelled by user"
+// whatever the callback does next. A caller who may not see the task gets
+// ErrNotFound, exactly as for a missing task. A task that already ended
+// returns ErrFinished. Errors: ErrNoAuthority, a *ValidationError
+// (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
+// the record kept changing, or a store error.
+//
+// For a run executing in another process that shares the store, the
+// record says CANCELLED at once; that process's sync loop (see
+// Config.SyncInterval) cancels the run's context within an interval, and
+// without it the callback runs on until it returns. Either way its
+// terminal write is discarded, since it expects the record RUNNING.
+func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority) error {
+	var runID string
+	for range registerAttempts {
+		rec, err := rt.visibleRecord(ctx, id, auth)
+		if err != nil {
+			return err
+		}
+		if rec.Status.Terminal() || (runID != "" && rec.RunID != runID) {
+			return ErrFinished // it ended, or was re-run, since the first read
+		}
+		runID = rec.RunID
+		t := rt.handle(id, rec.RunID)
+		st := rec.State
+		if t != nil {
+			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
+		}
+		causeOutcome(ErrCancelled).apply(&st, now())
+		// Fenced on the exact status read, so a start or retry that landed
+		// since the read is never overwritten with the older state.
+		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if t != nil {
+				t.cancel(ErrCancelled)
+			}
+			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
+}
