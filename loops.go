@@ -401,22 +401,26 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	if !t.stateMu.TryLock() {
 		return false, false
 	}
-	defer t.stateMu.Unlock()
 	if t.state.Status != StatusRunning {
+		t.stateMu.Unlock()
 		return false, false
 	}
 	p := t.Progress()
 	if p == t.state.Progress {
+		t.stateMu.Unlock()
 		return true, false
 	}
 	st := t.state
 	st.Progress = p
 	ok, err := rt.store.TransitionTask(rt.life, t.id, t.runID, fromRunning, st)
+	if ok {
+		t.state = st
+	}
+	t.stateMu.Unlock()
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		rt.logRunError("workers: progress write failed", opProgress, t, err)
 	}
 	if ok {
-		t.state = st
 		rt.emit(&change{kind: changeProgress, id: t.id, runID: t.runID, queue: t.queue, task: t, state: st})
 	}
 	return true, ok

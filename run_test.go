@@ -1,0 +1,221 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Wait returns when the record ends, not when the callback does: a
+// timed-out or cancelled run whose callback ignores its context is
+// terminal in the store at once, and so is Wait's answer.
+func TestWaitReturnsWhenTheRecordEnds(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		opts  []SubmitOption
+		end   func(rt *Runtime[*MemStore], id string) error
+		cause error
+	}{
+		{"Timeout", []SubmitOption{WithTimeout(time.Millisecond)}, func(*Runtime[*MemStore], string) error { return nil }, ErrTimeout},
+		{"Cancel", nil, func(rt *Runtime[*MemStore], id string) error { return rt.Cancel(ctx, id, alice) }, ErrCancelled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := memRuntime(t)
+			g := stubbornGate()
+			defer g.open()
+			sub, err := rt.Submit(ctx, "k", g.fn, alice, c.opts...)
+			require.NoError(t, err)
+			wait(t, g.started, "the callback")
+
+			waited := make(chan Snapshot, 1)
+			go func() {
+				snap, err := rt.Wait(ctx, sub.ID, alice)
+				assert.NoError(t, err)
+				waited <- snap
+			}()
+			require.NoError(t, c.end(rt, sub.ID))
+			select {
+			case snap := <-waited:
+				assert.True(t, snap.Status.Terminal())
+				assert.ErrorIs(t, snap.Err(), c.cause)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Wait did not return while the callback still ran")
+			}
+			select {
+			case <-g.ran:
+				t.Fatal("the stubborn callback returned before it was released")
+			default:
+			}
+		})
+	}
+}
+
+// The cause is read from the record's code, never parsed from its text: a
+// callback error that reads like a timeout is a plain failure.
+func TestErrUsesTheCauseCodeNotTheMessage(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "k", returns(nil, errors.New("Timed out after 5s")), alice)
+	require.NoError(t, err)
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, CauseFailed, snap.Cause)
+	assert.NotErrorIs(t, snap.Err(), ErrTimeout)
+
+	g := stubbornGate()
+	defer g.open()
+	sub, err = rt.Submit(ctx, "t", g.fn, alice, WithTimeout(time.Millisecond))
+	require.NoError(t, err)
+	snap, err = rt.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	var te *TimeoutError
+	require.ErrorAs(t, snap.Err(), &te)
+	assert.Equal(t, time.Millisecond, te.Timeout)
+	assert.Equal(t, CauseTimeout, snap.Cause)
+}
+
+// Each way a run ends leaves its code on the record.
+func TestEveryEndingRecordsItsCode(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	end := func(key string, fn Func, opts ...SubmitOption) Snapshot {
+		t.Helper()
+		sub, err := rt.Submit(ctx, key, fn, alice, opts...)
+		require.NoError(t, err)
+		snap, err := rt.Wait(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		return snap
+	}
+	assert.Equal(t, CauseCompleted, end("ok", returns(1, nil)).Cause)
+	assert.Equal(t, CauseFailed, end("fail", returns(nil, errors.New("no"))).Cause)
+	assert.Equal(t, CausePanicked, end("panic", func(context.Context, *Task) (any, error) { panic("boom") }).Cause)
+	assert.Equal(t, CauseFailed, end("encode", returns(func() {}, nil)).Cause)
+
+	g := newGate()
+	sub, err := rt.Submit(ctx, "cancel", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the callback")
+	require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, CauseCancelled, snap.Cause)
+	assert.ErrorIs(t, snap.Err(), ErrCancelled)
+}
+
+type ctxKey struct{}
+
+// The callback's context carries the submission context's values, and
+// neither its cancellation nor its deadline.
+func TestRunContextKeepsSubmissionValuesOnly(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	subCtx, cancel := context.WithTimeout(context.WithValue(ctx, ctxKey{}, "req-7"), time.Hour)
+	type seen struct {
+		value       any
+		hasDeadline bool
+	}
+	got := make(chan seen, 1)
+	release := make(chan struct{})
+	sub, err := rt.Submit(subCtx, "k", func(ctx context.Context, _ *Task) (any, error) {
+		_, dl := ctx.Deadline()
+		got <- seen{ctx.Value(ctxKey{}), dl}
+		<-release
+		return nil, ctx.Err()
+	}, alice)
+	require.NoError(t, err)
+	s := <-got
+	assert.Equal(t, "req-7", s.value)
+	assert.False(t, s.hasDeadline)
+	cancel() // the submitter's request ends: the run must not
+	close(release)
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, snap.Status)
+}
+
+// A live record of this runtime whose run it no longer holds is dead:
+// a submission replaces it instead of joining it.
+func TestSubmitNeverJoinsADeadRunOfItsOwn(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	dead := rt.instance + ".dead"
+	require.NoError(t, s.InsertTask(ctx, Record{ID: "alice::k", RunID: dead, Watchers: []string{"alice"}, CreatedAt: now(), State: State{Status: StatusRunning}}))
+	sub, err := rt.Submit(ctx, "k", returns("fresh", nil), alice)
+	require.NoError(t, err)
+	assert.False(t, sub.Joined)
+	assert.NotEqual(t, dead, sub.RunID)
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, snap.Status)
+}
+
+// Shutdown lets a short callback finish within the grace period instead
+// of cancelling it, and cancels one that outlives it.
+func TestShutdownDrainsSoftlyWithinTheGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{})
+		work := func(d time.Duration) Func {
+			return func(ctx context.Context, _ *Task) (any, error) {
+				select {
+				case <-time.After(d):
+					return "done", nil
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+			}
+		}
+		short, err := rt.Submit(ctx, "short", work(200*time.Millisecond), alice)
+		require.NoError(t, err)
+		long, err := rt.Submit(ctx, "long", work(time.Minute), alice)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		require.NoError(t, rt.Shutdown(sctx))
+		// The long one is cancelled at the grace point: 3/4 of 5s.
+		assert.Equal(t, 3750*time.Millisecond, time.Since(start))
+		s, err := rt.Status(ctx, short.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, StatusCompleted, s.Status)
+		l, err := rt.Status(ctx, long.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, CauseShutdown, l.Cause)
+	})
+}
+
+// ShutdownGrace, when set, is the grace period; a negative one cancels
+// at once.
+func TestShutdownGraceConfigured(t *testing.T) {
+	for _, c := range []struct {
+		grace time.Duration
+		want  time.Duration
+	}{{time.Second, time.Second}, {-1, 0}, {time.Hour, 5 * time.Second}} {
+		synctest.Test(t, func(t *testing.T) {
+			rt := NewRuntime(NewMemStore(), Config{ShutdownGrace: c.grace})
+			_, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}, alice)
+			require.NoError(t, err)
+			synctest.Wait()
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			err = rt.Shutdown(sctx)
+			assert.Equal(t, c.want, time.Since(start), "grace %v", c.grace)
+			if c.want < 5*time.Second {
+				assert.NoError(t, err)
+			}
+		})
+	}
+}
