@@ -15,13 +15,18 @@ import (
 // done channel when it returns; Shutdown ends ctx and waits for them.
 // Every field is guarded by the runtime's mu.
 type loops struct {
-	ctx  context.Context
-	stop context.CancelFunc
-	done []chan struct{}
+	ctx    context.Context
+	stop   context.CancelFunc
+	done   []chan struct{}
+	halted bool // set by halt: no loop starts after it
 }
 
-// goroutine starts f on a goroutine of its own; rt.mu is held.
+// goroutine starts f on a goroutine of its own, unless the loops were
+// halted; rt.mu is held.
 func (l *loops) goroutine(f func(ctx context.Context)) {
+	if l.halted {
+		return
+	}
 	if l.ctx == nil {
 		l.ctx, l.stop = context.WithCancel(context.Background())
 	}
@@ -58,6 +63,7 @@ func (l *loops) every(interval time.Duration, f func(context.Context)) {
 
 // halt stops the loops and returns what to wait for; rt.mu is held.
 func (l *loops) halt() []chan struct{} {
+	l.halted = true
 	if l.stop != nil {
 		l.stop()
 	}
