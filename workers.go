@@ -48,13 +48,16 @@
 //
 // A task's callback receives a context that the runtime cancels, with a
 // cause, when the run should stop: [ErrCancelled] (through
-// [Runtime.Cancel]), a [*TimeoutError] ([WithTimeout]), [ErrSuperseded] (a
-// newer run replaced it) or [ErrShutdown] ([Runtime.Shutdown]); with
-// Config.SyncInterval, also when another process cancelled, re-ran or
-// recovered it ([ErrAbandoned]). The first cause is the one that sticks
-// and the one recorded: [Snapshot.Err] unwraps to it. The cancel function
-// is private to the runtime, and the message stored for each cause comes
-// from one table.
+// [Runtime.Cancel], in this process or another), a [*TimeoutError]
+// ([WithTimeout]), [ErrSuperseded] (a newer run replaced it),
+// [ErrShutdown] ([Runtime.Shutdown]) or [ErrAbandoned] (its instance lost
+// its lease, or another process recovered it). The first cause is the one
+// that sticks and the one recorded: the record keeps a [Cause] code beside
+// its message, and [Snapshot.Err] unwraps to the cause the code names. The
+// cancel function is private to the runtime, and the message stored for
+// each cause comes from one table. The context keeps the values of the
+// submission's context (a trace span, a request id), never its
+// cancellation or deadline.
 //
 // # Stores
 //
@@ -71,11 +74,23 @@
 //
 // [Runtime.Shutdown] has the shape of http.Server.Shutdown: it stops
 // intake, stops the queues fetching (recording their backlog CANCELLED),
-// cancels the runs in flight and waits for them within its context. After
-// it returns nil, no goroutine the runtime started is left and no record
-// it owned is PENDING or RUNNING (unless the store refused a run's final
-// write, which is logged to Config.Logger). [Runtime.RecoverZombies] fails
-// the records a crashed process left behind.
+// lets the runs in flight finish for a grace period
+// (Config.ShutdownGrace), cancels what remains and waits for it within its
+// context, which bounds it even over a store that hangs. After it returns
+// nil, no goroutine the runtime started is left and no record it owned is
+// PENDING or RUNNING.
+//
+// # Replicas and faults
+//
+// Over a store that implements [Leaser], each runtime holds an instance
+// lease judged by the store's clock, and every replica's recovery loop
+// ends the runs of instances whose lease expired ([ErrAbandoned]); a
+// submission never joins a run that is not alive. Over a [Notifier]
+// store, a change made in one process reaches the others at once. A run's
+// store writes retry transient failures with backoff, fenced on its run
+// id, and a write the store refuses for good ([ErrInvalidData]) ends the
+// run FAILED with a message that says so, so that no acknowledged
+// submission is left live without a live run behind it.
 //
 // # Errors
 //
