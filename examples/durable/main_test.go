@@ -43,9 +43,9 @@ func TestDurable(t *testing.T) {
 		"alice::thumbnails      running    40%",
 		"bob::csv-export        running    70%  on queue exports",
 		// After recovery.
-		"alice::thumbnails      failed     40%  Abandoned: no live run (recovered as a zombie)",
-		"bob::csv-export        failed     70%  Abandoned: no live run (recovered as a zombie)",
-		"bob::archive           failed      0%  Abandoned: no live run (recovered as a zombie)",
+		"alice::thumbnails      failed     40%  Abandoned: its run is no longer alive",
+		"bob::csv-export        failed     70%  Abandoned: its run is no longer alive",
+		"bob::archive           failed      0%  Abandoned: its run is no longer alive",
 		"3 records abandoned by the crash, 1 completed one intact",
 		"bob lists 2 tasks; asking for alice::invoice-batch he is told: workers: task not found",
 		"alice submits thumbnails again: joined false, new run true",

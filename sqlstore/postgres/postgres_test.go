@@ -162,10 +162,22 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 		stores = append(stores, s)
 	}
 	sqltest.MigrateConcurrently(t, stores)
-	var n int
-	err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n)
-	if err != nil || n != 1 {
-		t.Errorf("schema_version holds %d rows (%v), want 1", n, err)
+	var n, top int
+	err := sc.pool.QueryRow(t.Context(), `SELECT count(*), max(version) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n, &top)
+	if err != nil || n != top || top < 2 {
+		t.Errorf("schema_version holds %d rows up to version %d (%v), want each version once", n, top, err)
+	}
+}
+
+func TestMigrateRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	if _, err := sc.pool.Exec(t.Context(), `INSERT INTO "`+sc.schema+`".workers_schema_version (version, name) VALUES (9999, 'from_the_future')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(t.Context()); !errors.Is(err, postgres.ErrSchemaTooNew) {
+		t.Fatalf("Migrate over a newer schema = %v, want ErrSchemaTooNew", err)
 	}
 }
 

@@ -106,6 +106,11 @@ type Store struct {
 
 var _ workers.Store = (*Store)(nil)
 
+// ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
+// schema was migrated by a newer release than this one: Migrate changes
+// nothing, and the store should not be used with these tables.
+var ErrSchemaTooNew = sqlcore.ErrSchemaTooNew
+
 // Option configures a Store.
 type Option func(*options)
 

@@ -101,9 +101,29 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	}
 	sqltest.MigrateConcurrently(t, stores)
 	db := openRaw(t, path)
-	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM workers_schema_version`).Scan(&n); err != nil || n != 1 {
-		t.Errorf("schema_version holds %d rows (%v), want 1", n, err)
+	var n, top int
+	if err := db.QueryRow(`SELECT count(*), max(version) FROM workers_schema_version`).Scan(&n, &top); err != nil || n != top || top < 2 {
+		t.Errorf("schema_version holds %d rows up to version %d (%v), want each version once", n, top, err)
+	}
+}
+
+func TestMigrateRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	db := openRaw(t, path)
+	if _, err := db.Exec(`INSERT INTO workers_schema_version (version, name) VALUES (9999, 'from_the_future')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(t.Context()); !errors.Is(err, sqlite.ErrSchemaTooNew) {
+		t.Fatalf("Migrate over a newer schema = %v, want ErrSchemaTooNew", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -12,6 +13,11 @@ import (
 	"strconv"
 	"strings"
 )
+
+// ErrSchemaTooNew is returned by Migrate when the database's schema
+// version is newer than any migration this code knows: a newer release
+// migrated it, and this one would fail on columns it does not know.
+var ErrSchemaTooNew = errors.New("schema is newer than this release knows")
 
 // migration is one versioned schema file.
 type migration struct {
@@ -24,7 +30,8 @@ type migration struct {
 // when they are current. It runs in one transaction that first takes the
 // dialect's migration lock, so processes migrating at once apply each
 // version exactly once; the applied versions are kept in the
-// {prefix}schema_version table.
+// {prefix}schema_version table. A database already at a version newer
+// than the newest migration is refused with ErrSchemaTooNew, untouched.
 func (s *Store) Migrate(ctx context.Context) error {
 	migs, err := loadMigrations(s.d.Migrations)
 	if err != nil {
@@ -42,6 +49,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		var cur int
 		if err := tx.QueryRowContext(ctx, s.q.version).Scan(&cur); err != nil {
 			return s.wrap("migrate: read version", err)
+		}
+		if known := migs[len(migs)-1].version; cur > known {
+			return s.wrap("migrate", fmt.Errorf("%w: the database is at version %d, this release knows versions up to %d; upgrade the code or use another table prefix",
+				ErrSchemaTooNew, cur, known))
 		}
 		for _, m := range migs {
 			if m.version <= cur {

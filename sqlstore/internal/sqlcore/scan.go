@@ -13,15 +13,18 @@ func scanRecord(row interface{ Scan(dest ...any) error }) (workers.Record, error
 	var (
 		r        workers.Record
 		status   string
+		cause    string
 		result   []byte
 		watchers []byte
 	)
 	err := row.Scan(&r.ID, &r.RunID, &r.Queue, timeDest{&r.CreatedAt}, &status, &r.Progress, &r.Attempt,
-		&result, &r.Error, timeDest{&r.StartedAt}, timeDest{&r.CompletedAt}, &watchers)
+		&result, &r.Error, timeDest{&r.StartedAt}, timeDest{&r.CompletedAt},
+		&cause, &r.CancelledBy, &r.CancelReason, &r.Stack, &watchers)
 	if err != nil {
 		return workers.Record{}, err
 	}
 	r.Status = workers.Status(status)
+	r.Cause = workers.Cause(cause)
 	r.Result = result // a copy made by Scan; nil for NULL
 	if string(watchers) != "[]" {
 		if err := json.Unmarshal(watchers, &r.Watchers); err != nil {

@@ -14,29 +14,30 @@ import (
 
 // The shared SQL. {tasks} and {watchers} are the quoted table names, {agg}
 // is Dialect.JSONAgg and {share} is Dialect.RowShareLock. Parameters $1 to
-// $8 are always the id and the seven State columns, in this order.
+// $12 are always the id and the eleven State columns, in this order.
 const (
 	sqlSelect = `SELECT t.id, t.run_id, t.queue, t.created_at, t.status, t.progress, t.attempt,
-	t.result, t.error, t.started_at, t.completed_at,
+	t.result, t.error, t.started_at, t.completed_at, t.cause, t.cancelled_by, t.cancel_reason, t.stack,
 	COALESCE((SELECT {agg}(w.user_id ORDER BY w.seq) FROM {watchers} w WHERE w.task_id = t.id), '[]')
 FROM {tasks} t`
 
 	sqlGet = sqlSelect + ` WHERE t.id = $1`
 
 	sqlInsert = `INSERT INTO {tasks}
-	(id, status, progress, attempt, result, error, started_at, completed_at, run_id, queue, created_at, owner)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	(id, status, progress, attempt, result, error, started_at, completed_at,
+	cause, cancelled_by, cancel_reason, stack, run_id, queue, created_at, owner)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (id) DO NOTHING`
 
 	sqlSetState = `UPDATE {tasks} SET status = $2, progress = $3, attempt = $4, result = $5, error = $6,
-	started_at = $7, completed_at = $8`
+	started_at = $7, completed_at = $8, cause = $9, cancelled_by = $10, cancel_reason = $11, stack = $12`
 
 	sqlSet = sqlSetState + ` WHERE id = $1`
 
-	// TransitionTask appends "AND status IN (...)" with parameters from $10.
-	sqlTransition = sqlSetState + ` WHERE id = $1 AND run_id = $9`
+	// TransitionTask appends "AND status IN (...)" with parameters from $14.
+	sqlTransition = sqlSetState + ` WHERE id = $1 AND run_id = $13`
 
-	sqlReplace = sqlSetState + `, run_id = $9, queue = $10, created_at = $11 WHERE id = $1 AND run_id = $12`
+	sqlReplace = sqlSetState + `, run_id = $13, queue = $14, created_at = $15 WHERE id = $1 AND run_id = $16`
 
 	// The compare-and-set append: the SELECT yields the task row only if
 	// it belongs to run $2, and the primary key on (task_id, user_id)
@@ -386,7 +387,7 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// stateArgs returns the arguments $1 to $8: id and the State columns.
+// stateArgs returns the arguments $1 to $12: id and the State columns.
 func (s *Store) stateArgs(id string, st *workers.State) ([]any, error) {
 	if err := workers.CheckState(*st); err != nil {
 		return nil, err
@@ -395,12 +396,13 @@ func (s *Store) stateArgs(id string, st *workers.State) ([]any, error) {
 	if len(st.Result) > 0 {
 		result = string(st.Result)
 	}
-	return append(make([]any, 0, 12),
+	return append(make([]any, 0, 16),
 		id, string(st.Status), st.Progress, st.Attempt, result, st.Error,
-		s.time(st.StartedAt), s.time(st.CompletedAt)), nil
+		s.time(st.StartedAt), s.time(st.CompletedAt),
+		string(st.Cause), st.CancelledBy, st.CancelReason, st.Stack), nil
 }
 
-// recordArgs returns the arguments $1 to $11: stateArgs, then the run id,
+// recordArgs returns the arguments $1 to $15: stateArgs, then the run id,
 // queue and creation time.
 func (s *Store) recordArgs(rec *workers.Record) ([]any, error) {
 	args, err := s.stateArgs(rec.ID, &rec.State)
