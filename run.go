@@ -50,10 +50,14 @@ func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 		switch {
 		case handedOff:
 			return true
-		case err == nil:
+		case err == nil && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
 			rt.finishCompleted(t, st, res)
 			return false
 		case t.ctx.Err() != nil:
+			// A run abandoned because its instance lost its lease records
+			// that, even when its callback then returned a result: a
+			// recoverer may already have ended the record, and a late
+			// result must not land where none did.
 			rt.finishCancelled(t, StatusRunning, st, err)
 			return false
 		case attempt >= t.opts.retry.MaxAttempts:

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -218,4 +219,43 @@ func TestShutdownGraceConfigured(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lapsingStore is a MemStore whose lease lapses on demand: RenewLease
+// reports that it created a new lease rather than extending a live one.
+type lapsingStore struct {
+	*MemStore
+	lapsed atomic.Bool
+}
+
+func (s *lapsingStore) RenewLease(context.Context, string, time.Duration) (bool, error) {
+	return !s.lapsed.Load(), nil
+}
+
+func (s *lapsingStore) ReleaseLease(context.Context, string) error { return nil }
+
+func (s *lapsingStore) LiveInstances(context.Context) ([]string, error) { return nil, nil }
+
+// A runtime that finds its lease lost cancels its runs with ErrAbandoned,
+// and a callback that returns a result after that records the abandon,
+// never the late result, even where no recoverer ended the record first.
+func TestLostLeaseFencesTheLateResult(t *testing.T) {
+	t.Parallel()
+	s := &lapsingStore{MemStore: NewMemStore()}
+	rt := newRuntime(t, s, Config{LeaseInterval: time.Millisecond})
+	g := newGate()
+	ended := make(chan struct{})
+	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
+		go func() { <-ctx.Done(); close(ended) }()
+		<-g.release // the result comes only after the abandon
+		return "late", nil
+	}, alice)
+	require.NoError(t, err)
+	s.lapsed.Store(true)
+	wait(t, ended, "the run's context to end")
+	g.open()
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusFailed, snap.Status)
+	assert.Equal(t, CauseAbandoned, snap.Cause)
+	assert.ErrorIs(t, snap.Err(), ErrAbandoned)
 }
