@@ -169,16 +169,14 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	}
 }
 
-func TestMigrateRefusesANewerSchema(t *testing.T) {
+func TestMigrateRefusesMismatchedTables(t *testing.T) {
 	t.Parallel()
-	sc := newScratchT(t)
-	s := sc.store(t)
-	if _, err := sc.pool.Exec(t.Context(), `INSERT INTO "`+sc.schema+`".workers_schema_version (version, name) VALUES (9999, 'from_the_future')`); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(t.Context()); !errors.Is(err, postgres.ErrSchemaTooNew) {
-		t.Fatalf("Migrate over a newer schema = %v, want ErrSchemaTooNew", err)
-	}
+	sqltest.MigrateRefusals(t, func(t *testing.T) (*postgres.Store, func(string) error) {
+		sc := newScratchT(t)
+		s := sc.store(t)
+		names := strings.NewReplacer("{versions}", `"`+sc.schema+`".workers_schema_version`, "{tasks}", `"`+sc.schema+`".workers_tasks`)
+		return s, func(q string) error { _, err := sc.pool.Exec(t.Context(), names.Replace(q)); return err }
+	}, postgres.ErrSchemaTooNew, postgres.ErrSchemaMismatch)
 }
 
 func TestNames(t *testing.T) {

@@ -111,6 +111,12 @@ var _ workers.Store = (*Store)(nil)
 // nothing, and the store should not be used with these tables.
 var ErrSchemaTooNew = sqlcore.ErrSchemaTooNew
 
+// ErrSchemaMismatch is returned by Migrate, wrapped, when the tables do
+// not match the migrations recorded as applied to them: a migration file
+// edited after it was applied, a recorded version this release lacks, or
+// a missing table or column. Migrate changes nothing.
+var ErrSchemaMismatch = sqlcore.ErrSchemaMismatch
+
 // Option configures a Store.
 type Option func(*options)
 

@@ -107,24 +107,22 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	}
 }
 
-func TestMigrateRefusesANewerSchema(t *testing.T) {
+func TestMigrateRefusesMismatchedTables(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "tasks.db")
-	s, err := sqlite.Open(t.Context(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	db := openRaw(t, path)
-	if _, err := db.Exec(`INSERT INTO workers_schema_version (version, name) VALUES (9999, 'from_the_future')`); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(t.Context()); !errors.Is(err, sqlite.ErrSchemaTooNew) {
-		t.Fatalf("Migrate over a newer schema = %v, want ErrSchemaTooNew", err)
-	}
+	sqltest.MigrateRefusals(t, func(t *testing.T) (*sqlite.Store, func(string) error) {
+		path := filepath.Join(t.TempDir(), "tasks.db")
+		s, err := sqlite.Open(t.Context(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		db := openRaw(t, path)
+		names := strings.NewReplacer("{versions}", "workers_schema_version", "{tasks}", "workers_tasks")
+		return s, func(q string) error { _, err := db.Exec(names.Replace(q)); return err }
+	}, sqlite.ErrSchemaTooNew, sqlite.ErrSchemaMismatch)
 }
 
 // openRaw returns a handle on the database at path, closed in t's cleanup.

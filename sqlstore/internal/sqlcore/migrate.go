@@ -3,7 +3,9 @@ package sqlcore
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -19,11 +21,18 @@ import (
 // migrated it, and this one would fail on columns it does not know.
 var ErrSchemaTooNew = errors.New("schema is newer than this release knows")
 
+// ErrSchemaMismatch is returned by Migrate when the tables do not match
+// the migrations recorded as applied: a migration file was edited after it
+// was applied (its checksum differs), a recorded version has no file, or a
+// table or column the store needs is missing.
+var ErrSchemaMismatch = errors.New("schema does not match its recorded migrations")
+
 // migration is one versioned schema file.
 type migration struct {
-	version int
-	name    string
-	sql     string
+	version  int
+	name     string
+	sql      string
+	checksum string // hex SHA-256 of the file's text
 }
 
 // Migrate creates the tables or brings them up to date, and is a no-op
@@ -43,16 +52,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 				return s.wrap("migrate: lock", err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, s.q.createVersions); err != nil {
-			return s.wrap("migrate", err)
-		}
-		var cur int
-		if err := tx.QueryRowContext(ctx, s.q.version).Scan(&cur); err != nil {
-			return s.wrap("migrate: read version", err)
-		}
-		if known := migs[len(migs)-1].version; cur > known {
-			return s.wrap("migrate", fmt.Errorf("%w: the database is at version %d, this release knows versions up to %d; upgrade the code or use another table prefix",
-				ErrSchemaTooNew, cur, known))
+		cur, err := s.checkApplied(ctx, tx, migs)
+		if err != nil {
+			return err
 		}
 		for _, m := range migs {
 			if m.version <= cur {
@@ -61,12 +63,86 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if _, err := tx.ExecContext(ctx, s.cfg.expand(m.sql)); err != nil {
 				return s.wrap(fmt.Sprintf("migrate: version %d (%s)", m.version, m.name), err)
 			}
-			if _, err := tx.ExecContext(ctx, s.q.recordVersion, m.version, m.name); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q.recordVersion, m.version, m.name, m.checksum); err != nil {
 				return s.wrap("migrate: record version", err)
 			}
 		}
+		// Every statement the store runs reads its tables' columns; one
+		// that matches no row proves they are all there.
+		if _, err := tx.ExecContext(ctx, s.q.probe); err != nil {
+			return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
+		}
 		return nil
 	})
+}
+
+// checkApplied creates the version table if need be and compares the
+// versions recorded in it with migs: it returns the highest applied
+// version, or an error for a version newer than migs know
+// (ErrSchemaTooNew) or one whose file is gone or was edited
+// (ErrSchemaMismatch). A version applied before checksums were kept gets
+// its file's checksum now.
+func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) (int, error) {
+	if _, err := tx.ExecContext(ctx, s.q.createVersions); err != nil {
+		return 0, s.wrap("migrate", err)
+	}
+	// A version table from before checksums fails this read; the
+	// savepoint keeps the transaction usable after it.
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT checksums"); err != nil {
+		return 0, s.wrap("migrate", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.readChecksum); err != nil {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT checksums"); err != nil {
+			return 0, s.wrap("migrate", err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q.addChecksum); err != nil {
+			return 0, s.wrap("migrate: add checksums", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT checksums"); err != nil {
+		return 0, s.wrap("migrate", err)
+	}
+	rows, err := tx.QueryContext(ctx, s.q.applied)
+	if err != nil {
+		return 0, s.wrap("migrate: read versions", err)
+	}
+	type applied struct {
+		version        int
+		name, checksum string
+	}
+	var done []applied
+	for rows.Next() {
+		var a applied
+		if err := rows.Scan(&a.version, &a.name, &a.checksum); err != nil {
+			rows.Close()
+			return 0, s.wrap("migrate: read versions", err)
+		}
+		done = append(done, a)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, s.wrap("migrate: read versions", err)
+	}
+	cur, known := 0, migs[len(migs)-1].version
+	for _, a := range done {
+		cur = max(cur, a.version)
+		if a.version > known {
+			return 0, s.wrap("migrate", fmt.Errorf("%w: the database is at version %d, this release knows versions up to %d; upgrade the code or use another table prefix",
+				ErrSchemaTooNew, a.version, known))
+		}
+		i := slices.IndexFunc(migs, func(m migration) bool { return m.version == a.version })
+		switch {
+		case i < 0:
+			return 0, s.wrap("migrate", fmt.Errorf("%w: version %d (%s) is recorded as applied, but this release has no such migration", ErrSchemaMismatch, a.version, a.name))
+		case a.checksum == "":
+			if _, err := tx.ExecContext(ctx, s.q.setChecksum, a.version, migs[i].checksum); err != nil {
+				return 0, s.wrap("migrate: record checksum", err)
+			}
+		case a.checksum != migs[i].checksum:
+			return 0, s.wrap("migrate", fmt.Errorf("%w: version %d (%s) was applied from a file that differs from this release's", ErrSchemaMismatch, a.version, a.name))
+		}
+	}
+	return cur, nil
 }
 
 // lockKey names the store's tables for the migration lock.
@@ -94,7 +170,8 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		migs = append(migs, migration{version: v, name: name, sql: string(text)})
+		sum := sha256.Sum256(text)
+		migs = append(migs, migration{version: v, name: name, sql: string(text), checksum: hex.EncodeToString(sum[:])})
 	}
 	slices.SortFunc(migs, func(a, b migration) int { return cmp.Compare(a.version, b.version) })
 	for i := 1; i < len(migs); i++ {

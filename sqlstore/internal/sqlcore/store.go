@@ -64,9 +64,15 @@ WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 	sqlVisible = `t.id IN (SELECT id FROM {tasks} WHERE owner = %[1]s
 	UNION SELECT task_id FROM {watchers} WHERE user_id = %[1]s)`
 
-	sqlCreateVersions = `CREATE TABLE IF NOT EXISTS {versions} (version integer PRIMARY KEY, name text NOT NULL)`
-	sqlVersion        = `SELECT COALESCE(MAX(version), 0) FROM {versions}`
-	sqlRecordVersion  = `INSERT INTO {versions} (version, name) VALUES ($1, $2)`
+	sqlCreateVersions = `CREATE TABLE IF NOT EXISTS {versions} (version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL DEFAULT '')`
+	sqlReadChecksum   = `SELECT checksum FROM {versions} WHERE 1 = 0`
+	sqlAddChecksum    = `ALTER TABLE {versions} ADD COLUMN checksum text NOT NULL DEFAULT ''`
+	sqlApplied        = `SELECT version, name, checksum FROM {versions} ORDER BY version`
+	sqlSetChecksum    = `UPDATE {versions} SET checksum = $2 WHERE version = $1`
+	sqlRecordVersion  = `INSERT INTO {versions} (version, name, checksum) VALUES ($1, $2, $3)`
+
+	// sqlProbe reads every column of the tables and matches no row.
+	sqlProbe = sqlSelect + ` WHERE 1 = 0`
 )
 
 // Store implements workers.Store on a database/sql handle for one
@@ -86,7 +92,8 @@ type Store struct {
 type queries struct {
 	get, insert, set, transition, replace, addWatcher, runOf    string
 	insertWatchers, dropWatchers, deleteFinished, list, visible string
-	createVersions, version, recordVersion                      string
+	createVersions, readChecksum, addChecksum, applied          string
+	setChecksum, recordVersion, probe                           string
 }
 
 var _ workers.Store = (*Store)(nil)
@@ -116,8 +123,12 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			list:           x(sqlSelect),
 			visible:        x(sqlVisible),
 			createVersions: x(sqlCreateVersions),
-			version:        x(sqlVersion),
+			readChecksum:   x(sqlReadChecksum),
+			addChecksum:    x(sqlAddChecksum),
+			applied:        x(sqlApplied),
+			setChecksum:    x(sqlSetChecksum),
 			recordVersion:  x(sqlRecordVersion),
+			probe:          x(sqlProbe),
 		},
 	}, nil
 }

@@ -2,6 +2,7 @@ package sqltest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -67,4 +68,49 @@ func MigrateConcurrently[M Migrator](t *testing.T, stores []M) {
 		})
 	}
 	wg.Wait()
+}
+
+// MigrateRefusals checks that Migrate refuses tables that do not match
+// the migrations it knows, and changes nothing then. fresh returns a
+// newly migrated store and a function that runs SQL on its database, in
+// which {versions} and {tasks} stand for the store's table names.
+func MigrateRefusals[M Migrator](t *testing.T, fresh func(t *testing.T) (M, func(query string) error), tooNew, mismatch error) {
+	for _, c := range []struct {
+		name, sql string
+		want      error
+	}{
+		{"NewerVersion", `INSERT INTO {versions} (version, name, checksum) VALUES (9999, 'from_the_future', '')`, tooNew},
+		{"EditedMigration", `UPDATE {versions} SET checksum = 'edited' WHERE version = 1`, mismatch},
+		{"UnknownVersion", `DELETE FROM {versions} WHERE version = 1; INSERT INTO {versions} (version, name, checksum) VALUES (1, 'init', 'x')`, mismatch},
+		{"MissingColumn", `ALTER TABLE {tasks} DROP COLUMN stack`, mismatch},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, exec := fresh(t)
+			if err := exec(c.sql); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Migrate(t.Context()); !errors.Is(err, c.want) {
+				t.Fatalf("Migrate = %v, want %v", err, c.want)
+			}
+		})
+	}
+	// A version table from before checksums were kept is upgraded, and
+	// the checksums it gains are then enforced.
+	t.Run("ChecksumsAddedToOlderTables", func(t *testing.T) {
+		t.Parallel()
+		s, exec := fresh(t)
+		if err := exec(`ALTER TABLE {versions} DROP COLUMN checksum`); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatalf("Migrate over a version table without checksums: %v", err)
+		}
+		if err := exec(`UPDATE {versions} SET checksum = 'edited' WHERE version = 1`); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(t.Context()); !errors.Is(err, mismatch) {
+			t.Fatalf("Migrate after an edit = %v, want %v", err, mismatch)
+		}
+	})
 }
