@@ -133,7 +133,14 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			return
 		case <-tick.C:
 		}
-		call, cancel := context.WithTimeout(ctx, rt.cfg.LeaseInterval)
+		// The store computes the expiry from its clock at some point
+		// during the call, so a lease renewed by this call is counted
+		// from when the call began, never from when it returned.
+		// A call that hangs is cut off by the lease's end at the latest,
+		// so a stalled store cannot hide that the lease ran out.
+		began := time.Now()
+		left := max(rt.cfg.LeaseTTL-began.Sub(renewed), time.Millisecond)
+		call, cancel := context.WithTimeout(ctx, min(rt.cfg.LeaseInterval, left))
 		extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
 		cancel()
 		switch {
@@ -149,7 +156,7 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			rt.abandonRuns("the lease had expired")
 			fallthrough
 		default:
-			renewed, lost = time.Now(), false
+			renewed, lost = began, false
 		}
 	}
 }

@@ -259,3 +259,43 @@ func TestLostLeaseFencesTheLateResult(t *testing.T) {
 	assert.Equal(t, CauseAbandoned, snap.Cause)
 	assert.ErrorIs(t, snap.Err(), ErrAbandoned)
 }
+
+// hangingLease is a MemStore whose lease renewals, after the first, hang
+// until their context ends.
+type hangingLease struct {
+	*MemStore
+	calls atomic.Int32
+}
+
+func (s *hangingLease) RenewLease(ctx context.Context, _ string, _ time.Duration) (bool, error) {
+	if s.calls.Add(1) == 1 {
+		return true, nil
+	}
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+
+func (s *hangingLease) ReleaseLease(context.Context, string) error { return nil }
+
+func (s *hangingLease) LiveInstances(context.Context) ([]string, error) { return nil, nil }
+
+// A renewal that hangs is cut off when the lease runs out, not one
+// LeaseInterval later: the runs are abandoned by the lease's end even
+// when the interval is longer than what is left of the lease.
+func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(&hangingLease{MemStore: NewMemStore()}, Config{LeaseInterval: 3 * time.Second, LeaseTTL: 4 * time.Second})
+		start := time.Now()
+		abandoned := make(chan time.Duration, 1)
+		_, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+			<-ctx.Done()
+			abandoned <- time.Since(start)
+			return nil, context.Cause(ctx)
+		}, alice)
+		require.NoError(t, err)
+		assert.Equal(t, 4*time.Second, <-abandoned)
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(sctx))
+	})
+}
