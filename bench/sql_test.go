@@ -1,0 +1,357 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
+	"github.com/taskgate/workers/sqlstore/sqlite"
+	_ "modernc.org/sqlite"
+)
+
+// A durable system under test: open readies it in a fresh schema or file
+// around fn, submit enqueues one task (from up to c goroutines at once,
+// worker is the submitting goroutine's index), and completed counts the
+// tasks whose terminal record is durable.
+type durable struct {
+	name string
+	open func(tb testing.TB, fn func()) (submit func(worker int, key string) error, completed func(context.Context) (int, error), close func())
+}
+
+// pgURL returns the test database, or skips.
+func pgURL(tb testing.TB) string {
+	u := os.Getenv("WORKERS_TEST_POSTGRES")
+	if u == "" {
+		tb.Skip("WORKERS_TEST_POSTGRES is unset: PostgreSQL benchmarks skipped")
+	}
+	return u
+}
+
+var schemaSeq atomic.Int64
+
+// pgSchema creates a schema of its own for one benchmark and drops it at
+// cleanup.
+func pgSchema(tb testing.TB, pool *pgxpool.Pool) string {
+	name := fmt.Sprintf("bench_%d_%d", os.Getpid(), schemaSeq.Add(1))
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE"); err != nil {
+			tb.Error(err)
+		}
+	})
+	return name
+}
+
+func pgAdmin(tb testing.TB) *pgxpool.Pool {
+	pool, err := pgxpool.New(context.Background(), pgURL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+func countPG(pool *pgxpool.Pool, query string) func(context.Context) (int, error) {
+	return func(ctx context.Context) (n int, err error) {
+		err = pool.QueryRow(ctx, query).Scan(&n)
+		return n, err
+	}
+}
+
+// workersPG is this library's Runtime on PostgreSQL; queues > 0 submits
+// with SubmitSequential, worker w into queue w % queues.
+func workersPG(queues int) func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
+	return func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
+		admin := pgAdmin(tb)
+		schema := pgSchema(tb, admin)
+		ctx := context.Background()
+		s, err := postgres.Open(ctx, pgURL(tb), postgres.WithSchema(schema))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		rt, task := workersOver(tb, s, fn)
+		submit := func(w int, key string) error {
+			if queues > 0 {
+				_, err := rt.SubmitSequential(ctx, "q"+strconv.Itoa(w%queues), key, task, alice)
+				return err
+			}
+			_, err := rt.Submit(ctx, key, task, alice)
+			return err
+		}
+		return submit, countPG(admin, "SELECT count(*) FROM "+schema+".workers_tasks WHERE status = 'completed'"), func() {
+			shutdown(tb, rt)
+			s.Close()
+		}
+	}
+}
+
+func workersOver[S workers.Store](tb testing.TB, s S, fn func()) (*workers.Runtime[S], workers.Func) {
+	rt := workers.NewRuntime(s, workers.Config{})
+	if err := rt.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	return rt, func(context.Context, *workers.Task) (any, error) { fn(); return nil, nil }
+}
+
+func shutdown[S workers.Store](tb testing.TB, rt *workers.Runtime[S]) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Shutdown(ctx); err != nil {
+		tb.Error(err)
+	}
+}
+
+// noopArgs is River's trivial job.
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	fn func()
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error { w.fn(); return nil }
+
+// riverConfig is River's client configuration for a benchmark: its
+// defaults with the given worker count, or tuned for throughput as its
+// docs allow (a fetch cooldown of 1 ms).
+func riverConfig(fn func(), maxWorkers int, cooldown time.Duration, schema string) *river.Config {
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &noopWorker{fn: fn})
+	return &river.Config{
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers:       ws,
+		FetchCooldown: cooldown,
+		Schema:        schema,
+		Logger:        quietLogger,
+	}
+}
+
+// riverPG is River (riverpgxv5) on PostgreSQL, migrated with rivermigrate.
+func riverPG(maxWorkers int, cooldown time.Duration) func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
+	return func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
+		admin := pgAdmin(tb)
+		schema := pgSchema(tb, admin)
+		ctx := context.Background()
+		pool, err := pgxpool.New(ctx, pgURL(tb))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		driver := riverpgxv5.New(pool)
+		m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: quietLogger})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			tb.Fatal(err)
+		}
+		client, err := river.NewClient(driver, riverConfig(fn, maxWorkers, cooldown, schema))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := client.Start(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		submit := func(int, string) error {
+			_, err := client.Insert(ctx, noopArgs{}, nil)
+			return err
+		}
+		return submit, countPG(admin, "SELECT count(*) FROM "+schema+".river_job WHERE state = 'completed'"), func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := client.Stop(stopCtx); err != nil {
+				tb.Error(err)
+			}
+			pool.Close()
+		}
+	}
+}
+
+func countSQL(db *sql.DB, query string) func(context.Context) (int, error) {
+	return func(ctx context.Context) (n int, err error) {
+		err = db.QueryRowContext(ctx, query).Scan(&n)
+		return n, err
+	}
+}
+
+// workersSQLite is this library's Runtime.Submit on SQLite.
+func workersSQLite(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
+	path := filepath.Join(tb.TempDir(), "w.db")
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	reader, err := sql.Open("sqlite", path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rt, task := workersOver(tb, s, fn)
+	submit := func(_ int, key string) error {
+		_, err := rt.Submit(ctx, key, task, alice)
+		return err
+	}
+	return submit, countSQL(reader, "SELECT count(*) FROM workers_tasks WHERE status = 'completed'"), func() {
+		shutdown(tb, rt)
+		s.Close()
+		reader.Close()
+	}
+}
+
+// riverSQLite is River's riversqlite driver, on one connection as its
+// docs advise.
+func riverSQLite(maxWorkers int, cooldown time.Duration) func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
+	return func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
+		path := filepath.Join(tb.TempDir(), "r.db")
+		ctx := context.Background()
+		db, err := sql.Open("sqlite", path+"?_pragma=journal_mode(wal)&_pragma=busy_timeout(5000)")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		driver := riversqlite.New(db)
+		m, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: quietLogger})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+			tb.Fatal(err)
+		}
+		client, err := river.NewClient(driver, riverConfig(fn, maxWorkers, cooldown, ""))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := client.Start(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		submit := func(int, string) error {
+			_, err := client.Insert(ctx, noopArgs{}, nil)
+			return err
+		}
+		return submit, countSQL(db, "SELECT count(*) FROM river_job WHERE state = 'completed'"), func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := client.Stop(stopCtx); err != nil {
+				tb.Error(err)
+			}
+			db.Close()
+		}
+	}
+}
+
+// durableRun submits n tasks from c goroutines and returns when every one
+// has a durable terminal record, polling the count every millisecond.
+func durableRun(tb testing.TB, d durable, n, c int, ks []string) time.Duration {
+	var ran sync.WaitGroup
+	submit, completed, stop := d.open(tb, ran.Done)
+	defer stop()
+	ran.Add(n)
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range c {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := submit(w, ks[i]); err != nil {
+					tb.Error(err)
+					ran.Done()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ran.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		got, err := completed(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if got >= n {
+			return time.Since(start)
+		}
+		time.Sleep(time.Millisecond) // polling the database, the same for every system
+	}
+}
+
+func benchDurable(b *testing.B, d durable, c int) {
+	ks := keys(b.N)
+	b.ResetTimer()
+	elapsed := durableRun(b, d, b.N, c, ks)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
+}
+
+// pgSystems are the PostgreSQL comparisons: name, system, submitters.
+func pgSystems() []struct {
+	d durable
+	c int
+} {
+	return []struct {
+		d durable
+		c int
+	}{
+		{durable{"workers-submit", workersPG(0)}, 1},
+		{durable{"workers-submit", workersPG(0)}, 4},
+		{durable{"workers-submit", workersPG(0)}, 16},
+		{durable{"workers-seq8", workersPG(8)}, 8},
+		{durable{"river-defaults-w8", riverPG(8, 0)}, 16},
+		{durable{"river-cooldown1ms-w8", riverPG(8, time.Millisecond)}, 16},
+		{durable{"river-cooldown1ms-w100", riverPG(100, time.Millisecond)}, 16},
+	}
+}
+
+// BenchmarkPostgres is tasks submitted and run to a durable terminal
+// record on PostgreSQL: this library beside River. Skipped unless
+// WORKERS_TEST_POSTGRES is set. Run it with a fixed count, such as
+// -benchtime=2000x.
+func BenchmarkPostgres(b *testing.B) {
+	pgURL(b)
+	for _, s := range pgSystems() {
+		b.Run(fmt.Sprintf("impl=%s/submitters=%d", s.d.name, s.c), func(b *testing.B) { benchDurable(b, s.d, s.c) })
+	}
+}
+
+// BenchmarkSQLite is the same on SQLite: this library beside River's
+// riversqlite driver.
+func BenchmarkSQLite(b *testing.B) {
+	for _, s := range []struct {
+		d durable
+		c int
+	}{
+		{durable{"workers-submit", workersSQLite}, 4},
+		{durable{"river-defaults-w8", riverSQLite(8, 0)}, 4},
+		{durable{"river-cooldown1ms-w8", riverSQLite(8, time.Millisecond)}, 4},
+	} {
+		b.Run(fmt.Sprintf("impl=%s/submitters=%d", s.d.name, s.c), func(b *testing.B) { benchDurable(b, s.d, s.c) })
+	}
+}
