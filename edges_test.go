@@ -83,7 +83,7 @@ func TestSupersededRunSettlingLeavesTheSuccessorsHandle(t *testing.T) {
 	require.NoError(t, err)
 	wait(t, fresh.started, "re-run")
 	old.open()
-	wait(t, oldTask.done, "the superseded run to settle")
+	wait(t, oldTask.doneChan(), "the superseded run to settle")
 
 	n, err := rt.RecoverZombies(ctx)
 	require.NoError(t, err)
@@ -236,7 +236,7 @@ func TestTimedOutRunSettlesOnlyAfterItsTerminalWrite(t *testing.T) {
 				return
 			}
 			select {
-			case <-task.Load().done:
+			case <-task.Load().doneChan():
 				settledFirst.Store(true)
 			case <-time.After(time.Minute): // fake time: nothing else can run
 			}

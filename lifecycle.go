@@ -77,7 +77,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	rt.mu.RUnlock()
 	done := make([]<-chan struct{}, len(inflight))
 	for i, t := range inflight {
-		done[i] = t.done
+		done[i] = t.doneChan()
 	}
 	graceCtx, cancel := context.WithDeadline(ctx, grace)
 	waitAll(graceCtx, done)

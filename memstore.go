@@ -51,17 +51,17 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 
 // InsertTask implements Store.
 func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
-	rec, err := prepare(ctx, rec)
+	r, err := prepare(ctx, rec)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.recs[rec.ID]; ok {
+	if _, ok := s.recs[r.ID]; ok {
 		return ErrConflict
 	}
-	s.recs[rec.ID] = &rec
-	s.index(&rec)
+	s.recs[r.ID] = r
+	s.index(r)
 	return nil
 }
 
@@ -86,7 +86,7 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 
 // ReplaceTask implements Store.
 func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string) error {
-	rec, err := prepare(ctx, rec)
+	nr, err := prepare(ctx, rec)
 	if err != nil {
 		return err
 	}
@@ -100,8 +100,8 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 		return ErrConflict
 	}
 	s.unindex(r)
-	s.recs[rec.ID] = &rec
-	s.index(&rec)
+	s.recs[nr.ID] = nr
+	s.index(nr)
 	return nil
 }
 
@@ -219,15 +219,31 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 }
 
 // prepare checks a whole record about to be written and returns the copy
-// to store.
-func prepare(ctx context.Context, rec Record) (Record, error) {
+// to store: one allocation that holds the record and, for the common
+// short lists, its watchers.
+func prepare(ctx context.Context, rec Record) (*Record, error) {
 	if err := ctx.Err(); err != nil {
-		return Record{}, err
+		return nil, err
 	}
 	if err := checkRecord(&rec); err != nil {
-		return Record{}, err
+		return nil, err
 	}
-	return rec.Clone(), nil
+	m := &memRecord{Record: rec}
+	if len(rec.Watchers) > 0 {
+		m.Watchers = append(m.watchers[:0:len(m.watchers)], rec.Watchers...)
+	}
+	if rec.Result != nil {
+		m.Result = slices.Clone(rec.Result)
+	}
+	return &m.Record, nil
+}
+
+// memRecord is a stored record with room for its watchers inline. The
+// watcher slice is never appended to in place (AddWatcher makes a new
+// one), so a clone handed out never sees a later change.
+type memRecord struct {
+	Record
+	watchers [2]string
 }
 
 // index adds r to the per-user index; mu must be held.

@@ -119,20 +119,23 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 	return min(time.Duration(d), p.MaxBackoff)
 }
 
+// applyOptions returns the options opts set. Without any it allocates
+// nothing: the options a call fills in escape, so they are made only when
+// there are options to fill them.
 func applyOptions(opts []SubmitOption) (submitOptions, error) {
-	var o submitOptions
 	if len(opts) == 0 {
-		return o, nil
+		return submitOptions{}, nil
 	}
+	o := new(submitOptions)
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
-			return o, err
+		if err := opt(o); err != nil {
+			return *o, err
 		}
 	}
-	return o, nil
+	return *o, nil
 }
 
 // ListOption narrows Runtime.List.

@@ -348,20 +348,21 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 	l := rt.keys.lock(id)
 	t, sub, ch, err := rt.decide(ctx, id, queue, c, o, fn)
 	rt.keys.unlock(id, l)
-	if ch != nil {
-		rt.emit(ch)
+	if ch.kind != 0 {
+		rt.emit(&ch)
 	}
 	return t, sub, err
 }
 
-// decide is register's rule table; the task's lock is held. The common
+// decide is register's rule table; the task's lock is held. The change
+// it returns, if its kind is set, is reported once the lock is released. The common
 // case, a new key, costs one store call: the insert comes first, and the
 // record is read only when one exists.
-func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, *change, error) {
+func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, change, error) {
 	t := rt.newRun(ctx, id, queue, c, o, fn)
-	registered := func() (*Task, Submission, *change, error) {
+	registered := func() (*Task, Submission, change, error) {
 		rt.publish(t)
-		return t, Submission{ID: id, RunID: t.runID}, &change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}}, nil
+		return t, Submission{ID: id, RunID: t.runID}, change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}}, nil
 	}
 	insert := true
 	for range registerAttempts {
@@ -372,7 +373,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o 
 			}
 			if !errors.Is(err, ErrConflict) {
 				rt.retire(t, err)
-				return nil, Submission{}, nil, err
+				return nil, Submission{}, change{}, err
 			}
 		}
 		rec, err := rt.store.GetTask(ctx, id)
@@ -381,19 +382,19 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o 
 			continue // deleted since the insert found it
 		}
 		if err != nil {
-			return nil, Submission{}, nil, err
+			return nil, Submission{}, change{}, err
 		}
 		insert = false
 
 		watching := c.system || visibleTo(id, rec.Watchers, c.userID)
 		if !watching && !allowWatch(rt.store, id, rec.Watchers, c.userID) {
-			return nil, Submission{}, nil, &AuthorizationError{Op: "submit", TaskID: id, UserID: c.userID}
+			return nil, Submission{}, change{}, &AuthorizationError{Op: "submit", TaskID: id, UserID: c.userID}
 		}
 
 		if !rec.Status.Terminal() {
 			alive, err := rt.alive(ctx, &rec)
 			if err != nil {
-				return nil, Submission{}, nil, err
+				return nil, Submission{}, change{}, err
 			}
 			if alive {
 				if !watching {
@@ -402,14 +403,14 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o 
 						continue // the record moved on; decide again
 					}
 					if err != nil {
-						return nil, Submission{}, nil, err
+						return nil, Submission{}, change{}, err
 					}
 					if added {
 						rt.noteWatcher(id, rec.RunID, append(rec.Watchers, c.userID))
 					}
 				}
 				return nil, Submission{ID: id, RunID: rec.RunID, Joined: true},
-					&change{kind: changeJoined, id: id, runID: rec.RunID, queue: rec.Queue, task: rt.handle(id, rec.RunID), state: rec.State}, nil
+					change{kind: changeJoined, id: id, runID: rec.RunID, queue: rec.Queue, task: rt.handle(id, rec.RunID), state: rec.State}, nil
 			}
 			// No live run stands behind the record: nobody will ever end
 			// it, so it is replaced like a finished one, fenced on the
@@ -427,9 +428,9 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o 
 			continue // deleted since the read
 		}
 		rt.retire(t, err)
-		return nil, Submission{}, nil, err
+		return nil, Submission{}, change{}, err
 	}
-	return nil, Submission{}, nil, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
+	return nil, Submission{}, change{}, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
 }
 
 // retire ends a run whose registering write failed. Unless the store
@@ -454,19 +455,20 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 // context keeps the values of the submission's context, never its
 // cancellation or deadline.
 func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
-	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	t := &Task{
 		id:      id,
-		runID:   rt.instance + "." + strconv.FormatUint(rt.runSeq.Add(1), 36),
+		runID:   rt.newRunID(),
 		queue:   queue,
-		opts:    o,
+		opts:    &noOptions,
 		fn:      fn,
-		ctx:     runCtx,
-		cancel:  cancel,
-		done:    make(chan struct{}),
 		created: now(),
 	}
-	w := make([]string, 0, 1+len(o.watchers))
+	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
+		t.opts = &runOptions{timeout: o.timeout, retry: o.retry}
+	}
+	t.vals.parent = ctx
+	t.ctx, t.cancel = context.WithCancelCause(&t.vals)
+	w := t.firstW[:0]
 	if !c.system {
 		w = append(w, c.userID)
 	}
@@ -478,6 +480,15 @@ func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o 
 	t.initial = w
 	t.watchers.Store(&t.initial)
 	return t
+}
+
+// newRunID mints a run id: the instance id, a dot and a sequence number
+// in base 36, built in one allocation.
+func (rt *Runtime[S]) newRunID() string {
+	var buf [64]byte
+	b := append(buf[:0], rt.instance...)
+	b = append(b, '.')
+	return string(strconv.AppendUint(b, rt.runSeq.Add(1), 36))
 }
 
 // record is the new record a run is registered with.
@@ -536,5 +547,5 @@ func (rt *Runtime[S]) settle(t *Task) {
 	}
 	delete(rt.runs, t)
 	rt.mu.Unlock()
-	close(t.done)
+	t.markSettled()
 }

@@ -28,27 +28,81 @@ type Task struct {
 	id    string
 	runID string
 	queue string
-	opts  submitOptions
+	opts  *runOptions // shared noOptions when the submission set none
 	fn    Func
 
-	// ctx is this run's own context, derived from context.Background and
-	// never from a caller's; cancel is private to the runtime.
+	// ctx is this run's own context: its parent is vals, which carries
+	// the submission's context's values and never its cancellation or
+	// deadline. cancel is private to the runtime.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	vals   valuesOnly
 
 	progress atomic.Int32
 	attempt  atomic.Int32
 	watchers atomic.Pointer[[]string] // the record's watchers, for QueueStatus
 	initial  []string                 // the watchers registered with the run; watchers points here until a join
+	firstW   [1]string                // initial's backing array for the common single watcher
 
 	finishing atomic.Bool // set before the run writes its own outcome
 
 	stateMu sync.Mutex // serializes the run's store writes
 	state   State      // guarded by stateMu: the state the run last wrote
 
-	created time.Time     // when the run was registered
-	done    chan struct{} // closed when the run has settled
+	created time.Time // when the run was registered
+
+	doneMu  sync.Mutex
+	done    chan struct{} // guarded by doneMu: made on first demand, closed once settled
+	settled bool          // guarded by doneMu
 }
+
+// runOptions are the submit options a run consults while it executes.
+type runOptions struct {
+	timeout time.Duration
+	retry   RetryPolicy
+}
+
+// noOptions is the runOptions of every run submitted without any: shared,
+// never written.
+var noOptions runOptions
+
+// doneChan returns a channel closed once the run has settled. Most runs
+// are never waited for, so the channel is made on the first demand.
+func (t *Task) doneChan() <-chan struct{} {
+	t.doneMu.Lock()
+	defer t.doneMu.Unlock()
+	if t.done == nil {
+		t.done = make(chan struct{})
+		if t.settled {
+			close(t.done)
+		}
+	}
+	return t.done
+}
+
+// markSettled closes the run's done channel, if anyone asked for it.
+func (t *Task) markSettled() {
+	t.doneMu.Lock()
+	t.settled = true
+	if t.done != nil {
+		close(t.done)
+	}
+	t.doneMu.Unlock()
+}
+
+// valuesOnly is the parent of a run's context: the values of the
+// submission's context without its cancellation or deadline, as
+// context.WithoutCancel gives, but kept inside the Task instead of
+// allocated on its own. Its Done is nil, so the run's cancelable context
+// registers nothing with it, and context.Cause finds the run's own
+// cancelation first.
+type valuesOnly struct{ parent context.Context }
+
+func (valuesOnly) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (valuesOnly) Done() <-chan struct{}       { return nil }
+func (valuesOnly) Err() error                  { return nil }
+func (v *valuesOnly) Value(key any) any        { return v.parent.Value(key) }
+func (v *valuesOnly) String() string           { return "workers.runContext" }
 
 // ID returns the scoped task id.
 func (t *Task) ID() string { return t.id }
