@@ -89,6 +89,11 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		done = append(done, q.exited)
 	}
 	open := waitAll(ctx, done)
+	// Runners end once their runs settled: they are counted only when no
+	// run is left, or each unsettled run would count twice.
+	if gone := rt.runners.stop(); open == 0 {
+		open = waitAll(ctx, []<-chan struct{}{gone})
+	}
 
 	rt.mu.Lock()
 	loops := rt.loops.halt()

@@ -121,8 +121,9 @@ type Runtime[S Store] struct {
 	life    context.Context
 	endLife context.CancelCauseFunc
 
-	keys  *keyLocks // the task lock: serializes this process's decisions per id
-	bells bells     // wakes Wait when a task changes
+	keys    *keyLocks // the task lock: serializes this process's decisions per id
+	runners *runners  // the goroutines that execute async runs
+	bells   bells     // wakes Wait when a task changes
 
 	lease  leaseState   // this instance's lease, over a Leaser store
 	gaveUp atomic.Int64 // run writes given up because the runtime was ending
@@ -160,6 +161,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		life:     life,
 		endLife:  endLife,
 		keys:     newKeyLocks(),
+		runners:  newRunners(),
 		handles:  make(map[string]*Task),
 		runs:     make(map[*Task]struct{}),
 		queues:   make(map[string]*queue),
@@ -330,7 +332,7 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 		return
 	}
 	if t.queue == "" {
-		go rt.execute(t)
+		rt.run(t)
 		return
 	}
 	if q := rt.queue(t.queue); q == nil || !q.push(t) {

@@ -1,0 +1,104 @@
+package workers
+
+import "sync"
+
+// maxIdleRunners bounds the runner goroutines kept parked between runs.
+const maxIdleRunners = 32
+
+// runners are the goroutines that execute async runs. A run is handed to
+// a runner parked waiting for one, whose stack has already grown to what a
+// run needs, or else to a new runner; a runner that finishes parks again
+// unless maxIdleRunners already wait, and ends otherwise. Runners never
+// bound how many runs execute at once.
+type runners struct {
+	work chan *Task    // unbuffered: a send lands only with a runner parked in receive
+	quit chan struct{} // closed by stop: parked runners end
+
+	mu     sync.Mutex
+	live   int           // guarded by mu: runners started and not ended
+	idle   int           // guarded by mu: runners parked in receive, or about to be
+	closed bool          // guarded by mu: set once by stop
+	gone   chan struct{} // closed once closed and live is 0
+}
+
+func newRunners() *runners {
+	return &runners{work: make(chan *Task), quit: make(chan struct{}), gone: make(chan struct{})}
+}
+
+// run executes t on a runner. After stop it starts a goroutine of t's own,
+// which the caller's wait on t covers.
+func (rt *Runtime[S]) run(t *Task) {
+	r := rt.runners
+	select {
+	case r.work <- t:
+		return
+	default:
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		go rt.execute(t)
+		return
+	}
+	r.live++
+	r.mu.Unlock()
+	go rt.runner(t)
+}
+
+// runner executes t, then the runs handed to it while it parks.
+func (rt *Runtime[S]) runner(t *Task) {
+	r := rt.runners
+	for {
+		rt.execute(t)
+		if !r.park() {
+			return
+		}
+		select {
+		case t = <-r.work:
+			r.mu.Lock()
+			r.idle--
+			r.mu.Unlock()
+		case <-r.quit:
+			r.mu.Lock()
+			r.idle--
+			r.exit()
+			r.mu.Unlock()
+			return
+		}
+	}
+}
+
+// park counts a runner about to wait for work, or reports false, having
+// ended it, when enough already wait or the runners are stopping.
+func (r *runners) park() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.idle >= maxIdleRunners {
+		r.exit()
+		return false
+	}
+	r.idle++
+	return true
+}
+
+// exit ends a runner; mu is held.
+func (r *runners) exit() {
+	if r.live--; r.live == 0 && r.closed {
+		close(r.gone)
+	}
+}
+
+// stop ends the parked runners, and those executing once their runs
+// settle, and returns a channel closed when the last has ended.
+func (r *runners) stop() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.closed = true
+		close(r.quit)
+		if r.live == 0 {
+			close(r.gone)
+		}
+	}
+	return r.gone
+}

@@ -1,0 +1,106 @@
+package workers
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func runnerCounts(r *runners) (live, idle int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live, r.idle
+}
+
+func TestRunnersAreReusedOneAtATime(t *testing.T) {
+	rt := memRuntime(t)
+	for i := range 10 {
+		sub, err := rt.Submit(ctx, strconv.Itoa(i), noop, alice)
+		require.NoError(t, err)
+		settled(t, rt, sub.ID)
+		eventually(t, func() bool { _, idle := runnerCounts(rt.runners); return idle == 1 }, "the runner to park")
+	}
+	live, _ := runnerCounts(rt.runners)
+	require.Equal(t, 1, live, "runs submitted one at a time share one runner")
+}
+
+func TestRunnersParkedAreBounded(t *testing.T) {
+	rt := memRuntime(t)
+	const n = 3 * maxIdleRunners
+	var started sync.WaitGroup
+	release := make(chan struct{})
+	started.Add(n)
+	ids := make([]string, n)
+	for i := range n {
+		sub, err := rt.Submit(ctx, strconv.Itoa(i), func(context.Context, *Task) (any, error) {
+			started.Done()
+			<-release
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		ids[i] = sub.ID
+	}
+	started.Wait() // every run executes at once: runners never bound concurrency
+	live, _ := runnerCounts(rt.runners)
+	require.Equal(t, n, live)
+	close(release)
+	for _, id := range ids {
+		settled(t, rt, id)
+	}
+	eventually(t, func() bool { live, _ := runnerCounts(rt.runners); return live == maxIdleRunners }, "surplus runners to end")
+}
+
+func TestShutdownEndsParkedRunners(t *testing.T) {
+	rt := NewRuntime(NewMemStore(), Config{})
+	sub, err := rt.Submit(ctx, "k", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	eventually(t, func() bool { _, idle := runnerCounts(rt.runners); return idle == 1 }, "the runner to park")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, rt.Shutdown(sctx))
+	wait(t, rt.runners.gone, "the parked runner to end")
+	live, _ := runnerCounts(rt.runners)
+	require.Zero(t, live)
+}
+
+func TestRunSubmittedAfterRunnersStoppedStillRuns(t *testing.T) {
+	rt := memRuntime(t)
+	<-rt.runners.stop()
+	tk := rt.newRun(ctx, "alice::k", "", caller{userID: "alice"}, submitOptions{}, noop)
+	rt.publish(tk)
+	rt.run(tk)
+	wait(t, tk.doneChan(), "the run to settle on a goroutine of its own")
+}
+
+func TestDoneChannelMadeOnDemand(t *testing.T) {
+	tk := memRuntime(t).newRun(ctx, "alice::k", "", caller{userID: "alice"}, submitOptions{}, noop)
+	require.Nil(t, tk.done, "no channel until someone waits")
+	early := tk.doneChan()
+	select {
+	case <-early:
+		t.Fatal("closed before the run settled")
+	default:
+	}
+	tk.markSettled()
+	wait(t, early, "a channel asked for before settling to close")
+	wait(t, (&Task{settled: true}).doneChan(), "a channel asked for after settling to be closed")
+}
+
+type runCtxKey struct{}
+
+func TestRunContextKeepsValuesNotCancellation(t *testing.T) {
+	parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), runCtxKey{}, "v"))
+	tk := memRuntime(t).newRun(parent, "alice::k", "", caller{userID: "alice"}, submitOptions{}, noop)
+	cancel(ErrShutdown)
+	require.NoError(t, tk.ctx.Err(), "the submission's cancellation does not reach the run")
+	require.Equal(t, "v", tk.ctx.Value(runCtxKey{}))
+	_, has := tk.ctx.Deadline()
+	require.False(t, has)
+	tk.cancel(ErrCancelled)
+	require.ErrorIs(t, context.Cause(tk.ctx), ErrCancelled, "the run's own cause, not the submission's")
+}
