@@ -397,7 +397,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 			continue
 		}
 		t.stateMu.Lock()
-		if t.state.Status == StatusRunning {
+		if t.running() {
 			t.cancel(cause)
 		}
 		t.stateMu.Unlock()
@@ -414,7 +414,7 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	if !t.stateMu.TryLock() {
 		return false, false
 	}
-	if t.state.Status != StatusRunning {
+	if !t.running() {
 		t.stateMu.Unlock()
 		return false, false
 	}
@@ -423,11 +423,11 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 		t.stateMu.Unlock()
 		return true, false
 	}
-	st := t.state
+	st := *t.state
 	st.Progress = p
 	ok, err := rt.store.TransitionTask(rt.life, t.id, t.runID, fromRunning, st)
 	if ok {
-		t.state = st
+		*t.state = st
 	}
 	t.stateMu.Unlock()
 	if err != nil && !errors.Is(err, ErrNotFound) {

@@ -265,10 +265,10 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 		ok, err := rt.transition(op, t, from, st)
 		switch {
 		case ok:
-			t.state = *st
+			t.setState(st)
 			return true
 		case err == nil && failed != nil && rt.landed(t, st):
-			t.state = *st
+			t.setState(st)
 			return true
 		case err == nil, errors.Is(err, ErrNotFound):
 			return false // fenced out, or the record is gone

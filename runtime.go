@@ -457,14 +457,16 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 // context keeps the values of the submission's context, never its
 // cancellation or deadline.
 func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
-	t := &Task{
-		id:      id,
-		runID:   rt.newRunID(),
-		queue:   queue,
-		opts:    &noOptions,
-		fn:      fn,
-		created: now(),
+	var t *Task
+	if queue == "" {
+		a := new(asyncTask)
+		t = &a.Task
+		t.state = &a.st
+	} else {
+		t = new(Task)
 	}
+	t.id, t.runID, t.queue = id, rt.newRunID(), queue
+	t.opts, t.fn, t.created = &noOptions, fn, now()
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{timeout: o.timeout, retry: o.retry}
 	}

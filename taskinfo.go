@@ -47,13 +47,36 @@ type Task struct {
 	finishing atomic.Bool // set before the run writes its own outcome
 
 	stateMu sync.Mutex // serializes the run's store writes
-	state   State      // guarded by stateMu: the state the run last wrote
+	// state is the state the run last wrote, guarded by stateMu; nil
+	// until its first write. An async run's sits in the allocation of its
+	// Task; a queue item's is made when it starts, so that items waiting
+	// in a queue stay small.
+	state *State
 
 	created time.Time // when the run was registered
 
 	doneMu  sync.Mutex
 	done    chan struct{} // guarded by doneMu: made on first demand, closed once settled
 	settled bool          // guarded by doneMu
+}
+
+// setState records st as the state the run last wrote; stateMu is held.
+func (t *Task) setState(st *State) {
+	if t.state == nil {
+		t.state = new(State)
+	}
+	*t.state = *st
+}
+
+// running reports whether the run's last write left it RUNNING; stateMu
+// is held.
+func (t *Task) running() bool { return t.state != nil && t.state.Status == StatusRunning }
+
+// asyncTask is an async run's Task with room for its state: one
+// allocation where a queue item, which may wait long, makes two.
+type asyncTask struct {
+	Task
+	st State
 }
 
 // runOptions are the submit options a run consults while it executes.

@@ -104,3 +104,22 @@ func TestRunContextKeepsValuesNotCancellation(t *testing.T) {
 	tk.cancel(ErrCancelled)
 	require.ErrorIs(t, context.Cause(tk.ctx), ErrCancelled, "the run's own cause, not the submission's")
 }
+
+func TestQueueItemStateMadeWhenItStarts(t *testing.T) {
+	rt := memRuntime(t)
+	queued := rt.newRun(ctx, "alice::q", "q", caller{userID: "alice"}, submitOptions{}, noop)
+	require.Nil(t, queued.state, "a waiting queue item holds no state")
+	async := rt.newRun(ctx, "alice::a", "", caller{userID: "alice"}, submitOptions{}, noop)
+	require.NotNil(t, async.state, "an async run's state comes with its Task")
+
+	g := newGate()
+	sub, err := rt.SubmitSequential(ctx, "q", "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the item to start")
+	tk := g.task.Load()
+	tk.stateMu.Lock()
+	require.True(t, tk.running(), "the start write made the item's state")
+	tk.stateMu.Unlock()
+	g.open()
+	settled(t, rt, sub.ID)
+}
