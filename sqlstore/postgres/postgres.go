@@ -86,6 +86,14 @@ var dialect = &sqlcore.Dialect{
 	RowShareLock:  " FOR SHARE",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
 	Migrations:    migrations,
+	// One statement, one round trip: the record, then its watchers in
+	// the order given, only if the record went in.
+	InsertWithWatchers: `WITH t AS ({insert}
+ON CONFLICT (id) DO NOTHING RETURNING id)
+INSERT INTO {watchers} (task_id, user_id)
+SELECT t.id, w.user_id FROM t, unnest($17::text[]) WITH ORDINALITY AS w(user_id, n)
+ORDER BY w.n
+ON CONFLICT DO NOTHING`,
 }
 
 // Store is a workers.Store on a PostgreSQL database. It is safe for

@@ -37,6 +37,16 @@ type Dialect struct {
 	// database has a single writer.
 	RowShareLock string
 
+	// InsertWithWatchers, if set, is the single statement that inserts
+	// a record and its watchers: $1 to $16 as the record's insert, $17
+	// the watcher list as an array, which it inserts in order, and only
+	// if the record was inserted. Its affected rows are the watchers
+	// inserted, so none means a conflict. It saves a transaction's three
+	// round trips where the database is across a network; a dialect
+	// without data-modifying WITH clauses leaves it empty, and the insert
+	// takes a transaction.
+	InsertWithWatchers string
+
 	// MigrationLock, if set, is the first statement of the migration
 	// transaction, run with one int64 argument that names the store's
 	// tables; it must block until no other migration of those tables is

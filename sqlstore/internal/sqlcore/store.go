@@ -91,6 +91,7 @@ type Store struct {
 // queries is the shared SQL with table names and dialect hooks filled in.
 type queries struct {
 	get, insert, set, transition, replace, addWatcher, runOf    string
+	insertWithWatchers                                          string
 	insertWatchers, dropWatchers, deleteFinished, list, visible string
 	createVersions, readChecksum, addChecksum, applied          string
 	setChecksum, recordVersion, probe                           string
@@ -110,8 +111,10 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	return &Store{
 		d: d, cfg: cfg, r: read, w: write,
 		q: queries{
-			get:            x(sqlGet),
-			insert:         x(sqlInsert),
+			get:    x(sqlGet),
+			insert: x(sqlInsert),
+			insertWithWatchers: x(strings.ReplaceAll(d.InsertWithWatchers, "{insert}",
+				strings.TrimSuffix(sqlInsert, "\nON CONFLICT (id) DO NOTHING"))),
 			set:            x(sqlSet),
 			transition:     x(sqlTransition),
 			replace:        x(sqlReplace),
@@ -147,7 +150,8 @@ func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) 
 
 // InsertTask implements workers.Store: INSERT ... ON CONFLICT (id) DO
 // NOTHING, where no row inserted means ErrConflict. A record with
-// watchers is inserted with them in one transaction.
+// watchers is inserted with them in one statement where the dialect has
+// Dialect.InsertWithWatchers, and in one transaction otherwise.
 func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	if err := workers.CheckRecord(rec); err != nil {
 		return err
@@ -173,6 +177,16 @@ func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	}
 	if len(rec.Watchers) == 0 {
 		return insert(s.w)
+	}
+	if s.q.insertWithWatchers != "" {
+		n, err := affected(s.w.ExecContext(ctx, s.q.insertWithWatchers, append(args, rec.Watchers)...))
+		if err != nil {
+			return s.wrap("insert task", err)
+		}
+		if n == 0 {
+			return workers.ErrConflict
+		}
+		return nil
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error { return insert(tx) })
 }
