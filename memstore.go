@@ -251,7 +251,8 @@ func (s *MemStore) index(r *Record) {
 	for _, w := range r.Watchers {
 		s.indexUser(w, r.ID)
 	}
-	if o, ok := OwnerOf(r.ID); ok {
+	// The owner is usually the first watcher already: one map write less.
+	if o, ok := OwnerOf(r.ID); ok && !slices.Contains(r.Watchers, o.id) {
 		s.indexUser(o.id, r.ID)
 	}
 }
@@ -278,7 +279,7 @@ func (s *MemStore) unindex(r *Record) {
 	for _, w := range r.Watchers {
 		drop(w)
 	}
-	if o, ok := OwnerOf(r.ID); ok {
+	if o, ok := OwnerOf(r.ID); ok && !slices.Contains(r.Watchers, o.id) {
 		drop(o.id)
 	}
 }
