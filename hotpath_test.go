@@ -123,3 +123,25 @@ func TestQueueItemStateMadeWhenItStarts(t *testing.T) {
 	g.open()
 	settled(t, rt, sub.ID)
 }
+
+func TestQueueItemContextMadeWhenItStarts(t *testing.T) {
+	rt := memRuntime(t)
+	parent := context.WithValue(context.Background(), runCtxKey{}, "v")
+	tk := rt.newRun(parent, "alice::q", "q", caller{userID: "alice"}, submitOptions{}, noop)
+	require.Nil(t, tk.ctx, "a waiting queue item holds no context")
+	require.NoError(t, tk.CancelReason())
+
+	tk.cancel(ErrCancelled)
+	tk.cancel(ErrShutdown)
+	require.ErrorIs(t, tk.CancelReason(), ErrCancelled, "a cancel before the start is kept, the first cause sticks")
+	tk.begin()
+	require.ErrorIs(t, tk.ctx.Err(), context.Canceled, "the context is made cancelled")
+	require.ErrorIs(t, context.Cause(tk.ctx), ErrCancelled)
+	require.Equal(t, "v", tk.ctx.Value(runCtxKey{}))
+
+	fresh := rt.newRun(parent, "alice::r", "q", caller{userID: "alice"}, submitOptions{}, noop)
+	fresh.begin()
+	require.NoError(t, fresh.ctx.Err())
+	fresh.cancel(ErrSuperseded)
+	require.ErrorIs(t, context.Cause(fresh.ctx), ErrSuperseded, "after the start a cancel reaches the context")
+}

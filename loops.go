@@ -342,7 +342,7 @@ func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 	rt.mu.RLock()
 	t := rt.handles[c.ID]
 	rt.mu.RUnlock()
-	if t == nil || t.ctx.Err() != nil || t.finishing.Load() {
+	if t == nil || t.cause() != nil || t.finishing.Load() {
 		return false
 	}
 	return (c.RunID != "" && c.RunID != t.runID) || c.Status == "" || c.Status.Terminal()
@@ -370,7 +370,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 	}
 	rt.mu.RUnlock()
 	for _, t := range runs {
-		if t.ctx.Err() != nil {
+		if t.cause() != nil {
 			continue // ending already: its final write carries its state
 		}
 		if running, stored := rt.syncProgress(t); !running || stored {

@@ -154,7 +154,7 @@ func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAut
 	items := slices.Clone(q.items)
 	q.mu.Unlock()
 	// A cancelled item waits only to be skipped: it is not pending.
-	items = slices.DeleteFunc(items, func(t *Task) bool { return t.ctx.Err() != nil })
+	items = slices.DeleteFunc(items, func(t *Task) bool { return t.cause() != nil })
 
 	info.PendingCount = len(items)
 	info.Load = len(items)

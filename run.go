@@ -13,6 +13,7 @@ import (
 
 // execute runs t from its start to its terminal record and settles it.
 func (rt *Runtime[S]) execute(t *Task) {
+	t.begin()
 	if t.ctx.Err() != nil {
 		// Cancelled before it started (a shutdown, a supersede): record
 		// the cause, if the record is still this run's and PENDING.
@@ -189,7 +190,7 @@ func (rt *Runtime[S]) finishFailed(t *Task, st *State, err error) {
 // rendered through the reasons table. err is the callback's error, if it
 // returned one, for observers.
 func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st *State, err error) {
-	rt.finish(t, from, st, causeOutcome(context.Cause(t.ctx)), err)
+	rt.finish(t, from, st, causeOutcome(t.cause()), err)
 }
 
 // finish writes a run's terminal record.
@@ -291,11 +292,11 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 			rt.logRunError("workers: run write failed; retrying", op, t, err)
 		}
 		failed = err
-		if op == opStart && t.ctx.Err() != nil && !st.Status.Terminal() {
+		if op == opStart && t.cause() != nil && !st.Status.Terminal() {
 			// Cancelled while its start could not be written: record
 			// the cancellation instead of starting.
 			*st = State{Progress: t.Progress()}
-			causeOutcome(context.Cause(t.ctx)).apply(st, now())
+			causeOutcome(t.cause()).apply(st, now())
 		}
 		if !sleep(rt.life, jitter(backoff)) {
 			continue // the next try fails at once and logs the give-up

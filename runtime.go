@@ -471,7 +471,9 @@ func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o 
 		t.opts = &runOptions{timeout: o.timeout, retry: o.retry}
 	}
 	t.vals.parent = ctx
-	t.ctx, t.cancel = context.WithCancelCause(&t.vals)
+	if queue == "" {
+		t.ctx, t.stop = context.WithCancelCause(&t.vals) // it starts at once
+	}
 	w := t.firstW[:0]
 	if !c.system {
 		w = append(w, c.userID)

@@ -33,10 +33,14 @@ type Task struct {
 
 	// ctx is this run's own context: its parent is vals, which carries
 	// the submission's context's values and never its cancellation or
-	// deadline. cancel is private to the runtime.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	vals   valuesOnly
+	// deadline. An async run's is made with the Task; a queue item's when
+	// it starts (begin), so that items waiting in a queue stay small.
+	// Until then a cancel is kept in early and applied when it is made.
+	// ctx and stop are written once under mu; the run's own goroutine
+	// reads ctx freely after begin, others through cause.
+	ctx  context.Context
+	stop context.CancelCauseFunc // private to the runtime: see cancel
+	vals valuesOnly
 
 	progress atomic.Int32
 	attempt  atomic.Int32
@@ -55,9 +59,54 @@ type Task struct {
 
 	created time.Time // when the run was registered
 
-	doneMu  sync.Mutex
-	done    chan struct{} // guarded by doneMu: made on first demand, closed once settled
-	settled bool          // guarded by doneMu
+	mu      sync.Mutex
+	early   error         // guarded by mu: the first cancel's cause while ctx is not made
+	done    chan struct{} // guarded by mu: made on first demand, closed once settled
+	settled bool          // guarded by mu
+}
+
+// cancel cancels the run's context with cause, or, before the context is
+// made, keeps cause for it. The first cause sticks.
+func (t *Task) cancel(cause error) {
+	if cause == nil {
+		cause = context.Canceled
+	}
+	t.mu.Lock()
+	stop := t.stop
+	if stop == nil && t.early == nil {
+		t.early = cause
+	}
+	t.mu.Unlock()
+	if stop != nil {
+		stop(cause)
+	}
+}
+
+// cause returns the cause the run was cancelled with, or nil while it
+// has not been.
+func (t *Task) cause() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stop == nil {
+		return t.early
+	}
+	if t.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(t.ctx)
+}
+
+// begin makes the run's context if it is not made yet, cancelled at once
+// with the cause of a cancel that came first.
+func (t *Task) begin() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stop == nil {
+		t.ctx, t.stop = context.WithCancelCause(&t.vals)
+		if t.early != nil {
+			t.stop(t.early)
+		}
+	}
 }
 
 // setState records st as the state the run last wrote; stateMu is held.
@@ -92,8 +141,8 @@ var noOptions runOptions
 // doneChan returns a channel closed once the run has settled. Most runs
 // are never waited for, so the channel is made on the first demand.
 func (t *Task) doneChan() <-chan struct{} {
-	t.doneMu.Lock()
-	defer t.doneMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.done == nil {
 		t.done = make(chan struct{})
 		if t.settled {
@@ -105,12 +154,12 @@ func (t *Task) doneChan() <-chan struct{} {
 
 // markSettled closes the run's done channel, if anyone asked for it.
 func (t *Task) markSettled() {
-	t.doneMu.Lock()
+	t.mu.Lock()
 	t.settled = true
 	if t.done != nil {
 		close(t.done)
 	}
-	t.doneMu.Unlock()
+	t.mu.Unlock()
 }
 
 // valuesOnly is the parent of a run's context: the values of the
@@ -155,10 +204,7 @@ func (t *Task) Progress() int { return int(t.progress.Load()) }
 // CancelReason returns the cause the run's context was cancelled with, or
 // nil while it has not been. The first cause is the one that sticks.
 func (t *Task) CancelReason() error {
-	if t.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(t.ctx)
+	return t.cause()
 }
 
 func (t *Task) setWatchers(w []string) { t.watchers.Store(&w) }
