@@ -251,7 +251,11 @@ type Submission struct {
 	Joined bool
 }
 
-// Submit runs fn on its own goroutine as the task key, on behalf of auth.
+// Submit runs fn on its own goroutine as the task key, on behalf of auth:
+// one of the runtime's parked runner goroutines, whose stack has grown
+// on earlier runs, or a new one when none is idle. Runners never bound how
+// many runs execute at once; at most 32 stay parked between runs, and
+// Shutdown ends them.
 // ctx bounds the submission itself and nothing else: the run outlives it.
 //
 // If the key's task is live and the caller watches it, Submit joins that
