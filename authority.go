@@ -158,6 +158,16 @@ func GlobalTaskKey(key string) (string, error) {
 }
 
 func scopedID(key string, c caller, scope Scope) (string, error) {
+	owner, err := idOwner(key, c, scope)
+	if err != nil || owner == "" {
+		return key, err
+	}
+	return owner + scopeSep + key, nil
+}
+
+// idOwner validates key for scope and returns the user id that prefixes
+// its scoped id, or "" when the id is the key itself (global scope).
+func idOwner(key string, c caller, scope Scope) (string, error) {
 	if err := validateText("key", key, MaxKeyLen, ErrInvalidKey); err != nil {
 		return "", err
 	}
@@ -166,9 +176,9 @@ func scopedID(key string, c caller, scope Scope) (string, error) {
 		if strings.Contains(key, scopeSep) {
 			return "", invalid("key", key, `a global-scope key may not contain "::"`, ErrInvalidKey)
 		}
-		return key, nil
+		return "", nil
 	case scope == ScopeUser:
-		return c.userID + scopeSep + key, nil
+		return c.userID, nil
 	}
 	return "", fmt.Errorf("%w: unknown scope %v", ErrInvalidOption, scope)
 }

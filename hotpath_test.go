@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,4 +145,50 @@ func TestQueueItemContextMadeWhenItStarts(t *testing.T) {
 	require.NoError(t, fresh.ctx.Err())
 	fresh.cancel(ErrSuperseded)
 	require.ErrorIs(t, context.Cause(fresh.ctx), ErrSuperseded, "after the start a cancel reaches the context")
+}
+
+func TestIDsShareOneAllocation(t *testing.T) {
+	rt := memRuntime(t)
+	c := caller{userID: "alice"}
+	id, runID, err := rt.ids("k", c, ScopeUser)
+	require.NoError(t, err)
+	want, _ := scopedID("k", c, ScopeUser)
+	require.Equal(t, want, id)
+	require.True(t, strings.HasPrefix(runID, rt.instance+"."), runID)
+	_, other, _ := rt.ids("k", c, ScopeUser)
+	require.NotEqual(t, runID, other, "every run id is new")
+
+	gid, grun, err := rt.ids("g", caller{system: true}, ScopeGlobal)
+	require.NoError(t, err)
+	require.Equal(t, "g", gid)
+	require.True(t, strings.HasPrefix(grun, rt.instance+"."), grun)
+	_, _, err = rt.ids("a::b", caller{system: true}, ScopeGlobal)
+	require.ErrorIs(t, err, ErrInvalidKey)
+
+	allocs := testing.AllocsPerRun(100, func() { _, _, _ = rt.ids("k", c, ScopeUser) })
+	require.Equal(t, 1.0, allocs, "a user-scoped id and its run id cost one allocation")
+}
+
+// The whole async path, submit to terminal record, allocates five times:
+// the Task, its context and cancel function, the id and run id, and the
+// MemStore record. Each submission waits for the previous one, so a
+// parked runner takes it.
+func TestSubmitAllocations(t *testing.T) {
+	rt := memRuntime(t)
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+	}
+	ran := make(chan struct{})
+	fn := func(context.Context, *Task) (any, error) { ran <- struct{}{}; return nil, nil }
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := rt.Submit(ctx, keys[i], fn, alice); err != nil {
+			t.Fatal(err)
+		}
+		i++
+		<-ran
+	})
+	t.Logf("%v allocations per submission", allocs)
+	require.LessOrEqual(t, allocs, 5.0)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,7 +303,7 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 	if err != nil {
 		return Submission{}, err
 	}
-	id, err := scopedID(key, c, o.scope)
+	id, runID, err := rt.ids(key, c, o.scope)
 	if err != nil {
 		return Submission{}, err
 	}
@@ -317,7 +318,7 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 	if err := rt.ensureLease(ctx); err != nil {
 		return Submission{}, err
 	}
-	t, sub, err := rt.register(ctx, id, queue, c, o, fn)
+	t, sub, err := rt.register(ctx, id, runID, queue, c, o, fn)
 	if err != nil || t == nil {
 		return sub, err
 	}
@@ -350,9 +351,9 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 // For a new run it returns the registered Task, its handle published; for
 // a join it returns a nil Task. The change it made is reported once the
 // lock is released.
-func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, error) {
+func (rt *Runtime[S]) register(ctx context.Context, id, runID, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, error) {
 	l := rt.keys.lock(id)
-	t, sub, ch, err := rt.decide(ctx, id, queue, c, o, fn)
+	t, sub, ch, err := rt.decide(ctx, id, runID, queue, c, o, fn)
 	rt.keys.unlock(id, l)
 	if ch.kind != 0 {
 		rt.emit(&ch)
@@ -364,8 +365,8 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 // it returns, if its kind is set, is reported once the lock is released. The common
 // case, a new key, costs one store call: the insert comes first, and the
 // record is read only when one exists.
-func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, change, error) {
-	t := rt.newRun(ctx, id, queue, c, o, fn)
+func (rt *Runtime[S]) decide(ctx context.Context, id, runID, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, change, error) {
+	t := rt.newRunAs(ctx, id, runID, queue, c, o, fn)
 	registered := func() (*Task, Submission, change, error) {
 		rt.publish(t)
 		return t, Submission{ID: id, RunID: t.runID}, change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}}, nil
@@ -461,6 +462,11 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 // context keeps the values of the submission's context, never its
 // cancellation or deadline.
 func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
+	return rt.newRunAs(ctx, id, rt.newRunID(), queue, c, o, fn)
+}
+
+// newRunAs is newRun with the run id given.
+func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID, queue string, c caller, o submitOptions, fn Func) *Task {
 	var t *Task
 	if queue == "" {
 		a := new(asyncTask)
@@ -469,7 +475,7 @@ func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o 
 	} else {
 		t = new(Task)
 	}
-	t.id, t.runID, t.queue = id, rt.newRunID(), queue
+	t.id, t.runID, t.queue = id, runID, queue
 	t.opts, t.fn, t.created = &noOptions, fn, now()
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{timeout: o.timeout, retry: o.retry}
@@ -499,6 +505,34 @@ func (rt *Runtime[S]) newRunID() string {
 	b := append(buf[:0], rt.instance...)
 	b = append(b, '.')
 	return string(strconv.AppendUint(b, rt.runSeq.Add(1), 36))
+}
+
+// ids validates key and returns its scoped id and a new run id. A
+// user-scoped id and the run id are built in one allocation and share
+// it, as the record that keeps them both does; the run id is minted even
+// when the submission then joins a live run, which costs a number of the
+// sequence and nothing else.
+func (rt *Runtime[S]) ids(key string, c caller, scope Scope) (id, runID string, err error) {
+	owner, err := idOwner(key, c, scope)
+	if err != nil {
+		return "", "", err
+	}
+	if owner == "" {
+		return key, rt.newRunID(), nil
+	}
+	var buf [16]byte
+	seq := strconv.AppendUint(buf[:0], rt.runSeq.Add(1), 36)
+	n := len(owner) + len(scopeSep) + len(key)
+	var b strings.Builder
+	b.Grow(n + len(rt.instance) + 1 + len(seq))
+	b.WriteString(owner)
+	b.WriteString(scopeSep)
+	b.WriteString(key)
+	b.WriteString(rt.instance)
+	b.WriteByte('.')
+	b.Write(seq)
+	s := b.String()
+	return s[:n], s[n:], nil
 }
 
 // record is the new record a run is registered with.
