@@ -88,9 +88,9 @@ type liveSet struct {
 }
 
 // ensureLease takes this instance's lease before its first run is
-// registered, and starts the loops that need no Start: lease renewal and
-// the notice listener. Over a store that is neither a Leaser nor a
-// Notifier it does nothing.
+// registered, and starts the loops that keep runs in step with the store
+// and need no Start: lease renewal, the notice listener and the sync loop,
+// each where the store and Config call for it.
 func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if rt.lease.held.Load() {
 		return nil
@@ -112,6 +112,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if n, ok := any(rt.store).(Notifier); ok {
 		rt.loops.goroutine(func(ctx context.Context) { rt.listen(ctx, n) })
 	}
+	rt.loops.every(rt.cfg.SyncInterval, rt.syncRuns)
 	rt.mu.Unlock()
 	rt.lease.held.Store(true)
 	return nil

@@ -491,3 +491,6 @@ func params(args *[]any, statuses []workers.Status) string {
 	b.WriteByte(')')
 	return b.String()
 }
+
+// Channel is the name of the notification channel of the store's tables.
+func (s *Store) Channel() string { return s.cfg.Channel() }
