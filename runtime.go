@@ -73,8 +73,8 @@ type Config struct {
 
 	// SyncInterval is how often a loop, started with the first run or by
 	// Start, syncs this runtime's running tasks with the store, for
-	// processes that share it: it stores a run's live progress whenever it changed, so other
-	// processes see it, and it cancels a run whose record says another
+	// processes that share it: it stores a run's live progress whenever
+	// it changed, so other processes see it, and it cancels a run whose record says another
 	// process ended it: with ErrCancelled when it was cancelled there,
 	// ErrAbandoned when it was recovered, ErrSuperseded when the record
 	// was replaced or deleted. Each progress write is fenced on the run
