@@ -451,7 +451,13 @@ func (s *Store) time(t time.Time) any {
 	return s.d.Time(t)
 }
 
+// wrap names the store and op in err. An error the dialect says the
+// database raised for the data itself also wraps workers.ErrInvalidData,
+// which the runtime takes as permanent; every other error is transient.
 func (s *Store) wrap(op string, err error) error {
+	if s.d.DataError != nil && s.d.DataError(err) {
+		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
+	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
 }
 
