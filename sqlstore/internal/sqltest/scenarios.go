@@ -21,7 +21,7 @@ import (
 var scenarios = []scenario{
 	{"JoinsFromManyProcessesKeepEveryGrant", joinsParent, joinsChild},
 	{"RerunsFromManyProcessesStartOneRun", rerunsParent, rerunsChild},
-	{"KilledProcessRecoveredAsZombies", killedParent, killedChild},
+	{"KilledReplicaRecoveredBySurvivors", killedParent, killedChild},
 	{"CancelFromAnotherProcess", cancelParent, cancelChild},
 }
 
@@ -258,12 +258,14 @@ func rerunsChild(c *child, s workers.Store) {
 // leaves.
 const killedLive = 5
 
-// killedParent kills a child with SIGKILL while its runs execute and a
-// queue item waits behind one of them, and checks that a runtime started
-// afterwards recovers, once the dead child's lease has expired and with
-// no manual call, exactly the records the dead process left PENDING or
-// RUNNING: FAILED, as abandoned, with no other field of them and no other
-// record changed, and their keys runnable again.
+// killedParent runs three replicas: it kills one with SIGKILL while its
+// runs execute and a queue item waits behind one of them, and checks that
+// the survivors' recovery loops (and a runtime the parent starts) recover,
+// once the dead replica's lease has expired and with no manual call,
+// exactly the records the dead process left PENDING or RUNNING: FAILED,
+// as abandoned, with no other field of them and no other record changed,
+// and their keys runnable again. The survivors' own runs, live all along,
+// are never recovered, however many rounds the loops make.
 func killedParent(p *parent) {
 	t, ctx, s := p.t, p.ctx(), p.store()
 	at := stamp().Add(-time.Hour)
@@ -286,6 +288,11 @@ func killedParent(p *parent) {
 	}
 	pr := p.start(0)
 	live := pr.next("ready", killedLive)
+	survivors := []*proc{p.start(1), p.start(2)}
+	var kept []string
+	for _, sv := range survivors {
+		kept = append(kept, sv.next("ready", killedKept)...)
+	}
 	before := records(t, ctx, s)
 	for _, id := range live {
 		if st := before[id].Status; st != workers.StatusRunning && st != workers.StatusPending {
@@ -302,14 +309,32 @@ func killedParent(p *parent) {
 	if err := rt.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the recovery loop ends the dead child's records", func() (bool, error) {
-		for id, rec := range records(t, ctx, s) {
-			if !before[id].Status.Terminal() && !rec.Status.Terminal() {
+	eventually(t, "the recovery loops end the dead child's records", func() (bool, error) {
+		recs := records(t, ctx, s)
+		for _, id := range live {
+			if !recs[id].Status.Terminal() {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
+	t.Logf("recovered %v after the kill (lease TTL %v, interval %v)", time.Since(killed), 5*killedLease, killedLease)
+	// Twenty more rounds of every loop: the survivors keep their runs.
+	for range 20 {
+		time.Sleep(killedLease) // not a wait for a condition: rounds of the loops
+		recs := records(t, ctx, s)
+		for _, id := range kept {
+			if recs[id].Status != workers.StatusRunning {
+				t.Fatalf("the live survivor's %s is %s, want RUNNING", id, recs[id].Status)
+			}
+		}
+	}
+	for _, sv := range survivors {
+		sv.send("stop")
+	}
+	for _, sv := range survivors {
+		sv.wait()
+	}
 	after := records(t, ctx, s)
 	if len(after) != len(before) {
 		t.Errorf("%d records before recovery, %d after", len(before), len(after))
@@ -317,6 +342,9 @@ func killedParent(p *parent) {
 	zombies := 0
 	for _, id := range slices.Sorted(maps.Keys(before)) {
 		b, a := before[id], after[id]
+		if slices.Contains(kept, id) {
+			continue // the survivors' runs, ended by their own shutdown
+		}
 		if b.Status.Terminal() {
 			if d := diffRecords(b, a); len(d) > 0 {
 				t.Errorf("recovery changed finished record %s: %s", id, strings.Join(d, "; "))
@@ -368,7 +396,14 @@ func killedParent(p *parent) {
 // the child's lease expires five of them after the kill.
 const killedLease = 50 * time.Millisecond
 
+// killedKept counts the runs each surviving replica keeps live.
+const killedKept = 2
+
 func killedChild(c *child, s workers.Store) {
+	if c.index > 0 {
+		survivorChild(c, s)
+		return
+	}
 	t := c.t
 	rt := c.runtime(s, workers.Config{LeaseInterval: killedLease})
 	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
@@ -418,6 +453,43 @@ func killedChild(c *child, s workers.Store) {
 	c.say("ready", strings.Join(live, " "))
 	c.read() // the parent kills this process while it waits here
 	t.Errorf("stdin closed: the parent is gone without killing this process")
+}
+
+// survivorChild is a replica that survives the kill: it starts its
+// loops, keeps killedKept runs live until the parent says stop, and shuts
+// down.
+func survivorChild(c *child, s workers.Store) {
+	t := c.t
+	// No grace at shutdown: the runs wait for nothing but their cancel.
+	rt := c.runtime(s, workers.Config{LeaseInterval: killedLease, ShutdownGrace: -1})
+	if err := rt.Start(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range killedKept {
+		sub, err := rt.Submit(c.ctx, "survivor-"+strconv.Itoa(c.index)+"-"+strconv.Itoa(i), func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, workers.MustOwner("erin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sub.ID)
+	}
+	eventually(t, "the survivor's runs start", func() (bool, error) {
+		for _, id := range ids {
+			snap, err := rt.Status(c.ctx, id, workers.System)
+			if err != nil || snap.Status != workers.StatusRunning {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	c.say("ready", strings.Join(ids, " "))
+	if cmd := c.read(); cmd != "stop" {
+		t.Fatalf("read %q from the parent, want stop", cmd)
+	}
+	c.shutdown(rt)
 }
 
 // cancelKey is the task the cancel scenario's child runs.
