@@ -67,8 +67,8 @@ type hub struct {
 	pumping bool // guarded by the runtime's mu: the progress pump was started
 
 	pokeMu sync.Mutex
-	poked  []*Task      // guarded by pokeMu: runs whose progress changed
-	spare  []*Task      // guarded by pokeMu: the pump's other buffer
+	poked  []*Task       // guarded by pokeMu: runs whose progress changed
+	spare  []*Task       // guarded by pokeMu: the pump's other buffer
 	pump   chan struct{} // wakes the progress pump; capacity 1
 }
 

@@ -16,7 +16,7 @@ import (
 // quotaErr stands for any error carrying a retry hint.
 type quotaErr struct{ after time.Duration }
 
-func (e quotaErr) Error() string              { return "quota: tenant t1 over 10 tasks" }
+func (e quotaErr) Error() string             { return "quota: tenant t1 over 10 tasks" }
 func (e quotaErr) RetryAfter() time.Duration { return e.after }
 
 func TestStatusCodeTable(t *testing.T) {
