@@ -174,7 +174,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("bob's task is shown to alice")
 	}
 
-	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(90))
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
