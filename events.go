@@ -62,7 +62,8 @@ const (
 type hub struct {
 	n    atomic.Int32 // subscribers
 	mu   sync.Mutex
-	subs map[*subscriber]struct{} // guarded by mu
+	all  map[*subscriber]struct{}            // guarded by mu: Subscribe's subscribers
+	byID map[string]map[*subscriber]struct{} // guarded by mu: Watch's, by task id
 
 	pumping bool // guarded by the runtime's mu: the progress pump was started
 
@@ -103,20 +104,55 @@ type event struct {
 
 func (h *hub) add(s *subscriber) {
 	h.mu.Lock()
-	if h.subs == nil {
-		h.subs = make(map[*subscriber]struct{})
+	if h.all == nil {
+		h.all = make(map[*subscriber]struct{})
+		h.byID = make(map[string]map[*subscriber]struct{})
 		h.pump = make(chan struct{}, 1)
 	}
-	h.subs[s] = struct{}{}
+	if s.id == "" {
+		h.all[s] = struct{}{}
+	} else {
+		m := h.byID[s.id]
+		if m == nil {
+			m = make(map[*subscriber]struct{}, 1)
+			h.byID[s.id] = m
+		}
+		m[s] = struct{}{}
+	}
 	h.n.Add(1)
 	h.mu.Unlock()
 }
 
 func (h *hub) remove(s *subscriber) {
 	h.mu.Lock()
-	delete(h.subs, s)
+	if s.id == "" {
+		delete(h.all, s)
+	} else if m := h.byID[s.id]; m != nil {
+		if delete(m, s); len(m) == 0 {
+			delete(h.byID, s.id)
+		}
+	}
 	h.n.Add(-1)
 	h.mu.Unlock()
+}
+
+// each calls f for every subscriber that follows task id, or every
+// subscriber when id is ""; h.mu is held.
+func (h *hub) each(id string, f func(*subscriber)) {
+	for s := range h.all {
+		f(s)
+	}
+	if id == "" {
+		for _, m := range h.byID {
+			for s := range m {
+				f(s)
+			}
+		}
+		return
+	}
+	for s := range h.byID[id] {
+		f(s)
+	}
 }
 
 // publish fans c out. A change without its live run (a recovery, a join
@@ -125,9 +161,7 @@ func (h *hub) publish(c *change) {
 	t := c.task
 	if t == nil || t.runID != c.runID {
 		h.mu.Lock()
-		for s := range h.subs {
-			s.markStale(c.id)
-		}
+		h.each(c.id, func(s *subscriber) { s.markStale(c.id) })
 		h.mu.Unlock()
 		return
 	}
@@ -147,9 +181,7 @@ func (h *hub) publish(c *change) {
 		return
 	}
 	t.view.Store(&ev.snap)
-	for s := range h.subs {
-		s.offer(ev)
-	}
+	h.each(c.id, func(s *subscriber) { s.offer(ev) })
 	h.mu.Unlock()
 }
 
@@ -220,15 +252,13 @@ func (h *hub) progress(t *Task) {
 	}
 	ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(ev.snap.Attempt, t.Attempt())
 	ev.snap.WatcherCount = len(ev.watchers)
-	for s := range h.subs {
-		s.offer(ev)
-	}
+	h.each(t.id, func(s *subscriber) { s.offer(ev) })
 }
 
 // remote marks a notice from another process for the subscribers.
 func (h *hub) remote(c Change) {
 	h.mu.Lock()
-	for s := range h.subs {
+	h.each(c.ID, func(s *subscriber) {
 		if c.Resync {
 			s.mu.Lock()
 			s.resync = true
@@ -237,7 +267,7 @@ func (h *hub) remote(c Change) {
 		} else {
 			s.markStale(c.ID)
 		}
-	}
+	})
 	h.mu.Unlock()
 }
 

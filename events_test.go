@@ -3,7 +3,10 @@ package workers
 import (
 	"context"
 	"iter"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,6 +222,7 @@ func TestWatchEndsWithContext(t *testing.T) {
 	sub, err := rt.Submit(ctx, "job", g.fn, alice)
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var got error
 	for _, err := range rt.Watch(wctx, sub.ID, alice) {
 		if err != nil {
@@ -287,4 +291,64 @@ func BenchmarkSetProgress(b *testing.B) {
 	}
 }
 
-var _ = time.Second
+
+// BenchmarkWatchManyTasks watches 10,000 tasks at once, one Watch each,
+// while every task reports progress in 10 steps and completes: events/s
+// is what the watchers received in all.
+func BenchmarkWatchManyTasks(b *testing.B) {
+	const tasks, steps = 10_000, 10
+	for b.Loop() {
+		b.StopTimer()
+		rt := NewRuntime(NewMemStore(), Config{})
+		release := make(chan struct{})
+		fn := func(ctx context.Context, tk *Task) (any, error) {
+			<-release
+			for p := 1; p <= steps; p++ {
+				tk.SetProgress(p * 100 / steps)
+			}
+			return nil, nil
+		}
+		ids := make([]string, tasks)
+		for i := range ids {
+			sub, err := rt.Submit(ctx, "t"+strconv.Itoa(i), fn, alice)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids[i] = sub.ID
+		}
+		var events atomic.Int64
+		var wg sync.WaitGroup
+		ready := make(chan struct{}, tasks)
+		for _, id := range ids {
+			wg.Go(func() {
+				first := true
+				for _, err := range rt.Watch(ctx, id, alice) {
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if first {
+						ready <- struct{}{}
+						first = false
+					}
+					events.Add(1)
+				}
+			})
+		}
+		for range tasks {
+			<-ready
+		}
+		b.StartTimer()
+		start := time.Now()
+		close(release)
+		wg.Wait()
+		elapsed := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(float64(events.Load())/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(events.Load())/tasks, "events/watcher")
+		if err := rt.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
