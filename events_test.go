@@ -291,7 +291,6 @@ func BenchmarkSetProgress(b *testing.B) {
 	}
 }
 
-
 // BenchmarkWatchManyTasks watches 10,000 tasks at once, one Watch each,
 // while every task reports progress in 10 steps and completes: events/s
 // is what the watchers received in all.

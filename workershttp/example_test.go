@@ -53,7 +53,7 @@ func ExampleHandler() {
 	call("GET", "/api/tasks", "")
 	call("GET", "/api/tasks/alice::report/events", "bob")
 	// Output:
-	// 400  {"error":{"code":"invalid_input","message":"workers: invalid key \"\": must not be empty"}}
+	// 400  {"error":{"code":"invalid_input","message":"workers: invalid key \"\": empty"}}
 	// 401  {"error":{"code":"unauthenticated","message":"authentication required"}}
 	// 404  {"error":{"code":"not_found","message":"task not found"}}
 }
