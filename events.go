@@ -505,13 +505,23 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			return (len(f.Statuses) == 0 || contains(f.Statuses, snap.Status)) &&
 				(f.Queue == "" || f.Queue == snap.Queue)
 		}
+		// ended is the run last seen to end, per task: nothing of it
+		// follows its terminal snapshot, whichever path brings it again.
+		ended := make(map[string]string)
 		emit := func(snap Snapshot) bool {
+			if ended[snap.ID] == snap.RunID {
+				return true
+			}
 			last, ok := tracked[snap.ID]
 			if ok && sameSnapshot(&last, &snap) {
 				return true
 			}
 			if snap.Status.Terminal() {
 				delete(tracked, snap.ID)
+				if len(ended) >= maxTracked {
+					clear(ended)
+				}
+				ended[snap.ID] = snap.RunID
 			} else if ok || len(tracked) < maxTracked {
 				tracked[snap.ID] = snap
 			}

@@ -74,7 +74,8 @@ func (t *Task) Attempt() int { return int(t.attempt.Load()) }
 // while Runtime.Status reads it live. While someone watches (see
 // Runtime.Watch), a change also queues the run for the runtime's
 // progress pump, at most once until the pump takes it: SetProgress
-// never blocks on a subscriber and never allocates.
+// never blocks on a subscriber and does not allocate (the pump's queue
+// reuses its buffers).
 func (t *Task) SetProgress(p int) {
 	v := int32(min(max(p, 0), 100))
 	if t.progress.Swap(v) != v && t.hub != nil && t.hub.n.Load() > 0 {

@@ -147,18 +147,10 @@ const (
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
 	q := r.URL.Query()
-	var statuses []workers.Status
-	if s := q.Get("status"); s != "" {
-		for _, v := range strings.Split(s, ",") {
-			st := workers.Status(strings.TrimSpace(v))
-			switch st {
-			case workers.StatusPending, workers.StatusRunning, workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled:
-				statuses = append(statuses, st)
-			default:
-				h.fail(w, r, fmt.Errorf("%w: unknown status %q", ErrBadRequest, v))
-				return
-			}
-		}
+	statuses, err := parseStatuses(q.Get("status"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	limit := defaultLimit
 	if s := q.Get("limit"); s != "" {
@@ -219,6 +211,24 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request, auth workers.Ta
 		return
 	}
 	writeJSON(w, http.StatusOK, FromSnapshot(snap))
+}
+
+// parseStatuses reads a status filter: a comma-separated list.
+func parseStatuses(s string) ([]workers.Status, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []workers.Status
+	for _, v := range strings.Split(s, ",") {
+		st := workers.Status(strings.TrimSpace(v))
+		switch st {
+		case workers.StatusPending, workers.StatusRunning, workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled:
+			out = append(out, st)
+		default:
+			return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, v)
+		}
+	}
+	return out, nil
 }
 
 // WriteSubmission writes the standard response for a submission: on

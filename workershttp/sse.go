@@ -7,7 +7,6 @@ import (
 	"iter"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -153,11 +152,14 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth worker
 
 // allEvents streams every task the caller may see, narrowed by ?status=.
 func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	statuses, err := parseStatuses(r.URL.Query().Get("status"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	var opts []workers.ListOption
-	if s := r.URL.Query().Get("status"); s != "" {
-		for _, v := range strings.Split(s, ",") {
-			opts = append(opts, workers.WithStatus(workers.Status(strings.TrimSpace(v))))
-		}
+	if len(statuses) > 0 {
+		opts = append(opts, workers.WithStatus(statuses...))
 	}
 	h.stream(w, r, h.rt.Subscribe(r.Context(), auth, opts...), nil)
 }
