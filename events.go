@@ -310,6 +310,9 @@ func (s *subscriber) offer(ev *event) {
 	s.mu.Lock()
 	defer s.ring()
 	defer s.mu.Unlock()
+	if s.resync && s.id == "" {
+		return // a full re-read is due: it will show this task's state
+	}
 	cur := s.slots[id]
 	switch {
 	case cur == nil:
