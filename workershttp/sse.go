@@ -39,13 +39,14 @@ func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan it
 	return ch
 }
 
-// stream writes the items of seq as Server-Sent Events until seq ends or
+// stream writes the items of seq, made with a context that ends with
+// the stream, as Server-Sent Events until seq ends or
 // the client goes. first decides what to do with the first item before
 // any header is written: it returns false when it answered the request
 // itself. With a nil first, the stream opens at once.
-func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq iter.Seq2[workers.Snapshot, error], first func(item) bool) {
+func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(context.Context) iter.Seq2[workers.Snapshot, error], first func(item) bool) {
 	ctx, cancel := context.WithCancel(r.Context())
-	ch := pump(ctx, seq)
+	ch := pump(ctx, seq(ctx))
 	defer func() {
 		cancel()
 		for range ch {
@@ -140,7 +141,9 @@ func writeEvent(w http.ResponseWriter, id string, s workers.Snapshot) error {
 // taskEvents streams one task until its terminal snapshot.
 func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
 	last := r.Header.Get("Last-Event-ID")
-	h.stream(w, r, h.rt.Watch(r.Context(), r.PathValue("id"), auth), func(it item) bool {
+	id := r.PathValue("id")
+	watch := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Watch(ctx, id, auth) }
+	h.stream(w, r, watch, func(it item) bool {
 		// A client that already has this run's end is told to stop.
 		if last != "" && it.snap.Status.Terminal() && last == it.snap.RunID+"/end" {
 			w.WriteHeader(http.StatusNoContent)
@@ -161,5 +164,6 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 	if len(statuses) > 0 {
 		opts = append(opts, workers.WithStatus(statuses...))
 	}
-	h.stream(w, r, h.rt.Subscribe(r.Context(), auth, opts...), nil)
+	subscribe := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Subscribe(ctx, auth, opts...) }
+	h.stream(w, r, subscribe, nil)
 }
