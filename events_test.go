@@ -359,3 +359,43 @@ func BenchmarkWatchManyTasks(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+func TestSubscribeFollowsAnotherRuntimeByPolling(t *testing.T) {
+	store := NewMemStore() // no notices: Subscribe polls the live tasks
+	rt1 := newRuntime(t, store, Config{})
+	rt2 := newRuntime(t, store, Config{})
+	g := newGate()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next, stop := iter.Pull2(rt1.Subscribe(sctx, alice))
+	defer stop()
+	own := newGate()
+	_, err := rt1.Submit(ctx, "own", own.fn, alice)
+	require.NoError(t, err)
+	defer own.open()
+	_, err, _ = next() // subscribed
+	require.NoError(t, err)
+
+	sub, err := rt2.Submit(ctx, "remote", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "start")
+	seenLive := false
+	for {
+		s, err, ok := next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		if s.ID != sub.ID {
+			continue
+		}
+		if !s.Status.Terminal() && !seenLive {
+			seenLive = true
+			g.open() // end it once rt1 has seen it live
+			continue
+		}
+		if s.Status.Terminal() {
+			assert.True(t, seenLive)
+			assert.Equal(t, StatusCompleted, s.Status, "another runtime's end is read from the store")
+			break
+		}
+	}
+}
