@@ -164,6 +164,8 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 	if len(statuses) > 0 {
 		opts = append(opts, workers.WithStatus(statuses...))
 	}
-	subscribe := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Subscribe(ctx, auth, opts...) }
+	subscribe := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] {
+		return h.rt.Subscribe(ctx, auth, opts...)
+	}
 	h.stream(w, r, subscribe, nil)
 }
