@@ -208,9 +208,9 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
 // the record kept changing, or a store error.
 //
-// Options record why: WithReason keeps the canceller's reason beside
-// who cancelled (the Owner's user id, or "system"), in the record and on
-// every Snapshot, so an owner sees that a watcher cancelled, and why.
+// The record keeps who cancelled (the Owner's user id; empty for System)
+// and, with WithReason, why, and every Snapshot shows both, so an owner
+// sees that a watcher cancelled, and why.
 //
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process's sync loop (see
@@ -224,7 +224,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 			opt(&co)
 		}
 	}
-	by := "system"
+	var by string // "" for System, as State.CancelledBy says
 	if c, err := resolve(auth); err == nil && !c.system {
 		by = c.userID
 	}

@@ -134,7 +134,8 @@ type Snapshot struct {
 	// WatcherCount is how many identities are granted the task.
 	WatcherCount int
 	// CancelledBy is who cancelled the task through Runtime.Cancel: the
-	// Owner's user id, or "system"; empty for every other ending.
+	// Owner's user id. It is empty for a cancel by System (Cause is then
+	// CauseCancelled) and for every other ending.
 	CancelledBy string
 	// CancelReason is the reason given with WithReason, if any.
 	CancelReason string
