@@ -85,3 +85,41 @@ func TestWatchAcrossProcesses(t *testing.T) {
 		t.Fatal("Subscribe never saw the remote task end")
 	}
 }
+
+// TestCancelReasonIsStored: who cancelled and why survive the round trip
+// through the database, read by another runtime.
+func TestCancelReasonIsStored(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sc := newScratchT(t)
+	rt1 := workers.NewRuntime(sc.store(t), workers.Config{})
+	rt2 := workers.NewRuntime(sc.store(t), workers.Config{})
+	for _, rt := range []*workers.Runtime[*postgres.Store]{rt1, rt2} {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := rt.Shutdown(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	ctx := t.Context()
+	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
+	sub, err := rt1.Submit(ctx, "shared", func(ctx context.Context, _ *workers.Task) (any, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}, alice, workers.WithScope(workers.ScopeGlobal), workers.WithWatchers(bob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt2.Cancel(ctx, sub.ID, bob, workers.WithReason("duplicate\nof #12")); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := rt1.Status(ctx, sub.ID, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Status != workers.StatusCancelled || snap.CancelledBy != "bob" || snap.CancelReason != "duplicate of #12" {
+		t.Fatalf("got %s by %q: %q", snap.Status, snap.CancelledBy, snap.CancelReason)
+	}
+}
