@@ -125,6 +125,13 @@ func TestStatusRoute(t *testing.T) {
 
 	res, _ = f.do(t, "GET", path, "", nil)
 	assert.Equal(t, 401, res.StatusCode, "unauthenticated")
+
+	// An id with a slash or a space travels escaped in one path segment.
+	odd, err := f.rt.Submit(context.Background(), "reports/2026 Q1", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	require.NoError(t, err)
+	res, body = f.do(t, "GET", "/tasks/"+url.PathEscape(odd.ID), "alice", nil)
+	require.Equal(t, 200, res.StatusCode, string(body))
+	assert.Contains(t, string(body), `"id":"alice::reports/2026 Q1"`)
 }
 
 func TestUnsetTimesAreOmitted(t *testing.T) {
