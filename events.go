@@ -471,7 +471,8 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 
 // Subscribe yields a snapshot each time a task the caller may see
 // changes: for an Owner the tasks it owns or watches, for System every
-// task, narrowed by the same options as List. It begins with the current
+// task, narrowed by the same options as List (WithStatus, WithQueue;
+// WithLimit does not apply to a stream). It begins with the current
 // snapshot of every live task that passes, and runs until ctx ends or the
 // consumer stops ranging; ctx's end is yielded as its error. A task the
 // caller may not see is never yielded, including the new run of a key
