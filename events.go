@@ -179,6 +179,11 @@ func (h *hub) publish(c *change) {
 	if v := t.view.Load(); v != nil && v.Status.Terminal() {
 		h.mu.Unlock()
 		return
+	} else if v != nil && c.kind == changeJoined {
+		// A join changes the watchers only; the state it read may be
+		// older than what was published since.
+		ev.snap = *v
+		ev.snap.WatcherCount = len(ev.watchers)
 	}
 	t.view.Store(&ev.snap)
 	h.each(c.id, func(s *subscriber) { s.offer(ev) })
