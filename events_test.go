@@ -400,3 +400,29 @@ func TestSubscribeFollowsAnotherRuntimeByPolling(t *testing.T) {
 		}
 	}
 }
+
+func TestStalledSubscribeStaysBounded(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	_, err := rt.Submit(ctx, "live", g.fn, alice)
+	require.NoError(t, err)
+	defer g.open()
+	next, stop := iter.Pull2(rt.Subscribe(ctx, alice))
+	defer stop()
+	_, err, _ = next() // subscribed; never read again
+	require.NoError(t, err)
+	for i := range 3 * maxPending {
+		sub, err := rt.Submit(ctx, "t"+strconv.Itoa(i), returns(i, nil), alice)
+		require.NoError(t, err)
+		settled(t, rt, sub.ID)
+	}
+	rt.hub.mu.Lock()
+	defer rt.hub.mu.Unlock()
+	require.Len(t, rt.hub.all, 1)
+	for s := range rt.hub.all {
+		s.mu.Lock()
+		assert.LessOrEqual(t, len(s.slots), maxPending, "the inbox is bounded")
+		assert.True(t, s.resync, "past the bound, a re-read is due instead")
+		s.mu.Unlock()
+	}
+}
