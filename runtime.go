@@ -125,6 +125,7 @@ type Runtime[S Store] struct {
 	keys    *keyLocks // the task lock: serializes this process's decisions per id
 	runners *runners  // the goroutines that execute async runs
 	bells   bells     // wakes Wait when a task changes
+	hub     hub       // feeds Watch and Subscribe
 
 	lease  leaseState   // this instance's lease, over a Leaser store
 	gaveUp atomic.Int64 // run writes given up because the runtime was ending
@@ -475,7 +476,7 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID, queue string, c c
 		t = new(Task)
 	}
 	t.id, t.runID, t.queue = id, runID, queue
-	t.opts, t.fn, t.created = &noOptions, fn, now()
+	t.opts, t.fn, t.created, t.hub = &noOptions, fn, now(), &rt.hub
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{timeout: o.timeout, retry: o.retry}
 	}

@@ -63,6 +63,10 @@ type Task struct {
 	early   error         // guarded by mu: the first cancel's cause while ctx is not made
 	done    chan struct{} // guarded by mu: made on first demand, closed once settled
 	settled bool          // guarded by mu
+
+	hub   *hub                     // the runtime's subscribers, told of progress
+	poked atomic.Bool              // queued for the hub's progress pump
+	view  atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
 }
 
 // cancel cancels the run's context with cause, or, before the context is
@@ -193,9 +197,16 @@ func (t *Task) Attempt() int { return int(t.attempt.Load()) }
 // outside it. It is the only way to write progress, and it is cheap: the
 // value lives on the run and reaches the store with the run's next
 // transition, or within one Config.SyncInterval when the sync loop runs,
-// while Runtime.Status reads it live.
+// while Runtime.Status reads it live. While someone watches (see
+// Runtime.Watch), a change also queues the run for the runtime's
+// progress pump, at most once until the pump takes it: SetProgress
+// never blocks on a subscriber and does not allocate (the pump's queue
+// reuses its buffers).
 func (t *Task) SetProgress(p int) {
-	t.progress.Store(int32(min(max(p, 0), 100)))
+	v := int32(min(max(p, 0), 100))
+	if t.progress.Swap(v) != v && t.hub != nil && t.hub.n.Load() > 0 {
+		t.hub.poke(t)
+	}
 }
 
 // Progress returns the last value passed to SetProgress.
@@ -245,6 +256,12 @@ type Snapshot struct {
 	Queue       string    // the sequential queue, or "" for the async path
 	// WatcherCount is how many identities are granted the task.
 	WatcherCount int
+	// CancelledBy is who cancelled the task through Runtime.Cancel: the
+	// Owner's user id. It is empty for a cancel by System (Cause is then
+	// CauseCancelled) and for every other ending.
+	CancelledBy string
+	// CancelReason is the reason given with WithReason, if any.
+	CancelReason string
 }
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
@@ -260,21 +277,29 @@ func (s Snapshot) Err() error {
 }
 
 func snapshotOf(r *Record) Snapshot {
-	return Snapshot{
+	s := Snapshot{
 		ID:           r.ID,
 		RunID:        r.RunID,
-		Status:       r.Status,
-		Progress:     r.Progress,
-		Attempt:      r.Attempt,
-		Result:       r.Result,
-		Error:        r.Error,
-		Cause:        r.Cause,
 		CreatedAt:    r.CreatedAt,
-		StartedAt:    r.StartedAt,
-		CompletedAt:  r.CompletedAt,
 		Queue:        r.Queue,
 		WatcherCount: len(r.Watchers),
 	}
+	s.setState(&r.State)
+	return s
+}
+
+// setState copies the fields a State holds into s.
+func (s *Snapshot) setState(st *State) {
+	s.Status = st.Status
+	s.Progress = st.Progress
+	s.Attempt = st.Attempt
+	s.Result = st.Result
+	s.Error = st.Error
+	s.Cause = st.Cause
+	s.StartedAt = st.StartedAt
+	s.CompletedAt = st.CompletedAt
+	s.CancelledBy = st.CancelledBy
+	s.CancelReason = st.CancelReason
 }
 
 // ResultAs decodes a task's stored JSON result into a T. Every store
