@@ -91,6 +91,13 @@ type Config struct {
 	// checked.
 	SyncInterval time.Duration
 
+	// Limits bounds how many callbacks execute at once, how many tasks
+	// each owner may have running and waiting, and how many a sequential
+	// queue runs at once; when saturated, waiting tasks start fairly
+	// across owners. See Limits. Defaults to the zero Limits: no bound,
+	// one at a time on a sequential queue.
+	Limits Limits
+
 	// Logger receives errors that have no caller to return to: a store
 	// write on a run's behalf that failed (it is retried, or left for
 	// recovery), a cleanup or lease renewal that failed. Defaults to
@@ -120,6 +127,8 @@ type Runtime[S Store] struct {
 	// behalf carries it, so none outlives Shutdown's bound.
 	life    context.Context
 	endLife context.CancelCauseFunc
+
+	adm *admission // nil without Config.Limits: the unlimited path skips it
 
 	keys  *keyLocks // the task lock: serializes this process's decisions per id
 	bells bells     // wakes Wait when a task changes
@@ -153,7 +162,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		cfg.Logger = slog.Default()
 	}
 	life, endLife := context.WithCancelCause(context.Background())
-	return &Runtime[S]{
+	rt := &Runtime[S]{
 		store:    store,
 		cfg:      cfg,
 		instance: uuid.NewString(),
@@ -164,6 +173,10 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		runs:     make(map[*Task]struct{}),
 		queues:   make(map[string]*queue),
 	}
+	if cfg.Limits.set() {
+		rt.adm = newAdmission(cfg.Limits, func(t *Task) { go rt.execute(t) })
+	}
+	return rt
 }
 
 // Store returns the store the runtime was built over.
@@ -190,6 +203,9 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	c := &rt.cfg
 	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
 		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	if c.LeaseTTL <= c.LeaseInterval {
 		return fmt.Errorf("%w: LeaseTTL %v must exceed LeaseInterval %v", ErrInvalidOption, c.LeaseTTL, c.LeaseInterval)
@@ -311,8 +327,20 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 	if err := rt.ensureLease(ctx); err != nil {
 		return Submission{}, err
 	}
-	t, sub, err := rt.register(ctx, id, queue, c, o, fn)
+	var adm *admit
+	var refused error
+	if rt.adm != nil {
+		// Admission comes before any write; a refused submission may
+		// still join a live run, which costs no quota.
+		if adm, refused = rt.adm.reserve(ctx, c, queue != ""); adm == nil {
+			return Submission{}, refused
+		}
+	}
+	t, sub, err := rt.register(ctx, id, queue, c, o, fn, adm, refused)
 	if err != nil || t == nil {
+		if adm != nil {
+			rt.adm.release(adm) // a join or a failure takes no place
+		}
 		return sub, err
 	}
 	rt.dispatch(t)
@@ -330,6 +358,12 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 		return
 	}
 	if t.queue == "" {
+		if t.adm != nil && t.adm.slot == slotWaiting {
+			if rt.adm.enqueue(t.adm) {
+				return // admission starts it when its turn comes
+			}
+			t.cancel(ErrShutdown) // admission drained since the check
+		}
 		go rt.execute(t)
 		return
 	}
@@ -344,9 +378,9 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 // For a new run it returns the registered Task, its handle published; for
 // a join it returns a nil Task. The change it made is reported once the
 // lock is released.
-func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, error) {
+func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
 	l := rt.keys.lock(id)
-	t, sub, ch, err := rt.decide(ctx, id, queue, c, o, fn)
+	t, sub, ch, err := rt.decide(ctx, id, queue, c, o, fn, adm, refused)
 	rt.keys.unlock(id, l)
 	if ch != nil {
 		rt.emit(ch)
@@ -356,16 +390,24 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 
 // decide is register's rule table; the task's lock is held. The common
 // case, a new key, costs one store call: the insert comes first, and the
-// record is read only when one exists.
-func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, *change, error) {
+// record is read only when one exists. A submission that admission
+// refused (refused is its *QuotaError) may only join: it reads first,
+// and returns refused wherever it would have written.
+func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, *change, error) {
 	t := rt.newRun(ctx, id, queue, c, o, fn)
+	if adm != nil {
+		t.adm, adm.t = adm, t
+	}
 	registered := func() (*Task, Submission, *change, error) {
 		rt.publish(t)
 		return t, Submission{ID: id, RunID: t.runID}, &change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}}, nil
 	}
-	insert := true
+	insert := refused == nil
 	for range registerAttempts {
 		if insert {
+			if refused != nil {
+				return nil, Submission{}, nil, refused // gone since the read: no join
+			}
 			err := rt.store.InsertTask(ctx, t.record())
 			if err == nil {
 				return registered()
@@ -414,6 +456,9 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o 
 			// No live run stands behind the record: nobody will ever end
 			// it, so it is replaced like a finished one, fenced on the
 			// dead run's id, instead of being joined.
+		}
+		if refused != nil {
+			return nil, Submission{}, nil, refused // nothing live to join
 		}
 
 		err = rt.store.ReplaceTask(ctx, t.record(), rec.RunID)
@@ -536,5 +581,8 @@ func (rt *Runtime[S]) settle(t *Task) {
 	}
 	delete(rt.runs, t)
 	rt.mu.Unlock()
+	if t.adm != nil {
+		rt.adm.release(t.adm) // the callback has returned: its slot frees
+	}
 	close(t.done)
 }

@@ -239,6 +239,9 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority)
 		if ok {
 			if t != nil {
 				t.cancel(ErrCancelled)
+				if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
+					go rt.execute(t) // it never starts: this settles it
+				}
 			}
 			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
 			return nil
