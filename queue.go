@@ -112,11 +112,13 @@ func (rt *Runtime[S]) process(q *queue) {
 			q.settled(t)
 			continue
 		}
+		begun := make(chan struct{})
 		wg.Go(func() {
-			rt.execute(t)
+			rt.executeInOrder(t, begun)
 			<-t.done
 			q.settled(t)
 		})
+		<-begun // the next item starts after this one's start is written
 	}
 }
 
