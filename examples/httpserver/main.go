@@ -53,6 +53,7 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 		Queues:          []string{"reports"},
 		CleanupInterval: time.Minute,
 		Retention:       time.Hour,
+		Limits:          limits,
 	})
 	// Every queue name gets a processor: let clients use only the known
 	// ones, or any of them could start goroutines without limit.
@@ -81,6 +82,15 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	return httpErr
 }
 
+// limits keep one tenant from taking the machine: at most 64 callbacks
+// run at once, each owner runs 4 and queues 100 more; past that a
+// submission is answered 429 with a Retry-After.
+var limits = workers.Limits{
+	MaxRunning: 64,
+	MaxWaiting: 10000,
+	Owner:      workers.OwnerLimits{Running: 4, Waiting: 100},
+}
+
 // newAPI returns the JSON API's handler.
 func newAPI[S workers.Store](rt *workers.Runtime[S]) http.Handler {
 	mux := http.NewServeMux()
@@ -102,6 +112,7 @@ func newAPI[S workers.Store](rt *workers.Runtime[S]) http.Handler {
 			sub, err = rt.Submit(r.Context(), key, demoTask(steps), owner)
 		}
 		if err != nil {
+			retryAfter(w, err)
 			writeError(w, statusFor(err), err)
 			return
 		}
@@ -181,6 +192,8 @@ func ownerOf(w http.ResponseWriter, r *http.Request) (workers.Owner, bool) {
 // statusFor maps the library's errors to HTTP statuses.
 func statusFor(err error) int {
 	switch {
+	case errors.Is(err, workers.ErrQuotaExceeded):
+		return http.StatusTooManyRequests
 	case errors.Is(err, workers.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, workers.ErrUnauthorized):
@@ -193,6 +206,16 @@ func statusFor(err error) int {
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError
+}
+
+// retryAfter sets Retry-After, in whole seconds rounded up, on the answer
+// to a submission refused by a quota.
+func retryAfter(w http.ResponseWriter, err error) {
+	var qe *workers.QuotaError
+	if errors.As(err, &qe) {
+		secs := int((qe.RetryAfter() + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, secs)))
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
