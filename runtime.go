@@ -276,10 +276,18 @@ type Submission struct {
 // submitter and those granted with WithWatchers, and a predecessor still
 // executing is cancelled with ErrSuperseded, its late writes discarded.
 //
+// Under Config.Limits, a new run starts at once when a slot is free, and
+// otherwise waits as a PENDING record for its turn (see Limits); a
+// submission that would exceed a waiting cap is refused with a
+// *QuotaError and writes nothing, unless it joins a live run, which costs
+// no quota.
+//
 // The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority,
 // a *ValidationError (ErrInvalidKey), ErrInvalidOption, an
-// *AuthorizationError (ErrUnauthorized), ErrClosed, ErrConflict (wrapped)
-// when other processes kept changing the record, or a store error.
+// *AuthorizationError (ErrUnauthorized), a *QuotaError
+// (ErrQuotaExceeded), the error of Limits.OwnerLimits (wrapped),
+// ErrClosed, ErrConflict (wrapped) when other processes kept changing the
+// record, or a store error.
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
@@ -288,8 +296,14 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 }
 
 // SubmitSequential is Submit on the named sequential queue: the queue's
-// one processor runs its tasks one at a time, in submission order.
-// Different queues run independently. The queue authorizer is asked with
+// one processor runs its tasks one at a time, in submission order (or
+// Limits.QueueConcurrency at a time, started in submission order).
+// Different queues run independently. An item holds its place until its
+// callback has returned: one that timed out (WithTimeout) but ignores its
+// context still blocks the next item, though its record says FAILED at
+// once. Under Config.Limits an item also waits for a running slot, its
+// turn shared fairly with other owners' work, and counts as waiting for
+// its owner's cap from submission until it starts. Errors are Submit's. The queue authorizer is asked with
 // the queue's name. Each distinct queue name gets a processor goroutine
 // that lives until Shutdown, so do not pass untrusted names without a
 // queue authorizer that limits them.
