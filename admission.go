@@ -67,9 +67,10 @@ type Limits struct {
 
 	// OwnerLimits, when set, returns an owner's limits (tiers, plans):
 	// it is called with the submission's context for every submission of
-	// an Owner that would start a new run, and its answer applies from
-	// then on to that owner's admission. An error refuses the submission,
-	// wrapped, and nothing is written. Defaults to nil: Owner for all.
+	// an Owner, before the runtime knows whether it joins a live run, so
+	// keep it cheap (cache what it reads); its answer applies from then on
+	// to that owner's admission. An error refuses the submission, wrapped,
+	// and nothing is written. Defaults to nil: Owner for all.
 	OwnerLimits func(ctx context.Context, owner Owner) (OwnerLimits, error)
 }
 
@@ -172,7 +173,7 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		r.grant = make(chan struct{})
 	}
 	if !sequential && len(o.fifo) == 0 && under(a.running, a.limits.MaxRunning) && under(o.running, o.limits.Running) {
-		a.take(r)
+		a.take(r, false)
 		return r, nil
 	}
 	if !under(o.waiting, o.limits.Waiting) {
@@ -199,17 +200,26 @@ func (a *admission) refusal(which string, limit, current int, o *ownerLoad) erro
 	return &QuotaError{Owner: o.id, Limit: which, Max: limit, Current: current, Retry: min(max(hint, time.Second), 5*time.Minute)}
 }
 
-// take gives r a running slot; mu is held.
-func (a *admission) take(r *admit) {
+// take gives r a running slot; mu is held. A run that waited is timed,
+// for the retry hint: refusals happen only when tasks wait, and an
+// uncontended start then pays no clock reading.
+func (a *admission) take(r *admit, timed bool) {
 	r.slot = slotRunning
-	r.since = time.Now()
+	if timed {
+		r.since = time.Now()
+	}
 	r.load.running++
 	a.running++
 }
 
-// forget drops an owner's entry once nothing of it is left; mu is held.
+// idleOwners is how many idle owners' entries admission keeps, so that
+// an owner who submits often is not re-created each time.
+const idleOwners = 1024
+
+// forget drops an owner's entry once nothing of it is left, when idle
+// entries are many; mu is held.
 func (a *admission) forget(o *ownerLoad) {
-	if o != &a.system && o.running == 0 && o.waiting == 0 && !o.inRing {
+	if o != &a.system && o.running == 0 && o.waiting == 0 && !o.inRing && len(a.owners) > idleOwners {
 		delete(a.owners, o.id)
 	}
 }
@@ -263,9 +273,16 @@ func (a *admission) pick() []*admit {
 		if a.cursor >= len(a.ring) {
 			a.cursor = 0
 		}
+		if r.grant == nil && r.t.ctx.Err() != nil {
+			// Cancelled while it waited (superseded, abandoned): it ends
+			// without starting, so it takes no slot, and its waiting
+			// place frees when it settles.
+			ready = append(ready, r)
+			continue
+		}
 		o.waiting--
 		a.waiting--
-		a.take(r)
+		a.take(r, true)
 		ready = append(ready, r)
 	}
 	return ready
@@ -361,11 +378,13 @@ func (a *admission) release(r *admit) {
 	case slotRunning:
 		o.running--
 		a.running--
-		held := time.Since(r.since)
-		if a.avg == 0 {
-			a.avg = held
-		} else {
-			a.avg += (held - a.avg) / 8
+		if !r.since.IsZero() {
+			held := time.Since(r.since)
+			if a.avg == 0 {
+				a.avg = held
+			} else {
+				a.avg += (held - a.avg) / 8
+			}
 		}
 	case slotWaiting:
 		o.waiting--
@@ -500,7 +519,9 @@ func (rt *Runtime[S]) Stats(ctx context.Context, auth TaskAuthority) (Stats, err
 	a.mu.Lock()
 	st.Running, st.Waiting = a.running, a.waiting
 	for _, o := range a.owners {
-		st.Owners = append(st.Owners, OwnerLoad{Owner: o.id, Running: o.running, Waiting: o.waiting})
+		if o.running+o.waiting > 0 {
+			st.Owners = append(st.Owners, OwnerLoad{Owner: o.id, Running: o.running, Waiting: o.waiting})
+		}
 	}
 	if a.system.running+a.system.waiting > 0 {
 		st.Owners = append(st.Owners, OwnerLoad{Running: a.system.running, Waiting: a.system.waiting})

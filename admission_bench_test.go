@@ -35,3 +35,19 @@ func benchLimited(b *testing.B, l Limits) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkAdmissionCheck is the admission work a submission that starts
+// at once adds, alone: reserving a slot and giving it back when the run
+// settles, with per-owner limits set.
+func BenchmarkAdmissionCheck(b *testing.B) {
+	a := newAdmission(Limits{MaxRunning: 1 << 20, Owner: OwnerLimits{Running: 1 << 20, Waiting: 1 << 20}}, nil)
+	c := caller{userID: "alice"}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := a.reserve(ctx, c, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.release(r)
+	}
+}
