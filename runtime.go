@@ -303,10 +303,12 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 // context still blocks the next item, though its record says FAILED at
 // once. Under Config.Limits an item also waits for a running slot, its
 // turn shared fairly with other owners' work, and counts as waiting for
-// its owner's cap from submission until it starts. Errors are Submit's. The queue authorizer is asked with
-// the queue's name. Each distinct queue name gets a processor goroutine
-// that lives until Shutdown, so do not pass untrusted names without a
-// queue authorizer that limits them.
+// its owner's cap from submission until it starts.
+//
+// The queue authorizer is asked with the queue's name. Each distinct
+// queue name gets a processor goroutine that lives until Shutdown, so do
+// not pass untrusted names without a queue authorizer that limits them.
+// Errors are Submit's.
 func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
 	if err := validateText("queue", queue, MaxKeyLen, ErrInvalidKey); err != nil {
 		return Submission{}, err
