@@ -410,3 +410,55 @@ func TestRuntimeWideWaitingCap(t *testing.T) {
 		g.open()
 	})
 }
+
+func TestSequentialItemWaitsForASlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1}})
+		head := newGate()
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		var ran atomic.Bool
+		item, err := rt.SubmitSequential(ctx, "q", "item", func(context.Context, *Task) (any, error) {
+			ran.Store(true)
+			return nil, nil
+		}, bob)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.False(t, ran.Load(), "the queue item started past the runtime cap")
+		info, err := rt.QueueStatus(ctx, "q", bob)
+		require.NoError(t, err)
+		assert.Equal(t, []string{item.ID}, info.Pending, "an item waiting for a slot is pending")
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Equal(t, []QueueLoad{{Name: "q", Waiting: 1}}, st.Queues)
+		assert.Equal(t, 1, st.Waiting)
+
+		head.open()
+		synctest.Wait()
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, item.ID).Status)
+	})
+}
+
+func TestResetEndsWaitingTasks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1}})
+		head := stubbornGate() // keeps its slot through the Reset
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		var ran atomic.Bool
+		_, err = rt.Submit(ctx, "waiting", func(context.Context, *Task) (any, error) {
+			ran.Store(true)
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.NoError(t, rt.Reset(ctx))
+		synctest.Wait()
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Equal(t, Stats{Running: 1, Owners: []OwnerLoad{{Owner: "alice", Running: 1}}}, st, "Reset ended the waiting task at once")
+		head.open()
+		synctest.Wait()
+		assert.False(t, ran.Load(), "a waiting task started after Reset")
+	})
+}
