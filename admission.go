@@ -131,7 +131,7 @@ type admission struct {
 	mu       sync.Mutex
 	running  int                   // guarded by mu
 	waiting  int                   // guarded by mu
-	owners   map[string]*ownerLoad // guarded by mu: owners with anything running or waiting
+	owners   map[string]*ownerLoad // guarded by mu: owners with anything running or waiting, and up to idleOwners idle ones
 	system   ownerLoad             // guarded by mu
 	ring     []*ownerLoad          // guarded by mu: owners with tickets, in turn order
 	cursor   int                   // guarded by mu: the ring index whose turn is next
@@ -217,9 +217,11 @@ func (a *admission) take(r *admit, timed bool) {
 const idleOwners = 1024
 
 // forget drops an owner's entry once nothing of it is left, when idle
-// entries are many; mu is held.
+// entries are many; mu is held. An entry already replaced (a refused
+// reservation outlives its owner's entry) is left alone, and System's
+// entry is not in the map.
 func (a *admission) forget(o *ownerLoad) {
-	if o != &a.system && o.running == 0 && o.waiting == 0 && !o.inRing && len(a.owners) > idleOwners {
+	if o.running == 0 && o.waiting == 0 && !o.inRing && len(a.owners) > idleOwners && a.owners[o.id] == o {
 		delete(a.owners, o.id)
 	}
 }

@@ -462,3 +462,18 @@ func TestResetEndsWaitingTasks(t *testing.T) {
 		assert.False(t, ran.Load(), "a waiting task started after Reset")
 	})
 }
+
+func TestIdleOwnersAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{Owner: OwnerLimits{Running: 1}}})
+		for i := range idleOwners + 500 {
+			_, err := rt.Submit(ctx, "k", noop, MustOwner(fmt.Sprint("owner-", i)))
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		rt.adm.mu.Lock()
+		n := len(rt.adm.owners)
+		rt.adm.mu.Unlock()
+		assert.LessOrEqual(t, n, idleOwners+1, "admission keeps at most idleOwners idle owners")
+	})
+}
