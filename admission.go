@@ -36,6 +36,9 @@ import (
 // another owner's first task, by more than one round (at most one task
 // per other waiting owner).
 //
+// A sequential queue keeps its order under limits: its next item waits
+// for a slot in its owner's turn, and the items behind it wait with it.
+//
 // # Slots
 //
 // A slot is taken when the callback is about to start and given back
@@ -43,6 +46,9 @@ import (
 // its terminal record is written. A callback that outlives its timeout
 // (WithTimeout) and ignores its context keeps its slot until it returns,
 // while its record says FAILED at once.
+//
+// Limits are this runtime's own: replicas that share a store each apply
+// theirs to the work they run.
 type Limits struct {
 	// MaxRunning caps the callbacks executing at once in this runtime,
 	// across owners, System and queues. Defaults to 0: no cap.

@@ -269,7 +269,8 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 }
 
 // Reset is for tests: it drops the runtime's live state without draining.
-// It records waiting queue items CANCELLED as Shutdown does, cancels every
+// It records waiting queue items, and tasks waiting for a slot under
+// Config.Limits, CANCELLED as Shutdown does, cancels every
 // run in flight with ErrShutdown without waiting for it, forgets every run
 // handle, and clears the store's records if the store is volatile (it
 // implements RecordClearer). It never deletes durable records. The

@@ -165,7 +165,9 @@ func (q *queue) take() []*Task {
 // QueueStatus reports what the named sequential queue is doing. An Owner
 // must pass the queue authorizer for the queue, and sees only the ids of
 // tasks it may see (the counts include every item); System sees all.
-// A queue that never received a submission is reported idle. Errors:
+// An item taken off the queue but waiting for a slot under
+// Config.Limits is listed first among the pending. A queue that never
+// received a submission is reported idle. Errors:
 // ErrNoAuthority, a *ValidationError (ErrInvalidKey), an
 // *AuthorizationError, or ctx.Err().
 func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAuthority) (QueueInfo, error) {

@@ -208,6 +208,9 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
 // the record kept changing, or a store error.
 //
+// A task waiting for a slot under Config.Limits is cancelled the same
+// way; it never starts, and its owner's waiting place frees at once.
+//
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process's sync loop (see
 // Config.SyncInterval) cancels the run's context within an interval, and
