@@ -114,7 +114,8 @@ type admit struct {
 	load  *ownerLoad
 	slot  uint8         // guarded by admission.mu
 	since time.Time     // guarded by admission.mu: when the slot was taken
-	grant chan struct{} // for a queue item: closed when it gets its slot
+	grant chan struct{} // for a queue item: closed when it gets its slot, or must end
+	waits bool          // set by reserve, then read-only: an async run that must wait
 	t     *Task         // set once registered, before it is queued
 }
 
@@ -189,6 +190,7 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		return r, a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, o)
 	}
 	r.slot = slotWaiting
+	r.waits = !sequential
 	o.waiting++
 	a.waiting++
 	return r, nil
@@ -281,10 +283,10 @@ func (a *admission) pick() []*admit {
 		if a.cursor >= len(a.ring) {
 			a.cursor = 0
 		}
-		if r.grant == nil && r.t.ctx.Err() != nil {
-			// Cancelled while it waited (superseded, abandoned): it ends
-			// without starting, so it takes no slot, and its waiting
-			// place frees when it settles.
+		if r.slot != slotWaiting || r.t.ctx.Err() != nil {
+			// Cancelled while it waited: it ends without starting, so it
+			// takes no slot; its waiting place, if Cancel did not give it
+			// back, frees when it settles.
 			ready = append(ready, r)
 			continue
 		}
@@ -321,8 +323,8 @@ func (a *admission) launch(ready []*admit) {
 }
 
 // acquire waits for a queue item's running slot. It reports false when
-// the item was cancelled or the runtime began draining first; the item
-// then holds no slot.
+// the runtime began draining first; an item cancelled meanwhile may be
+// let through without a slot, since it ends without starting.
 func (a *admission) acquire(r *admit) bool {
 	if !a.enqueue(r) {
 		return false
@@ -333,29 +335,37 @@ func (a *admission) acquire(r *admit) bool {
 	case <-r.t.ctx.Done():
 	case <-a.drained:
 	}
-	if a.withdraw(r) {
+	a.mu.Lock()
+	withdrawn := a.withdrawLocked(r)
+	a.mu.Unlock()
+	if withdrawn {
 		return false
 	}
-	<-r.grant // granted as it was withdrawn: the slot is its own
+	<-r.grant // picked as it was withdrawn
 	return true
 }
 
-// cancelWaiting takes a cancelled async run out of its owner's fifo, and
-// reports whether it was there: the caller then ends it, and it never
-// starts. Queue items are left to their processor, which withdraws them.
+// cancelWaiting gives back the waiting place of a run cancelled before
+// it started, at once, and reports whether it was an async run waiting
+// in its owner's fifo: the caller then ends it, and it never starts. A
+// queue item is left to its processor, which skips it.
 func (a *admission) cancelWaiting(r *admit) bool {
-	if r.grant != nil {
-		return false
-	}
-	return a.withdraw(r)
-}
-
-// withdraw takes a waiting ticket out of its owner's fifo, and reports
-// whether it was there. Its waiting place is given back when the run
-// settles.
-func (a *admission) withdraw(r *admit) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if r.slot != slotWaiting {
+		return false
+	}
+	r.slot = slotNone
+	r.load.waiting--
+	a.waiting--
+	ended := r.grant == nil && a.withdrawLocked(r)
+	a.forget(r.load)
+	return ended
+}
+
+// withdrawLocked takes a waiting ticket out of its owner's fifo, and
+// reports whether it was there; mu is held.
+func (a *admission) withdrawLocked(r *admit) bool {
 	o := r.load
 	i := slices.Index(o.fifo, r)
 	if i < 0 {

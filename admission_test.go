@@ -477,3 +477,31 @@ func TestIdleOwnersAreBounded(t *testing.T) {
 		assert.LessOrEqual(t, n, idleOwners+1, "admission keeps at most idleOwners idle owners")
 	})
 }
+
+func TestCancelFreesAQueueItemsWaitingPlaceAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
+		head := newGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		var ran atomic.Int64
+		fn := func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }
+		item, err := rt.SubmitSequential(ctx, "q", "item", fn, alice)
+		require.NoError(t, err)
+		_, err = rt.SubmitSequential(ctx, "q", "over", fn, alice)
+		require.ErrorIs(t, err, ErrQuotaExceeded)
+
+		require.NoError(t, rt.Cancel(ctx, item.ID, alice))
+		next, err := rt.SubmitSequential(ctx, "q", "next", fn, alice)
+		require.NoError(t, err, "the cancelled item's waiting place is free while the head still runs")
+		head.open()
+		synctest.Wait()
+		assert.EqualValues(t, 1, ran.Load(), "only the next item ran")
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, next.ID).Status)
+		assert.Equal(t, StatusCancelled, mustStatus(t, rt, item.ID).Status)
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Zero(t, st.Running+st.Waiting)
+	})
+}

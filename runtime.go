@@ -374,7 +374,7 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 		return
 	}
 	if t.queue == "" {
-		if t.adm != nil && t.adm.slot == slotWaiting {
+		if t.adm != nil && t.adm.waits {
 			if rt.adm.enqueue(t.adm) {
 				return // admission starts it when its turn comes
 			}

@@ -243,8 +243,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority)
 			if t != nil {
 				t.cancel(ErrCancelled)
 				if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
-					rt.adm.release(t.adm) // its waiting place frees now
-					go rt.execute(t)      // it never starts: this settles it
+					go rt.execute(t) // it never starts: this settles it
 				}
 			}
 			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
