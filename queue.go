@@ -93,45 +93,52 @@ func (rt *Runtime[S]) process(q *queue) {
 		t := q.items[0]
 		q.items[0] = nil
 		q.items = q.items[1:]
-		q.next = t
-		q.mu.Unlock()
-
-		if t.adm != nil && t.ctx.Err() == nil && !rt.adm.acquire(t.adm) {
-			// Cancelled while it waited for a slot, or the runtime is
-			// draining: it never starts, and records the cause.
-			t.cancel(ErrShutdown)
+		if t.adm == nil || t.ctx.Err() != nil {
+			q.running = append(q.running, t)
+			q.mu.Unlock()
+		} else {
+			q.next = t
+			q.mu.Unlock()
+			if !rt.adm.acquire(t.adm) {
+				// The runtime is draining: it never starts, and records
+				// the shutdown.
+				t.cancel(ErrShutdown)
+			}
+			q.mu.Lock()
+			q.next = nil
+			q.running = append(q.running, t)
+			q.mu.Unlock()
 		}
-		q.mu.Lock()
-		q.next = nil
-		q.running = append(q.running, t)
-		q.mu.Unlock()
 
 		if width == 1 {
 			rt.execute(t)
 			<-t.done // a timed-out callback settles when it returns
-			q.settled(t)
+			q.settled(t, false)
 			continue
 		}
 		begun := make(chan struct{})
 		wg.Go(func() {
 			rt.executeInOrder(t, begun)
 			<-t.done
-			q.settled(t)
+			q.settled(t, true)
 		})
 		<-begun // the next item starts after this one's start is written
 	}
 }
 
-// settled frees the queue place of a run that has settled.
-func (q *queue) settled(t *Task) {
+// settled frees the queue place of a run that has settled, and wakes
+// the processor if it may be waiting for a place (wake).
+func (q *queue) settled(t *Task, wake bool) {
 	q.mu.Lock()
 	if i := slices.Index(q.running, t); i >= 0 {
 		q.running = slices.Delete(q.running, i, i+1)
 	}
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
