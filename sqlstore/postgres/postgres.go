@@ -85,6 +85,8 @@ var dialect = &sqlcore.Dialect{
 	JSONAgg:       "json_agg",
 	RowShareLock:  " FOR SHARE",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
+	Now:           "now()",
+	Expiry:        "now() + $2 * interval '1 microsecond'",
 	Migrations:    migrations,
 }
 
