@@ -439,11 +439,27 @@ func (a *admission) takeWaiting() []*Task {
 	return a.takeLocked()
 }
 
-// takeLocked empties the fifos of their async tickets; mu is held. Queue
+// takeCancelled takes the async runs cancelled while they waited out of
+// the fifos, for the caller to end: they never start.
+func (a *admission) takeCancelled() []*Task {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.takeLocked(func(r *admit) bool { return r.t.ctx.Err() != nil })
+}
+
+// takeLocked empties the fifos of their async tickets (those also
+// chooses, if given); mu is held. Queue
 // items waiting for a slot stay: their processors withdraw them.
-func (a *admission) takeLocked() []*Task {
+func (a *admission) takeLocked(also ...func(*admit) bool) []*Task {
 	var items []*Task
-	async := func(r *admit) bool { return r.grant == nil }
+	async := func(r *admit) bool {
+		for _, f := range also {
+			if !f(r) {
+				return false
+			}
+		}
+		return r.grant == nil
+	}
 	for _, o := range a.ring {
 		for _, r := range o.fifo {
 			if async(r) {

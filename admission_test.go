@@ -505,3 +505,30 @@ func TestCancelFreesAQueueItemsWaitingPlaceAtOnce(t *testing.T) {
 		assert.Zero(t, st.Running+st.Waiting)
 	})
 }
+
+// A runtime that loses its lease records its waiting tasks abandoned at
+// once, though the callbacks holding the slots ignore their context.
+func TestLostLeaseEndsWaitingTasksAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &lapsingStore{MemStore: NewMemStore()}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, Limits: Limits{MaxRunning: 1}})
+		head := stubbornGate()
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		var ran atomic.Bool
+		w, err := rt.Submit(ctx, "waiting", func(context.Context, *Task) (any, error) {
+			ran.Store(true)
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		s.lapsed.Store(true)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		snap := mustStatus(t, rt, w.ID)
+		assert.Equal(t, CauseAbandoned, snap.Cause, "the waiting task is ended while the head still holds the slot")
+		head.open()
+		synctest.Wait()
+		assert.False(t, ran.Load())
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
