@@ -187,11 +187,11 @@ func (e *PanicError) Unwrap() error {
 // HTTP service answers it with 429 Too Many Requests and a Retry-After
 // of RetryAfter.
 type QuotaError struct {
-	Owner   string // the submitting owner's id; "" for System
-	Limit   string // "owner waiting" or "runtime waiting"
-	Max     int    // the limit
-	Current int    // how many were waiting when the submission came
-	Retry   time.Duration
+	Owner   string        // the submitting owner's id; "" for System
+	Limit   string        // "owner waiting" or "runtime waiting"
+	Max     int           // the limit
+	Current int           // how many were waiting when the submission came
+	Retry   time.Duration // the retry hint RetryAfter returns
 }
 
 func (e *QuotaError) Error() string {
