@@ -532,3 +532,80 @@ func TestLostLeaseEndsWaitingTasksAtOnce(t *testing.T) {
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
+
+// Cancels racing slot hand-offs leave the accounting exact: every task
+// ends, the cancelled ones never run, and nothing stays counted.
+func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 2, Owner: OwnerLimits{Running: 1}}})
+	const n = 400
+	var ran sync.Map
+	ids := make(chan string, n)
+	var wg sync.WaitGroup
+	for _, who := range []Owner{alice, bob} {
+		wg.Go(func() {
+			for i := range n / 2 {
+				queue := ""
+				if i%3 == 0 {
+					queue = "q-" + who.ID()
+				}
+				fn := func(_ context.Context, tk *Task) (any, error) { ran.Store(tk.ID(), true); return nil, nil }
+				var sub Submission
+				var err error
+				if queue == "" {
+					sub, err = rt.Submit(ctx, strconv.Itoa(i), fn, who)
+				} else {
+					sub, err = rt.SubmitSequential(ctx, queue, strconv.Itoa(i), fn, who)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- sub.ID
+			}
+		})
+	}
+	cancelled := make(map[string]bool)
+	wg.Go(func() {
+		k := 0
+		for id := range ids {
+			if k++; k%2 == 0 {
+				if err := rt.Cancel(ctx, id, System); err == nil {
+					cancelled[id] = true
+				} else if !errors.Is(err, ErrFinished) {
+					t.Error(err)
+				}
+			}
+		}
+	})
+	// Close ids once the submitters are done: wait for both by count.
+	eventually(t, func() bool {
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		snaps, err := rt.List(ctx, System)
+		require.NoError(t, err)
+		return len(snaps) == n && st.Running+st.Waiting == 0
+	}, "every task to end and the counts to drain")
+	close(ids)
+	wg.Wait()
+	snaps, err := rt.List(ctx, System)
+	require.NoError(t, err)
+	for _, s := range snaps {
+		require.True(t, s.Status.Terminal(), "%s is %s", s.ID, s.Status)
+		if cancelled[s.ID] {
+			assert.Equal(t, StatusCancelled, s.Status)
+			_, started := ran.Load(s.ID)
+			assert.False(t, started && s.StartedAt.IsZero(), "%s ran without a start", s.ID)
+		}
+	}
+	rt.adm.mu.Lock()
+	defer rt.adm.mu.Unlock()
+	assert.Zero(t, rt.adm.running)
+	assert.Zero(t, rt.adm.waiting)
+	for id, o := range rt.adm.owners {
+		assert.Zero(t, o.running, id)
+		assert.Zero(t, o.waiting, id)
+		assert.Empty(t, o.fifo, id)
+	}
+	assert.Empty(t, rt.adm.ring)
+}
