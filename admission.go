@@ -28,13 +28,17 @@ import (
 //
 // # Fair dispatch
 //
-// When a slot frees, the next task to start is chosen round-robin over
-// the owners that have waiting work and are under their own running cap,
-// one task per turn, in each owner's submission order. System is one
-// more member of that rotation, under no owner cap: it gets a turn every
-// round however many owners wait, and no owner's backlog delays it, or
-// another owner's first task, by more than one round (at most one task
-// per other waiting owner).
+// When a slot frees, the next task to start is chosen by weighted
+// round-robin (deficit round-robin with a cost of one per task) over the
+// owners that have waiting work and are under their own running cap: each
+// owner's turn starts up to OwnerLimits.Weight of its tasks (one by
+// default), in its submission order, then the turn passes on; an owner
+// that reaches its running cap mid-turn loses the rest of it. System is
+// one more member of that rotation, with a weight of one and under no
+// owner cap: it gets a turn every round however many owners wait, and no
+// owner's backlog delays it, or another owner's first task, by more than
+// one round (the sum of the other waiting owners' weights: one task each
+// by default).
 //
 // A sequential queue keeps its order under limits: its next item waits
 // for a slot in its owner's turn, and the items behind it wait with it.
@@ -84,6 +88,10 @@ type Limits struct {
 type OwnerLimits struct {
 	// Running caps the owner's callbacks executing at once.
 	Running int
+	// Weight is how many of the owner's waiting tasks start per turn of
+	// fair dispatch, for tiers that buy a larger share when the runtime
+	// is saturated. Zero or one means one.
+	Weight int
 	// Waiting caps the owner's tasks waiting: for a slot, or for their
 	// turn in a sequential queue. A submission past it is refused with a
 	// *QuotaError.
@@ -96,7 +104,7 @@ func (l Limits) set() bool {
 }
 
 func (l Limits) validate() error {
-	if l.MaxRunning < 0 || l.MaxWaiting < 0 || l.QueueConcurrency < 0 || l.Owner.Running < 0 || l.Owner.Waiting < 0 {
+	if l.MaxRunning < 0 || l.MaxWaiting < 0 || l.QueueConcurrency < 0 || l.Owner.Running < 0 || l.Owner.Waiting < 0 || l.Owner.Weight < 0 {
 		return fmt.Errorf("%w: negative limit", ErrInvalidOption)
 	}
 	return nil
@@ -142,6 +150,8 @@ type admission struct {
 	system   ownerLoad             // guarded by mu
 	ring     []*ownerLoad          // guarded by mu: owners with tickets, in turn order
 	cursor   int                   // guarded by mu: the ring index whose turn is next
+	turn     *ownerLoad            // guarded by mu: the owner whose turn is under way, or nil
+	credit   int                   // guarded by mu: the starts left in turn's turn
 	avg      time.Duration         // guarded by mu: moving average of how long a slot is held
 	draining bool                  // guarded by mu
 	drained  chan struct{}         // closed when draining is set
@@ -270,15 +280,21 @@ func (a *admission) pick() []*admit {
 			break // every owner with work is at its own cap
 		}
 		o := a.ring[i]
+		if o != a.turn {
+			a.turn, a.credit = o, max(1, o.limits.Weight) // a new turn
+		}
 		r := o.fifo[0]
 		o.fifo[0] = nil
 		o.fifo = o.fifo[1:]
-		a.cursor = i + 1
+		a.cursor = i // its turn goes on while it has credit
+		if a.credit--; a.credit == 0 {
+			a.cursor, a.turn = i+1, nil
+		}
 		if len(o.fifo) == 0 {
 			o.fifo = nil
 			o.inRing = false
 			a.ring = slices.Delete(a.ring, i, i+1)
-			a.cursor = i // the next owner moved into i
+			a.cursor, a.turn = i, nil // the next owner moved into i
 		}
 		if a.cursor >= len(a.ring) {
 			a.cursor = 0
@@ -380,6 +396,9 @@ func (a *admission) withdrawLocked(r *admit) bool {
 		if j < a.cursor {
 			a.cursor--
 		}
+		if a.turn == o {
+			a.turn = nil
+		}
 		if a.cursor >= len(a.ring) {
 			a.cursor = 0
 		}
@@ -470,7 +489,7 @@ func (a *admission) takeLocked(also ...func(*admit) bool) []*Task {
 		o.inRing = len(o.fifo) > 0
 	}
 	a.ring = slices.DeleteFunc(a.ring, func(o *ownerLoad) bool { return !o.inRing })
-	a.cursor = 0
+	a.cursor, a.turn = 0, nil
 	return items
 }
 

@@ -385,7 +385,7 @@ func TestStatsIsForSystemOnly(t *testing.T) {
 }
 
 func TestLimitsValidatedAtStart(t *testing.T) {
-	for _, l := range []Limits{{MaxRunning: -1}, {MaxWaiting: -1}, {QueueConcurrency: -1}, {Owner: OwnerLimits{Waiting: -1}}} {
+	for _, l := range []Limits{{MaxRunning: -1}, {MaxWaiting: -1}, {QueueConcurrency: -1}, {Owner: OwnerLimits{Waiting: -1}}, {Owner: OwnerLimits{Weight: -1}}} {
 		rt := NewRuntime(NewMemStore(), Config{Limits: l})
 		assert.ErrorIs(t, rt.Start(ctx), ErrInvalidOption, "%+v", l)
 		require.NoError(t, rt.Shutdown(ctx))
@@ -608,4 +608,35 @@ func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
 		assert.Empty(t, o.fifo, id)
 	}
 	assert.Empty(t, rt.adm.ring)
+}
+
+func TestWeightsShareSaturatedDispatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1,
+			OwnerLimits: func(_ context.Context, o Owner) (OwnerLimits, error) {
+				if o == alice {
+					return OwnerLimits{Weight: 3}, nil
+				}
+				return OwnerLimits{}, nil
+			}}})
+		var mu sync.Mutex
+		var order []byte
+		fn := func(_ context.Context, tk *Task) (any, error) {
+			mu.Lock()
+			order = append(order, tk.ID()[0])
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return nil, nil
+		}
+		for _, who := range []Owner{alice, bob} {
+			for i := range 30 {
+				_, err := rt.Submit(ctx, strconv.Itoa(i), fn, who)
+				require.NoError(t, err)
+			}
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Len(t, order, 60)
+		assert.Equal(t, "a"+"aaab"+"aaab"+"aaab"+"aaab", string(order[:17]), "alice starts three tasks per turn, bob one")
+	})
 }
