@@ -269,9 +269,9 @@ func (a *admission) push(r *admit) {
 	}
 }
 
-// pick hands free slots to waiting tickets, round-robin over the owners
-// in the ring that are under their running cap; mu is held. It returns
-// the tickets to launch outside the lock.
+// pick hands free slots to waiting tickets, weighted round-robin over
+// the owners in the ring that are under their running cap (see Limits);
+// mu is held. It returns the tickets to launch outside the lock.
 func (a *admission) pick() []*admit {
 	var ready []*admit
 	for len(a.ring) > 0 && under(a.running, a.limits.MaxRunning) {
