@@ -247,12 +247,16 @@ func (h *hub) progress(t *Task) {
 		// Running since before anyone subscribed: what the run holds.
 		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.queue, Status: StatusRunning, CreatedAt: t.created}
 		if t.stateMu.TryLock() {
-			st := t.state
+			running := t.running()
+			var started time.Time
+			if running {
+				started = t.state.StartedAt
+			}
 			t.stateMu.Unlock()
-			if st.Status != StatusRunning {
+			if !running {
 				return
 			}
-			ev.snap.StartedAt = st.StartedAt
+			ev.snap.StartedAt = started
 		}
 	}
 	ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(ev.snap.Attempt, t.Attempt())
