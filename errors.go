@@ -172,3 +172,33 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// PermanentError marks a callback's error as final: the run ends FAILED
+// at once, with CausePermanent, whatever its retry policy says. Make one
+// with Permanent; match it with errors.As. The record's message is the
+// wrapped error's text.
+type PermanentError struct {
+	Err error // the callback's error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that the runtime does not retry it: a callback
+// that returns Permanent(err), or an error wrapping one, ends its run
+// FAILED at once with CausePermanent and err's text, even with attempts
+// left (see WithRetry). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// isPermanent reports whether err is, or wraps, a *PermanentError.
+func isPermanent(err error) bool {
+	var pe *PermanentError
+	return err != nil && errors.As(err, &pe)
+}

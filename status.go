@@ -40,7 +40,7 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 			if err != nil {
 				return Snapshot{}, err
 			}
-			return rt.snapshot(&rec), nil
+			return rt.snapshot(&rec, isSystem(auth)), nil
 		}
 		poll := waitPoll
 		if notices || rt.handle(id, rec.RunID) != nil {
@@ -136,7 +136,7 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	return rt.snapshot(&rec), nil
+	return rt.snapshot(&rec, isSystem(auth)), nil
 }
 
 // List returns the tasks auth may see, ordered by creation time: for an
@@ -160,14 +160,18 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 	}
 	out := make([]Snapshot, len(recs))
 	for i := range recs {
-		out[i] = rt.snapshot(&recs[i])
+		out[i] = rt.snapshot(&recs[i], c.system)
 	}
 	return out, nil
 }
 
-// snapshot renders a record, with live progress when this runtime runs it.
-func (rt *Runtime[S]) snapshot(rec *Record) Snapshot {
+// snapshot renders a record, with live progress when this runtime runs it;
+// the stack of a panic is shown to System only.
+func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	s := snapshotOf(rec)
+	if system {
+		s.Stack = rec.Stack
+	}
 	if rec.Status == StatusRunning {
 		if t := rt.handle(rec.ID, rec.RunID); t != nil {
 			s.Progress, s.Attempt = t.Progress(), t.Attempt()
@@ -240,7 +244,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority)
 			if t != nil {
 				t.cancel(ErrCancelled)
 			}
-			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
+			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
 			return nil
 		}
 	}

@@ -402,6 +402,17 @@ func (a *atomicFunc[F]) load() F {
 
 func (a *atomicFunc[F]) store(f F) { a.p.Store(&f) }
 
+// truncateText returns s cut to at most n bytes, at a rune boundary.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 // storableText reports whether every store can hold s verbatim: valid
 // UTF-8 without NUL bytes.
 func storableText(s string) bool {

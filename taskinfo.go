@@ -30,6 +30,7 @@ type Task struct {
 	queue string
 	opts  submitOptions
 	fn    Func
+	mw    []Middleware // Config.Middleware, applied around fn per attempt
 
 	// ctx is this run's own context, derived from context.Background and
 	// never from a caller's; cancel is private to the runtime.
@@ -122,6 +123,11 @@ type Snapshot struct {
 	Queue       string    // the sequential queue, or "" for the async path
 	// WatcherCount is how many identities are granted the task.
 	WatcherCount int
+	// Stack is the stack of a callback that panicked (Cause is
+	// CausePanicked), truncated to MaxStackLen bytes. Only System reads
+	// see it: it names the service's code and may hold its data, so an
+	// Owner's snapshot leaves it empty.
+	Stack string
 }
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
