@@ -30,6 +30,10 @@ var (
 	// return it for a missing id.
 	ErrNotFound = errors.New("workers: task not found")
 
+	// ErrInvalidCursor is returned by Runtime.ListPage for a cursor it did
+	// not make (WithCursor).
+	ErrInvalidCursor = errors.New("workers: invalid list cursor")
+
 	// ErrConflict is returned by Store.InsertTask when a record with the
 	// same id exists, and by Store.ReplaceTask and Store.AddWatcher when
 	// the record no longer belongs to the run the caller named. The

@@ -155,20 +155,40 @@ func applyOptions(opts []SubmitOption) (submitOptions, error) {
 	return o, nil
 }
 
-// ListOption narrows Runtime.List.
-type ListOption func(*Filter)
+// ListOption narrows or orders Runtime.List and Runtime.ListPage.
+type ListOption func(*listOptions)
+
+type listOptions struct {
+	f      Filter
+	cursor string
+}
 
 // WithStatus keeps tasks in one of the given statuses.
 func WithStatus(s ...Status) ListOption {
-	return func(f *Filter) { f.Statuses = append(f.Statuses, s...) }
+	return func(o *listOptions) { o.f.Statuses = append(o.f.Statuses, s...) }
 }
 
 // WithQueue keeps tasks of the named sequential queue.
 func WithQueue(name string) ListOption {
-	return func(f *Filter) { f.Queue = name }
+	return func(o *listOptions) { o.f.Queue = name }
 }
 
-// WithLimit returns at most n tasks.
+// WithLimit returns at most n tasks: the page size of ListPage.
 func WithLimit(n int) ListOption {
-	return func(f *Filter) { f.Limit = n }
+	return func(o *listOptions) { o.f.Limit = n }
+}
+
+// WithOrder sets the order of the list: NewestFirst (the default) or
+// OldestFirst.
+func WithOrder(order Order) ListOption {
+	return func(o *listOptions) { o.f.Order = order }
+}
+
+// WithCursor continues a listing after the page whose Page.Next is
+// cursor; "" starts at the beginning. A cursor keeps its listing's order
+// and overrides WithOrder; pass the same filters with it, or the pages do
+// not fit together. A cursor that ListPage did not make is refused with
+// ErrInvalidCursor.
+func WithCursor(cursor string) ListOption {
+	return func(o *listOptions) { o.cursor = cursor }
 }

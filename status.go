@@ -139,32 +139,6 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 	return rt.snapshot(&rec, isSystem(auth)), nil
 }
 
-// List returns the tasks auth may see, ordered by creation time: for an
-// Owner, the tasks it owns or watches; for System, every task. Options
-// narrow the list. Errors: ErrNoAuthority or a store error.
-func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
-	c, err := resolve(auth)
-	if err != nil {
-		return nil, err
-	}
-	var f Filter
-	for _, opt := range opts {
-		opt(&f)
-	}
-	if !c.system {
-		f.VisibleTo = c.userID
-	}
-	recs, err := rt.store.ListTasks(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Snapshot, len(recs))
-	for i := range recs {
-		out[i] = rt.snapshot(&recs[i], c.system)
-	}
-	return out, nil
-}
-
 // snapshot renders a record, with live progress when this runtime runs it;
 // the stack of a panic is shown to System only.
 func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
