@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/taskgate/workers"
 )
@@ -246,4 +247,10 @@ func BenchmarkInsertTask(b *testing.B, f *Fixtures) {
 			}
 		}
 	})
+}
+
+// Position returns the listing position of fixture record i: the seeds
+// create record i at 2025-01-01 UTC plus i milliseconds.
+func Position(i int) workers.Position {
+	return workers.Position{CreatedAt: time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Millisecond), ID: TaskID(i)}
 }
