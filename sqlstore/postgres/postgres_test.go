@@ -379,3 +379,17 @@ func migrationFiles(t *testing.T) int {
 	}
 	return len(files)
 }
+
+// TestUpgradeFromFirstSchema migrates tables filled by the first release
+// forward: causes are derived from the old messages, and listings page
+// through the old rows.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s, err := postgres.New(sc.pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
+}

@@ -295,3 +295,16 @@ func migrationFiles(t *testing.T) int {
 	}
 	return len(files)
 }
+
+// TestUpgradeFromFirstSchema migrates tables filled by the first release
+// forward: causes are derived from the old messages, and listings page
+// through the old rows.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	t.Parallel()
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "old.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
+}

@@ -1,6 +1,7 @@
 package sqlcore
 
 import (
+	"context"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -50,4 +51,23 @@ func IndexedStatements(s *Store, id, userID string, after workers.Position) []St
 		{Name: "delete finished", SQL: s.q.deleteFinished, Args: []any{s.time(time.Unix(1e9, 0)),
 			string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled)}},
 	}
+}
+
+// MigrateTo applies the migrations up to version only, for tests that
+// build an older schema and then migrate it forward. It is a function
+// rather than a method so that it is not promoted into the dialect
+// packages' API.
+func MigrateTo(ctx context.Context, s *Store, version int) error { return s.migrate(ctx, version) }
+
+// ExecRaw runs q on the write handle with {tasks} and {watchers} expanded
+// and time.Time arguments encoded for the dialect (the zero time as
+// NULL), for tests that write rows the way an older release did.
+func ExecRaw(ctx context.Context, s *Store, q string, args ...any) error {
+	for i, a := range args {
+		if t, ok := a.(time.Time); ok {
+			args[i] = s.time(t)
+		}
+	}
+	_, err := s.w.ExecContext(ctx, s.cfg.expand(q), args...)
+	return err
 }

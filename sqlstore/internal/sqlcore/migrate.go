@@ -77,7 +77,11 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 			}
 		}
 		// Every statement the store runs reads its tables' columns; one
-		// that matches no row proves they are all there.
+		// that matches no row proves they are all there. (An older
+		// schema, built for a test, lacks some by design.)
+		if upTo < migs[len(migs)-1].version {
+			return nil
+		}
 		if _, err := tx.ExecContext(ctx, s.q.probe); err != nil {
 			return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
 		}
