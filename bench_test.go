@@ -25,10 +25,27 @@ func BenchmarkSubmitSequential(b *testing.B) {
 	})
 }
 
+// BenchmarkSubmitToCompletionHooked is SubmitToCompletion with one no-op
+// observer and one pass-through middleware: the cost of the hooks.
+func BenchmarkSubmitToCompletionHooked(b *testing.B) {
+	cfg := Config{
+		Observers:  []Observer{ObserverFunc(func(context.Context, Event) {})},
+		Middleware: []Middleware{func(next Func) Func { return next }},
+	}
+	benchThroughputWith(b, cfg, func(rt *Runtime[*MemStore], key string, fn Func) error {
+		_, err := rt.Submit(ctx, key, fn, alice)
+		return err
+	})
+}
+
 // benchThroughput submits b.N tasks through submit, each under a new key,
 // and stops the clock when every callback has run.
 func benchThroughput(b *testing.B, submit func(rt *Runtime[*MemStore], key string, fn Func) error) {
-	rt := memRuntime(b)
+	benchThroughputWith(b, Config{}, submit)
+}
+
+func benchThroughputWith(b *testing.B, cfg Config, submit func(rt *Runtime[*MemStore], key string, fn Func) error) {
+	rt := newRuntime(b, NewMemStore(), cfg)
 	var wg sync.WaitGroup
 	fn := func(context.Context, *Task) (any, error) { wg.Done(); return nil, nil }
 	b.ReportAllocs()
