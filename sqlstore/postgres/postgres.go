@@ -87,6 +87,8 @@ var dialect = &sqlcore.Dialect{
 	NullsFirst:    " NULLS FIRST",
 	NullsLast:     " NULLS LAST",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
+	Now:           "now()",
+	Expiry:        "now() + $2 * interval '1 microsecond'",
 	Migrations:    migrations,
 }
 

@@ -88,6 +88,8 @@ var dialect = &sqlcore.Dialect{
 	Time:         func(t time.Time) any { return t.UnixMicro() },
 	JSONAgg:      "json_group_array",
 	RowShareLock: "", // one writer: the INSERT ... SELECT cannot interleave with another write
+	Now:          "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
+	Expiry:       "CAST(unixepoch('subsec') * 1000000 AS INTEGER) + $2",
 	Migrations:   migrations,
 	// No MigrationLock: the write handle begins every transaction
 	// IMMEDIATE, which is the lock.

@@ -82,8 +82,10 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 		if upTo < migs[len(migs)-1].version {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, s.q.probe); err != nil {
-			return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
+		for _, probe := range s.q.probes {
+			if _, err := tx.ExecContext(ctx, probe); err != nil {
+				return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
+			}
 		}
 		return nil
 	})

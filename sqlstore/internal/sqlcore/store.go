@@ -75,8 +75,19 @@ WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 	sqlSetChecksum    = `UPDATE {versions} SET checksum = $2 WHERE version = $1`
 	sqlRecordVersion  = `INSERT INTO {versions} (version, name, checksum) VALUES ($1, $2, $3)`
 
-	// sqlProbe reads every column of the tables and matches no row.
-	sqlProbe = sqlSelect + ` WHERE 1 = 0`
+	// A renewal is one upsert whose expiry the database computes; on
+	// conflict, extended records whether the lease it replaces was live.
+	sqlRenewLease = `INSERT INTO {leases} AS l (instance, expires_at, extended) VALUES ($1, {expiry}, false)
+ON CONFLICT (instance) DO UPDATE SET expires_at = excluded.expires_at, extended = l.expires_at > {now}
+RETURNING extended`
+	sqlReleaseLease = `DELETE FROM {leases} WHERE instance = $1`
+	sqlLiveLeases   = `SELECT instance FROM {leases} WHERE expires_at > {now}`
+	// An expired lease counts as none, so deleting it changes nothing.
+	sqlPruneLeases = `DELETE FROM {leases} WHERE expires_at <= {now}`
+
+	// The probes read every column of the tables and match no row.
+	sqlProbe      = sqlSelect + ` WHERE 1 = 0`
+	sqlProbeLease = `SELECT instance, expires_at, extended FROM {leases} WHERE 1 = 0`
 )
 
 // Store implements workers.Store on a database/sql handle for one
@@ -98,10 +109,15 @@ type queries struct {
 	insertWatchers, dropWatchers, deleteFinished, list       string
 	owned, watched, watchedFiltered                          string
 	createVersions, readChecksum, addChecksum, applied       string
-	setChecksum, recordVersion, probe                        string
+	setChecksum, recordVersion                               string
+	probes                                                   []string
+	renewLease, releaseLease, liveLeases, pruneLeases        string
 }
 
-var _ workers.Store = (*Store)(nil)
+var (
+	_ workers.Store  = (*Store)(nil)
+	_ workers.Leaser = (*Store)(nil)
+)
 
 // New returns a Store over read and write, which may be the same handle.
 // The caller keeps ownership of both. New does not touch the database;
@@ -110,7 +126,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	hooks := strings.NewReplacer("{agg}", d.JSONAgg, "{share}", d.RowShareLock)
+	hooks := strings.NewReplacer("{agg}", d.JSONAgg, "{share}", d.RowShareLock, "{now}", d.Now, "{expiry}", d.Expiry)
 	x := func(q string) string { return hooks.Replace(cfg.expand(q)) }
 	return &Store{
 		d: d, cfg: cfg, r: read, w: write,
@@ -135,7 +151,11 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			applied:         x(sqlApplied),
 			setChecksum:     x(sqlSetChecksum),
 			recordVersion:   x(sqlRecordVersion),
-			probe:           x(sqlProbe),
+			probes:          []string{x(sqlProbe), x(sqlProbeLease)},
+			renewLease:      x(sqlRenewLease),
+			releaseLease:    x(sqlReleaseLease),
+			liveLeases:      x(sqlLiveLeases),
+			pruneLeases:     x(sqlPruneLeases),
 		},
 	}, nil
 }

@@ -31,8 +31,19 @@ const (
 	joinProcs     = 4
 	joinMinGrants = 20 // per process, at least
 	joinKey       = "shared-index"
-	joinRun       = "run-held-by-the-parent"
+	joinHolder    = "the-parent"      // the instance that holds the run, by its lease
+	joinRun       = joinHolder + ".1" // a run id of that instance
 )
+
+// holdLease gives instance a live lease for the scenario's length, so
+// that the runs the parent writes for it count as alive.
+func holdLease(p *parent, s workers.Store, instance string) {
+	if l, ok := s.(workers.Leaser); ok {
+		if _, err := l.RenewLease(p.ctx(), instance, waitLimit); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
 
 func grantee(proc, n int) string { return "p" + strconv.Itoa(proc) + "-u" + strconv.Itoa(n) }
 
@@ -42,6 +53,7 @@ func grantee(proc, n int) string { return "p" + strconv.Itoa(proc) + "-u" + strc
 // other child on the record, so the appends provably interleave.
 func joinsParent(p *parent) {
 	t, ctx, s := p.t, p.ctx(), p.store()
+	holdLease(p, s, joinHolder)
 	at := stamp()
 	rec := workers.Record{ID: joinKey, RunID: joinRun, Watchers: []string{"owner"}, CreatedAt: at,
 		State: workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: at}}
@@ -249,9 +261,10 @@ const killedLive = 5
 
 // killedParent kills a child with SIGKILL while its runs execute and a
 // queue item waits behind one of them, and checks that a runtime started
-// afterwards with RecoverZombies marks exactly the records the dead
-// process left PENDING or RUNNING FAILED, as abandoned, changes no other
-// field of them and no other record, and leaves their keys runnable.
+// afterwards recovers, once the dead child's lease has expired and with
+// no manual call, exactly the records the dead process left PENDING or
+// RUNNING: FAILED, as abandoned, with no other field of them and no other
+// record changed, and their keys runnable again.
 func killedParent(p *parent) {
 	t, ctx, s := p.t, p.ctx(), p.store()
 	at := stamp().Add(-time.Hour)
@@ -286,10 +299,18 @@ func killedParent(p *parent) {
 		t.Fatalf("records changed between the child's report and its death: %q", diffs)
 	}
 
-	rt := p.runtime(s, workers.Config{RecoverZombies: true})
+	rt := p.runtime(s, workers.Config{LeaseInterval: killedLease})
 	if err := rt.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, "the recovery loop ends the dead child's records", func() (bool, error) {
+		for id, rec := range records(t, ctx, s) {
+			if !before[id].Status.Terminal() && !rec.Status.Terminal() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 	after := records(t, ctx, s)
 	if len(after) != len(before) {
 		t.Errorf("%d records before recovery, %d after", len(before), len(after))
@@ -318,7 +339,7 @@ func killedParent(p *parent) {
 			t.Errorf("%s after recovery: completed at %v, before the kill at %v", id, a.CompletedAt, killed)
 		}
 		want := b
-		want.Status, want.Error, want.CompletedAt = a.Status, a.Error, a.CompletedAt
+		want.Status, want.Error, want.Cause, want.CompletedAt = a.Status, a.Error, a.Cause, a.CompletedAt
 		if d := diffRecords(want, a); len(d) > 0 {
 			t.Errorf("recovery of %s changed more than its outcome: %s", id, strings.Join(d, "; "))
 		}
@@ -344,9 +365,13 @@ func killedParent(p *parent) {
 	})
 }
 
+// killedLease is the lease interval of the killed scenario's runtimes:
+// the child's lease expires five of them after the kill.
+const killedLease = 50 * time.Millisecond
+
 func killedChild(c *child, s workers.Store) {
 	t := c.t
-	rt := c.runtime(s, workers.Config{})
+	rt := c.runtime(s, workers.Config{LeaseInterval: killedLease})
 	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
 	blocked := func(progress int) workers.Func {
 		return func(ctx context.Context, task *workers.Task) (any, error) {
