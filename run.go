@@ -82,7 +82,7 @@ func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 // state is per attempt: an earlier attempt's goroutine can never touch it.
 func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bool) {
 	if t.opts.timeout <= 0 {
-		res, err = invoke(t)
+		res, err = invoke(t, rt.cfg.Middleware)
 		return res, err, false
 	}
 	type outcome struct {
@@ -94,7 +94,7 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 	var left atomic.Int32  // after a give-up: goroutines still to finish; the last settles
 	left.Store(2)
 	go func() {
-		r, e := invoke(t)
+		r, e := invoke(t, rt.cfg.Middleware)
 		out <- outcome{r, e}
 		if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
 			rt.settle(t)
@@ -123,15 +123,15 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 
 // invoke calls the callback, wrapped in the configured middleware,
 // turning a panic in either into a *PanicError.
-func invoke(t *Task) (res any, err error) {
+func invoke(t *Task, mw []Middleware) (res any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
 	fn := t.fn
-	if len(t.mw) > 0 {
-		fn = wrap(fn, t.mw)
+	if len(mw) > 0 {
+		fn = wrap(fn, mw)
 	}
 	return fn(t.ctx, t)
 }

@@ -472,7 +472,6 @@ func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o 
 		queue:   queue,
 		opts:    o,
 		fn:      fn,
-		mw:      rt.cfg.Middleware,
 		ctx:     runCtx,
 		cancel:  cancel,
 		done:    make(chan struct{}),

@@ -30,7 +30,6 @@ type Task struct {
 	queue string
 	opts  submitOptions
 	fn    Func
-	mw    []Middleware // Config.Middleware, applied around fn per attempt
 
 	// ctx is this run's own context, derived from context.Background and
 	// never from a caller's; cancel is private to the runtime.
