@@ -3,7 +3,6 @@ package workers
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -178,8 +177,8 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 		}
 	}
 	var out []Record
-	idx.walk(f, func(id string) bool {
-		if r := s.recs[id]; f.Match(r) {
+	idx.walk(f, func(r *Record) bool {
+		if f.Match(r) {
 			out = append(out, r.Clone())
 		}
 		return f.Limit <= 0 || len(out) < f.Limit
@@ -203,10 +202,10 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 	}
 	if n > 0 {
 		// One pass per index rather than a removal per record.
-		gone := func(e orderKey) bool { return s.recs[e.id] == nil }
-		s.all.keys = slices.DeleteFunc(s.all.keys, gone)
+		gone := func(r *Record) bool { return s.recs[r.ID] != r }
+		s.all.recs = slices.DeleteFunc(s.all.recs, gone)
 		for u, idx := range s.byUser {
-			if idx.keys = slices.DeleteFunc(idx.keys, gone); len(idx.keys) == 0 {
+			if idx.recs = slices.DeleteFunc(idx.recs, gone); len(idx.recs) == 0 {
 				delete(s.byUser, u)
 			}
 		}
@@ -223,7 +222,7 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	defer s.mu.Unlock()
 	clear(s.recs)
 	clear(s.byUser)
-	s.all.keys = nil
+	s.all.recs = nil
 	return nil
 }
 
@@ -241,7 +240,7 @@ func prepare(ctx context.Context, rec Record) (Record, error) {
 
 // index adds r to the listing indexes; mu must be held.
 func (s *MemStore) index(r *Record) {
-	s.all.add(r.CreatedAt, r.ID)
+	s.all.add(r)
 	for _, w := range r.Watchers {
 		s.indexUser(w, r)
 	}
@@ -256,15 +255,15 @@ func (s *MemStore) indexUser(user string, r *Record) {
 		idx = &ordered{}
 		s.byUser[user] = idx
 	}
-	idx.add(r.CreatedAt, r.ID)
+	idx.add(r)
 }
 
 // unindex removes r from the listing indexes; mu must be held.
 func (s *MemStore) unindex(r *Record) {
-	s.all.remove(r.CreatedAt, r.ID)
+	s.all.remove(r)
 	drop := func(user string) {
 		if idx := s.byUser[user]; idx != nil {
-			if idx.remove(r.CreatedAt, r.ID); len(idx.keys) == 0 {
+			if idx.remove(r); len(idx.recs) == 0 {
 				delete(s.byUser, user)
 			}
 		}
@@ -277,69 +276,61 @@ func (s *MemStore) unindex(r *Record) {
 	}
 }
 
-// ordered keeps record keys sorted as CompareRecords sorts records. New
-// records are the newest, so an insert is nearly always an append.
+// ordered keeps records sorted as CompareRecords sorts them. It holds the
+// stored records themselves, whose ID and CreatedAt never change while
+// they are stored (ReplaceTask stores a new record, unindexing the old);
+// new records are the newest, so an insert is nearly always an append.
 type ordered struct {
-	keys []orderKey
+	recs []*Record
 }
 
-type orderKey struct {
-	at time.Time
-	id string
-}
-
-func compareKeys(a, b orderKey) int {
-	if c := a.at.Compare(b.at); c != 0 {
-		return c
-	}
-	return strings.Compare(a.id, b.id)
-}
-
-// add inserts the key once.
-func (o *ordered) add(at time.Time, id string) {
-	k := orderKey{at, id}
-	if n := len(o.keys); n == 0 || compareKeys(o.keys[n-1], k) < 0 {
-		o.keys = append(o.keys, k)
+// add inserts r once.
+func (o *ordered) add(r *Record) {
+	if n := len(o.recs); n == 0 || CompareRecords(o.recs[n-1], r) < 0 {
+		o.recs = append(o.recs, r)
 		return
 	}
-	i, found := slices.BinarySearchFunc(o.keys, k, compareKeys)
+	i, found := slices.BinarySearchFunc(o.recs, r, CompareRecords)
 	if !found {
-		o.keys = slices.Insert(o.keys, i, k)
+		o.recs = slices.Insert(o.recs, i, r)
 	}
 }
 
-// remove deletes the key if present.
-func (o *ordered) remove(at time.Time, id string) {
-	if i, found := slices.BinarySearchFunc(o.keys, orderKey{at, id}, compareKeys); found {
-		o.keys = slices.Delete(o.keys, i, i+1)
+// remove deletes r if present.
+func (o *ordered) remove(r *Record) {
+	if i, found := slices.BinarySearchFunc(o.recs, r, CompareRecords); found {
+		o.recs = slices.Delete(o.recs, i, i+1)
 	}
 }
 
-// walk calls yield with the ids f's order visits, starting after f.After,
-// until yield returns false.
-func (o *ordered) walk(f Filter, yield func(id string) bool) {
+// walk calls yield with the records f's order visits, starting after
+// f.After, until yield returns false.
+func (o *ordered) walk(f Filter, yield func(*Record) bool) {
+	var at *Record
+	if f.After != nil {
+		at = &Record{ID: f.After.ID, CreatedAt: f.After.CreatedAt}
+	}
 	if f.Order == NewestFirst {
-		end := len(o.keys)
-		if f.After != nil {
-			end, _ = slices.BinarySearchFunc(o.keys, orderKey{f.After.CreatedAt, f.After.ID}, compareKeys)
+		end := len(o.recs)
+		if at != nil {
+			end, _ = slices.BinarySearchFunc(o.recs, at, CompareRecords)
 		}
 		for i := end - 1; i >= 0; i-- {
-			if !yield(o.keys[i].id) {
+			if !yield(o.recs[i]) {
 				return
 			}
 		}
 		return
 	}
 	start := 0
-	if f.After != nil {
+	if at != nil {
 		var found bool
-		start, found = slices.BinarySearchFunc(o.keys, orderKey{f.After.CreatedAt, f.After.ID}, compareKeys)
-		if found {
+		if start, found = slices.BinarySearchFunc(o.recs, at, CompareRecords); found {
 			start++
 		}
 	}
-	for _, k := range o.keys[start:] {
-		if !yield(k.id) {
+	for _, r := range o.recs[start:] {
+		if !yield(r) {
 			return
 		}
 	}

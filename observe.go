@@ -120,8 +120,15 @@ type ObserverFunc func(ctx context.Context, e Event)
 // Observe calls f(ctx, e).
 func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
-// asPanic reports whether err is, or wraps, a *PanicError.
+// asPanic reports whether err is, or wraps, a *PanicError. A nil err
+// costs nothing, so the run's success path does not allocate for it.
 func asPanic(err error) (*PanicError, bool) {
+	if err == nil {
+		return nil, false
+	}
+	if pe, ok := err.(*PanicError); ok {
+		return pe, true
+	}
 	var pe *PanicError
 	ok := errors.As(err, &pe)
 	return pe, ok
