@@ -296,6 +296,7 @@ func (p *planNode) walk(f func(*planNode)) {
 
 func BenchmarkGetTask(b *testing.B)        { sqltest.BenchmarkGetTask(b, fixtures) }
 func BenchmarkListVisibleTo(b *testing.B)  { sqltest.BenchmarkListVisibleTo(b, fixtures) }
+func BenchmarkListPage(b *testing.B)       { sqltest.BenchmarkListPage(b, fixtures) }
 func BenchmarkTransitionTask(b *testing.B) { sqltest.BenchmarkTransitionTask(b, fixtures) }
 func BenchmarkInsertTask(b *testing.B)     { sqltest.BenchmarkInsertTask(b, fixtures) }
 

@@ -229,6 +229,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 
 func BenchmarkGetTask(b *testing.B)        { sqltest.BenchmarkGetTask(b, fixtures) }
 func BenchmarkListVisibleTo(b *testing.B)  { sqltest.BenchmarkListVisibleTo(b, fixtures) }
+func BenchmarkListPage(b *testing.B)       { sqltest.BenchmarkListPage(b, fixtures) }
 func BenchmarkTransitionTask(b *testing.B) { sqltest.BenchmarkTransitionTask(b, fixtures) }
 func BenchmarkInsertTask(b *testing.B)     { sqltest.BenchmarkInsertTask(b, fixtures) }
 
