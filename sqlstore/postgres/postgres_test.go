@@ -394,3 +394,31 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
 }
+
+// A result is kept byte for byte, \u0000 escapes included (the column is
+// json, not jsonb), and a value the database refuses is reported as
+// workers.ErrInvalidData, which the runtime treats as permanent.
+func TestResultBytesAndDataErrors(t *testing.T) {
+	t.Parallel()
+	s := newScratchT(t).store(t)
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	result := json.RawMessage(`{"s": "a\u0000b",  "n":1}`)
+	rec := workers.Record{ID: "alice::nul", RunID: "inst.1", CreatedAt: at,
+		State: workers.State{Status: workers.StatusCompleted, Attempt: 1, Result: result, StartedAt: at, CompletedAt: at, Cause: workers.CauseCompleted}}
+	if err := s.InsertTask(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTask(t.Context(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Result) != string(result) {
+		t.Errorf("result read back as %s, want %s byte for byte", got.Result, result)
+	}
+
+	// The runtime validates the user ids it writes; the database refuses
+	// a NUL byte in text whoever sends it (SQLSTATE 22021).
+	if _, err := s.AddWatcher(t.Context(), rec.ID, rec.RunID, "bo\x00b"); !errors.Is(err, workers.ErrInvalidData) {
+		t.Errorf("AddWatcher with text the database refuses = %v, want ErrInvalidData", err)
+	}
+}

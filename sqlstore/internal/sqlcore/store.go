@@ -540,7 +540,13 @@ func (s *Store) time(t time.Time) any {
 	return s.d.Time(t)
 }
 
+// wrap names the store and op in err. An error the dialect says the
+// database raised for the data itself also wraps workers.ErrInvalidData,
+// which the runtime takes as permanent; every other error is transient.
 func (s *Store) wrap(op string, err error) error {
+	if s.d.DataError != nil && s.d.DataError(err) {
+		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
+	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
 }
 
@@ -580,3 +586,6 @@ func params(args *[]any, statuses []workers.Status) string {
 	b.WriteByte(')')
 	return b.String()
 }
+
+// Channel is the name of the notification channel of the store's tables.
+func (s *Store) Channel() string { return s.cfg.Channel() }
