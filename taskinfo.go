@@ -141,6 +141,11 @@ type Snapshot struct {
 	CancelledBy string
 	// CancelReason is the reason given with WithReason, if any.
 	CancelReason string
+	// Stack is the stack of a callback that panicked (Cause is
+	// CausePanicked), truncated to MaxStackLen bytes. Only System reads
+	// see it: it names the service's code and may hold its data, so an
+	// Owner's snapshot leaves it empty.
+	Stack string
 }
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
