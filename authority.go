@@ -88,6 +88,12 @@ type caller struct {
 	userID string
 }
 
+// isSystem reports whether auth resolves to System.
+func isSystem(auth TaskAuthority) bool {
+	c, err := resolve(auth)
+	return err == nil && c.system
+}
+
 // resolve turns an authority into a caller, refusing nil and zero values.
 func resolve(auth TaskAuthority) (caller, error) {
 	switch a := auth.(type) {

@@ -31,7 +31,7 @@ func BenchmarkSubmitSequential(b *testing.B) {
 // to its bound, then it only awaits a re-read, and the runs go on as
 // fast as without it.
 func BenchmarkSubmitToCompletionStalledSubscriber(b *testing.B) {
-	benchThroughputWith(b, func(rt *Runtime[*MemStore]) func() {
+	benchThroughputWith(b, Config{}, func(rt *Runtime[*MemStore]) func() {
 		next, stop := iter.Pull2(rt.Subscribe(ctx, alice))
 		g := newGate()
 		if _, err := rt.Submit(ctx, "first", g.fn, alice); err != nil {
@@ -47,16 +47,29 @@ func BenchmarkSubmitToCompletionStalledSubscriber(b *testing.B) {
 	})
 }
 
+// BenchmarkSubmitToCompletionHooked is SubmitToCompletion with one no-op
+// observer and one pass-through middleware: the cost of the hooks.
+func BenchmarkSubmitToCompletionHooked(b *testing.B) {
+	cfg := Config{
+		Observers:  []Observer{ObserverFunc(func(context.Context, Event) {})},
+		Middleware: []Middleware{func(next Func) Func { return next }},
+	}
+	benchThroughputWith(b, cfg, nil, func(rt *Runtime[*MemStore], key string, fn Func) error {
+		_, err := rt.Submit(ctx, key, fn, alice)
+		return err
+	})
+}
+
 // benchThroughput submits b.N tasks through submit, each under a new key,
 // and stops the clock when every callback has run.
 func benchThroughput(b *testing.B, submit func(rt *Runtime[*MemStore], key string, fn Func) error) {
-	benchThroughputWith(b, nil, submit)
+	benchThroughputWith(b, Config{}, nil, submit)
 }
 
-// benchThroughputWith is benchThroughput after setup, whose returned
-// func runs when the clock has stopped.
-func benchThroughputWith(b *testing.B, setup func(*Runtime[*MemStore]) func(), submit func(rt *Runtime[*MemStore], key string, fn Func) error) {
-	rt := memRuntime(b)
+// benchThroughputWith is benchThroughput on a runtime configured with
+// cfg, after setup, whose returned func runs when the clock has stopped.
+func benchThroughputWith(b *testing.B, cfg Config, setup func(*Runtime[*MemStore]) func(), submit func(rt *Runtime[*MemStore], key string, fn Func) error) {
+	rt := newRuntime(b, NewMemStore(), cfg)
 	if setup != nil {
 		defer setup(rt)()
 	}

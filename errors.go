@@ -30,6 +30,10 @@ var (
 	// return it for a missing id.
 	ErrNotFound = errors.New("workers: task not found")
 
+	// ErrInvalidCursor is returned by Runtime.ListPage for a cursor it did
+	// not make (WithCursor).
+	ErrInvalidCursor = errors.New("workers: invalid list cursor")
+
 	// ErrConflict is returned by Store.InsertTask when a record with the
 	// same id exists, and by Store.ReplaceTask and Store.AddWatcher when
 	// the record no longer belongs to the run the caller named. The
@@ -205,3 +209,33 @@ func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
 // the tasks waiting ahead should take to drain at the recent pace,
 // between one second and five minutes.
 func (e *QuotaError) RetryAfter() time.Duration { return e.Retry }
+
+// PermanentError marks a callback's error as final: the run ends FAILED
+// at once, with CausePermanent, whatever its retry policy says. Make one
+// with Permanent; match it with errors.As. The record's message is the
+// wrapped error's text.
+type PermanentError struct {
+	Err error // the callback's error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that the runtime does not retry it: a callback
+// that returns Permanent(err), or an error wrapping one, ends its run
+// FAILED at once with CausePermanent and err's text, even with attempts
+// left (see WithRetry). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// isPermanent reports whether err is, or wraps, a *PermanentError.
+func isPermanent(err error) bool {
+	var pe *PermanentError
+	return err != nil && errors.As(err, &pe)
+}

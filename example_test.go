@@ -221,3 +221,72 @@ func ExampleNewOwner() {
 	// workers: invalid owner "a::b": contains "::"
 	// workers: invalid owner "alice:": ends in ":"
 }
+
+func ExamplePermanent() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	errDeclined := errors.New("card declined")
+	attempts := 0
+	sub, _ := rt.Submit(ctx, "charge", func(context.Context, *workers.Task) (any, error) {
+		attempts++
+		return nil, workers.Permanent(errDeclined) // retrying cannot help
+	}, workers.MustOwner("alice"), workers.WithRetry(workers.RetryPolicy{MaxAttempts: 5}))
+	snap, _ := rt.Wait(ctx, sub.ID, workers.System)
+	fmt.Println(snap.Status, snap.Cause, attempts, snap.Error)
+	// Output: failed permanent 1 card declined
+}
+
+func ExampleRuntime_ListPage() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	for _, key := range []string{"a", "b", "c", "d", "e"} {
+		sub, _ := rt.Submit(ctx, key, func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+		rt.Wait(ctx, sub.ID, alice)
+	}
+	cursor := ""
+	for {
+		page, err := rt.ListPage(ctx, alice, workers.WithLimit(2), workers.WithCursor(cursor))
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		for _, t := range page.Tasks {
+			fmt.Print(t.ID, " ")
+		}
+		fmt.Println("|")
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	// Output:
+	// alice::e alice::d |
+	// alice::c alice::b |
+	// alice::a |
+}
+
+func ExampleObserverFunc() {
+	ctx := context.Background()
+	events := make(chan string, 8)
+	logEvents := workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+		events <- e.Kind.String() + " " + string(e.Status)
+	})
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{Observers: []workers.Observer{logEvents}})
+
+	sub, _ := rt.Submit(ctx, "k", func(context.Context, *workers.Task) (any, error) { return "ok", nil }, workers.MustOwner("alice"))
+	rt.Wait(ctx, sub.ID, workers.System)
+	rt.Shutdown(ctx) // every observer call has returned
+	close(events)
+	for e := range events {
+		fmt.Println(e)
+	}
+	// Output:
+	// submitted pending
+	// started running
+	// finished completed
+}

@@ -198,3 +198,32 @@ func TestSubmitAllocations(t *testing.T) {
 	t.Logf("%v allocations per submission", allocs)
 	require.LessOrEqual(t, allocs, 5.0)
 }
+
+func TestObserverOfQueueItemGetsSubmissionValues(t *testing.T) {
+	var mu sync.Mutex
+	var seen []any
+	var kinds []EventKind
+	rt := newRuntime(t, NewMemStore(), Config{Observers: []Observer{ObserverFunc(func(ctx context.Context, e Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.TaskID == "alice::k" {
+			seen = append(seen, ctx.Value(runCtxKey{}))
+			kinds = append(kinds, e.Kind)
+		}
+	})}})
+	g := newGate() // holds the queue, so that the item is submitted while it waits
+	first, err := rt.SubmitSequential(ctx, "q", "first", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the first item to start")
+	sub, err := rt.SubmitSequential(context.WithValue(ctx, runCtxKey{}, "v"), "q", "k", noop, alice)
+	require.NoError(t, err)
+	g.open()
+	settled(t, rt, first.ID)
+	settled(t, rt, sub.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, kinds, EventSubmitted, "the submission of a waiting item is observed")
+	for _, v := range seen {
+		require.Equal(t, "v", v, "every event of the item, the submission's before it started included, carries the values")
+	}
+}

@@ -113,7 +113,7 @@ func TestRetryBacksOffExponentiallyUpToTheCap(t *testing.T) {
 				return nil, errors.New("transient")
 			}
 			return "ok", nil
-		}, alice, WithRetry(RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Second, MaxBackoff: 3 * time.Second}))
+		}, alice, WithRetry(RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Second, MaxBackoff: 3 * time.Second, Jitter: NoJitter}))
 		require.NoError(t, err)
 
 		synctest.Wait()

@@ -275,7 +275,7 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 		}
 		if ok {
 			n++
-			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, state: st})
+			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, created: rec.CreatedAt, state: st})
 		}
 	}
 	return n, nil

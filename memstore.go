@@ -18,8 +18,9 @@ type MemStore struct {
 	Authorizers
 
 	mu     sync.RWMutex
-	recs   map[string]*Record             // guarded by mu
-	byUser map[string]map[string]struct{} // guarded by mu: user id -> ids visible to it
+	recs   map[string]*Record  // guarded by mu
+	all    ordered             // guarded by mu: every record, in listing order
+	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
 }
 
 var (
@@ -31,7 +32,7 @@ var (
 func NewMemStore() *MemStore {
 	return &MemStore{
 		recs:   make(map[string]*Record),
-		byUser: make(map[string]map[string]struct{}),
+		byUser: make(map[string]*ordered),
 	}
 }
 
@@ -154,37 +155,34 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	}
 	// A fresh slice, so a clone handed out earlier never sees the append.
 	r.Watchers = append(slices.Clip(r.Watchers), watcher)
-	s.indexUser(watcher, id)
+	s.indexUser(watcher, r)
 	return true, nil
 }
 
-// ListTasks implements Store. With Filter.VisibleTo set it costs in
-// proportion to that user's tasks, not to the store.
+// ListTasks implements Store. Records are kept in listing order, overall
+// and per user, so a page costs a binary search and the records it walks:
+// with Filter.VisibleTo set, in proportion to the page (and to the
+// records its other filters skip), not to the store or the user's history.
 func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
+	defer s.mu.RUnlock()
+	idx := &s.all
+	if f.VisibleTo != "" {
+		idx = s.byUser[f.VisibleTo]
+		if idx == nil {
+			return nil, nil
+		}
+	}
 	var out []Record
-	add := func(r *Record) {
+	idx.walk(f, func(r *Record) bool {
 		if f.Match(r) {
 			out = append(out, r.Clone())
 		}
-	}
-	if f.VisibleTo != "" {
-		for id := range s.byUser[f.VisibleTo] {
-			add(s.recs[id])
-		}
-	} else {
-		for _, r := range s.recs {
-			add(r)
-		}
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Record) int { return CompareRecords(&a, &b) })
-	if f.Limit > 0 && len(out) > f.Limit {
-		out = out[:f.Limit:f.Limit]
-	}
+		return f.Limit <= 0 || len(out) < f.Limit
+	})
 	return out, nil
 }
 
@@ -198,9 +196,18 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 	n := 0
 	for id, r := range s.recs {
 		if r.Status.Terminal() && r.CompletedAt.Before(cutoff) {
-			s.unindex(r)
 			delete(s.recs, id)
 			n++
+		}
+	}
+	if n > 0 {
+		// One pass per index rather than a removal per record.
+		gone := func(r *Record) bool { return s.recs[r.ID] != r }
+		s.all.recs = slices.DeleteFunc(s.all.recs, gone)
+		for u, idx := range s.byUser {
+			if idx.recs = slices.DeleteFunc(idx.recs, gone); len(idx.recs) == 0 {
+				delete(s.byUser, u)
+			}
 		}
 	}
 	return n, nil
@@ -215,6 +222,7 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	defer s.mu.Unlock()
 	clear(s.recs)
 	clear(s.byUser)
+	s.all.recs = nil
 	return nil
 }
 
@@ -246,32 +254,32 @@ type memRecord struct {
 	watchers [2]string
 }
 
-// index adds r to the per-user index; mu must be held.
+// index adds r to the listing indexes; mu must be held.
 func (s *MemStore) index(r *Record) {
+	s.all.add(r)
 	for _, w := range r.Watchers {
-		s.indexUser(w, r.ID)
+		s.indexUser(w, r)
 	}
-	// The owner is usually the first watcher already: one map write less.
-	if o, ok := OwnerOf(r.ID); ok && !slices.Contains(r.Watchers, o.id) {
-		s.indexUser(o.id, r.ID)
+	if o, ok := OwnerOf(r.ID); ok {
+		s.indexUser(o.id, r)
 	}
 }
 
-func (s *MemStore) indexUser(user, id string) {
-	ids := s.byUser[user]
-	if ids == nil {
-		ids = make(map[string]struct{})
-		s.byUser[user] = ids
+func (s *MemStore) indexUser(user string, r *Record) {
+	idx := s.byUser[user]
+	if idx == nil {
+		idx = &ordered{}
+		s.byUser[user] = idx
 	}
-	ids[id] = struct{}{}
+	idx.add(r)
 }
 
-// unindex removes r from the per-user index; mu must be held.
+// unindex removes r from the listing indexes; mu must be held.
 func (s *MemStore) unindex(r *Record) {
+	s.all.remove(r)
 	drop := func(user string) {
-		if ids := s.byUser[user]; ids != nil {
-			delete(ids, r.ID)
-			if len(ids) == 0 {
+		if idx := s.byUser[user]; idx != nil {
+			if idx.remove(r); len(idx.recs) == 0 {
 				delete(s.byUser, user)
 			}
 		}
@@ -279,7 +287,67 @@ func (s *MemStore) unindex(r *Record) {
 	for _, w := range r.Watchers {
 		drop(w)
 	}
-	if o, ok := OwnerOf(r.ID); ok && !slices.Contains(r.Watchers, o.id) {
+	if o, ok := OwnerOf(r.ID); ok {
 		drop(o.id)
+	}
+}
+
+// ordered keeps records sorted as CompareRecords sorts them. It holds the
+// stored records themselves, whose ID and CreatedAt never change while
+// they are stored (ReplaceTask stores a new record, unindexing the old);
+// new records are the newest, so an insert is nearly always an append.
+type ordered struct {
+	recs []*Record
+}
+
+// add inserts r once.
+func (o *ordered) add(r *Record) {
+	if n := len(o.recs); n == 0 || CompareRecords(o.recs[n-1], r) < 0 {
+		o.recs = append(o.recs, r)
+		return
+	}
+	i, found := slices.BinarySearchFunc(o.recs, r, CompareRecords)
+	if !found {
+		o.recs = slices.Insert(o.recs, i, r)
+	}
+}
+
+// remove deletes r if present.
+func (o *ordered) remove(r *Record) {
+	if i, found := slices.BinarySearchFunc(o.recs, r, CompareRecords); found {
+		o.recs = slices.Delete(o.recs, i, i+1)
+	}
+}
+
+// walk calls yield with the records f's order visits, starting after
+// f.After, until yield returns false.
+func (o *ordered) walk(f Filter, yield func(*Record) bool) {
+	var at *Record
+	if f.After != nil {
+		at = &Record{ID: f.After.ID, CreatedAt: f.After.CreatedAt}
+	}
+	if f.Order == NewestFirst {
+		end := len(o.recs)
+		if at != nil {
+			end, _ = slices.BinarySearchFunc(o.recs, at, CompareRecords)
+		}
+		for i := end - 1; i >= 0; i-- {
+			if !yield(o.recs[i]) {
+				return
+			}
+		}
+		return
+	}
+	start := 0
+	if at != nil {
+		var found bool
+		if start, found = slices.BinarySearchFunc(o.recs, at, CompareRecords); found {
+			start++
+		}
+	}
+	for _, r := range o.recs[start:] {
+		if !yield(r) {
+			return
+		}
 	}
 }

@@ -84,13 +84,27 @@ type RetryPolicy struct {
 	MaxBackoff time.Duration
 	// Multiplier grows the wait after each attempt. Defaults to 2.
 	Multiplier float64
-	// Jitter, from 0 to 1, randomizes each wait by up to that fraction
+	// Jitter, up to 1, randomizes each wait by up to that fraction
 	// either way, so that many failing tasks do not retry in step.
-	// Defaults to 0 (no jitter).
+	// Defaults to DefaultJitter (0.1: each wait lands within 10% of its
+	// nominal value); NoJitter (any negative value) asks for none.
 	Jitter float64
 }
 
-// WithRetry sets the retry policy.
+// Jitter values of a RetryPolicy.
+const (
+	// DefaultJitter is the jitter of a RetryPolicy that leaves Jitter
+	// zero.
+	DefaultJitter = 0.1
+	// NoJitter makes a RetryPolicy wait exactly its nominal backoff.
+	NoJitter = -1.0
+)
+
+// WithRetry sets the retry policy: a callback that returns an error, or
+// panics, is called again after a backoff until it succeeds or
+// MaxAttempts attempts have failed. An error made with Permanent is never
+// retried: the run ends FAILED at once, with CausePermanent. A timeout
+// (WithTimeout) and a cancellation are never retried either.
 func WithRetry(p RetryPolicy) SubmitOption {
 	return func(o *submitOptions) error {
 		switch {
@@ -100,8 +114,14 @@ func WithRetry(p RetryPolicy) SubmitOption {
 			return fmt.Errorf("%w: negative backoff", ErrInvalidOption)
 		case p.Multiplier != 0 && p.Multiplier < 1:
 			return fmt.Errorf("%w: Multiplier %v below 1", ErrInvalidOption, p.Multiplier)
-		case p.Jitter < 0 || p.Jitter > 1:
-			return fmt.Errorf("%w: Jitter %v outside [0, 1]", ErrInvalidOption, p.Jitter)
+		case p.Jitter > 1 || p.Jitter != p.Jitter:
+			return fmt.Errorf("%w: Jitter %v above 1", ErrInvalidOption, p.Jitter)
+		}
+		switch {
+		case p.Jitter == 0:
+			p.Jitter = DefaultJitter
+		case p.Jitter < 0:
+			p.Jitter = 0
 		}
 		p.InitialBackoff = cmp.Or(p.InitialBackoff, 100*time.Millisecond)
 		p.MaxBackoff = cmp.Or(p.MaxBackoff, 30*time.Second)
@@ -142,20 +162,40 @@ func applyOptions(opts []SubmitOption) (submitOptions, error) {
 	return *o, nil
 }
 
-// ListOption narrows Runtime.List.
-type ListOption func(*Filter)
+// ListOption narrows or orders Runtime.List and Runtime.ListPage.
+type ListOption func(*listOptions)
+
+type listOptions struct {
+	f      Filter
+	cursor string
+}
 
 // WithStatus keeps tasks in one of the given statuses.
 func WithStatus(s ...Status) ListOption {
-	return func(f *Filter) { f.Statuses = append(f.Statuses, s...) }
+	return func(o *listOptions) { o.f.Statuses = append(o.f.Statuses, s...) }
 }
 
 // WithQueue keeps tasks of the named sequential queue.
 func WithQueue(name string) ListOption {
-	return func(f *Filter) { f.Queue = name }
+	return func(o *listOptions) { o.f.Queue = name }
 }
 
-// WithLimit returns at most n tasks.
+// WithLimit returns at most n tasks: the page size of ListPage.
 func WithLimit(n int) ListOption {
-	return func(f *Filter) { f.Limit = n }
+	return func(o *listOptions) { o.f.Limit = n }
+}
+
+// WithOrder sets the order of the list: NewestFirst (the default) or
+// OldestFirst.
+func WithOrder(order Order) ListOption {
+	return func(o *listOptions) { o.f.Order = order }
+}
+
+// WithCursor continues a listing after the page whose Page.Next is
+// cursor; "" starts at the beginning. A cursor keeps its listing's order
+// and overrides WithOrder; pass the same filters with it, or the pages do
+// not fit together. A cursor that ListPage did not make is refused with
+// ErrInvalidCursor.
+func WithCursor(cursor string) ListOption {
+	return func(o *listOptions) { o.cursor = cursor }
 }

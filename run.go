@@ -70,6 +70,9 @@ func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 			}
 		}
 		res, err, handedOff := rt.call(t, st)
+		if pe, ok := asPanic(err); ok && !handedOff {
+			rt.panicked(t, st, pe, err)
+		}
 		switch {
 		case handedOff:
 			return true
@@ -83,7 +86,7 @@ func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 			// result must not land where none did.
 			rt.finishCancelled(t, StatusRunning, st, err)
 			return false
-		case attempt >= t.opts.retry.MaxAttempts:
+		case attempt >= t.opts.retry.MaxAttempts, isPermanent(err):
 			rt.finishFailed(t, st, err)
 			return false
 		case !sleep(t.ctx, t.opts.retry.backoff(attempt)):
@@ -102,7 +105,7 @@ func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 // state is per attempt: an earlier attempt's goroutine can never touch it.
 func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bool) {
 	if t.opts.timeout <= 0 {
-		res, err = invoke(t)
+		res, err = invoke(t, rt.cfg.Middleware)
 		return res, err, false
 	}
 	type outcome struct {
@@ -114,7 +117,7 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 	var left atomic.Int32  // after a give-up: goroutines still to finish; the last settles
 	left.Store(2)
 	go func() {
-		r, e := invoke(t)
+		r, e := invoke(t, rt.cfg.Middleware)
 		out <- outcome{r, e}
 		if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
 			rt.settle(t)
@@ -141,14 +144,29 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 	return nil, nil, true
 }
 
-// invoke calls the callback, turning a panic into a *PanicError.
-func invoke(t *Task) (res any, err error) {
+// invoke calls the callback, wrapped in the configured middleware,
+// turning a panic in either into a *PanicError.
+func invoke(t *Task, mw []Middleware) (res any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
-	return t.fn(t.ctx, t)
+	fn := t.fn
+	if len(mw) > 0 {
+		fn = wrap(fn, mw)
+	}
+	return fn(t.ctx, t)
+}
+
+// panicked logs a callback's panic with its stack, at error level, and
+// reports it to observers. It is kept out of line, like logRunError.
+//
+//go:noinline
+func (rt *Runtime[S]) panicked(t *Task, st *State, pe *PanicError, err error) {
+	rt.cfg.Logger.Error("workers: task panicked", "task", t.id, "run", t.runID, "attempt", st.Attempt,
+		"panic", pe.Value, "stack", string(pe.Stack))
+	rt.emit(&change{kind: changePanicked, id: t.id, runID: t.runID, queue: t.queue, task: t, state: *st, err: err})
 }
 
 // encodeResult marshals a callback's result. A panicking MarshalJSON is
@@ -198,12 +216,15 @@ func (rt *Runtime[S]) finishCompleted(t *Task, st *State, res any) {
 	rt.finish(t, StatusRunning, st, outcome{StatusCompleted, CauseCompleted, ""}, nil)
 }
 
-// finishFailed records a callback's error as the run's FAILED outcome.
+// finishFailed records a callback's error as the run's FAILED outcome: a
+// panic keeps its stack, truncated to MaxStackLen, for System readers.
 func (rt *Runtime[S]) finishFailed(t *Task, st *State, err error) {
 	code := CauseFailed
-	var pe *PanicError
-	if errors.As(err, &pe) {
+	if pe, ok := asPanic(err); ok {
 		code = CausePanicked
+		st.Stack = truncateText(cleanText(string(pe.Stack)), MaxStackLen)
+	} else if isPermanent(err) {
+		code = CausePermanent
 	}
 	rt.finish(t, StatusRunning, st, outcome{StatusFailed, code, cleanText(errorText(err))}, err)
 }

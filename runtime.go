@@ -103,7 +103,18 @@ type Config struct {
 	// write on a run's behalf that failed (it is retried, or left for
 	// recovery), a cleanup or lease renewal that failed. Defaults to
 	// slog.Default().
+	//
+	// A callback's panic is logged here too, at error level, with its
+	// stack.
 	Logger *slog.Logger
+
+	// Middleware wraps every run's callback, once per attempt, the first
+	// outermost (see Middleware). Defaults to none.
+	Middleware []Middleware
+
+	// Observers receive every run's lifecycle events, in this order (see
+	// Observer for when and where they are called). Defaults to none.
+	Observers []Observer
 }
 
 // Runtime is what this process is doing now: the run handles, the
@@ -475,7 +486,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, runID, queue string, c cal
 					}
 				}
 				return nil, Submission{ID: id, RunID: rec.RunID, Joined: true},
-					change{kind: changeJoined, id: id, runID: rec.RunID, queue: rec.Queue, task: rt.handle(id, rec.RunID), state: rec.State}, nil
+					change{kind: changeJoined, id: id, runID: rec.RunID, queue: rec.Queue, task: rt.handle(id, rec.RunID), created: rec.CreatedAt, state: rec.State}, nil
 			}
 			// No live run stands behind the record: nobody will ever end
 			// it, so it is replaced like a finished one, fenced on the

@@ -330,6 +330,9 @@ func TestListShowsOwnTasksAndSystemSeesAll(t *testing.T) {
 
 	mine, err := rt.List(ctx, alice)
 	require.NoError(t, err)
+	assert.Equal(t, []string{fails.ID, ids[2], ids[0]}, snapshotIDs(mine), "newest first")
+	mine, err = rt.List(ctx, alice, WithOrder(OldestFirst))
+	require.NoError(t, err)
 	assert.Equal(t, []string{ids[0], ids[2], fails.ID}, snapshotIDs(mine), "creation order")
 	all, err := rt.List(ctx, System)
 	require.NoError(t, err)

@@ -44,7 +44,7 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 			if err != nil {
 				return Snapshot{}, err
 			}
-			return rt.snapshot(&rec), nil
+			return rt.snapshot(&rec, isSystem(auth)), nil
 		}
 		poll := waitPoll
 		if !retry && (notices || rt.handle(id, rec.RunID) != nil) {
@@ -140,38 +140,16 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	return rt.snapshot(&rec), nil
+	return rt.snapshot(&rec, isSystem(auth)), nil
 }
 
-// List returns the tasks auth may see, ordered by creation time: for an
-// Owner, the tasks it owns or watches; for System, every task. Options
-// narrow the list. Errors: ErrNoAuthority or a store error.
-func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
-	c, err := resolve(auth)
-	if err != nil {
-		return nil, err
-	}
-	var f Filter
-	for _, opt := range opts {
-		opt(&f)
-	}
-	if !c.system {
-		f.VisibleTo = c.userID
-	}
-	recs, err := rt.store.ListTasks(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Snapshot, len(recs))
-	for i := range recs {
-		out[i] = rt.snapshot(&recs[i])
-	}
-	return out, nil
-}
-
-// snapshot renders a record, with live progress when this runtime runs it.
-func (rt *Runtime[S]) snapshot(rec *Record) Snapshot {
+// snapshot renders a record, with live progress when this runtime runs it;
+// the stack of a panic is shown to System only.
+func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	s := snapshotOf(rec)
+	if system {
+		s.Stack = rec.Stack
+	}
 	if rec.Status == StatusRunning {
 		if t := rt.handle(rec.ID, rec.RunID); t != nil {
 			s.Progress, s.Attempt = t.Progress(), t.Attempt()
@@ -264,7 +242,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 					go rt.execute(t) // it never starts: this settles it
 				}
 			}
-			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
+			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
 			return nil
 		}
 	}

@@ -135,11 +135,49 @@ type Filter struct {
 	Queue string
 	// Limit, when positive, returns at most that many records.
 	Limit int
+	// Order is the order of the result: OldestFirst (the zero value) as
+	// CompareRecords orders records, or NewestFirst, its exact reverse.
+	Order Order
+	// After, when set, keeps the records that come strictly after that
+	// position in Order: the next page after a record at After.
+	After *Position
 }
 
-// Match reports whether r passes f (ignoring Limit). Stores that filter in
-// memory use it; SQL stores must select exactly the same records.
+// Order is the order ListTasks returns records in.
+type Order uint8
+
+// The two orders. Both sort by CreatedAt, then ID; a record without a
+// CreatedAt sorts as the oldest.
+const (
+	OldestFirst Order = iota // ascending, as CompareRecords orders records
+	NewestFirst              // descending: the exact reverse
+)
+
+// Position is a place in a listing: the CreatedAt and ID of the record a
+// page ended at.
+type Position struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// PositionOf returns r's position, for Filter.After.
+func PositionOf(r *Record) *Position { return &Position{CreatedAt: r.CreatedAt, ID: r.ID} }
+
+// Compare orders a and b as a listing with f's Order returns them.
+func (f Filter) Compare(a, b *Record) int {
+	if f.Order == NewestFirst {
+		return CompareRecords(b, a)
+	}
+	return CompareRecords(a, b)
+}
+
+// Match reports whether r passes f (ignoring Limit): its fields, and
+// After. Stores that filter in memory use it; SQL stores must select
+// exactly the same records.
 func (f Filter) Match(r *Record) bool {
+	if f.After != nil && f.Compare(r, &Record{ID: f.After.ID, CreatedAt: f.After.CreatedAt}) <= 0 {
+		return false
+	}
 	if f.VisibleTo != "" && !visibleTo(r.ID, r.Watchers, f.VisibleTo) {
 		return false
 	}
@@ -257,8 +295,11 @@ type Store interface {
 	// run, ErrNotFound if there is none. It performs no authorization.
 	AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error)
 
-	// ListTasks returns the records f selects, ordered as CompareRecords
-	// orders them. An empty result is not an error.
+	// ListTasks returns the records f selects, in f.Order (see
+	// Filter.Compare), starting after f.After and at most f.Limit of them.
+	// An empty result is not an error. A page should cost in proportion
+	// to its size, not to the user's history: the runtime pages through a
+	// user's tasks with it.
 	ListTasks(ctx context.Context, f Filter) ([]Record, error)
 
 	// DeleteFinished deletes terminal records whose CompletedAt is before
@@ -401,6 +442,17 @@ func (a *atomicFunc[F]) load() F {
 }
 
 func (a *atomicFunc[F]) store(f F) { a.p.Store(&f) }
+
+// truncateText returns s cut to at most n bytes, at a rune boundary.
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // storableText reports whether every store can hold s verbatim: valid
 // UTF-8 without NUL bytes.

@@ -102,6 +102,17 @@ func (t *Task) cause() error {
 	return context.Cause(t.ctx)
 }
 
+// context returns the run's context or, before a queue item's is made,
+// one with the submission's values only.
+func (t *Task) context() context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ctx != nil {
+		return t.ctx
+	}
+	return &t.vals
+}
+
 // begin makes the run's context if it is not made yet, cancelled at once
 // with the cause of a cancel that came first.
 func (t *Task) begin() {
@@ -264,6 +275,11 @@ type Snapshot struct {
 	CancelledBy string
 	// CancelReason is the reason given with WithReason, if any.
 	CancelReason string
+	// Stack is the stack of a callback that panicked (Cause is
+	// CausePanicked), truncated to MaxStackLen bytes. Only System reads
+	// see it: it names the service's code and may hold its data, so an
+	// Owner's snapshot leaves it empty.
+	Stack string
 }
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns

@@ -119,10 +119,28 @@
 // run FAILED with a message that says so, so that no acknowledged
 // submission is left live without a live run behind it.
 //
+// # Listing
+//
+// [Runtime.List] returns newest first; [Runtime.ListPage] returns one
+// [Page] and an opaque cursor for the next ([WithCursor]), in either
+// [Order] ([WithOrder]). Every store reads a page in proportion to its
+// size, whatever the user's history.
+//
+// # Observability
+//
+// [Config.Middleware] wraps every callback (the first is outermost), and
+// [Config.Observers] receive each run's lifecycle [Event]s, called with
+// no lock held; a panicking observer is contained and logged. The module
+// github.com/taskgate/workers/workersotel builds OpenTelemetry traces and
+// metrics on them. A callback's panic is logged with its stack, which the
+// record keeps for System readers ([Snapshot.Stack]).
+//
 // # Errors
 //
 // Errors are sentinels matched with [errors.Is] ([ErrNotFound],
 // [ErrUnauthorized], [ErrClosed], ...) or types matched with [errors.As]
 // ([*ValidationError], [*AuthorizationError], [*QuotaError],
-// [*TimeoutError], [*PanicError], [*TaskError]). Each method's doc says which it returns.
+// [*TimeoutError], [*PanicError], [*TaskError], [*PermanentError]). Each
+// method's doc says which it returns. A callback returns [Permanent](err)
+// for an error that no retry can fix.
 package workers

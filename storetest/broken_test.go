@@ -39,6 +39,12 @@ var brokenStores = map[string]struct {
 	"AliasingCache": {
 		func() workers.Store { return &aliasingCache{MemStore: workers.NewMemStore()} }, nil,
 		storetest.Run, "Aliasing/GetResultNotShared"},
+	"PagesIgnoreCursor": {
+		func() workers.Store { return pagesIgnoreCursor{workers.NewMemStore()} }, nil,
+		storetest.Run, "List/PagesWalkTheWholeListing"},
+	"OldestFirstAlways": {
+		func() workers.Store { return oldestFirstAlways{workers.NewMemStore()} }, nil,
+		storetest.Run, "List/NewestFirst"},
 	"DurableClearer": {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
 		storetest.Run, "Clear/DurableHasNoClearer"},
@@ -247,4 +253,20 @@ func (s *staleReads) DeleteFinished(ctx context.Context, cutoff time.Time) (int,
 
 func (s *staleReads) ClearRecords(ctx context.Context) error {
 	return s.forget(s.MemStore.ClearRecords(ctx))
+}
+
+// pagesIgnoreCursor lists from the start whatever Filter.After says.
+type pagesIgnoreCursor struct{ *workers.MemStore }
+
+func (s pagesIgnoreCursor) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	f.After = nil
+	return s.MemStore.ListTasks(ctx, f)
+}
+
+// oldestFirstAlways ignores Filter.Order.
+type oldestFirstAlways struct{ *workers.MemStore }
+
+func (s oldestFirstAlways) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	f.Order = workers.OldestFirst
+	return s.MemStore.ListTasks(ctx, f)
 }

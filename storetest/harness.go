@@ -454,9 +454,9 @@ func (r clearingRecorder) ClearRecords(ctx context.Context) error {
 }
 
 // failHandler is the runtimes' logger: it fails the case on every
-// warning or error, since the runtime logs only the store errors no
-// caller sees (a write on a run's behalf, a cleanup) and a conforming
-// store causes none.
+// warning or error but a callback's panic, since the runtime otherwise
+// logs only the store errors no caller sees (a write on a run's behalf,
+// a cleanup) and a conforming store causes none.
 type failHandler struct {
 	h     *harness
 	attrs []slog.Attr
@@ -467,6 +467,9 @@ func (f failHandler) Enabled(_ context.Context, l slog.Level) bool { return l >=
 func (f failHandler) Handle(_ context.Context, r slog.Record) error {
 	if f.h.over.Load() {
 		return nil // a run the teardown could not settle; the case has failed already
+	}
+	if r.Message == "workers: task panicked" {
+		return nil // a callback's panic, logged with its stack: the callback's fault, not the store's
 	}
 	var b strings.Builder
 	b.WriteString(r.Message)

@@ -307,6 +307,9 @@ func panicFails(h *harness) {
 		if !errors.As(snap.Err(), &te) || !containsAll(snap.Error, "panicked", "boom") {
 			h.t.Errorf("task %q recorded %q (Err %v), want a *TaskError naming the panic and its value", sub.ID, snap.Error, snap.Err())
 		}
+		if rec := h.stored(sub.ID); rec.Cause != workers.CausePanicked || !strings.Contains(rec.Stack, "panicFails") {
+			h.t.Errorf("task %q stored cause %q and a stack of %d bytes, want %q and the panicking goroutine's stack", sub.ID, rec.Cause, len(rec.Stack), workers.CausePanicked)
+		}
 	}
 	for _, sub := range []workers.Submission{
 		h.submit(rt, "after", returns("fine"), alice),

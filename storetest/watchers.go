@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/taskgate/workers"
 )
@@ -153,6 +154,51 @@ func listing(f workers.Filter, want ...string) func(*suite, *testing.T, workers.
 			i := slices.IndexFunc(recs, func(r workers.Record) bool { return r.ID == g.ID })
 			if d := diff(g, recs[i]); d != "" {
 				t.Errorf("ListTasks returned a different record %q:%s", g.ID, d)
+			}
+		}
+	}
+}
+
+func (*suite) listPages(t *testing.T, s workers.Store) {
+	recs := fixture()
+	// Records without a CreatedAt (admin tools may write them), and a
+	// tie with one of them, so the cursor crosses both kinds.
+	undated := record("alice::undated", "run-u", "alice", "bob")
+	undated.CreatedAt = time.Time{}
+	undated2 := record("bob::undated", "run-u2", "bob")
+	undated2.CreatedAt = time.Time{}
+	recs = append(recs, undated, undated2)
+	insert(t, s, recs...)
+	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
+		for _, base := range []workers.Filter{
+			{}, {VisibleTo: "alice"}, {VisibleTo: "bob"}, {VisibleTo: "carol"},
+			{Statuses: []workers.Status{workers.StatusPending, workers.StatusRunning}},
+			{VisibleTo: "bob", Statuses: []workers.Status{workers.StatusPending, workers.StatusCompleted, workers.StatusFailed}},
+			{VisibleTo: "alice", Queue: "q1"},
+		} {
+			base.Order = order
+			want := ids(list(t, s, base))
+			for size := 1; size <= 3; size++ {
+				f := base
+				f.Limit = size
+				var got []string
+				for pages := 0; ; pages++ {
+					if pages > len(recs) {
+						t.Fatalf("ListTasks(%+v): the walk does not end; so far %q", base, got)
+					}
+					page := list(t, s, f)
+					if len(page) > size {
+						t.Fatalf("ListTasks(%+v) returned %d records, want at most %d", f, len(page), size)
+					}
+					got = append(got, ids(page)...)
+					if len(page) < size {
+						break
+					}
+					f.After = workers.PositionOf(&page[len(page)-1])
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("pages of %d through ListTasks(%+v) returned %q, want %q", size, base, got, want)
+				}
 			}
 		}
 	}

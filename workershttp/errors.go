@@ -42,6 +42,7 @@ var statuses = []struct {
 	{workers.ErrInvalidKey, http.StatusBadRequest, "invalid_input", ""},
 	{workers.ErrInvalidOwner, http.StatusBadRequest, "invalid_input", ""},
 	{workers.ErrInvalidOption, http.StatusBadRequest, "invalid_input", ""},
+	{workers.ErrInvalidCursor, http.StatusBadRequest, "invalid_input", "malformed cursor"},
 	{ErrBadRequest, http.StatusBadRequest, "bad_request", ""},
 }
 
@@ -58,7 +59,8 @@ const conflictRetry = time.Second
 // implements RetryAfter() time.Duration), 409
 // workers.ErrFinished, 503 workers.ErrConflict and workers.ErrClosed,
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
-// ErrInvalidOption, ErrBadRequest), 499 when the client went away, and
+// ErrInvalidOption, ErrInvalidCursor, and this package's ErrBadRequest),
+// 499 when the client went away, and
 // 500 for anything else. A nil error is 200.
 func StatusCode(err error) int {
 	status, _, _ := classify(err)

@@ -52,6 +52,7 @@ import (
 type runtime interface {
 	Status(ctx context.Context, id string, auth workers.TaskAuthority) (workers.Snapshot, error)
 	List(ctx context.Context, auth workers.TaskAuthority, opts ...workers.ListOption) ([]workers.Snapshot, error)
+	ListPage(ctx context.Context, auth workers.TaskAuthority, opts ...workers.ListOption) (workers.Page, error)
 	Cancel(ctx context.Context, id string, auth workers.TaskAuthority, opts ...workers.CancelOption) error
 	Watch(ctx context.Context, id string, auth workers.TaskAuthority) iter.Seq2[workers.Snapshot, error]
 	Subscribe(ctx context.Context, auth workers.TaskAuthority, opts ...workers.ListOption) iter.Seq2[workers.Snapshot, error]

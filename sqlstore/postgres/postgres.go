@@ -93,6 +93,8 @@ var dialect = &sqlcore.Dialect{
 	Time:          func(t time.Time) any { return t.UTC() },
 	JSONAgg:       "json_agg",
 	RowShareLock:  " FOR SHARE",
+	NullsFirst:    " NULLS FIRST",
+	NullsLast:     " NULLS LAST",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
 	DataError: func(err error) bool {
 		var pe *pgconn.PgError

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -164,7 +165,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	sqltest.MigrateConcurrently(t, stores)
 	var n, top int
 	err := sc.pool.QueryRow(t.Context(), `SELECT count(*), max(version) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n, &top)
-	if err != nil || n != top || top < 2 {
+	if err != nil || n != migrationFiles(t) || top < 2 {
 		t.Errorf("schema_version holds %d rows up to version %d (%v), want each version once", n, top, err)
 	}
 }
@@ -217,7 +218,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	}
 	t.Cleanup(drop)
 	ps := s.(*postgres.Store)
-	for _, st := range sqlcore.IndexedStatements(ps.Store, sqltest.TaskID(n/2), sqltest.Owner(n/2)) {
+	for _, st := range sqlcore.IndexedStatements(ps.Store, sqltest.TaskID(n/2), sqltest.Owner(n/2), sqltest.Position(n/2+5)) {
 		var plan []byte
 		if err := ps.Pool().QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
 			t.Fatalf("%s: %v", st.Name, err)
@@ -241,15 +242,49 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			t.Errorf("%s uses no index", st.Name)
 		}
 		t.Logf("%s: %q", st.Name, steps)
+		if st.Page > 0 {
+			pageReadsOnlyAPage(t, ps, st)
+		}
 	}
+}
+
+// pageReadsOnlyAPage runs a page's query under EXPLAIN ANALYZE and checks
+// that no index read handled more rows than a page, and no step more than
+// a page per branch: each branch read its page from an index and
+// stopped, although the user sees 2*TasksPerUser records.
+func pageReadsOnlyAPage(t *testing.T, ps *postgres.Store, st sqlcore.Statement) {
+	t.Helper()
+	var plan []byte
+	if err := ps.Pool().QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
+		t.Fatalf("%s: %v", st.Name, err)
+	}
+	var tree []struct{ Plan planNode }
+	if err := json.Unmarshal(plan, &tree); err != nil || len(tree) != 1 {
+		t.Fatalf("%s: decode plan: %v", st.Name, err)
+	}
+	// Each branch of the union (a Subquery Scan) reads at most a page.
+	branches := 1
+	tree[0].Plan.walk(func(p *planNode) {
+		if p.NodeType == "Subquery Scan" {
+			branches++
+		}
+	})
+	bound := float64(st.Page * branches)
+	tree[0].Plan.walk(func(p *planNode) {
+		if p.ActualRows > bound || (p.Index != "" && p.ActualRows > float64(st.Page)) {
+			t.Errorf("%s: %s %s %s handled %v rows, more than a page of %d per branch", st.Name, p.NodeType, p.Relation, p.Index, p.ActualRows, st.Page)
+		}
+	})
 }
 
 // planNode is a node of EXPLAIN (FORMAT JSON).
 type planNode struct {
-	NodeType string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Index    string     `json:"Index Name"`
-	Plans    []planNode `json:"Plans"`
+	NodeType string `json:"Node Type"`
+	Relation string `json:"Relation Name"`
+	Index    string `json:"Index Name"`
+	// ActualRows is rows per loop, under EXPLAIN ANALYZE.
+	ActualRows float64    `json:"Actual Rows"`
+	Plans      []planNode `json:"Plans"`
 }
 
 func (p *planNode) walk(f func(*planNode)) {
@@ -261,6 +296,7 @@ func (p *planNode) walk(f func(*planNode)) {
 
 func BenchmarkGetTask(b *testing.B)        { sqltest.BenchmarkGetTask(b, fixtures) }
 func BenchmarkListVisibleTo(b *testing.B)  { sqltest.BenchmarkListVisibleTo(b, fixtures) }
+func BenchmarkListPage(b *testing.B)       { sqltest.BenchmarkListPage(b, fixtures) }
 func BenchmarkTransitionTask(b *testing.B) { sqltest.BenchmarkTransitionTask(b, fixtures) }
 func BenchmarkInsertTask(b *testing.B)     { sqltest.BenchmarkInsertTask(b, fixtures) }
 
@@ -327,10 +363,36 @@ SELECT 'u' || (i / $2::int) || '::k' || i, 'r' || i, '', 'u' || (i / $2::int),
 	timestamptz '2025-01-01 00:00:00Z' + i * interval '1 millisecond',
 	CASE WHEN i % $3::int = 0 THEN NULL ELSE timestamptz '2025-01-01 00:00:01Z' + i * interval '1 millisecond' END
 FROM generate_series(0, $1::int - 1) AS i`, `
-INSERT INTO {schema}.workers_watchers (task_id, user_id)
-SELECT 'u' || (i / $2::int) || '::k' || i, 'u' || ((i / $2::int + 1) % ($1::int / $2::int))
+INSERT INTO {schema}.workers_watchers (task_id, user_id, created_at)
+SELECT 'u' || (i / $2::int) || '::k' || i, 'u' || ((i / $2::int + 1) % ($1::int / $2::int)),
+	timestamptz '2025-01-01 00:00:00Z' + i * interval '1 millisecond'
 FROM generate_series(0, $1::int - 1) AS i
 WHERE $3::int > 0 -- every statement takes the same three arguments`,
+}
+
+// migrationFiles counts the package's migration files: Migrate records
+// each version once, whether or not the numbers leave gaps.
+func migrationFiles(t *testing.T) int {
+	t.Helper()
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migration files: %v", err)
+	}
+	return len(files)
+}
+
+// TestUpgradeFromFirstSchema migrates tables filled by the first release
+// forward: causes are derived from the old messages, and listings page
+// through the old rows.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s, err := postgres.New(sc.pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
 }
 
 // A result is kept byte for byte, \u0000 escapes included (the column is

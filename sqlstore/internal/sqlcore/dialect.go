@@ -48,6 +48,12 @@ type Dialect struct {
 	// takes a transaction.
 	InsertWithWatchers string
 
+	// NullsFirst and NullsLast follow an ascending and a descending ORDER
+	// BY term so that NULL sorts as the least value both ways: empty
+	// where the dialect already does so, since SQLite reads an index in
+	// order only for an ORDER BY without them.
+	NullsFirst, NullsLast string
+
 	// MigrationLock, if set, is the first statement of the migration
 	// transaction, run with one int64 argument that names the store's
 	// tables; it must block until no other migration of those tables is

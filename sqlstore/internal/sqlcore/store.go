@@ -44,25 +44,29 @@ ON CONFLICT (id) DO NOTHING`
 	// makes a watcher already present a no-op. {share} locks the row
 	// against a concurrent ReplaceTask until the append commits; once that
 	// replace has committed, the re-checked run id no longer matches.
-	sqlAddWatcher = `INSERT INTO {watchers} (task_id, user_id)
-SELECT id, $3 FROM {tasks} WHERE id = $1 AND run_id = $2{share}
+	sqlAddWatcher = `INSERT INTO {watchers} (task_id, user_id, created_at)
+SELECT id, $3, created_at FROM {tasks} WHERE id = $1 AND run_id = $2{share}
 ON CONFLICT DO NOTHING`
 
 	sqlRunOf = `SELECT run_id FROM {tasks} WHERE id = $1`
 
 	sqlDropWatchers = `DELETE FROM {watchers} WHERE task_id = $1`
 
-	// insertWatchers appends one "($1, $n)" row per watcher.
-	sqlInsertWatchers = `INSERT INTO {watchers} (task_id, user_id) VALUES `
+	// insertWatchers appends one "($1, $2, $n)" row per watcher: the
+	// task id, its created_at, the user id.
+	sqlInsertWatchers = `INSERT INTO {watchers} (task_id, created_at, user_id) VALUES `
 
 	sqlDeleteFinished = `DELETE FROM {tasks}
 WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 
-	// The visibility rule of workers.Filter.VisibleTo: the owner derived
-	// from the id at insert, or a listed watcher. A UNION of two indexed
-	// lookups keeps the cost in proportion to the user's tasks.
-	sqlVisible = `t.id IN (SELECT id FROM {tasks} WHERE owner = %[1]s
-	UNION SELECT task_id FROM {watchers} WHERE user_id = %[1]s)`
+	// A listing's branches (see listQuery): the ids of one range of one
+	// source, read in order from its (owner | user_id | -, created_at, id)
+	// index. %[1]s is the conditions, %[2]s the ORDER BY and LIMIT.
+	sqlOwnedIDs   = `SELECT page.id FROM (SELECT id FROM {tasks} WHERE %[1]s%[2]s) page`
+	sqlWatchedIDs = `SELECT page.id FROM (SELECT task_id AS id FROM {watchers} WHERE %[1]s%[2]s) page`
+	// With status or queue filters, a watcher branch reads each task's
+	// row beside its watcher row, in the watcher index's order.
+	sqlWatchedFilteredIDs = `SELECT page.id FROM (SELECT w.task_id AS id FROM {watchers} w JOIN {tasks} t ON t.id = w.task_id WHERE %[1]s%[2]s) page`
 
 	sqlCreateVersions = `CREATE TABLE IF NOT EXISTS {versions} (version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL DEFAULT '')`
 	sqlReadChecksum   = `SELECT checksum FROM {versions} WHERE 1 = 0`
@@ -101,13 +105,14 @@ type Store struct {
 
 // queries is the shared SQL with table names and dialect hooks filled in.
 type queries struct {
-	get, insert, set, transition, replace, addWatcher, runOf    string
-	insertWithWatchers                                          string
-	insertWatchers, dropWatchers, deleteFinished, list, visible string
-	createVersions, readChecksum, addChecksum, applied          string
-	setChecksum, recordVersion                                  string
-	probes                                                      []string
-	renewLease, releaseLease, liveLeases, pruneLeases           string
+	get, insert, set, transition, replace, addWatcher, runOf string
+	insertWithWatchers                                       string
+	insertWatchers, dropWatchers, deleteFinished, list       string
+	owned, watched, watchedFiltered                          string
+	createVersions, readChecksum, addChecksum, applied       string
+	setChecksum, recordVersion                               string
+	probes                                                   []string
+	renewLease, releaseLease, liveLeases, pruneLeases        string
 }
 
 var (
@@ -131,27 +136,29 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			insert: x(sqlInsert),
 			insertWithWatchers: x(strings.ReplaceAll(d.InsertWithWatchers, "{insert}",
 				strings.TrimSuffix(sqlInsert, "\nON CONFLICT (id) DO NOTHING"))),
-			set:            x(sqlSet),
-			transition:     x(sqlTransition),
-			replace:        x(sqlReplace),
-			addWatcher:     x(sqlAddWatcher),
-			runOf:          x(sqlRunOf),
-			insertWatchers: x(sqlInsertWatchers),
-			dropWatchers:   x(sqlDropWatchers),
-			deleteFinished: x(sqlDeleteFinished),
-			list:           x(sqlSelect),
-			visible:        x(sqlVisible),
-			createVersions: x(sqlCreateVersions),
-			readChecksum:   x(sqlReadChecksum),
-			addChecksum:    x(sqlAddChecksum),
-			applied:        x(sqlApplied),
-			setChecksum:    x(sqlSetChecksum),
-			recordVersion:  x(sqlRecordVersion),
-			probes:         []string{x(sqlProbe), x(sqlProbeLease)},
-			renewLease:     x(sqlRenewLease),
-			releaseLease:   x(sqlReleaseLease),
-			liveLeases:     x(sqlLiveLeases),
-			pruneLeases:    x(sqlPruneLeases),
+			set:             x(sqlSet),
+			transition:      x(sqlTransition),
+			replace:         x(sqlReplace),
+			addWatcher:      x(sqlAddWatcher),
+			runOf:           x(sqlRunOf),
+			insertWatchers:  x(sqlInsertWatchers),
+			dropWatchers:    x(sqlDropWatchers),
+			deleteFinished:  x(sqlDeleteFinished),
+			list:            x(sqlSelect),
+			owned:           x(sqlOwnedIDs),
+			watched:         x(sqlWatchedIDs),
+			watchedFiltered: x(sqlWatchedFilteredIDs),
+			createVersions:  x(sqlCreateVersions),
+			readChecksum:    x(sqlReadChecksum),
+			addChecksum:     x(sqlAddChecksum),
+			applied:         x(sqlApplied),
+			setChecksum:     x(sqlSetChecksum),
+			recordVersion:   x(sqlRecordVersion),
+			probes:          []string{x(sqlProbe), x(sqlProbeLease)},
+			renewLease:      x(sqlRenewLease),
+			releaseLease:    x(sqlReleaseLease),
+			liveLeases:      x(sqlLiveLeases),
+			pruneLeases:     x(sqlPruneLeases),
 		},
 	}, nil
 }
@@ -193,7 +200,7 @@ func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 		if n == 0 {
 			return workers.ErrConflict
 		}
-		return s.insertWatchers(ctx, x, rec.ID, rec.Watchers)
+		return s.insertWatchers(ctx, x, rec.ID, s.time(rec.CreatedAt), rec.Watchers)
 	}
 	if len(rec.Watchers) == 0 {
 		return insert(s.w)
@@ -254,7 +261,7 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 		if _, err := tx.ExecContext(ctx, s.q.dropWatchers, rec.ID); err != nil {
 			return s.wrap("replace task", err)
 		}
-		return s.insertWatchers(ctx, tx, rec.ID, rec.Watchers)
+		return s.insertWatchers(ctx, tx, rec.ID, s.time(rec.CreatedAt), rec.Watchers)
 	})
 }
 
@@ -335,34 +342,116 @@ func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Reco
 }
 
 // listQuery builds the SELECT for f and its arguments.
+//
+// Records sort by (created_at, id), a NULL created_at first (the zero
+// time, as workers.CompareRecords sorts it); NewestFirst is the exact
+// reverse. A page after a position is a keyset condition, split into
+// ranges that each read one index in order: (created_at, id) beyond the
+// position, plus the NULL rows where the order reaches them after it.
+// A user's listing is the union of its owned and watched tasks; each
+// (source, range) branch reads at most Limit ids from its index, so a
+// page costs in proportion to its size, whatever the user's history.
 func (s *Store) listQuery(f workers.Filter) (string, []any) {
-	var (
-		b    strings.Builder
-		args []any
-		sep  = " WHERE "
-	)
-	b.WriteString(s.q.list)
-	cond := func(c string) {
-		b.WriteString(sep)
-		b.WriteString(c)
-		sep = " AND "
+	var args []any
+	desc := f.Order == workers.NewestFirst
+	order := func(created, id string) string {
+		if desc {
+			return " ORDER BY " + created + " DESC" + s.d.NullsLast + ", " + id + " DESC"
+		}
+		return " ORDER BY " + created + s.d.NullsFirst + ", " + id
 	}
-	if f.VisibleTo != "" {
-		cond(fmt.Sprintf(s.q.visible, param(&args, f.VisibleTo)))
+	limit := ""
+	if f.Limit > 0 {
+		limit = " LIMIT " + param(&args, f.Limit)
 	}
+	// The extra filters, for columns of tasks under the given alias.
+	var statuses, queue string
 	if len(f.Statuses) > 0 {
-		cond("t.status IN " + params(&args, f.Statuses))
+		statuses = params(&args, f.Statuses)
 	}
 	if f.Queue != "" {
-		cond("t.queue = " + param(&args, f.Queue))
+		queue = param(&args, f.Queue)
 	}
-	// Zero times are NULL and sort first, as they do in CompareRecords;
-	// ids compare bytewise (the PostgreSQL column is COLLATE "C").
-	b.WriteString(" ORDER BY t.created_at NULLS FIRST, t.id")
-	if f.Limit > 0 {
-		b.WriteString(" LIMIT " + param(&args, f.Limit))
+	filters := func(alias string) []string {
+		var c []string
+		if statuses != "" {
+			c = append(c, alias+"status IN "+statuses)
+		}
+		if queue != "" {
+			c = append(c, alias+"queue = "+queue)
+		}
+		return c
 	}
-	return b.String(), args
+	// The ranges after f.After, each a condition on (created, id).
+	ranges := []func(created, id string) string{nil}
+	if p := f.After; p != nil {
+		pid := param(&args, p.ID)
+		if p.CreatedAt.IsZero() {
+			cmp := " > "
+			if desc {
+				cmp = " < "
+			}
+			ranges = []func(string, string) string{func(c, i string) string { return c + " IS NULL AND " + i + cmp + pid }}
+			if !desc {
+				ranges = append(ranges, func(c, _ string) string { return c + " IS NOT NULL" })
+			}
+		} else {
+			pc := param(&args, s.time(p.CreatedAt))
+			cmp := " > "
+			if desc {
+				cmp = " < "
+			}
+			ranges = []func(string, string) string{func(c, i string) string { return "(" + c + ", " + i + ")" + cmp + "(" + pc + ", " + pid + ")" }}
+			if desc {
+				ranges = append(ranges, func(c, _ string) string { return c + " IS NULL" })
+			}
+		}
+	}
+	where := func(conds []string) string {
+		if len(conds) == 0 {
+			return ""
+		}
+		return " WHERE " + strings.Join(conds, " AND ")
+	}
+	with := func(conds []string, r func(string, string) string, c, i string) []string {
+		if r != nil {
+			conds = append(conds, r(c, i))
+		}
+		return conds
+	}
+
+	if f.VisibleTo == "" && len(ranges) == 1 {
+		// One range of the whole table: read in order from the
+		// (created_at, id) index, or from the status index when the
+		// statuses select few rows.
+		conds := with(filters("t."), ranges[0], "t.created_at", "t.id")
+		return s.q.list + where(conds) + order("t.created_at", "t.id") + limit, args
+	}
+	var branches []string
+	branch := func(tmpl string, conds []string, created, id string) {
+		if len(conds) == 0 {
+			conds = []string{"1 = 1"}
+		}
+		tail := ""
+		if limit != "" {
+			tail = order(created, id) + limit
+		}
+		branches = append(branches, fmt.Sprintf(tmpl, strings.Join(conds, " AND "), tail))
+	}
+	for _, r := range ranges {
+		if f.VisibleTo == "" {
+			branch(s.q.owned, with(filters(""), r, "created_at", "id"), "created_at", "id")
+			continue
+		}
+		u := param(&args, f.VisibleTo)
+		branch(s.q.owned, with(append([]string{"owner = " + u}, filters("")...), r, "created_at", "id"), "created_at", "id")
+		if statuses == "" && queue == "" {
+			branch(s.q.watched, with([]string{"user_id = " + u}, r, "created_at", "task_id"), "created_at", "task_id")
+		} else {
+			branch(s.q.watchedFiltered, with(append([]string{"w.user_id = " + u}, filters("t.")...), r, "w.created_at", "w.task_id"), "w.created_at", "w.task_id")
+		}
+	}
+	return s.q.list + " WHERE t.id IN (" + strings.Join(branches, " UNION ") + ")" + order("t.created_at", "t.id") + limit, args
 }
 
 // DeleteFinished implements workers.Store: one DELETE over the (status,
@@ -393,20 +482,20 @@ func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error)
 }
 
 // insertWatchers appends watchers to id's list in one statement, in
-// order; duplicates collapse into the first.
-func (s *Store) insertWatchers(ctx context.Context, x execer, id string, watchers []string) error {
+// order, with the task's created_at; duplicates collapse into the first.
+func (s *Store) insertWatchers(ctx context.Context, x execer, id string, created any, watchers []string) error {
 	if len(watchers) == 0 {
 		return nil
 	}
-	args := make([]any, 1, 1+len(watchers))
-	args[0] = id
+	args := make([]any, 2, 2+len(watchers))
+	args[0], args[1] = id, created
 	var b strings.Builder
 	b.WriteString(s.q.insertWatchers)
 	for i, w := range watchers {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("($1, " + param(&args, w) + ")")
+		b.WriteString("($1, $2, " + param(&args, w) + ")")
 	}
 	b.WriteString(" ON CONFLICT DO NOTHING")
 	if _, err := x.ExecContext(ctx, b.String(), args...); err != nil {

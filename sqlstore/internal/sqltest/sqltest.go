@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/taskgate/workers"
 )
@@ -203,6 +204,33 @@ func BenchmarkListVisibleTo(b *testing.B, f *Fixtures) {
 	})
 }
 
+// BenchmarkListPage measures the second page, newest first, of one
+// user's tasks in pages of 5: a keyset read that should cost the same at
+// any table size and any history.
+func BenchmarkListPage(b *testing.B, f *Fixtures) {
+	each(b, f, func(b *testing.B, s workers.Store, n int) {
+		users := picks(n, func(int) bool { return true })
+		ctx := b.Context()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			// The owner of record r owns the TasksPerUser records from
+			// first; the page starts after its fifth newest.
+			r := users[i%len(users)]
+			first := r / TasksPerUser * TasksPerUser
+			after := Position(first + TasksPerUser - 5)
+			recs, err := s.ListTasks(ctx, workers.Filter{VisibleTo: Owner(r), Order: workers.NewestFirst, After: &after, Limit: 5})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(recs) != 5 {
+				b.Fatalf("listed %d records, want 5", len(recs))
+			}
+			i++
+		}
+	})
+}
+
 // BenchmarkTransitionTask measures a fenced state write: one
 // conditional UPDATE.
 func BenchmarkTransitionTask(b *testing.B, f *Fixtures) {
@@ -246,4 +274,10 @@ func BenchmarkInsertTask(b *testing.B, f *Fixtures) {
 			}
 		}
 	})
+}
+
+// Position returns the listing position of fixture record i: the seeds
+// create record i at 2025-01-01 UTC plus i milliseconds.
+func Position(i int) workers.Position {
+	return workers.Position{CreatedAt: time.Date(2025, time.January, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Millisecond), ID: TaskID(i)}
 }

@@ -1,0 +1,143 @@
+package workers
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// DefaultPageSize is the page size of ListPage without WithLimit.
+const DefaultPageSize = 100
+
+// Page is one page of a listing, as ListPage returns it.
+type Page struct {
+	// Tasks are the page's tasks, in the listing's order.
+	Tasks []Snapshot
+	// Next is the cursor of the following page, for WithCursor; it is
+	// empty when this page is the last.
+	Next string
+}
+
+// List returns the tasks auth may see, newest first unless WithOrder says
+// otherwise: for an Owner, the tasks it owns or watches; for System,
+// every task. Options narrow the list; WithLimit keeps the first n and
+// WithCursor starts after a ListPage cursor. Errors: ErrNoAuthority,
+// ErrInvalidCursor, or a store error.
+func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
+	c, f, err := listFilter(auth, opts)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := rt.store.ListTasks(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Snapshot, len(recs))
+	for i := range recs {
+		out[i] = rt.snapshot(&recs[i], c.system)
+	}
+	return out, nil
+}
+
+// ListPage returns one page of the tasks List would return: at most
+// WithLimit tasks (DefaultPageSize without it), and the cursor of the
+// next page. Pass it to WithCursor, with the same filters, to read on;
+// tasks submitted meanwhile are never returned twice, and tasks deleted
+// meanwhile never break the walk. Each page costs one store query, in
+// proportion to the page, whatever the user's history. Errors:
+// ErrNoAuthority, ErrInvalidCursor, or a store error.
+func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...ListOption) (Page, error) {
+	c, f, err := listFilter(auth, opts)
+	if err != nil {
+		return Page{}, err
+	}
+	size := f.Limit
+	if size <= 0 {
+		size = DefaultPageSize
+	}
+	f.Limit = size + 1 // one more tells whether a next page exists
+	recs, err := rt.store.ListTasks(ctx, f)
+	if err != nil {
+		return Page{}, err
+	}
+	var p Page
+	if len(recs) > size {
+		recs = recs[:size]
+		p.Next = encodeCursor(f.Order, PositionOf(&recs[size-1]))
+	}
+	p.Tasks = make([]Snapshot, len(recs))
+	for i := range recs {
+		p.Tasks[i] = rt.snapshot(&recs[i], c.system)
+	}
+	return p, nil
+}
+
+// listFilter builds the store filter of a listing.
+func listFilter(auth TaskAuthority, opts []ListOption) (caller, Filter, error) {
+	c, err := resolve(auth)
+	if err != nil {
+		return caller{}, Filter{}, err
+	}
+	o := listOptions{f: Filter{Order: NewestFirst}}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.f.Order != OldestFirst && o.f.Order != NewestFirst {
+		return caller{}, Filter{}, fmt.Errorf("%w: unknown order %d", ErrInvalidOption, o.f.Order)
+	}
+	if o.cursor != "" {
+		order, pos, err := decodeCursor(o.cursor)
+		if err != nil {
+			return caller{}, Filter{}, err
+		}
+		o.f.Order, o.f.After = order, pos
+	}
+	if !c.system {
+		o.f.VisibleTo = c.userID
+	}
+	return c, o.f, nil
+}
+
+// A cursor is the base64url encoding of a version byte, the order, a flag
+// for a zero CreatedAt, its seconds and nanoseconds, and the task id.
+const (
+	cursorVersion = 1
+	cursorHeader  = 1 + 1 + 1 + 8 + 4
+)
+
+func encodeCursor(order Order, p *Position) string {
+	b := make([]byte, cursorHeader, cursorHeader+len(p.ID))
+	b[0], b[1] = cursorVersion, byte(order)
+	if !p.CreatedAt.IsZero() {
+		b[2] = 1
+		binary.BigEndian.PutUint64(b[3:], uint64(p.CreatedAt.Unix()))
+		binary.BigEndian.PutUint32(b[11:], uint32(p.CreatedAt.Nanosecond()))
+	}
+	b = append(b, p.ID...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (Order, *Position, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) <= cursorHeader || b[0] != cursorVersion || b[1] > byte(NewestFirst) || b[2] > 1 {
+		return 0, nil, ErrInvalidCursor
+	}
+	p := &Position{ID: string(b[cursorHeader:])}
+	if validateID(p.ID) != nil {
+		return 0, nil, ErrInvalidCursor
+	}
+	nanos := binary.BigEndian.Uint32(b[11:])
+	if b[2] == 1 {
+		if nanos >= 1e9 {
+			return 0, nil, ErrInvalidCursor
+		}
+		p.CreatedAt = time.Unix(int64(binary.BigEndian.Uint64(b[3:])), int64(nanos)).UTC()
+	} else if nanos != 0 || binary.BigEndian.Uint64(b[3:]) != 0 {
+		return 0, nil, ErrInvalidCursor
+	}
+	return Order(b[1]), p, nil
+}

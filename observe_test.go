@@ -1,0 +1,469 @@
+package workers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// recorder is an Observer that keeps every event it sees.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) Observe(_ context.Context, e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// kinds returns the kinds seen for task id, in order.
+func (r *recorder) kinds(id string) []EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []EventKind
+	for _, e := range r.events {
+		if e.TaskID == id {
+			out = append(out, e.Kind)
+		}
+	}
+	return out
+}
+
+// last returns the last event of kind k for task id.
+func (r *recorder) last(id string, k EventKind) (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if e := r.events[i]; e.TaskID == id && e.Kind == k {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
+// waitKind waits until task id has seen an event of kind k.
+func (r *recorder) waitKind(t *testing.T, id string, k EventKind) Event {
+	t.Helper()
+	var e Event
+	eventually(t, func() bool {
+		var ok bool
+		e, ok = r.last(id, k)
+		return ok
+	}, "event "+k.String()+" of "+id)
+	return e
+}
+
+// logBuffer is a concurrency-safe log sink.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func bufferLogger() (*slog.Logger, *logBuffer) {
+	b := &logBuffer{}
+	return slog.New(slog.NewTextHandler(b, nil)), b
+}
+
+func TestObserverSeesACompletedRunInOrder(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	rt := newRuntime(t, NewMemStore(), Config{Observers: []Observer{rec}})
+	sub, err := rt.Submit(ctx, "k", returns("ok", nil), alice)
+	require.NoError(t, err)
+	rec.waitKind(t, sub.ID, EventFinished)
+	assert.Equal(t, []EventKind{EventSubmitted, EventStarted, EventFinished}, rec.kinds(sub.ID))
+
+	sb, _ := rec.last(sub.ID, EventSubmitted)
+	assert.Equal(t, StatusPending, sb.Status)
+	assert.Equal(t, sub.RunID, sb.RunID)
+	assert.False(t, sb.CreatedAt.IsZero())
+	st, _ := rec.last(sub.ID, EventStarted)
+	assert.Equal(t, StatusRunning, st.Status)
+	assert.Equal(t, 1, st.Attempt)
+	assert.False(t, st.StartedAt.Before(st.CreatedAt))
+	fin, _ := rec.last(sub.ID, EventFinished)
+	assert.Equal(t, StatusCompleted, fin.Status)
+	assert.Equal(t, CauseCompleted, fin.Cause)
+	assert.Equal(t, fin.CompletedAt.Sub(fin.StartedAt), fin.Duration)
+	assert.NotNil(t, fin.Task)
+}
+
+func TestObserverSeesRetriesPanicsAndFailure(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	rt := newRuntime(t, NewMemStore(), Config{Observers: []Observer{rec}})
+	calls := 0
+	fn := func(context.Context, *Task) (any, error) {
+		calls++
+		if calls == 1 {
+			panic("boom")
+		}
+		return nil, errors.New("still failing")
+	}
+	sub, err := rt.Submit(ctx, "k", fn, alice, WithRetry(RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Microsecond}))
+	require.NoError(t, err)
+	rec.waitKind(t, sub.ID, EventFinished)
+	assert.Equal(t, []EventKind{EventSubmitted, EventStarted, EventPanicked, EventRetrying, EventFinished}, rec.kinds(sub.ID))
+
+	p, _ := rec.last(sub.ID, EventPanicked)
+	var pe *PanicError
+	require.ErrorAs(t, p.Err, &pe)
+	assert.Equal(t, "boom", pe.Value)
+	assert.Contains(t, string(p.Stack), "TestObserverSeesRetriesPanicsAndFailure")
+	assert.Equal(t, 1, p.Attempt)
+	r, _ := rec.last(sub.ID, EventRetrying)
+	assert.Equal(t, 2, r.Attempt)
+	assert.ErrorAs(t, r.Err, &pe, "a retry carries the failed attempt's error")
+	fin, _ := rec.last(sub.ID, EventFinished)
+	assert.Equal(t, StatusFailed, fin.Status)
+	assert.Equal(t, CauseFailed, fin.Cause)
+	assert.EqualError(t, fin.Err, "still failing")
+}
+
+func TestObserverSeesJoinCancelAndRecovery(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	store := NewMemStore()
+	rt := newRuntime(t, store, Config{Observers: []Observer{rec}})
+	g := newGate()
+	sub, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "start")
+	again, err := rt.Submit(ctx, "k", noop, alice)
+	require.NoError(t, err)
+	require.True(t, again.Joined)
+	j := rec.waitKind(t, sub.ID, EventJoined)
+	assert.Equal(t, sub.RunID, j.RunID)
+	assert.Equal(t, StatusRunning, j.Status)
+
+	require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+	fin := rec.waitKind(t, sub.ID, EventFinished)
+	assert.Equal(t, StatusCancelled, fin.Status)
+	assert.Equal(t, CauseCancelled, fin.Cause)
+	wait(t, g.ran, "the callback to return")
+	<-rt.handleDone(t, sub.ID)
+	n := 0
+	for _, k := range rec.kinds(sub.ID) {
+		if k == EventFinished {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "one finished event per run: the run's own late write is fenced out")
+
+	// A record left by a dead runtime.
+	dead := Record{ID: "alice::zombie", RunID: "dead-instance.1", Watchers: []string{"alice"},
+		CreatedAt: now(), State: State{Status: StatusRunning, Attempt: 1, StartedAt: now()}}
+	require.NoError(t, store.InsertTask(ctx, dead))
+	got, err := rt.RecoverZombies(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, got)
+	e, ok := rec.last(dead.ID, EventRecovered)
+	require.True(t, ok)
+	assert.Equal(t, CauseAbandoned, e.Cause)
+	assert.Equal(t, StatusFailed, e.Status)
+	assert.Nil(t, e.Task)
+	assert.True(t, e.CreatedAt.Equal(dead.CreatedAt))
+}
+
+// handleDone returns the done channel of the run holding id's handle, or
+// a closed channel when none does.
+func (rt *Runtime[S]) handleDone(t *testing.T, id string) <-chan struct{} {
+	t.Helper()
+	rt.mu.RLock()
+	tk := rt.handles[id]
+	rt.mu.RUnlock()
+	if tk == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return tk.doneChan()
+}
+
+func TestObserverRunsWithoutLocks(t *testing.T) {
+	t.Parallel()
+	var rt *Runtime[*MemStore]
+	var mu sync.Mutex
+	seen := map[EventKind]bool{}
+	first := ""
+	obs := ObserverFunc(func(ctx context.Context, e Event) {
+		mu.Lock()
+		if first == "" {
+			first = e.RunID
+		}
+		probe := e.RunID == first && e.Kind != EventJoined && !seen[e.Kind]
+		mu.Unlock()
+		if !probe {
+			return // the joins and runs these calls make are not probed in turn
+		}
+		// Each of these takes a lock the runtime holds somewhere: the
+		// task's key lock (Submit), the runtime's handle lock and the
+		// store's lock (Status, List). Held, they would deadlock.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, err := rt.Status(context.Background(), e.TaskID, System)
+			assert.NoError(t, err, e.Kind.String())
+			_, err = rt.List(context.Background(), System)
+			assert.NoError(t, err)
+			_, err = rt.Submit(context.Background(), "other", noop, alice)
+			assert.NoError(t, err)
+		}()
+		// The same calls on the observer's own goroutine must not
+		// deadlock either.
+		_, err := rt.Status(context.Background(), e.TaskID, System)
+		assert.NoError(t, err)
+		_, err = rt.Submit(context.Background(), "k", noop, alice) // joins or re-runs; never blocks
+		assert.NoError(t, err)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: a call from another goroutine blocked: a lock is held", e.Kind)
+		}
+		mu.Lock()
+		seen[e.Kind] = true
+		mu.Unlock()
+	})
+	rt = newRuntime(t, NewMemStore(), Config{Observers: []Observer{obs}})
+	sub, err := rt.Submit(ctx, "k", returns(nil, errors.New("x")), alice,
+		WithRetry(RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Microsecond}))
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[EventSubmitted] && seen[EventStarted] && seen[EventRetrying] && seen[EventFinished]
+	}, "every event of "+sub.ID)
+}
+
+func TestObserverPanicIsContainedAndLogged(t *testing.T) {
+	t.Parallel()
+	logger, logs := bufferLogger()
+	rec := &recorder{}
+	bad := ObserverFunc(func(context.Context, Event) { panic("observer exploded") })
+	rt := newRuntime(t, NewMemStore(), Config{Logger: logger, Observers: []Observer{bad, rec}})
+	sub, err := rt.Submit(ctx, "k", returns("ok", nil), alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusCompleted, snap.Status, "the run carries on")
+	rec.waitKind(t, sub.ID, EventFinished)
+	assert.Equal(t, []EventKind{EventSubmitted, EventStarted, EventFinished}, rec.kinds(sub.ID), "later observers still see every event")
+	assert.Contains(t, logs.String(), "observer panicked")
+	assert.Contains(t, logs.String(), "observer exploded")
+}
+
+func TestObserverContextCarriesSubmissionValues(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	got := make(chan any, 8)
+	obs := ObserverFunc(func(ctx context.Context, e Event) {
+		if e.Kind == EventStarted {
+			got <- ctx.Value(key{})
+		}
+	})
+	rt := newRuntime(t, NewMemStore(), Config{Observers: []Observer{obs}})
+	_, err := rt.Submit(context.WithValue(ctx, key{}, "request-7"), "k", noop, alice)
+	require.NoError(t, err)
+	select {
+	case v := <-got:
+		assert.Equal(t, "request-7", v)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no started event")
+	}
+}
+
+func TestMiddlewareOrderFirstIsOutermost(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var trail []string
+	note := func(s string) { mu.Lock(); trail = append(trail, s); mu.Unlock() }
+	mw := func(name string) Middleware {
+		return func(next Func) Func {
+			return func(ctx context.Context, tk *Task) (any, error) {
+				note(name + " in")
+				res, err := next(context.WithValue(ctx, name, true), tk)
+				note(name + " out")
+				return res, err
+			}
+		}
+	}
+	rt := newRuntime(t, NewMemStore(), Config{Middleware: []Middleware{mw("a"), mw("b")}})
+	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+		note(fmt.Sprint("fn ", ctx.Value("a"), ctx.Value("b")))
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"a in", "b in", "fn true true", "b out", "a out"}, trail)
+}
+
+func TestMiddlewareWrapsEveryAttemptAndMayChangeTheOutcome(t *testing.T) {
+	t.Parallel()
+	var calls int
+	count := func(next Func) Func {
+		return func(ctx context.Context, tk *Task) (any, error) {
+			calls++
+			res, err := next(ctx, tk)
+			if err != nil && tk.Attempt() == 2 {
+				return "rescued", nil
+			}
+			return res, err
+		}
+	}
+	rt := newRuntime(t, NewMemStore(), Config{Middleware: []Middleware{count}})
+	sub, err := rt.Submit(ctx, "k", returns(nil, errors.New("x")), alice,
+		WithRetry(RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Microsecond}))
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusCompleted, snap.Status)
+	assert.Equal(t, 2, calls)
+	v, err := ResultAs[string](snap)
+	require.NoError(t, err)
+	assert.Equal(t, "rescued", v)
+}
+
+func TestMiddlewarePanicFailsTheRunNotTheProcess(t *testing.T) {
+	t.Parallel()
+	logger, _ := bufferLogger()
+	bad := func(Func) Func { panic("bad middleware") }
+	rt := newRuntime(t, NewMemStore(), Config{Logger: logger, Middleware: []Middleware{bad}})
+	sub, err := rt.Submit(ctx, "k", noop, alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusFailed, snap.Status)
+	assert.Equal(t, CausePanicked, snap.Cause)
+}
+
+func TestPanicStackIsLoggedAndKeptForSystem(t *testing.T) {
+	t.Parallel()
+	logger, logs := bufferLogger()
+	rt := newRuntime(t, NewMemStore(), Config{Logger: logger})
+	sub, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) {
+		var m map[string]int
+		m["x"] = 1 // assignment to entry in nil map
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, CausePanicked, snap.Cause)
+	assert.Contains(t, snap.Error, "assignment to entry in nil map")
+	assert.Contains(t, snap.Stack, "TestPanicStackIsLoggedAndKeptForSystem", "System sees the stack")
+
+	own, err := rt.Status(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Empty(t, own.Stack, "an Owner does not")
+	list, err := rt.List(ctx, alice)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Empty(t, list[0].Stack)
+	all, err := rt.List(ctx, System)
+	require.NoError(t, err)
+	assert.Equal(t, snap.Stack, all[0].Stack)
+
+	rec, err := rt.Store().GetTask(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, snap.Stack, rec.Stack, "the stack is on the record")
+
+	out := logs.String()
+	assert.Contains(t, out, "level=ERROR")
+	assert.Contains(t, out, "task panicked")
+	assert.Contains(t, out, "TestPanicStackIsLoggedAndKeptForSystem", "the log carries the stack")
+}
+
+func TestPanicStackIsTruncatedOnTheRecord(t *testing.T) {
+	t.Parallel()
+	logger, _ := bufferLogger()
+	rt := newRuntime(t, NewMemStore(), Config{Logger: logger})
+	// Tracebacks elide deep frames, so the long stack is handed over
+	// the way invoke hands a real one.
+	long := bytes.Repeat([]byte("frame\n"), MaxStackLen)
+	sub, err := rt.Submit(ctx, "k", returns(nil, &PanicError{Value: "deep", Stack: long}), alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, MaxStackLen, len(snap.Stack), "a long stack keeps its first MaxStackLen bytes")
+}
+
+func TestTruncateTextKeepsRunes(t *testing.T) {
+	t.Parallel()
+	s := strings.Repeat("é", 10) // 2 bytes each
+	assert.Equal(t, strings.Repeat("é", 2), truncateText(s, 5))
+	assert.Equal(t, s, truncateText(s, 20))
+}
+
+func TestPermanentErrorEndsTheRunAtOnce(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	var calls int
+	base := errors.New("card declined")
+	sub, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) {
+		calls++
+		return nil, fmt.Errorf("charge: %w", Permanent(base))
+	}, alice, WithRetry(RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Microsecond}))
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, 1, calls, "a permanent error is never retried")
+	assert.Equal(t, StatusFailed, snap.Status)
+	assert.Equal(t, CausePermanent, snap.Cause)
+	assert.Equal(t, 1, snap.Attempt)
+	assert.Equal(t, "charge: card declined", snap.Error)
+}
+
+func TestPermanentWrapsAndUnwraps(t *testing.T) {
+	t.Parallel()
+	assert.NoError(t, Permanent(nil))
+	base := errors.New("x")
+	err := fmt.Errorf("outer: %w", Permanent(base))
+	var pe *PermanentError
+	require.ErrorAs(t, err, &pe)
+	assert.Same(t, base, pe.Err)
+	assert.ErrorIs(t, err, base)
+	assert.Equal(t, "x", Permanent(base).Error())
+}
+
+func TestRetryJitterDefaultsAndNone(t *testing.T) {
+	t.Parallel()
+	policy := func(p RetryPolicy) RetryPolicy {
+		o, err := applyOptions([]SubmitOption{WithRetry(p)})
+		require.NoError(t, err)
+		return o.retry
+	}
+	assert.Equal(t, DefaultJitter, policy(RetryPolicy{MaxAttempts: 3}).Jitter)
+	assert.Equal(t, 0.0, policy(RetryPolicy{MaxAttempts: 3, Jitter: NoJitter}).Jitter)
+	assert.Equal(t, 0.5, policy(RetryPolicy{MaxAttempts: 3, Jitter: 0.5}).Jitter)
+
+	p := policy(RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second})
+	spread := false
+	for range 200 {
+		d := p.backoff(1)
+		require.GreaterOrEqual(t, d, 900*time.Millisecond)
+		require.LessOrEqual(t, d, 1100*time.Millisecond)
+		spread = spread || d != time.Second
+	}
+	assert.True(t, spread, "the default jitter moves the wait")
+	none := policy(RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second, Jitter: NoJitter})
+	assert.Equal(t, time.Second, none.backoff(1))
+}

@@ -1,0 +1,285 @@
+// Package workersotel traces and measures the runs of a workers.Runtime
+// with OpenTelemetry. It is built on the runtime's two hooks: an Observer,
+// which sees every run's lifecycle, and a Middleware, which puts the run's
+// span into the context each attempt's callback receives.
+//
+//	inst, err := workersotel.New() // the global providers, or WithTracerProvider / WithMeterProvider
+//	if err != nil { ... }
+//	rt := workers.NewRuntime(store, workers.Config{
+//		Middleware: []workers.Middleware{inst.Middleware()},
+//		Observers:  []workers.Observer{inst.Observer()},
+//	})
+//
+// # Traces
+//
+// Each run submitted through the runtime gets one span, "workers.run",
+// from its submission to its terminal record. It is a child of the span
+// in the context passed to Submit (the run's context keeps the
+// submission's values), so a task shows up under the request that
+// submitted it even though it outlives it. Starts, retries and panics
+// are span events; a FAILED run sets the span's status to Error. The
+// callback's ctx carries the span, so spans it starts are its children.
+//
+// Attributes: workers.queue ("default" for the async path),
+// workers.run.id, workers.task.status, workers.task.cause and
+// workers.task.attempt. Task ids hold user ids ("alice::report"), so
+// neither the task id nor its owner is recorded unless WithTaskIDs asks
+// for them.
+//
+// # Metrics
+//
+//   - workers.tasks.submitted, workers.tasks.started: counters, by queue.
+//   - workers.tasks.finished: counter, by queue, status and cause.
+//   - workers.task.duration: histogram (seconds) of a run from its start
+//     to its end, by queue and status.
+//   - workers.task.queue_wait: histogram (seconds) from submission to
+//     start, by queue.
+//   - workers.tasks.running, workers.tasks.waiting: up-down counters of
+//     this runtime's runs executing now and waiting to start, by queue.
+//
+// Runs another process executes are counted when this runtime sees their
+// end (a Cancel made here, a recovery) under workers.tasks.finished only.
+package workersotel
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/taskgate/workers"
+)
+
+// ScopeName is the instrumentation scope of the tracer and the meter.
+const ScopeName = "github.com/taskgate/workers/workersotel"
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	tp      trace.TracerProvider
+	mp      metric.MeterProvider
+	withIDs bool
+}
+
+// WithTracerProvider sets the tracer provider. Defaults to
+// otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
+
+// WithMeterProvider sets the meter provider. Defaults to
+// otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
+
+// WithTaskIDs adds the task id (workers.task.id) and, for a user-scoped
+// task, its owner's user id (workers.task.owner) to each span. They are
+// left out by default because they identify users; never add them to
+// metrics, whose cardinality they would explode.
+func WithTaskIDs() Option { return func(c *config) { c.withIDs = true } }
+
+// Instrumentation holds the tracer, the instruments and the spans of the
+// runs in flight. Build one with New and give its Observer and Middleware
+// to one Runtime's Config.
+type Instrumentation struct {
+	tracer  trace.Tracer
+	withIDs bool
+
+	submitted, started, finished metric.Int64Counter
+	duration, wait               metric.Float64Histogram
+	running, waiting             metric.Int64UpDownCounter
+
+	mu   sync.Mutex
+	runs map[string]*run // guarded by mu: run id -> its span and gauges
+}
+
+// run is what the instrumentation keeps for a run between its submission
+// and its end.
+type run struct {
+	span    trace.Span
+	queue   attribute.KeyValue
+	waiting bool // counted in workers.tasks.waiting
+	running bool // counted in workers.tasks.running
+}
+
+// New returns an Instrumentation, or the error of creating an instrument.
+func New(opts ...Option) (*Instrumentation, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	m := c.mp.Meter(ScopeName)
+	i := &Instrumentation{tracer: c.tp.Tracer(ScopeName), withIDs: c.withIDs, runs: make(map[string]*run)}
+	var err error
+	mk := func(f func() error) {
+		if err == nil {
+			err = f()
+		}
+	}
+	mk(func() (e error) {
+		i.submitted, e = m.Int64Counter("workers.tasks.submitted", metric.WithDescription("Runs submitted."), metric.WithUnit("{run}"))
+		return
+	})
+	mk(func() (e error) {
+		i.started, e = m.Int64Counter("workers.tasks.started", metric.WithDescription("Runs started."), metric.WithUnit("{run}"))
+		return
+	})
+	mk(func() (e error) {
+		i.finished, e = m.Int64Counter("workers.tasks.finished", metric.WithDescription("Runs ended, by status and cause."), metric.WithUnit("{run}"))
+		return
+	})
+	mk(func() (e error) {
+		i.duration, e = m.Float64Histogram("workers.task.duration", metric.WithDescription("Time from a run's start to its end."), metric.WithUnit("s"))
+		return
+	})
+	mk(func() (e error) {
+		i.wait, e = m.Float64Histogram("workers.task.queue_wait", metric.WithDescription("Time from a run's submission to its start."), metric.WithUnit("s"))
+		return
+	})
+	mk(func() (e error) {
+		i.running, e = m.Int64UpDownCounter("workers.tasks.running", metric.WithDescription("Runs executing now."), metric.WithUnit("{run}"))
+		return
+	})
+	mk(func() (e error) {
+		i.waiting, e = m.Int64UpDownCounter("workers.tasks.waiting", metric.WithDescription("Runs waiting to start."), metric.WithUnit("{run}"))
+		return
+	})
+	if err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// Observer returns the observer that records spans and metrics. Put it in
+// Config.Observers.
+func (i *Instrumentation) Observer() workers.Observer { return workers.ObserverFunc(i.observe) }
+
+// Middleware returns the middleware that hands each attempt's callback a
+// context carrying its run's span. Put it in Config.Middleware; without
+// it, spans the callback starts are children of the submitter's span
+// instead.
+func (i *Instrumentation) Middleware() workers.Middleware {
+	return func(next workers.Func) workers.Func {
+		return func(ctx context.Context, t *workers.Task) (any, error) {
+			i.mu.Lock()
+			r := i.runs[t.RunID()]
+			i.mu.Unlock()
+			if r != nil {
+				ctx = trace.ContextWithSpan(ctx, r.span)
+			}
+			return next(ctx, t)
+		}
+	}
+}
+
+func queueOf(e *workers.Event) attribute.KeyValue {
+	q := e.Queue
+	if q == "" {
+		q = workers.DefaultQueue
+	}
+	return attribute.String("workers.queue", q)
+}
+
+func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
+	q := queueOf(&e)
+	qset := metric.WithAttributes(q)
+	switch e.Kind {
+	case workers.EventSubmitted:
+		attrs := []attribute.KeyValue{q, attribute.String("workers.run.id", e.RunID)}
+		if i.withIDs {
+			attrs = append(attrs, attribute.String("workers.task.id", e.TaskID))
+			if o, ok := workers.OwnerOf(e.TaskID); ok {
+				attrs = append(attrs, attribute.String("workers.task.owner", o.ID()))
+			}
+		}
+		_, span := i.tracer.Start(ctx, "workers.run", trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithTimestamp(e.CreatedAt), trace.WithAttributes(attrs...))
+		i.mu.Lock()
+		i.runs[e.RunID] = &run{span: span, queue: q, waiting: true}
+		i.mu.Unlock()
+		i.submitted.Add(ctx, 1, qset)
+		i.waiting.Add(ctx, 1, qset)
+
+	case workers.EventStarted:
+		i.started.Add(ctx, 1, qset)
+		if !e.CreatedAt.IsZero() {
+			i.wait.Record(ctx, e.StartedAt.Sub(e.CreatedAt).Seconds(), qset)
+		}
+		i.mu.Lock()
+		r := i.runs[e.RunID]
+		if r != nil {
+			r.waiting, r.running = false, true
+		}
+		i.mu.Unlock()
+		if r != nil {
+			i.waiting.Add(ctx, -1, qset)
+			i.running.Add(ctx, 1, qset)
+			r.span.AddEvent("started", trace.WithTimestamp(e.StartedAt))
+			r.span.SetAttributes(attribute.Int("workers.task.attempt", e.Attempt))
+		}
+
+	case workers.EventRetrying, workers.EventPanicked:
+		if r := i.lookup(e.RunID); r != nil {
+			attrs := []attribute.KeyValue{attribute.Int("workers.task.attempt", e.Attempt)}
+			if e.Err != nil {
+				attrs = append(attrs, attribute.String("exception.message", e.Err.Error()))
+			}
+			if e.Kind == workers.EventPanicked {
+				attrs = append(attrs, attribute.String("exception.stacktrace", string(e.Stack)))
+				r.span.AddEvent("panic", trace.WithAttributes(attrs...))
+			} else {
+				r.span.AddEvent("retry", trace.WithAttributes(attrs...))
+				r.span.SetAttributes(attribute.Int("workers.task.attempt", e.Attempt))
+			}
+		}
+
+	case workers.EventFinished, workers.EventRecovered:
+		status := attribute.String("workers.task.status", string(e.Status))
+		cause := attribute.String("workers.task.cause", string(e.Cause))
+		i.finished.Add(ctx, 1, metric.WithAttributes(q, status, cause))
+		if !e.StartedAt.IsZero() {
+			i.duration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(q, status))
+		}
+		i.mu.Lock()
+		r := i.runs[e.RunID]
+		delete(i.runs, e.RunID)
+		i.mu.Unlock()
+		if r == nil {
+			return
+		}
+		if r.waiting {
+			i.waiting.Add(ctx, -1, qset)
+		}
+		if r.running {
+			i.running.Add(ctx, -1, qset)
+		}
+		r.span.SetAttributes(status, cause, attribute.Int("workers.task.attempt", e.Attempt))
+		if e.Status == workers.StatusFailed {
+			msg := string(e.Cause)
+			if e.Err != nil {
+				msg = e.Err.Error()
+			}
+			r.span.SetStatus(codes.Error, msg)
+		}
+		end := e.CompletedAt
+		if end.IsZero() {
+			r.span.End()
+			return
+		}
+		r.span.End(trace.WithTimestamp(end))
+	}
+}
+
+func (i *Instrumentation) lookup(runID string) *run {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.runs[runID]
+}
