@@ -104,11 +104,12 @@ var dialect = &sqlcore.Dialect{
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,
 	// One statement, one round trip: the record, then its watchers in
-	// the order given, only if the record went in.
+	// the order given, only if the record went in; each watcher row
+	// carries the record's creation time ($15) for the listing's order.
 	InsertWithWatchers: `WITH t AS ({insert}
 ON CONFLICT (id) DO NOTHING RETURNING id)
-INSERT INTO {watchers} (task_id, user_id)
-SELECT t.id, w.user_id FROM t, unnest($17::text[]) WITH ORDINALITY AS w(user_id, n)
+INSERT INTO {watchers} (task_id, created_at, user_id)
+SELECT t.id, $15, w.user_id FROM t, unnest($17::text[]) WITH ORDINALITY AS w(user_id, n)
 ORDER BY w.n
 ON CONFLICT DO NOTHING`,
 }

@@ -40,8 +40,9 @@ type Dialect struct {
 
 	// InsertWithWatchers, if set, is the single statement that inserts
 	// a record and its watchers: $1 to $16 as the record's insert, $17
-	// the watcher list as an array, which it inserts in order, and only
-	// if the record was inserted. Its affected rows are the watchers
+	// the watcher list as an array, which it inserts in order, each row
+	// with the record's creation time ($15) as insertWatchers writes it,
+	// and only if the record was inserted. Its affected rows are the watchers
 	// inserted, so none means a conflict. It saves a transaction's three
 	// round trips where the database is across a network; a dialect
 	// without data-modifying WITH clauses leaves it empty, and the insert
