@@ -100,9 +100,14 @@ type Store struct {
 	pool    *pgxpool.Pool
 	db      *sql.DB // database/sql over pool
 	ownPool bool    // Close closes pool
+	channel string  // the NOTIFY channel of the store's tables
 }
 
-var _ workers.Store = (*Store)(nil)
+var (
+	_ workers.Store    = (*Store)(nil)
+	_ workers.Leaser   = (*Store)(nil)
+	_ workers.Notifier = (*Store)(nil)
+)
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
 // schema was migrated by a newer release than this one: Migrate changes
@@ -148,7 +153,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{Store: core, pool: pool, db: db}, nil
+	return &Store{Store: core, pool: pool, db: db, channel: o.Channel()}, nil
 }
 
 // Open connects a pool to the database at connString (a URL or a keyword

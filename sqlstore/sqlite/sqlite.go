@@ -106,7 +106,10 @@ type Store struct {
 	write *sql.DB // exactly one connection
 }
 
-var _ workers.Store = (*Store)(nil)
+var (
+	_ workers.Store  = (*Store)(nil)
+	_ workers.Leaser = (*Store)(nil)
+)
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
 // schema was migrated by a newer release than this one: Migrate changes

@@ -451,8 +451,23 @@ func (s *Store) time(t time.Time) any {
 	return s.d.Time(t)
 }
 
+// A refusal of the data itself (SQLSTATE class 22, "data exception":
+// a NUL byte, an invalid encoding or JSON text, a value out of range)
+// also wraps workers.ErrInvalidData, so that the runtime treats the write
+// as one that no retry can fix. Every other error, a lost connection
+// above all, is left as it is and counts as transient.
 func (s *Store) wrap(op string, err error) error {
+	if dataError(err) {
+		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
+	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
+}
+
+// dataError reports whether err is a database's refusal of a value:
+// an error whose SQLSTATE (pgx's *pgconn.PgError has one) is in class 22.
+func dataError(err error) bool {
+	var st interface{ SQLState() string }
+	return errors.As(err, &st) && strings.HasPrefix(st.SQLState(), "22")
 }
 
 // execer and querier are what *sql.DB and *sql.Tx have in common.
