@@ -19,6 +19,7 @@ func Run(t *testing.T, newStore func(t *testing.T) workers.Store) {
 		check func(*testing.T, workers.Store)
 	}{
 		{"Times/ReturnedInUTC", timesUTC},
+		{"Lease/ExpiresByTheDatabaseClock", leaseExpiry},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,4 +114,90 @@ func MigrateRefusals[M Migrator](t *testing.T, fresh func(t *testing.T) (M, func
 			t.Fatalf("Migrate after an edit = %v, want %v", err, mismatch)
 		}
 	})
+}
+
+// leaseExpiry checks the Leaser of a SQL store: a lease's expiry is
+// computed by the database from the ttl alone (no caller's time is sent),
+// a lease is live until then and not after, a renewal reports whether it
+// extended a live lease, and a released lease is gone at once.
+func leaseExpiry(t *testing.T, s workers.Store) {
+	l, ok := s.(workers.Leaser)
+	if !ok {
+		t.Fatalf("%T is not a workers.Leaser", s)
+	}
+	ctx := t.Context()
+	live := func(instance string) bool {
+		t.Helper()
+		ids, err := l.LiveInstances(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if id == instance {
+				return true
+			}
+		}
+		return false
+	}
+	renew := func(instance string, ttl time.Duration, want bool) {
+		t.Helper()
+		extended, err := l.RenewLease(ctx, instance, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if extended != want {
+			t.Fatalf("RenewLease(%s) extended = %v, want %v", instance, extended, want)
+		}
+	}
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if _, err := l.RenewLease(ctx, "a", ttl); !errors.Is(err, workers.ErrInvalidOption) {
+			t.Fatalf("RenewLease with ttl %v = %v, want ErrInvalidOption", ttl, err)
+		}
+	}
+	const ttl = 300 * time.Millisecond
+	start := time.Now()
+	renew("a", ttl, false)
+	renew("a", ttl, true)
+	renew("b", time.Hour, false)
+	if !live("a") || !live("b") {
+		t.Fatal("fresh leases are not live")
+	}
+	// Poll until a's lease expires: never sooner than ttl after it was
+	// taken (the clocks run at one rate, whichever computes it), and soon
+	// after.
+	deadline := start.Add(ttl + 10*time.Second)
+	for live("a") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a lease of %v still live after %v", ttl, time.Since(start))
+		}
+		waitTick(ctx)
+	}
+	if d := time.Since(start); d < ttl-10*time.Millisecond {
+		t.Fatalf("a lease of %v expired after %v", ttl, d)
+	}
+	if !live("b") {
+		t.Fatal("another instance's lease expired with it")
+	}
+	renew("a", ttl, false) // expired: a new lease
+	renew("a", time.Hour, true)
+	if err := l.ReleaseLease(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if live("a") {
+		t.Fatal("a released lease is live")
+	}
+	renew("a", time.Hour, false)
+	if err := l.ReleaseLease(ctx, "never-leased"); err != nil {
+		t.Fatalf("ReleaseLease of no lease = %v", err)
+	}
+}
+
+// waitTick waits a few milliseconds between polls.
+func waitTick(ctx context.Context) {
+	tick := time.NewTimer(5 * time.Millisecond)
+	defer tick.Stop()
+	select {
+	case <-ctx.Done():
+	case <-tick.C:
+	}
 }
