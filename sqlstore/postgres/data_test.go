@@ -70,4 +70,3 @@ func TestDatabaseRefusalIsInvalidData(t *testing.T) {
 		t.Fatalf("InsertTask with a time out of range = %v, want ErrInvalidData", err)
 	}
 }
-
