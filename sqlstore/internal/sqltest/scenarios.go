@@ -24,6 +24,8 @@ var scenarios = []scenario{
 	{"KilledProcessRecoveredAsZombies", killedParent, killedChild},
 	{"CancelFromAnotherProcess", cancelParent, cancelChild},
 	{"CancelFromAnotherProcessReachesASyncedRun", syncedCancelParent, syncedCancelChild},
+	{"CancelRightAfterStartIsDelivered", earlyCancelParent, earlyCancelChild},
+	{"StalledReplicaRecoveredAndFencedOut", stallParent, stallChild},
 }
 
 // The joins scenario's numbers and names.
