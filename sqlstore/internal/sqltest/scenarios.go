@@ -26,6 +26,8 @@ var scenarios = []scenario{
 	{"CancelFromAnotherProcessReachesASyncedRun", syncedCancelParent, syncedCancelChild},
 	{"CancelRightAfterStartIsDelivered", earlyCancelParent, earlyCancelChild},
 	{"StalledReplicaRecoveredAndFencedOut", stallParent, stallChild},
+	{"KilledReplicaRecoveredBySurvivors", replicasParent, replicasChild},
+	{"RollingDeployFinishesWhatFitsTheGrace", deployParent, deployChild},
 }
 
 // The joins scenario's numbers and names.

@@ -2,6 +2,7 @@ package sqltest
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,4 +191,210 @@ func stallChild(c *child, s workers.Store) {
 	c.await("resume")
 	resume()
 	c.shutdown(rt)
+}
+
+// The three-replicas scenario's numbers.
+const (
+	replicas        = 3
+	replicaRuns     = 2 // per replica
+	replicaLease    = 100 * time.Millisecond
+	replicaTTL      = 5 * replicaLease // the default LeaseTTL for it
+	recoverySlack   = time.Second      // scheduling on a loaded machine
+	replicaTaskBase = "replica-"
+)
+
+// replicaKey is the key of replica i's run j.
+func replicaKey(i, j int) string { return replicaTaskBase + strconv.Itoa(i) + "-" + strconv.Itoa(j) }
+
+// replicasParent runs three replicas with short leases, each running
+// callbacks that wait to be released, and kills one with SIGKILL. The
+// survivors' recovery loops, with no manual call, end exactly the dead
+// replica's runs (FAILED, abandoned) within LeaseTTL plus one
+// RecoverInterval (and some slack); no survivor's run is ever touched;
+// the dead replica's keys run again; the survivors' runs then complete.
+func replicasParent(p *parent) {
+	t, ctx, s := p.t, p.ctx(), p.store()
+	alice := workers.MustOwner("alice")
+	procs := p.startAll(replicas)
+	ids := make([][]string, replicas)
+	for i, pr := range procs {
+		for range replicaRuns {
+			ids[i] = append(ids[i], pr.next("running", 1)[0])
+		}
+	}
+	procs[0].kill()
+	killedAt := time.Now()
+	eventually(t, "the survivors recover the dead replica's runs", func() (bool, error) {
+		for i, byReplica := range ids {
+			for _, id := range byReplica {
+				rec, err := s.GetTask(ctx, id)
+				if err != nil {
+					return false, err
+				}
+				if i > 0 && rec.Status != workers.StatusRunning {
+					t.Fatalf("a live replica's run was recovered: %s is %s (%s)", id, rec.Status, rec.Error)
+				}
+				if i == 0 && rec.Status == workers.StatusRunning {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	took := time.Since(killedAt)
+	t.Logf("the dead replica's runs were recovered %v after SIGKILL (LeaseTTL %v, RecoverInterval %v)", took, replicaTTL, replicaLease)
+	if limit := replicaTTL + replicaLease + recoverySlack; took > limit {
+		t.Errorf("recovery took %v, want within %v", took, limit)
+	}
+	for _, id := range ids[0] {
+		rec, err := s.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status != workers.StatusFailed || rec.Cause != workers.CauseAbandoned {
+			t.Errorf("%s after recovery: %s %q (cause %s), want FAILED, abandoned", id, rec.Status, rec.Error, rec.Cause)
+		}
+	}
+	// The dead replica's keys run again, here.
+	rt := p.runtime(s, workers.Config{LeaseInterval: replicaLease})
+	for j := range replicaRuns {
+		sub, err := rt.Submit(ctx, replicaKey(0, j), func(context.Context, *workers.Task) (any, error) { return "again", nil }, alice)
+		if err != nil {
+			t.Fatalf("resubmit a recovered key: %v", err)
+		}
+		if snap, err := rt.Wait(ctx, sub.ID, alice); err != nil || snap.Status != workers.StatusCompleted {
+			t.Errorf("a recovered key's new run: %s, %v; want COMPLETED", snap.Status, err)
+		}
+	}
+	for _, pr := range procs[1:] {
+		pr.send("release")
+	}
+	for _, pr := range procs[1:] {
+		pr.wait()
+	}
+	for _, byReplica := range ids[1:] {
+		for _, id := range byReplica {
+			if rec, err := s.GetTask(ctx, id); err != nil || rec.Status != workers.StatusCompleted {
+				t.Errorf("a survivor's run %s: %s, %v; want COMPLETED", id, rec.Status, err)
+			}
+		}
+	}
+}
+
+func replicasChild(c *child, s workers.Store) {
+	t := c.t
+	rt := c.runtime(s, workers.Config{LeaseInterval: replicaLease})
+	if err := rt.Start(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	alice := workers.MustOwner("alice")
+	release := make(chan struct{})
+	var subs []string
+	for j := range replicaRuns {
+		sub, err := rt.Submit(c.ctx, replicaKey(c.index, j), func(ctx context.Context, task *workers.Task) (any, error) {
+			c.say("running", task.ID())
+			select {
+			case <-release:
+				return c.name(), nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}, alice)
+		if err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		subs = append(subs, sub.ID)
+	}
+	c.await("release")
+	close(release)
+	for _, id := range subs {
+		if snap, err := rt.Wait(c.ctx, id, alice); err != nil || snap.Status != workers.StatusCompleted {
+			t.Errorf("Wait %s: %s %q, %v; want COMPLETED", id, snap.Status, snap.Error, err)
+		}
+	}
+	c.shutdown(rt)
+}
+
+// The rolling-deploy scenario's tasks: how long each works, and the
+// grace the old replica's Shutdown gives them.
+var deployWork = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
+
+const deployGrace = 3 * time.Second
+
+// deployParent plays a rolling deploy. The old replica (the child) runs
+// tasks of 0.1 to 1 s and one that would run for ever; the new replica
+// (the parent's runtime, its recovery loop running) starts; the old one
+// shuts down with a grace of 3 s. Every task that fits the grace ends
+// COMPLETED, the endless one CANCELLED by the shutdown, none is lost or
+// left live, and the new replica recovers none of the old one's runs
+// during its drain.
+func deployParent(p *parent) {
+	t, ctx, s := p.t, p.ctx(), p.store()
+	pr := p.start(0)
+	var ids []string
+	for range len(deployWork) + 1 {
+		ids = append(ids, pr.next("running", 1)[0])
+	}
+	rt := p.runtime(s, workers.Config{LeaseInterval: replicaLease})
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pr.send("shutdown")
+	if got := pr.next("shutdown", 1)[0]; got != "nil" {
+		t.Errorf("the old replica's Shutdown returned %s, want nil", got)
+	}
+	pr.wait()
+	for _, id := range ids {
+		rec, err := s.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The runs started in any order; the key says which task it is.
+		i, err := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case i < len(deployWork) && (rec.Status != workers.StatusCompleted || rec.Cause != workers.CauseCompleted):
+			t.Errorf("a task of %v that fit the grace: %s %q (cause %s), want COMPLETED", deployWork[i], rec.Status, rec.Error, rec.Cause)
+		case i == len(deployWork) && (rec.Status != workers.StatusCancelled || rec.Cause != workers.CauseShutdown):
+			t.Errorf("the endless task: %s %q (cause %s), want CANCELLED by the shutdown", rec.Status, rec.Error, rec.Cause)
+		}
+	}
+}
+
+func deployChild(c *child, s workers.Store) {
+	t := c.t
+	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: replicaLease, ShutdownGrace: deployGrace})
+	if err := rt.Start(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	alice := workers.MustOwner("alice")
+	work := func(d time.Duration) workers.Func {
+		return func(ctx context.Context, task *workers.Task) (any, error) {
+			c.say("running", task.ID())
+			if d < 0 {
+				<-ctx.Done()
+				return nil, context.Cause(ctx)
+			}
+			// The task's work, simulated: it takes d.
+			done := time.NewTimer(d)
+			defer done.Stop()
+			select {
+			case <-done.C:
+				return d.String(), nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+	}
+	for i, d := range append(slices.Clone(deployWork), -1) {
+		if _, err := rt.Submit(c.ctx, "deploy-"+strconv.Itoa(i), work(d), alice); err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+	}
+	c.await("shutdown")
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	c.say("shutdown", word(rt.Shutdown(ctx)))
 }
