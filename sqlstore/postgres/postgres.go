@@ -22,22 +22,46 @@
 // run id. Migrate takes a transaction-scoped advisory lock, so processes
 // may all call it at startup.
 //
-// Zombie recovery (workers.Runtime.RecoverZombies) counts a run as live
-// only if the recovering runtime holds it, so with several processes run
-// it only where the others are known to be gone.
+// The store is a workers.Leaser: each runtime's instance lease is a row
+// whose expiry PostgreSQL computes from its own now() in the one upsert
+// that renews it, so replicas whose clocks disagree still agree on who is
+// alive, and every replica's recovery loop ends the runs of an instance
+// whose lease expired (see the README's "Running several replicas").
 //
 // A task's record is the same for every process, so any process's
 // runtime answers Status, List and Cancel for a task another process
 // runs, with the same authorization: a caller who is not a watcher gets
 // workers.ErrNotFound wherever it asks. A cancel from a process that does
 // not run the task writes CANCELLED ("Cancelled by user") to the record
-// at once, fenced on the run id. The process running the callback
-// cancels its context (with workers.ErrCancelled) within one interval of
-// its runtime's sync loop (workers.Config.SyncInterval); without that loop
-// the callback keeps running until it returns. Either way its terminal
-// write is fenced out and the record stays CANCELLED. The sync loop also
-// stores running tasks' progress; without it, progress read from another
-// process is the value a run stored with its last transition.
+// at once, fenced on the run id.
+//
+// # Notices
+//
+// The store is a workers.Notifier: triggers on the tables (migration
+// 0003) send a NOTIFY with the task id, run id and status on every
+// committed insert or update of a task and every added watcher. A trigger
+// rather than a NOTIFY sent by the store's own writes, so that every
+// write path, a bulk fix made by hand included, notifies, and a notice
+// leaves with the commit of the very transaction that made the change,
+// or not at all. A payload over NOTIFY's limit (a task id of thousands of
+// bytes) is sent empty and delivered as a Resync. Store.Listen holds one
+// connection of its own, outside the pool, reconnects after a drop, and
+// delivers a Resync once listening and after each reconnect. Through it,
+// a cancel made in one process cancels the callback's context (with
+// workers.ErrCancelled) in the process that runs it within milliseconds,
+// and a Wait on another process's task returns as soon as it ends; the
+// runtime's sync loop (workers.Config.SyncInterval) is not needed for
+// either, and still stores running tasks' progress. The callback's own
+// terminal write is fenced out and the record stays CANCELLED.
+//
+// # Errors
+//
+// A value PostgreSQL refuses (SQLSTATE class 22, data exception: a time
+// out of range, invalid JSON) is returned wrapping workers.ErrInvalidData,
+// which the runtime treats as permanent: the run ends FAILED rather than
+// retrying. Text with a NUL byte is refused the same way before any SQL
+// runs. Every other error, a dropped connection above all, is returned
+// as the driver reported it, and the runtime retries it.
 //
 // # Limits
 //
@@ -48,19 +72,19 @@
 //
 // # Schema
 //
-// Two tables, named with the prefix (default "workers_"): tasks, one row
-// per task id, with result as jsonb and times as timestamptz (NULL for the
-// zero time), and watchers, one row per (task, user), deleted with their
-// task. Indexes on tasks(owner), watchers(user_id) and tasks(status,
+// Three tables, named with the prefix (default "workers_"): tasks, one
+// row per task id, with result as json and times as timestamptz (NULL for
+// the zero time); watchers, one row per (task, user), deleted with their
+// task; and leases, one row per runtime instance. Indexes on tasks(owner), watchers(user_id) and tasks(status,
 // completed_at) make a status read one primary-key lookup, listing one
 // user's tasks cost in proportion to that user's tasks, and the recovery
 // and cleanup scans touch only the rows they select.
 //
-// Results are stored as JSON, as the runtime encodes them; decode one with
-// workers.ResultAs. The jsonb column keeps the JSON value but not its
-// bytes: key order and spacing come back in PostgreSQL's canonical form. A
-// write whose result is not valid JSON fails with an error wrapping
-// workers.ErrResultEncoding.
+// Results are stored as JSON, as the runtime encodes them, byte for byte:
+// the json column (jsonb before migration 0003) keeps key order, spacing
+// and escapes such as \u0000, which jsonb refuses. Decode one with
+// workers.ResultAs. A write whose result is not valid JSON fails with an
+// error wrapping workers.ErrResultEncoding.
 package postgres
 
 import (

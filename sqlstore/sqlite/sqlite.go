@@ -7,8 +7,8 @@
 //	if err != nil { ... }
 //	defer s.Close()
 //	if err := s.Migrate(ctx); err != nil { ... }
-//	rt := workers.NewRuntime(s, workers.Config{RecoverZombies: true})
-//	if err := rt.Start(ctx); err != nil { ... } // recovers zombies
+//	rt := workers.NewRuntime(s, workers.Config{})
+//	if err := rt.Start(ctx); err != nil { ... } // takes the lease, recovers dead runs
 //	defer rt.Shutdown(context.Background())
 //
 // # Limits
@@ -21,8 +21,7 @@
 // writes wait for the lock for up to the busy timeout (WithBusyTimeout)
 // and then fail. Every write is one statement or one transaction, so
 // processes sharing the file never lose each other's updates; they only
-// take turns. Zombie recovery, as configured above, suits one process per
-// file: it counts a run as live only if the recovering runtime holds it.
+// take turns.
 //
 // Lock and Unlock are a mutex inside this Store value: they serialize this
 // process's registrations only, as the workers.Store contract says. The
@@ -32,6 +31,18 @@
 // power loss may lose the last commits, never the database.
 //
 // # Several processes
+//
+// The store is a workers.Leaser: each runtime's instance lease is a row
+// whose expiry SQLite computes from its own clock (unixepoch('subsec')) in
+// the one upsert that renews it. Processes sharing a file share one host
+// and so one clock; every runtime's recovery loop ends the runs of an
+// instance whose lease expired, as over PostgreSQL.
+//
+// The store is not a workers.Notifier: SQLite has no way to tell another
+// process that the file changed, short of polling it. So a process learns
+// of another's writes by polling: a Wait on another process's task reads
+// it every 50 ms, and a cancel reaches a callback in another process only
+// through the runtime's sync loop (see below).
 //
 // A task's record is the same for every process that opens the file, so
 // any process's runtime answers Status, List and Cancel for a task
@@ -49,10 +60,11 @@
 //
 // # Schema
 //
-// Two STRICT tables, named with the prefix (default "workers_"): tasks,
+// Three STRICT tables, named with the prefix (default "workers_"): tasks,
 // one row per task id, with result as JSON text and times as integer Unix
-// microseconds (NULL for the zero time), and watchers, one row per (task,
-// user), deleted with their task. Indexes on tasks(owner),
+// microseconds (NULL for the zero time); watchers, one row per (task,
+// user), deleted with their task; and leases, one row per runtime
+// instance, its expiry in Unix microseconds. Indexes on tasks(owner),
 // watchers(user_id) and tasks(status, completed_at) make a status read one
 // primary-key lookup, listing one user's tasks cost in proportion to that
 // user's tasks, and the recovery and cleanup scans touch only the rows
