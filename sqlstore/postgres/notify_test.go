@@ -183,3 +183,4 @@ func TestListenFailsWithoutServer(t *testing.T) {
 		t.Fatalf("Listen = %v, want a connection error", err)
 	}
 }
+
