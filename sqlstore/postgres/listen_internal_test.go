@@ -11,7 +11,7 @@ import (
 // and one that cannot be read become a Resync.
 func TestDecodeNotice(t *testing.T) {
 	for payload, want := range map[string]workers.Change{
-		`{"id" : "a::k", "run" : "i.1", "status" : "RUNNING"}`: {ID: "a::k", RunID: "i.1", Status: workers.StatusRunning},
+		`{"id" : "a::k", "run" : "i.1", "status" : "running"}`: {ID: "a::k", RunID: "i.1", Status: workers.StatusRunning},
 		`{"id" : "a::k"}`: {ID: "a::k"},
 		``:                {Resync: true},
 		`{"run":"i.1"}`:   {Resync: true},

@@ -183,4 +183,3 @@ func TestListenFailsWithoutServer(t *testing.T) {
 		t.Fatalf("Listen = %v, want a connection error", err)
 	}
 }
-
