@@ -20,6 +20,7 @@ func Run(t *testing.T, newStore func(t *testing.T) workers.Store) {
 	}{
 		{"Times/ReturnedInUTC", timesUTC},
 		{"Lease/ExpiresByTheDatabaseClock", leaseExpiry},
+		{"Lease/LostLeaseRecordsNoLateResult", lostLease},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -200,4 +201,51 @@ func waitTick(ctx context.Context) {
 	case <-ctx.Done():
 	case <-tick.C:
 	}
+}
+
+// lostLease checks, over the store, a runtime whose lease renewals stall
+// with no peer to recover its run: once it finds its lease lost it
+// cancels the run with ErrAbandoned, and the result the callback returns
+// afterwards is not recorded: the record ends FAILED as abandoned, and
+// stays so.
+func lostLease(t *testing.T, s workers.Store) {
+	ctx := t.Context()
+	g := leased(s)
+	rt := workers.NewRuntime[workers.Store](g, workers.Config{LeaseInterval: 20 * time.Millisecond})
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := rt.Shutdown(sctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	alice := workers.MustOwner("alice")
+	started, cause := make(chan struct{}), make(chan error, 1)
+	sub, err := rt.Submit(ctx, "stalled", func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return "a late result", nil // as a callback that ignores its context would
+	}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, started, "the callback starting")
+	resume := g.stallRenewals()
+	if err := recv(t, cause, "the callback's cancellation"); !errors.Is(err, workers.ErrAbandoned) {
+		t.Errorf("the callback was cancelled with %v, want ErrAbandoned", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	snap, err := rt.Wait(wctx, sub.ID, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Status != workers.StatusFailed || snap.Cause != workers.CauseAbandoned {
+		t.Errorf("a run cancelled for a lost lease recorded %s %q (cause %s), want FAILED, abandoned", snap.Status, snap.Error, snap.Cause)
+	}
+	resume()
 }
