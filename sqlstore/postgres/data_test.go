@@ -1,37 +1,12 @@
 package postgres_test
 
 import (
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/taskgate/workers"
 )
-
-// TestResultKeepsNULEscapes: a result whose JSON holds the escape \u0000,
-// which jsonb refuses, is stored and read back byte for byte.
-func TestResultKeepsNULEscapes(t *testing.T) {
-	s := newStore(t)
-	ctx := t.Context()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	for i, result := range []string{`{"s":"a\u0000b"}`, `{"b": 1,  "a":[ "\u0000" ]}`, `"\u0000"`} {
-		id := "u::nul" + string(rune('0'+i))
-		rec := workers.Record{ID: id, RunID: "i.1", Watchers: []string{"u"}, CreatedAt: now,
-			State: workers.State{Status: workers.StatusCompleted, Attempt: 1, StartedAt: now, CompletedAt: now,
-				Result: json.RawMessage(result)}}
-		if err := s.InsertTask(ctx, rec); err != nil {
-			t.Fatalf("insert %s: %v", result, err)
-		}
-		got, err := s.GetTask(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got.Result) != result {
-			t.Errorf("result %s came back as %s", result, got.Result)
-		}
-	}
-}
 
 // TestNULTextRefusedBeforeSQL: a State whose text holds a NUL byte is
 // refused with ErrInvalidData before any SQL runs: the store's pool is

@@ -73,49 +73,9 @@ func nextResync(t *testing.T, ch <-chan workers.Change) {
 	}
 }
 
-func TestListen(t *testing.T) {
-	s := newStore(t)
-	ctx := t.Context()
-	ch, stop := listening(t, s)
-	if c := next(t, ch); !c.Resync {
-		t.Fatalf("first change = %+v, want the Resync sent once listening", c)
-	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	rec := workers.Record{ID: "a::k", RunID: "inst.1", Watchers: []string{"a"}, CreatedAt: now,
-		State: workers.State{Status: workers.StatusPending, Attempt: 1}}
-	if err := s.InsertTask(ctx, rec); err != nil {
-		t.Fatal(err)
-	}
-	if c := nextFor(t, ch, rec.ID); c != (workers.Change{ID: rec.ID, RunID: "inst.1", Status: workers.StatusPending}) {
-		t.Fatalf("after insert: %+v", c)
-	}
-	if ok, err := s.TransitionTask(ctx, rec.ID, rec.RunID, []workers.Status{workers.StatusPending},
-		workers.State{Status: workers.StatusCancelled, Attempt: 1, CompletedAt: now, Error: "stop"}); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	if c := nextFor(t, ch, rec.ID); c != (workers.Change{ID: rec.ID, RunID: "inst.1", Status: workers.StatusCancelled}) {
-		t.Fatalf("after transition: %+v", c)
-	}
-	// A write that changes nothing sends nothing; the next one that does
-	// arrives next.
-	if ok, err := s.TransitionTask(ctx, rec.ID, "other.1", []workers.Status{workers.StatusPending},
-		workers.State{Status: workers.StatusFailed}); ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	if ok, err := s.AddWatcher(ctx, rec.ID, rec.RunID, "b"); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	if c := next(t, ch); c != (workers.Change{ID: rec.ID}) {
-		t.Fatalf("after a fenced-out transition and a watcher: %+v, want the watcher's id-only notice", c)
-	}
-	if err := stop(); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Listen returned %v, want context.Canceled", err)
-	}
-}
-
 // TestListenReconnects terminates the listening connection's backend: the
 // listener reconnects, says Resync, and delivers later notices.
-func TestListenReconnects(t *testing.T) {
+func TestListenReconnectsRepeatedly(t *testing.T) {
 	sc := newScratchT(t)
 	s := sc.store(t)
 	ctx := t.Context()

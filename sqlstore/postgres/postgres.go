@@ -22,78 +22,66 @@
 // run id. Migrate takes a transaction-scoped advisory lock, so processes
 // may all call it at startup.
 //
-// The store is a workers.Leaser: each runtime's instance lease is a row
-// whose expiry PostgreSQL computes from its own now() in the one upsert
-// that renews it, so replicas whose clocks disagree still agree on who is
-// alive, and every replica's recovery loop ends the runs of an instance
-// whose lease expired (see the README's "Running several replicas").
+// Each runtime holds a lease in the leases table (workers.Leaser), whose
+// expiry the database computes from its own clock, so replicas whose
+// clocks disagree still agree on who is alive. A record whose run belongs
+// to an instance without a live lease is abandoned: every replica's
+// recovery loop ends it, fenced on its run id, and a submission of its key
+// starts a new run instead of joining it.
 //
 // A task's record is the same for every process, so any process's
 // runtime answers Status, List and Cancel for a task another process
 // runs, with the same authorization: a caller who is not a watcher gets
 // workers.ErrNotFound wherever it asks. A cancel from a process that does
 // not run the task writes CANCELLED ("Cancelled by user") to the record
-// at once, fenced on the run id.
-//
-// # Notices
-//
-// The store is a workers.Notifier: triggers on the tables (migration
-// 0003) send a NOTIFY with the task id, run id and status on every
-// committed insert or update of a task and every added watcher. A trigger
-// rather than a NOTIFY sent by the store's own writes, so that every
-// write path, a bulk fix made by hand included, notifies, and a notice
-// leaves with the commit of the very transaction that made the change,
-// or not at all. A payload over NOTIFY's limit (a task id of thousands of
-// bytes) is sent empty and delivered as a Resync. Store.Listen holds one
-// connection of its own, outside the pool, reconnects after a drop, and
-// delivers a Resync once listening and after each reconnect. Through it,
-// a cancel made in one process cancels the callback's context (with
-// workers.ErrCancelled) in the process that runs it within milliseconds,
-// and a Wait on another process's task returns as soon as it ends; the
-// runtime's sync loop (workers.Config.SyncInterval) is not needed for
-// either, and still stores running tasks' progress. The callback's own
-// terminal write is fenced out and the record stays CANCELLED.
-//
-// # Errors
-//
-// A value PostgreSQL refuses (SQLSTATE class 22, data exception: a time
-// out of range, invalid JSON) is returned wrapping workers.ErrInvalidData,
-// which the runtime treats as permanent: the run ends FAILED rather than
-// retrying. Text with a NUL byte is refused the same way before any SQL
-// runs. Every other error, a dropped connection above all, is returned
-// as the driver reported it, and the runtime retries it.
+// at once, fenced on the run id. The store implements workers.Notifier
+// with LISTEN/NOTIFY: a trigger announces every committed change of a
+// task (a trigger rather than a NOTIFY sent by each of the store's
+// writes, so that every write path notifies, a fix made by hand in SQL
+// included, and the notice leaves with the commit of the transaction that
+// made the change, or not at all), so the process running the callback cancels its context (with
+// workers.ErrCancelled) within milliseconds, and Wait in any process
+// returns as soon as the record ends. The runtime's sync loop
+// (workers.Config.SyncInterval) remains the fallback for a lost notice.
+// Either way the run's own terminal write is fenced out and the record
+// stays CANCELLED.
 //
 // # Limits
 //
-// Lock and Unlock are a mutex inside this Store value: they serialize this
-// process's registrations only, as the workers.Store contract says. The
-// store does not implement workers.RecordClearer, so a runtime reset never
-// deletes rows. A named schema must exist before Migrate runs.
+// The store does not implement workers.RecordClearer, so a runtime reset
+// never deletes rows. A named schema must exist before Migrate runs.
+// Listen holds one connection outside the pool for as long as the runtime
+// lives. Every task write sends a notice, which PostgreSQL serializes at
+// commit; the throughput figures in the bench module include that cost.
 //
 // # Schema
 //
-// Three tables, named with the prefix (default "workers_"): tasks, one
-// row per task id, with result as json and times as timestamptz (NULL for
-// the zero time); watchers, one row per (task, user), deleted with their
-// task; and leases, one row per runtime instance. Indexes on tasks(owner), watchers(user_id) and tasks(status,
+// Three tables, named with the prefix (default "workers_"): tasks, one row
+// per task id, with result as json and times as timestamptz (NULL for the
+// zero time); watchers, one row per (task, user), deleted with their
+// task; and leases, one row per runtime. Indexes on tasks(owner), watchers(user_id) and tasks(status,
 // completed_at) make a status read one primary-key lookup, listing one
 // user's tasks cost in proportion to that user's tasks, and the recovery
 // and cleanup scans touch only the rows they select.
 //
-// Results are stored as JSON, as the runtime encodes them, byte for byte:
-// the json column (jsonb before migration 0003) keeps key order, spacing
-// and escapes such as \u0000, which jsonb refuses. Decode one with
+// Results are stored as JSON, as the runtime encodes them, byte for byte
+// (\u0000 escapes included, which jsonb would refuse); decode one with
 // workers.ResultAs. A write whose result is not valid JSON fails with an
-// error wrapping workers.ErrResultEncoding.
+// error wrapping workers.ErrResultEncoding. A value the database refuses
+// (SQLSTATE class 22, data exception) fails with an error wrapping
+// workers.ErrInvalidData, which the runtime does not retry.
 package postgres
 
 import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/taskgate/workers"
@@ -109,9 +97,13 @@ var dialect = &sqlcore.Dialect{
 	JSONAgg:       "json_agg",
 	RowShareLock:  " FOR SHARE",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
-	Now:           "now()",
-	Expiry:        "now() + $2 * interval '1 microsecond'",
-	Migrations:    migrations,
+	DataError: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
+	},
+	Now:        "now()",
+	Expiry:     "now() + $2 * interval '1 microsecond'",
+	Migrations: migrations,
 }
 
 // Store is a workers.Store on a PostgreSQL database. It is safe for
@@ -124,13 +116,11 @@ type Store struct {
 	pool    *pgxpool.Pool
 	db      *sql.DB // database/sql over pool
 	ownPool bool    // Close closes pool
-	channel string  // the NOTIFY channel of the store's tables
 }
 
 var (
-	_ workers.Store    = (*Store)(nil)
-	_ workers.Leaser   = (*Store)(nil)
-	_ workers.Notifier = (*Store)(nil)
+	_ workers.Store  = (*Store)(nil)
+	_ workers.Leaser = (*Store)(nil)
 )
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
@@ -177,7 +167,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{Store: core, pool: pool, db: db, channel: o.Channel()}, nil
+	return &Store{Store: core, pool: pool, db: db}, nil
 }
 
 // Open connects a pool to the database at connString (a URL or a keyword

@@ -23,40 +23,34 @@
 // processes sharing the file never lose each other's updates; they only
 // take turns.
 //
-// Lock and Unlock are a mutex inside this Store value: they serialize this
-// process's registrations only, as the workers.Store contract says. The
-// store does not implement workers.RecordClearer, so a runtime reset never
+// The store does not implement workers.RecordClearer, so a runtime reset never
 // deletes rows. The database must be a file: ":memory:" would give every
 // connection a database of its own. Commits use synchronous=NORMAL: a
 // power loss may lose the last commits, never the database.
 //
 // # Several processes
 //
-// The store is a workers.Leaser: each runtime's instance lease is a row
-// whose expiry SQLite computes from its own clock (unixepoch('subsec')) in
-// the one upsert that renews it. Processes sharing a file share one host
-// and so one clock; every runtime's recovery loop ends the runs of an
-// instance whose lease expired, as over PostgreSQL.
-//
-// The store is not a workers.Notifier: SQLite has no way to tell another
-// process that the file changed, short of polling it. So a process learns
-// of another's writes by polling: a Wait on another process's task reads
-// it every 50 ms, and a cancel reaches a callback in another process only
-// through the runtime's sync loop (see below).
-//
 // A task's record is the same for every process that opens the file, so
 // any process's runtime answers Status, List and Cancel for a task
 // another process runs, with the same authorization: a caller who is not
 // a watcher gets workers.ErrNotFound wherever it asks. A cancel from a
 // process that does not run the task writes CANCELLED ("Cancelled by
-// user") to the record at once, fenced on the run id. The process
-// running the callback cancels its context (with workers.ErrCancelled)
-// within one interval of its runtime's sync loop
-// (workers.Config.SyncInterval); without that loop the callback keeps
-// running until it returns. Either way its terminal
-// write is fenced out and the record stays CANCELLED. The sync loop also
-// stores running tasks' progress; without it, progress read from another
-// process is the value a run stored with its last transition.
+// user") to the record at once, fenced on the run id. SQLite has no way
+// to notify another process, so the store is no workers.Notifier: the
+// process running the callback cancels its context (with
+// workers.ErrCancelled) within one interval of its runtime's sync loop
+// (workers.Config.SyncInterval, 2 seconds by default over this store), and
+// Wait in another process polls. The run's terminal write is fenced out
+// and the record stays CANCELLED. The sync loop also stores running
+// tasks' progress for other processes to read.
+//
+// Each runtime holds a lease in the leases table (workers.Leaser), whose
+// expiry SQLite's clock computes (unixepoch('subsec'), in the one upsert
+// that renews it); processes sharing a file share one host and so one
+// clock. A record whose run belongs to an
+// instance without a live lease is abandoned: every process's recovery
+// loop ends it, fenced on its run id, and a submission of its key starts
+// a new run instead of joining it.
 //
 // # Schema
 //

@@ -45,6 +45,11 @@ type Dialect struct {
 	// exclusive (SQLite's BEGIN IMMEDIATE).
 	MigrationLock string
 
+	// DataError, if set, reports whether err is the database refusing
+	// the data it was given (a value it cannot hold), as opposed to a
+	// failure of the connection or the server, which may pass.
+	DataError func(err error) bool
+
 	// Now is the database's clock in the representation of its time
 	// columns, and Expiry is Now plus $2 microseconds: lease expiries are
 	// computed and compared by these, never by a caller's clock.

@@ -1,15 +1,11 @@
 package sqlcore
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"testing/fstest"
 
 	"go.uber.org/goleak"
-
-	"github.com/taskgate/workers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,34 +48,5 @@ func TestConfig(t *testing.T) {
 		if c.Validate() == nil {
 			t.Errorf("Validate accepted %+v", c)
 		}
-	}
-}
-
-// sqlStateError is an error carrying a SQLSTATE, as pgx's are.
-type sqlStateError string
-
-func (e sqlStateError) Error() string    { return "sqlstate " + string(e) }
-func (e sqlStateError) SQLState() string { return string(e) }
-
-func TestWrapClassifiesDataErrors(t *testing.T) {
-	s := &Store{d: &Dialect{Name: "test"}}
-	for state, data := range map[string]bool{
-		"22P05": true,  // untranslatable character (\u0000 in jsonb)
-		"22021": true,  // NUL byte in text
-		"22008": true,  // datetime field overflow
-		"08006": false, // connection failure
-		"57P01": false, // admin shutdown (pg_terminate_backend)
-		"40001": false, // serialization failure
-	} {
-		err := s.wrap("op", fmt.Errorf("driver: %w", sqlStateError(state)))
-		if got := errors.Is(err, workers.ErrInvalidData); got != data {
-			t.Errorf("SQLSTATE %s: wraps ErrInvalidData = %v, want %v (%v)", state, got, data, err)
-		}
-		if !errors.As(err, new(sqlStateError)) {
-			t.Errorf("SQLSTATE %s: the driver's error is not kept: %v", state, err)
-		}
-	}
-	if err := s.wrap("op", errors.New("connection reset")); errors.Is(err, workers.ErrInvalidData) {
-		t.Errorf("an error without a SQLSTATE wraps ErrInvalidData: %v", err)
 	}
 }

@@ -451,23 +451,14 @@ func (s *Store) time(t time.Time) any {
 	return s.d.Time(t)
 }
 
-// A refusal of the data itself (SQLSTATE class 22, "data exception":
-// a NUL byte, an invalid encoding or JSON text, a value out of range)
-// also wraps workers.ErrInvalidData, so that the runtime treats the write
-// as one that no retry can fix. Every other error, a lost connection
-// above all, is left as it is and counts as transient.
+// wrap names the store and op in err. An error the dialect says the
+// database raised for the data itself also wraps workers.ErrInvalidData,
+// which the runtime takes as permanent; every other error is transient.
 func (s *Store) wrap(op string, err error) error {
-	if dataError(err) {
+	if s.d.DataError != nil && s.d.DataError(err) {
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
 	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
-}
-
-// dataError reports whether err is a database's refusal of a value:
-// an error whose SQLSTATE (pgx's *pgconn.PgError has one) is in class 22.
-func dataError(err error) bool {
-	var st interface{ SQLState() string }
-	return errors.As(err, &st) && strings.HasPrefix(st.SQLState(), "22")
 }
 
 // execer and querier are what *sql.DB and *sql.Tx have in common.
@@ -506,3 +497,6 @@ func params(args *[]any, statuses []workers.Status) string {
 	b.WriteByte(')')
 	return b.String()
 }
+
+// Channel is the name of the notification channel of the store's tables.
+func (s *Store) Channel() string { return s.cfg.Channel() }
