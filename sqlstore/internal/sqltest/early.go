@@ -13,6 +13,10 @@ import (
 // milliseconds, with room for a loaded test machine.
 const noticeLimit = time.Second
 
+// pollingSync is the runtime's default SyncInterval over a store that
+// leases but does not notify (workers.Config.SyncInterval).
+const pollingSync = 2 * time.Second
+
 // earlyCancelParent checks that a cancel written right after a runtime's
 // Start, before its notice listener could hear it, still reaches the
 // callback: over a notifying store the child holds its Listen back until
@@ -78,4 +82,10 @@ func earlyCancelChild(c *child, s workers.Store) {
 		t.Fatal(err)
 	}
 	c.say("final", snap.Status)
+}
+
+// isNotifier reports whether s sends notices between processes.
+func isNotifier(s workers.Store) bool {
+	_, ok := s.(workers.Notifier)
+	return ok
 }
