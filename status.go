@@ -212,12 +212,26 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
 // the record kept changing, or a store error.
 //
+// The record keeps who cancelled (the Owner's user id; empty for System)
+// and, with WithReason, why, and every Snapshot shows both, so an owner
+// sees that a watcher cancelled, and why.
+//
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process's sync loop (see
 // Config.SyncInterval) cancels the run's context within an interval, and
 // without it the callback runs on until it returns. Either way its
 // terminal write is discarded, since it expects the record RUNNING.
-func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority) error {
+func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority, opts ...CancelOption) error {
+	var co cancelOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&co)
+		}
+	}
+	var by string // "" for System, as State.CancelledBy says
+	if c, err := resolve(auth); err == nil && !c.system {
+		by = c.userID
+	}
 	var runID string
 	for range registerAttempts {
 		rec, err := rt.visibleRecord(ctx, id, auth)
@@ -234,6 +248,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority)
 			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
 		}
 		causeOutcome(ErrCancelled).apply(&st, now())
+		st.CancelledBy, st.CancelReason = by, co.reason
 		// Fenced on the exact status read, so a start or retry that landed
 		// since the read is never overwritten with the older state.
 		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
