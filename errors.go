@@ -66,6 +66,11 @@ var (
 	// retrying the same write can never succeed (see Store).
 	ErrInvalidData = errors.New("workers: invalid data for the store")
 
+	// ErrQuotaExceeded is wrapped by the *QuotaError a submission gets
+	// when its owner, or the runtime, may not take on another waiting
+	// task (see Limits). Nothing was written to the store.
+	ErrQuotaExceeded = errors.New("workers: quota exceeded")
+
 	// ErrResultEncoding is wrapped by the error recorded for a task whose
 	// result cannot be encoded as JSON, and returned by ResultAs when a
 	// stored result cannot be decoded into the requested type.
@@ -124,13 +129,16 @@ func (e *ValidationError) Unwrap() error { return e.err }
 // Reads and cancels of a task the caller may not see never return an
 // AuthorizationError; they return ErrNotFound.
 type AuthorizationError struct {
-	Op     string // "submit" or "queue status"
+	Op     string // "submit", "queue status" or "stats"
 	Queue  string // the queue asked about, for queue refusals
 	TaskID string // the task id, for watch refusals
 	UserID string // the caller
 }
 
 func (e *AuthorizationError) Error() string {
+	if e.TaskID == "" && e.Queue == "" {
+		return fmt.Sprintf("workers: %s: %q may not", e.Op, e.UserID)
+	}
 	if e.TaskID != "" {
 		return fmt.Sprintf("workers: %s: %q may not join task %q", e.Op, e.UserID, e.TaskID)
 	}
@@ -172,3 +180,28 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// QuotaError refuses a submission that would start a new run past a
+// limit (see Limits): nothing was written to the store, and a submission
+// that joins a live run is never refused. It wraps ErrQuotaExceeded. An
+// HTTP service answers it with 429 Too Many Requests and a Retry-After
+// of RetryAfter.
+type QuotaError struct {
+	Owner   string        // the submitting owner's id; "" for System
+	Limit   string        // "owner waiting" or "runtime waiting"
+	Max     int           // the limit
+	Current int           // how many were waiting when the submission came
+	Retry   time.Duration // the retry hint RetryAfter returns
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("workers: quota exceeded: %s limit %d reached (%d waiting); retry after %v", e.Limit, e.Max, e.Current, e.Retry)
+}
+
+// Unwrap returns ErrQuotaExceeded.
+func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
+
+// RetryAfter is a hint of when a new submission may be admitted: how long
+// the tasks waiting ahead should take to drain at the recent pace,
+// between one second and five minutes.
+func (e *QuotaError) RetryAfter() time.Duration { return e.Retry }

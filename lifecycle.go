@@ -21,8 +21,9 @@ const shutdownSlack = 100 * time.Millisecond
 //  1. closes the runtime to submissions (submit calls return ErrClosed
 //     from then on) and waits, within ctx, for submissions already
 //     registering; one that registers later is cancelled at once;
-//  2. stops every sequential queue fetching and records each item that
-//     never started CANCELLED with the shutdown message;
+//  2. stops every sequential queue fetching, and admission dispatching
+//     (see Limits), and records each item that never started, queued or
+//     waiting for a slot, CANCELLED with the shutdown message;
 //  3. lets callbacks in flight run until the grace point (see
 //     Config.ShutdownGrace: by default three quarters of the time ctx
 //     leaves), then cancels those still running with ErrShutdown;
@@ -70,6 +71,9 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	waitAll(ctx, []<-chan struct{}{rt.gate.close()})
 
 	queues, backlog := rt.emptyQueues((*queue).drain)
+	if rt.adm != nil {
+		backlog = append(backlog, rt.adm.drain()...)
+	}
 	rt.abandon(backlog)
 
 	rt.mu.RLock()
@@ -265,7 +269,8 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 }
 
 // Reset is for tests: it drops the runtime's live state without draining.
-// It records waiting queue items CANCELLED as Shutdown does, cancels every
+// It records waiting queue items, and tasks waiting for a slot under
+// Config.Limits, CANCELLED as Shutdown does, cancels every
 // run in flight with ErrShutdown without waiting for it, forgets every run
 // handle, and clears the store's records if the store is volatile (it
 // implements RecordClearer). It never deletes durable records. The
@@ -275,6 +280,9 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 // they execute.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	_, waiting := rt.emptyQueues((*queue).take)
+	if rt.adm != nil {
+		waiting = append(waiting, rt.adm.takeWaiting()...)
+	}
 	rt.abandon(waiting)
 
 	rt.mu.Lock()

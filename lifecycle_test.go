@@ -56,24 +56,41 @@ func TestTimeoutFailsTheTaskAtOnceAndIsNeverRetried(t *testing.T) {
 	})
 }
 
-func TestTimeoutLetsTheQueueMoveOn(t *testing.T) {
+func TestTimeoutHoldsTheQueuePlaceUntilTheCallbackReturns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := memRuntime(t)
 		release := make(chan struct{})
 		stuck, err := rt.SubmitSequential(ctx, "q", "stuck", func(context.Context, *Task) (any, error) {
-			<-release
+			<-release // ignores its context
 			return nil, nil
 		}, alice, WithTimeout(time.Minute))
 		require.NoError(t, err)
-		next, err := rt.SubmitSequential(ctx, "q", "next", returns("ok", nil), alice)
+		var nextRan atomic.Bool
+		next, err := rt.SubmitSequential(ctx, "q", "next", func(context.Context, *Task) (any, error) {
+			nextRan.Store(true)
+			return "ok", nil
+		}, alice)
 		require.NoError(t, err)
 
 		time.Sleep(time.Minute + time.Nanosecond)
 		synctest.Wait()
-		assert.Equal(t, StatusFailed, mustStatus(t, rt, stuck.ID).Status)
-		assert.Equal(t, StatusCompleted, mustStatus(t, rt, next.ID).Status,
-			"the next item ran while the timed-out callback was still executing")
+		snap := mustStatus(t, rt, stuck.ID)
+		assert.Equal(t, StatusFailed, snap.Status, "the record says timed out at once")
+		assert.ErrorIs(t, snap.Err(), ErrTimeout)
+		assert.Equal(t, StatusPending, mustStatus(t, rt, next.ID).Status)
+		assert.False(t, nextRan.Load(), "the next item started while the timed-out callback still ran")
+		info, err := rt.QueueStatus(ctx, "q", System)
+		require.NoError(t, err)
+		assert.Equal(t, stuck.ID, info.Running, "the timed-out callback still holds the queue's place")
+
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		assert.False(t, nextRan.Load(), "the place is held however long the callback runs")
+
 		close(release)
+		synctest.Wait()
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, next.ID).Status, "the next item starts once it returns")
+		assert.Equal(t, StatusFailed, mustStatus(t, rt, stuck.ID).Status)
 	})
 }
 
@@ -265,12 +282,12 @@ func TestQueueStatusReportsRunningPendingAndLoad(t *testing.T) {
 
 	info, err = rt.QueueStatus(ctx, "q", System)
 	require.NoError(t, err)
-	assert.Equal(t, QueueInfo{Name: "q", State: QueueProcessing, Running: h.ID,
+	assert.Equal(t, QueueInfo{Name: "q", State: QueueProcessing, Running: h.ID, RunningCount: 1,
 		Pending: []string{p1.ID, p2.ID}, PendingCount: 2, Load: 3}, info)
 
 	info, err = rt.QueueStatus(ctx, "q", bob)
 	require.NoError(t, err)
-	assert.Equal(t, QueueInfo{Name: "q", State: QueueProcessing,
+	assert.Equal(t, QueueInfo{Name: "q", State: QueueProcessing, RunningCount: 1,
 		Pending: []string{p2.ID}, PendingCount: 2, Load: 3}, info, "bob sees only his own ids")
 
 	s.SetQueueAuthorizer(func(q, user string) bool { return user != "bob" })

@@ -172,6 +172,13 @@ func (rt *Runtime[S]) abandonRuns(why string) {
 	for _, t := range runs {
 		t.cancel(ErrAbandoned)
 	}
+	if rt.adm != nil {
+		// Tasks waiting for a slot record the abandon now, not when a
+		// slot frees: the callbacks holding the slots may never return.
+		for _, t := range rt.adm.takeCancelled() {
+			go rt.execute(t)
+		}
+	}
 }
 
 // alive reports whether a live record's run is alive: held by this

@@ -54,8 +54,12 @@ func WithWatchers(owners ...Owner) SubmitOption {
 // expires, the run's context is cancelled with a *TimeoutError cause and
 // the task ends FAILED at once, without retry; the callback keeps running
 // until it returns (the runtime cannot stop a goroutine), and whatever it
-// then returns is discarded. On a sequential queue the next item starts
-// as soon as the wait ends. Zero means no timeout.
+// then returns is discarded. Until it returns, the run keeps what it
+// holds: its place in a sequential queue (the next item does not start
+// before it), and its running slot under Config.Limits, for the runtime
+// and for its owner. Runtime.Wait and Status report the FAILED record at
+// once; Runtime.Stats and QueueStatus count the callback as running until
+// it returns. Zero means no timeout.
 func WithTimeout(d time.Duration) SubmitOption {
 	return func(o *submitOptions) error {
 		if d < 0 {

@@ -7,17 +7,19 @@ import (
 )
 
 // queue is a named sequential queue: a FIFO of registered runs and the one
-// processor goroutine that executes them, one at a time.
+// processor goroutine that starts them in order, at most
+// Limits.QueueConcurrency at once (one by default).
 type queue struct {
 	name string
 
 	mu       sync.Mutex
 	items    []*Task // guarded by mu: registered runs waiting, in order
-	running  *Task   // guarded by mu: the run executing now, or nil
+	next     *Task   // guarded by mu: the run taken off items, waiting for an admission slot
+	running  []*Task // guarded by mu: the runs executing now, in start order
 	draining bool    // guarded by mu: set once by Shutdown; never cleared
 
-	wake   chan struct{} // capacity 1: an item was pushed
-	exited chan struct{} // closed when the processor returns
+	wake   chan struct{} // capacity 1: an item was pushed or a run settled
+	exited chan struct{} // closed when the processor and its runs have returned
 }
 
 // queue returns the named queue, creating it and starting its processor
@@ -66,17 +68,24 @@ func (q *queue) push(t *Task) bool {
 	return true
 }
 
-// process is the queue's processor: it executes items in order until the
-// queue drains.
+// process is the queue's processor: it starts items in order until the
+// queue drains. An item's place in the queue is held until its run has
+// settled, which is after its callback really returned: a callback that
+// outlived its timeout still holds it. With a concurrency of one the
+// processor executes the item itself; above one, each item executes on
+// its own goroutine, which the processor waits for before it exits.
 func (rt *Runtime[S]) process(q *queue) {
 	defer close(q.exited)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	width := max(1, rt.cfg.Limits.QueueConcurrency)
 	for {
 		q.mu.Lock()
 		if q.draining {
 			q.mu.Unlock()
 			return
 		}
-		if len(q.items) == 0 {
+		if len(q.items) == 0 || len(q.running) >= width {
 			q.mu.Unlock()
 			<-q.wake
 			continue
@@ -84,14 +93,52 @@ func (rt *Runtime[S]) process(q *queue) {
 		t := q.items[0]
 		q.items[0] = nil
 		q.items = q.items[1:]
-		q.running = t
-		q.mu.Unlock()
+		if t.adm == nil || t.ctx.Err() != nil {
+			q.running = append(q.running, t)
+			q.mu.Unlock()
+		} else {
+			q.next = t
+			q.mu.Unlock()
+			if !rt.adm.acquire(t.adm) {
+				// The runtime is draining: it never starts, and records
+				// the shutdown.
+				t.cancel(ErrShutdown)
+			}
+			q.mu.Lock()
+			q.next = nil
+			q.running = append(q.running, t)
+			q.mu.Unlock()
+		}
 
-		rt.execute(t)
+		if width == 1 {
+			rt.execute(t)
+			<-t.done // a timed-out callback settles when it returns
+			q.settled(t, false)
+			continue
+		}
+		begun := make(chan struct{})
+		wg.Go(func() {
+			rt.executeInOrder(t, begun)
+			<-t.done
+			q.settled(t, true)
+		})
+		<-begun // the next item starts after this one's start is written
+	}
+}
 
-		q.mu.Lock()
-		q.running = nil
-		q.mu.Unlock()
+// settled frees the queue place of a run that has settled, and wakes
+// the processor if it may be waiting for a place (wake).
+func (q *queue) settled(t *Task, wake bool) {
+	q.mu.Lock()
+	if i := slices.Index(q.running, t); i >= 0 {
+		q.running = slices.Delete(q.running, i, i+1)
+	}
+	q.mu.Unlock()
+	if wake {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -125,7 +172,9 @@ func (q *queue) take() []*Task {
 // QueueStatus reports what the named sequential queue is doing. An Owner
 // must pass the queue authorizer for the queue, and sees only the ids of
 // tasks it may see (the counts include every item); System sees all.
-// A queue that never received a submission is reported idle. Errors:
+// An item taken off the queue but waiting for a slot under
+// Config.Limits is listed first among the pending. A queue that never
+// received a submission is reported idle. Errors:
 // ErrNoAuthority, a *ValidationError (ErrInvalidKey), an
 // *AuthorizationError, or ctx.Err().
 func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAuthority) (QueueInfo, error) {
@@ -150,26 +199,31 @@ func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAut
 		return info, nil
 	}
 	q.mu.Lock()
-	running := q.running
+	running := slices.Clone(q.running)
 	items := slices.Clone(q.items)
+	if q.next != nil {
+		items = slices.Insert(items, 0, q.next)
+	}
 	q.mu.Unlock()
 	// A cancelled item waits only to be skipped: it is not pending.
 	items = slices.DeleteFunc(items, func(t *Task) bool { return t.ctx.Err() != nil })
 
 	info.PendingCount = len(items)
-	info.Load = len(items)
+	info.RunningCount = len(running)
+	info.Load = len(items) + len(running)
 	for _, t := range items {
 		if t.visibleTo(c) {
 			info.Pending = append(info.Pending, t.id)
 		}
 	}
-	switch {
-	case running != nil:
-		info.State = QueueProcessing
-		info.Load++
-		if running.visibleTo(c) {
-			info.Running = running.id
+	for _, t := range running {
+		if info.Running == "" && t.visibleTo(c) {
+			info.Running = t.id
 		}
+	}
+	switch {
+	case len(running) > 0:
+		info.State = QueueProcessing
 	case len(items) > 0:
 		info.State = QueueQueued
 	}

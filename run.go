@@ -33,6 +33,27 @@ func (rt *Runtime[S]) execute(t *Task) {
 	rt.settle(t)
 }
 
+// executeInOrder is execute for a queue that runs several items at once:
+// it closes begun once the run's start is written, or once it ended
+// without starting, so that its queue starts items in submission order.
+// It is kept apart from execute so that the common path carries nothing
+// for it.
+func (rt *Runtime[S]) executeInOrder(t *Task, begun chan<- struct{}) {
+	if t.ctx.Err() != nil {
+		close(begun)
+		rt.finishCancelled(t, StatusPending, &State{}, nil)
+		rt.settle(t)
+		return
+	}
+	st := State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
+	running := rt.write(opStart, t, StatusPending, &st, nil) && st.Status == StatusRunning
+	close(begun)
+	if running && rt.attempts(t, &st) {
+		return // timed out: the callback's goroutine settles the run
+	}
+	rt.settle(t)
+}
+
 // attempts runs the callback until it succeeds, fails for good or is
 // cancelled, and records the outcome. It reports whether an attempt timed
 // out and handed settling to the callback's goroutine.

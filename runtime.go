@@ -91,6 +91,13 @@ type Config struct {
 	// checked.
 	SyncInterval time.Duration
 
+	// Limits bounds how many callbacks execute at once, how many tasks
+	// each owner may have running and waiting, and how many a sequential
+	// queue runs at once; when saturated, waiting tasks start fairly
+	// across owners. See Limits. Defaults to the zero Limits: no bound,
+	// one at a time on a sequential queue.
+	Limits Limits
+
 	// Logger receives errors that have no caller to return to: a store
 	// write on a run's behalf that failed (it is retried, or left for
 	// recovery), a cleanup or lease renewal that failed. Defaults to
@@ -120,6 +127,8 @@ type Runtime[S Store] struct {
 	// behalf carries it, so none outlives Shutdown's bound.
 	life    context.Context
 	endLife context.CancelCauseFunc
+
+	adm *admission // nil without Config.Limits: the unlimited path skips it
 
 	keys  *keyLocks // the task lock: serializes this process's decisions per id
 	bells bells     // wakes Wait when a task changes
@@ -154,7 +163,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		cfg.Logger = slog.Default()
 	}
 	life, endLife := context.WithCancelCause(context.Background())
-	return &Runtime[S]{
+	rt := &Runtime[S]{
 		store:    store,
 		cfg:      cfg,
 		instance: uuid.NewString(),
@@ -165,6 +174,10 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		runs:     make(map[*Task]struct{}),
 		queues:   make(map[string]*queue),
 	}
+	if cfg.Limits.set() {
+		rt.adm = newAdmission(cfg.Limits, func(t *Task) { go rt.execute(t) })
+	}
+	return rt
 }
 
 // Store returns the store the runtime was built over.
@@ -191,6 +204,9 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	c := &rt.cfg
 	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
 		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	if c.LeaseTTL <= c.LeaseInterval {
 		return fmt.Errorf("%w: LeaseTTL %v must exceed LeaseInterval %v", ErrInvalidOption, c.LeaseTTL, c.LeaseInterval)
@@ -260,10 +276,18 @@ type Submission struct {
 // submitter and those granted with WithWatchers, and a predecessor still
 // executing is cancelled with ErrSuperseded, its late writes discarded.
 //
+// Under Config.Limits, a new run starts at once when a slot is free, and
+// otherwise waits as a PENDING record for its turn (see Limits); a
+// submission that would exceed a waiting cap is refused with a
+// *QuotaError and writes nothing, unless it joins a live run, which costs
+// no quota.
+//
 // The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority,
 // a *ValidationError (ErrInvalidKey), ErrInvalidOption, an
-// *AuthorizationError (ErrUnauthorized), ErrClosed, ErrConflict (wrapped)
-// when other processes kept changing the record, or a store error.
+// *AuthorizationError (ErrUnauthorized), a *QuotaError
+// (ErrQuotaExceeded), the error of Limits.OwnerLimits (wrapped),
+// ErrClosed, ErrConflict (wrapped) when other processes kept changing the
+// record, or a store error.
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
@@ -272,11 +296,19 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 }
 
 // SubmitSequential is Submit on the named sequential queue: the queue's
-// one processor runs its tasks one at a time, in submission order.
-// Different queues run independently. The queue authorizer is asked with
-// the queue's name. Each distinct queue name gets a processor goroutine
-// that lives until Shutdown, so do not pass untrusted names without a
-// queue authorizer that limits them.
+// one processor runs its tasks one at a time, in submission order (or
+// Limits.QueueConcurrency at a time, started in submission order).
+// Different queues run independently. An item holds its place until its
+// callback has returned: one that timed out (WithTimeout) but ignores its
+// context still blocks the next item, though its record says FAILED at
+// once. Under Config.Limits an item also waits for a running slot, its
+// turn shared fairly with other owners' work, and counts as waiting for
+// its owner's cap from submission until it starts.
+//
+// The queue authorizer is asked with the queue's name. Each distinct
+// queue name gets a processor goroutine that lives until Shutdown, so do
+// not pass untrusted names without a queue authorizer that limits them.
+// Errors are Submit's.
 func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
 	if err := validateText("queue", queue, MaxKeyLen, ErrInvalidKey); err != nil {
 		return Submission{}, err
@@ -311,8 +343,20 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 	if err := rt.ensureLease(ctx); err != nil {
 		return Submission{}, err
 	}
-	t, sub, err := rt.register(ctx, id, queue, c, o, fn)
+	var adm *admit
+	var refused error
+	if rt.adm != nil {
+		// Admission comes before any write; a refused submission may
+		// still join a live run, which costs no quota.
+		if adm, refused = rt.adm.reserve(ctx, c, queue != ""); adm == nil {
+			return Submission{}, refused
+		}
+	}
+	t, sub, err := rt.register(ctx, id, queue, c, o, fn, adm, refused)
 	if err != nil || t == nil {
+		if adm != nil {
+			rt.adm.release(adm) // a join or a failure takes no place
+		}
 		return sub, err
 	}
 	rt.dispatch(t)
@@ -330,6 +374,12 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 		return
 	}
 	if t.queue == "" {
+		if t.adm != nil && t.adm.waits {
+			if rt.adm.enqueue(t.adm) {
+				return // admission starts it when its turn comes
+			}
+			t.cancel(ErrShutdown) // admission drained since the check
+		}
 		go rt.execute(t)
 		return
 	}
@@ -344,9 +394,9 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 // For a new run it returns the registered Task, its handle published; for
 // a join it returns a nil Task. The change it made is reported once the
 // lock is released.
-func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, error) {
+func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
 	l := rt.keys.lock(id)
-	t, sub, ch, err := rt.decide(ctx, id, queue, c, o, fn)
+	t, sub, ch, err := rt.decide(ctx, id, queue, c, o, fn, adm, refused)
 	rt.keys.unlock(id, l)
 	if ch != nil {
 		rt.emit(ch)
@@ -356,16 +406,24 @@ func (rt *Runtime[S]) register(ctx context.Context, id, queue string, c caller, 
 
 // decide is register's rule table; the task's lock is held. The common
 // case, a new key, costs one store call: the insert comes first, and the
-// record is read only when one exists.
-func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) (*Task, Submission, *change, error) {
+// record is read only when one exists. A submission that admission
+// refused (refused is its *QuotaError) may only join: it reads first,
+// and returns refused wherever it would have written.
+func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, *change, error) {
 	t := rt.newRun(ctx, id, queue, c, o, fn)
+	if adm != nil {
+		t.adm, adm.t = adm, t
+	}
 	registered := func() (*Task, Submission, *change, error) {
 		rt.publish(t)
 		return t, Submission{ID: id, RunID: t.runID}, &change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}}, nil
 	}
-	insert := true
+	insert := refused == nil
 	for range registerAttempts {
 		if insert {
+			if refused != nil {
+				return nil, Submission{}, nil, refused // gone since the read: no join
+			}
 			err := rt.store.InsertTask(ctx, t.record())
 			if err == nil {
 				return registered()
@@ -414,6 +472,9 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, queue string, c caller, o 
 			// No live run stands behind the record: nobody will ever end
 			// it, so it is replaced like a finished one, fenced on the
 			// dead run's id, instead of being joined.
+		}
+		if refused != nil {
+			return nil, Submission{}, nil, refused // nothing live to join
 		}
 
 		err = rt.store.ReplaceTask(ctx, t.record(), rec.RunID)
@@ -537,5 +598,8 @@ func (rt *Runtime[S]) settle(t *Task) {
 	}
 	delete(rt.runs, t)
 	rt.mu.Unlock()
+	if t.adm != nil {
+		rt.adm.release(t.adm) // the callback has returned: its slot frees
+	}
 	close(t.done)
 }

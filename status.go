@@ -215,6 +215,8 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // The record keeps who cancelled (the Owner's user id; empty for System)
 // and, with WithReason, why, and every Snapshot shows both, so an owner
 // sees that a watcher cancelled, and why.
+// A task waiting for a slot under Config.Limits is cancelled the same
+// way; it never starts, and its owner's waiting place frees at once.
 //
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process's sync loop (see
@@ -258,6 +260,9 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		if ok {
 			if t != nil {
 				t.cancel(ErrCancelled)
+				if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
+					go rt.execute(t) // it never starts: this settles it
+				}
 			}
 			rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, state: st})
 			return nil

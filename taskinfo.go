@@ -46,6 +46,8 @@ type Task struct {
 	stateMu sync.Mutex // serializes the run's store writes
 	state   State      // guarded by stateMu: the state the run last wrote
 
+	adm *admit // its standing with admission; nil without Config.Limits
+
 	created time.Time     // when the run was registered
 	done    chan struct{} // closed when the run has settled
 
@@ -210,13 +212,17 @@ const (
 type QueueInfo struct {
 	Name  string     // the queue's name
 	State QueueState // idle, queued or processing
-	// Running is the id of the task executing now, or "". It is empty
-	// too when the caller may not see that task.
+	// Running is the id of the task executing now (the earliest started,
+	// with a Limits.QueueConcurrency above one), or "". It is empty too
+	// when the caller may not see that task. A task that timed out but
+	// whose callback has not returned still counts as running here.
 	Running string
+	// RunningCount counts every item executing, seen or not.
+	RunningCount int
 	// Pending lists the waiting task ids the caller may see, in order.
 	Pending []string
 	// PendingCount counts every waiting item, seen or not.
 	PendingCount int
-	// Load is PendingCount plus one while an item is running.
+	// Load is PendingCount plus RunningCount.
 	Load int
 }

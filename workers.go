@@ -82,6 +82,21 @@
 //
 // Results are stored as JSON in every store; decode them with [ResultAs].
 //
+// # Limits
+//
+// Without [Config.Limits] every submission starts at once on its own
+// goroutine. With them, the runtime caps the callbacks executing at once,
+// and each owner's running and waiting tasks ([Limits], [OwnerLimits],
+// with a hook for tiers); a task over a running cap waits as a PENDING
+// record, holding no goroutine, and waiting tasks start round-robin
+// across owners, System being one more member of the rotation, so no
+// tenant's backlog delays another's first task by more than one round. A
+// submission past a waiting cap is refused with a [*QuotaError]
+// ([ErrQuotaExceeded]) carrying a retry hint, before anything is written;
+// joining a live run is never refused. A slot is held until the callback
+// really returns, even past its timeout. [Runtime.Stats] reports the
+// load to System.
+//
 // # Shutdown
 //
 // [Runtime.Shutdown] has the shape of http.Server.Shutdown: it stops
@@ -108,6 +123,6 @@
 //
 // Errors are sentinels matched with [errors.Is] ([ErrNotFound],
 // [ErrUnauthorized], [ErrClosed], ...) or types matched with [errors.As]
-// ([*ValidationError], [*AuthorizationError], [*TimeoutError],
-// [*PanicError], [*TaskError]). Each method's doc says which it returns.
+// ([*ValidationError], [*AuthorizationError], [*QuotaError],
+// [*TimeoutError], [*PanicError], [*TaskError]). Each method's doc says which it returns.
 package workers

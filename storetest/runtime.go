@@ -96,6 +96,16 @@ var runtimeCases = []testCase{
 		"Cleanup, and the cleanup scheduler, delete the terminal records completed before the retention and keep recent terminal records and live ones.",
 		withRuntime(cleanupDeletesOld)},
 
+	{"Admission/RefusalWritesNothing",
+		"a submission past its owner's waiting cap is refused with a *QuotaError carrying the limit and count, leaves no record on either path, and a join of a live run, running or waiting, is never refused.",
+		withRuntime(admissionRefusalWritesNothing)},
+	{"Admission/WaitingCancelled",
+		`a task waiting for a slot is PENDING in the store; Cancel records it CANCELLED with "Cancelled by user" at once, frees its waiting place, and it never runs.`,
+		withRuntime(admissionWaitingCancelled)},
+	{"Admission/ShutdownCancelsWaiting",
+		`Shutdown records every task waiting for a slot, async or sequential, CANCELLED with "Cancelled by worker shutdown" without running it.`,
+		withRuntime(admissionShutdownCancelsWaiting)},
+
 	{"Reset/KeepsDurableRecords",
 		"Reset clears the records of a volatile store that implements RecordClearer, never deletes a durable store's records, records waiting queue items CANCELLED, and leaves the runtime open.",
 		withRuntime(resetKeepsDurable)},

@@ -35,6 +35,7 @@ var statuses = []struct {
 	{workers.ErrNoAuthority, http.StatusUnauthorized, "unauthenticated", "authentication required"},
 	{workers.ErrNotFound, http.StatusNotFound, "not_found", "task not found"},
 	{workers.ErrUnauthorized, http.StatusForbidden, "forbidden", "not allowed"},
+	{workers.ErrQuotaExceeded, http.StatusTooManyRequests, "too_many_requests", "quota exceeded; retry later"},
 	{workers.ErrFinished, http.StatusConflict, "finished", "task already finished"},
 	{workers.ErrConflict, http.StatusServiceUnavailable, "conflict", ""},
 	{workers.ErrClosed, http.StatusServiceUnavailable, "closed", ""},
@@ -52,8 +53,9 @@ const conflictRetry = time.Second
 // package returned: 401 unauthenticated (ErrUnauthenticated,
 // workers.ErrNoAuthority), 404 workers.ErrNotFound (a task the caller
 // may not see answers the same as a missing one), 403
-// workers.ErrUnauthorized, 429 for an error with a retry hint (one that
-// implements RetryAfter() time.Duration, such as a quota refusal), 409
+// workers.ErrUnauthorized, 429 workers.ErrQuotaExceeded (a
+// *workers.QuotaError) and any other error with a retry hint (one that
+// implements RetryAfter() time.Duration), 409
 // workers.ErrFinished, 503 workers.ErrConflict and workers.ErrClosed,
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
 // ErrInvalidOption, ErrBadRequest), 499 when the client went away, and
@@ -81,9 +83,8 @@ func classify(err error) (status int, code, message string) {
 	if err == nil {
 		return http.StatusOK, "", ""
 	}
-	var ra retryAfterer
-	if errors.As(err, &ra) {
-		return http.StatusTooManyRequests, "too_many_requests", "quota exceeded; retry later"
+	if _, ok := RetryAfter(err); ok && !errors.Is(err, workers.ErrConflict) {
+		err = workers.ErrQuotaExceeded // any refusal with a retry hint
 	}
 	for _, row := range statuses {
 		if errors.Is(err, row.err) {

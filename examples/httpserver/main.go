@@ -58,6 +58,7 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 		Queues:          []string{"reports"},
 		CleanupInterval: time.Minute,
 		Retention:       time.Hour,
+		Limits:          limits,
 	})
 	// Every queue name gets a processor: let clients use only the known
 	// ones, or any of them could start goroutines without limit.
@@ -84,6 +85,15 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 		return err
 	}
 	return httpErr
+}
+
+// limits keep one tenant from taking the machine: at most 64 callbacks
+// run at once, each owner runs 4 and queues 100 more; past that a
+// submission is answered 429 with a Retry-After.
+var limits = workers.Limits{
+	MaxRunning: 64,
+	MaxWaiting: 10000,
+	Owner:      workers.OwnerLimits{Running: 4, Waiting: 100},
 }
 
 // newAPI returns the service's handler: the submit route, which is the

@@ -26,6 +26,12 @@ type client struct {
 
 func (c client) do(method, path, user string, into any) int {
 	c.t.Helper()
+	code, _ := c.doHeader(method, path, user, into)
+	return code
+}
+
+func (c client) doHeader(method, path, user string, into any) (int, http.Header) {
+	c.t.Helper()
 	req, err := http.NewRequest(method, c.base+path, nil)
 	require.NoError(c.t, err)
 	if user != "" {
@@ -37,7 +43,7 @@ func (c client) do(method, path, user string, into any) int {
 	if into != nil {
 		require.NoError(c.t, json.NewDecoder(resp.Body).Decode(into))
 	}
-	return resp.StatusCode
+	return resp.StatusCode, resp.Header
 }
 
 func TestAPI(t *testing.T) {
@@ -100,4 +106,22 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not return")
 	}
+}
+
+func TestQuotaAnswers429WithRetryAfter(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{
+		Limits: workers.Limits{Owner: workers.OwnerLimits{Running: 1, Waiting: 1}},
+	})
+	srv := httptest.NewServer(newAPI(rt))
+	defer srv.Close()
+	c := client{t, srv.URL}
+	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=a&steps=1000", "alice", nil))
+	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=b&steps=1000", "alice", nil))
+	code, h := c.doHeader("POST", "/tasks?key=c", "alice", nil)
+	assert.Equal(t, http.StatusTooManyRequests, code)
+	assert.NotEmpty(t, h.Get("Retry-After"))
+	assert.Equal(t, http.StatusOK, c.do("POST", "/tasks?key=b", "alice", nil), "a join is never refused")
+	assert.Equal(t, http.StatusNotFound, c.do("GET", "/tasks/alice::c", "alice", nil), "the refused task left no record")
+	assert.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=a&steps=1", "bob", nil), "bob is not held back by alice")
+	require.NoError(t, rt.Shutdown(context.Background()))
 }

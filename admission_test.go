@@ -1,0 +1,642 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// time.Sleep in this file appears only inside synctest bubbles, where it
+// advances the fake clock: it stands for work a callback does, or lets
+// timeouts expire, and never waits for a condition.
+
+// highWater counts callbacks executing now and the most ever at once.
+type highWater struct{ now, max atomic.Int64 }
+
+func (h *highWater) enter() {
+	n := h.now.Add(1)
+	for m := h.max.Load(); n > m && !h.max.CompareAndSwap(m, n); m = h.max.Load() {
+	}
+}
+
+func (h *highWater) leave() { h.now.Add(-1) }
+
+func TestLimitsBoundRunningAndEveryTaskCompletes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const owners, each = 10, 1000
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 8, Owner: OwnerLimits{Running: 2}}})
+		var all highWater
+		per := make([]highWater, owners)
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		for o := range owners {
+			owner := MustOwner(fmt.Sprint("owner-", o))
+			fn := func(context.Context, *Task) (any, error) {
+				all.enter()
+				per[o].enter()
+				time.Sleep(time.Millisecond) // the work
+				per[o].leave()
+				all.leave()
+				done.Add(1)
+				return nil, nil
+			}
+			wg.Go(func() {
+				for i := range each {
+					if _, err := rt.Submit(ctx, strconv.Itoa(i), fn, owner); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		for done.Load() < owners*each {
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+		}
+		assert.LessOrEqual(t, all.max.Load(), int64(8), "callbacks executing at once")
+		assert.Equal(t, int64(8), all.max.Load(), "the cap is reached: the test saturates it")
+		for o := range per {
+			assert.LessOrEqual(t, per[o].max.Load(), int64(2), "owner %d's callbacks executing at once", o)
+		}
+		snaps, err := rt.List(ctx, System, WithStatus(StatusCompleted))
+		require.NoError(t, err)
+		assert.Len(t, snaps, owners*each, "every task completes")
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Zero(t, st.Running)
+		assert.Zero(t, st.Waiting)
+		assert.Empty(t, st.Owners, "idle owners are forgotten")
+	})
+}
+
+func TestWaitingTasksHoldNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 8}})
+		before := runtime.NumGoroutine()
+		release := make(chan struct{})
+		var ran atomic.Int64
+		fn := func(context.Context, *Task) (any, error) { <-release; ran.Add(1); return nil, nil }
+		const n = 20000
+		for i := range n {
+			_, err := rt.Submit(ctx, strconv.Itoa(i), fn, alice)
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		assert.LessOrEqual(t, runtime.NumGoroutine(), before+8+2, "goroutines with 20,000 submitted and 8 running")
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Equal(t, 8, st.Running)
+		assert.Equal(t, n-8, st.Waiting)
+		close(release)
+		synctest.Wait()
+		assert.EqualValues(t, n, ran.Load())
+	})
+}
+
+func TestFairDispatchAcrossOwners(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 8
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: limit}})
+		var mu sync.Mutex
+		var started []string
+		fn := func(_ context.Context, tk *Task) (any, error) {
+			mu.Lock()
+			started = append(started, tk.ID())
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return nil, nil
+		}
+		for i := range 1000 {
+			_, err := rt.Submit(ctx, strconv.Itoa(i), fn, alice)
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		b, err := rt.Submit(ctx, "first", fn, bob)
+		require.NoError(t, err)
+		sys, err := rt.Submit(ctx, "sys", fn, System)
+		require.NoError(t, err)
+		for {
+			st, err := rt.Stats(ctx, System)
+			require.NoError(t, err)
+			if st.Running+st.Waiting == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		require.Len(t, started, 1002)
+		// Three owners wait (alice, bob, System): one round is three
+		// dispatches, and it begins with the first of the next limit
+		// completions. Callbacks dispatched at one instant begin in any
+		// order, so the bound is that batch: within limit completions.
+		for _, id := range []string{b.ID, sys.ID} {
+			at := slices.Index(started, id)
+			assert.Less(t, at, 2*limit, "%s started as task %d: alice's backlog delayed it past the cap's number of completions", id, at+1)
+		}
+	})
+}
+
+func TestTimeoutHoldsTheSlotUntilTheCallbackReturns(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits Limits
+	}{
+		{"runtime cap", Limits{MaxRunning: 1}},
+		{"owner cap", Limits{Owner: OwnerLimits{Running: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := newRuntime(t, NewMemStore(), Config{Limits: tc.limits})
+				release := make(chan struct{})
+				stuck, err := rt.Submit(ctx, "stuck", func(context.Context, *Task) (any, error) {
+					<-release // ignores its context
+					return nil, nil
+				}, alice, WithTimeout(time.Minute))
+				require.NoError(t, err)
+				var nextRan atomic.Bool
+				next, err := rt.Submit(ctx, "next", func(context.Context, *Task) (any, error) {
+					nextRan.Store(true)
+					return nil, nil
+				}, alice)
+				require.NoError(t, err)
+
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				snap := mustStatus(t, rt, stuck.ID)
+				assert.Equal(t, StatusFailed, snap.Status, "the record says timed out at once")
+				assert.ErrorIs(t, snap.Err(), ErrTimeout)
+				assert.Equal(t, StatusPending, mustStatus(t, rt, next.ID).Status)
+				assert.False(t, nextRan.Load(), "a task took the slot of a timed-out callback that still runs")
+				st, err := rt.Stats(ctx, System)
+				require.NoError(t, err)
+				assert.Equal(t, 1, st.Running)
+				assert.Equal(t, []OwnerLoad{{Owner: "alice", Running: 1, Waiting: 1}}, st.Owners)
+
+				close(release)
+				synctest.Wait()
+				assert.Equal(t, StatusCompleted, mustStatus(t, rt, next.ID).Status, "the slot frees when the callback returns")
+			})
+		})
+	}
+}
+
+func TestQuotaRefusalWritesNothingAndJoinsAreFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		rt := newRuntime(t, s, Config{Limits: Limits{Owner: OwnerLimits{Running: 1, Waiting: 2}}})
+		head := newGate()
+		hs, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		w1, err := rt.Submit(ctx, "w1", noop, alice)
+		require.NoError(t, err)
+		_, err = rt.SubmitSequential(ctx, "q", "w2", noop, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		_, err = rt.Submit(ctx, "over", noop, alice)
+		require.ErrorIs(t, err, ErrQuotaExceeded)
+		var qe *QuotaError
+		require.ErrorAs(t, err, &qe)
+		assert.Equal(t, "alice", qe.Owner)
+		assert.Equal(t, "owner waiting", qe.Limit)
+		assert.Equal(t, 2, qe.Max)
+		assert.Equal(t, 2, qe.Current)
+		assert.GreaterOrEqual(t, qe.RetryAfter(), time.Second)
+		_, err = s.GetTask(ctx, "alice::over")
+		assert.ErrorIs(t, err, ErrNotFound, "a refused submission writes nothing")
+
+		for _, sub := range []Submission{hs, w1} {
+			j, err := rt.Submit(ctx, sub.ID[len("alice::"):], noop, alice)
+			require.NoError(t, err, "a join at the cap costs no quota")
+			assert.True(t, j.Joined)
+			assert.Equal(t, sub.RunID, j.RunID)
+		}
+		_, err = rt.Submit(ctx, "bobs", noop, bob)
+		require.NoError(t, err, "another owner is not refused for alice's load")
+		synctest.Wait()
+
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Equal(t, []OwnerLoad{{Owner: "alice", Running: 1, Waiting: 2}}, st.Owners, "joins took no place; bob's task ran")
+		head.open()
+	})
+}
+
+func TestOwnerLimitsHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		down := errors.New("billing down")
+		rt := newRuntime(t, s, Config{Limits: Limits{OwnerLimits: func(_ context.Context, o Owner) (OwnerLimits, error) {
+			switch o.ID() {
+			case "alice":
+				return OwnerLimits{Running: 1, Waiting: 1}, nil
+			case "carol":
+				return OwnerLimits{}, down
+			}
+			return OwnerLimits{Running: 1, Waiting: 3}, nil
+		}}})
+		g := newGate()
+		for i := range 4 {
+			_, err := rt.Submit(ctx, strconv.Itoa(i), g.fn, bob)
+			require.NoError(t, err, "bob's tier lets 1 run and 3 wait")
+		}
+		_, err := rt.Submit(ctx, "a0", g.fn, alice)
+		require.NoError(t, err)
+		_, err = rt.Submit(ctx, "a1", g.fn, alice)
+		require.NoError(t, err)
+		_, err = rt.Submit(ctx, "a2", g.fn, alice)
+		require.ErrorIs(t, err, ErrQuotaExceeded, "alice's tier lets 1 wait")
+		_, err = rt.Submit(ctx, "c", g.fn, carol)
+		require.ErrorIs(t, err, down, "the hook's error refuses the submission")
+		_, err = s.GetTask(ctx, "carol::c")
+		assert.ErrorIs(t, err, ErrNotFound)
+		_, err = rt.Submit(ctx, "sys", noop, System)
+		require.NoError(t, err, "System is under no owner limits")
+		g.open()
+	})
+}
+
+func TestWaitingTaskIsPendingVisibleAndCancellable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1}})
+		head := newGate()
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		var ran atomic.Bool
+		w, err := rt.Submit(ctx, "waiting", func(context.Context, *Task) (any, error) {
+			ran.Store(true)
+			return nil, nil
+		}, alice, WithWatchers(bob))
+		require.NoError(t, err)
+		synctest.Wait()
+
+		snap, err := rt.Status(ctx, w.ID, bob)
+		require.NoError(t, err, "a watcher sees the waiting task")
+		assert.Equal(t, StatusPending, snap.Status)
+		_, err = rt.Status(ctx, w.ID, carol)
+		assert.ErrorIs(t, err, ErrNotFound)
+
+		require.NoError(t, rt.Cancel(ctx, w.ID, bob))
+		assert.Equal(t, StatusCancelled, mustStatus(t, rt, w.ID).Status)
+		head.open()
+		synctest.Wait()
+		assert.False(t, ran.Load(), "a cancelled waiting task never starts")
+		snap = mustStatus(t, rt, w.ID)
+		assert.Equal(t, StatusCancelled, snap.Status)
+		assert.True(t, snap.StartedAt.IsZero())
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Zero(t, st.Waiting+st.Running)
+	})
+}
+
+func TestShutdownCancelsWaitingTasks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{Limits: Limits{MaxRunning: 1}, ShutdownGrace: time.Minute})
+		hs, err := rt.Submit(ctx, "head", func(context.Context, *Task) (any, error) {
+			time.Sleep(time.Second) // finishes within the grace period
+			return "head", nil
+		}, alice)
+		require.NoError(t, err)
+		var ran atomic.Int64
+		fn := func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }
+		var subs []Submission
+		for _, k := range []string{"a", "b"} {
+			sub, err := rt.Submit(ctx, k, fn, bob)
+			require.NoError(t, err)
+			subs = append(subs, sub)
+		}
+		for _, k := range []string{"s1", "s2"} {
+			sub, err := rt.SubmitSequential(ctx, "q", k, fn, carol)
+			require.NoError(t, err)
+			subs = append(subs, sub)
+		}
+		synctest.Wait()
+		sctx, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(sctx))
+		assert.Zero(t, ran.Load(), "no waiting task started during the shutdown, though the head's slot freed")
+		for _, sub := range subs {
+			snap := mustStatus(t, rt, sub.ID)
+			assert.Equal(t, StatusCancelled, snap.Status, sub.ID)
+			assert.Equal(t, CauseShutdown, snap.Cause, sub.ID)
+			assert.ErrorIs(t, snap.Err(), ErrShutdown)
+		}
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, hs.ID).Status, "the head ran on within the grace period")
+	})
+}
+
+func TestQueueConcurrencyKeepsStartOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		rt := newRuntime(t, s, Config{Limits: Limits{QueueConcurrency: 3}})
+		var hw highWater
+		ids := make([]string, 30)
+		for i := range ids {
+			sub, err := rt.SubmitSequential(ctx, "q", strconv.Itoa(i), func(context.Context, *Task) (any, error) {
+				hw.enter()
+				defer hw.leave()
+				for _, id := range ids[:i] {
+					if rec, err := s.GetTask(ctx, id); err != nil || rec.Status == StatusPending {
+						t.Errorf("item %d started while %s was %s (%v)", i, id, rec.Status, err)
+					}
+				}
+				time.Sleep(time.Duration(30-i) * time.Millisecond) // later items are shorter
+				return nil, nil
+			}, alice)
+			require.NoError(t, err)
+			ids[i] = sub.ID
+		}
+		synctest.Wait()
+		info, err := rt.QueueStatus(ctx, "q", System)
+		require.NoError(t, err)
+		assert.Equal(t, 3, info.RunningCount)
+		assert.Equal(t, 27, info.PendingCount)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, int64(3), hw.max.Load())
+		for _, id := range ids {
+			assert.Equal(t, StatusCompleted, mustStatus(t, rt, id).Status)
+		}
+	})
+}
+
+func TestStatsIsForSystemOnly(t *testing.T) {
+	rt := newRuntime(t, NewMemStore(), Config{})
+	_, err := rt.Stats(ctx, alice)
+	assert.ErrorIs(t, err, ErrUnauthorized)
+	_, err = rt.Stats(ctx, nil)
+	assert.ErrorIs(t, err, ErrNoAuthority)
+	st, err := rt.Stats(ctx, System)
+	require.NoError(t, err)
+	assert.Equal(t, Stats{}, st)
+}
+
+func TestLimitsValidatedAtStart(t *testing.T) {
+	for _, l := range []Limits{{MaxRunning: -1}, {MaxWaiting: -1}, {QueueConcurrency: -1}, {Owner: OwnerLimits{Waiting: -1}}, {Owner: OwnerLimits{Weight: -1}}} {
+		rt := NewRuntime(NewMemStore(), Config{Limits: l})
+		assert.ErrorIs(t, rt.Start(ctx), ErrInvalidOption, "%+v", l)
+		require.NoError(t, rt.Shutdown(ctx))
+	}
+}
+
+func TestRuntimeWideWaitingCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		rt := newRuntime(t, s, Config{Limits: Limits{MaxRunning: 1, MaxWaiting: 2}})
+		g := newGate()
+		for i, who := range []Owner{alice, bob, carol} {
+			_, err := rt.Submit(ctx, strconv.Itoa(i), g.fn, who)
+			require.NoError(t, err)
+		}
+		_, err := rt.Submit(ctx, "over", g.fn, MustOwner("dave"))
+		var qe *QuotaError
+		require.ErrorAs(t, err, &qe)
+		assert.Equal(t, "runtime waiting", qe.Limit)
+		_, err = s.GetTask(ctx, "dave::over")
+		assert.ErrorIs(t, err, ErrNotFound)
+		g.open()
+	})
+}
+
+func TestSequentialItemWaitsForASlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1}})
+		head := newGate()
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		var ran atomic.Bool
+		item, err := rt.SubmitSequential(ctx, "q", "item", func(context.Context, *Task) (any, error) {
+			ran.Store(true)
+			return nil, nil
+		}, bob)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.False(t, ran.Load(), "the queue item started past the runtime cap")
+		info, err := rt.QueueStatus(ctx, "q", bob)
+		require.NoError(t, err)
+		assert.Equal(t, []string{item.ID}, info.Pending, "an item waiting for a slot is pending")
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Equal(t, []QueueLoad{{Name: "q", Waiting: 1}}, st.Queues)
+		assert.Equal(t, 1, st.Waiting)
+
+		head.open()
+		synctest.Wait()
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, item.ID).Status)
+	})
+}
+
+func TestResetEndsWaitingTasks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1}})
+		head := stubbornGate() // keeps its slot through the Reset
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		var ran atomic.Bool
+		_, err = rt.Submit(ctx, "waiting", func(context.Context, *Task) (any, error) {
+			ran.Store(true)
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.NoError(t, rt.Reset(ctx))
+		synctest.Wait()
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Equal(t, Stats{Running: 1, Owners: []OwnerLoad{{Owner: "alice", Running: 1}}}, st, "Reset ended the waiting task at once")
+		head.open()
+		synctest.Wait()
+		assert.False(t, ran.Load(), "a waiting task started after Reset")
+	})
+}
+
+func TestIdleOwnersAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{Owner: OwnerLimits{Running: 1}}})
+		for i := range idleOwners + 500 {
+			_, err := rt.Submit(ctx, "k", noop, MustOwner(fmt.Sprint("owner-", i)))
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		rt.adm.mu.Lock()
+		n := len(rt.adm.owners)
+		rt.adm.mu.Unlock()
+		assert.LessOrEqual(t, n, idleOwners+1, "admission keeps at most idleOwners idle owners")
+	})
+}
+
+func TestCancelFreesAQueueItemsWaitingPlaceAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
+		head := newGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		var ran atomic.Int64
+		fn := func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }
+		item, err := rt.SubmitSequential(ctx, "q", "item", fn, alice)
+		require.NoError(t, err)
+		_, err = rt.SubmitSequential(ctx, "q", "over", fn, alice)
+		require.ErrorIs(t, err, ErrQuotaExceeded)
+
+		require.NoError(t, rt.Cancel(ctx, item.ID, alice))
+		next, err := rt.SubmitSequential(ctx, "q", "next", fn, alice)
+		require.NoError(t, err, "the cancelled item's waiting place is free while the head still runs")
+		head.open()
+		synctest.Wait()
+		assert.EqualValues(t, 1, ran.Load(), "only the next item ran")
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, next.ID).Status)
+		assert.Equal(t, StatusCancelled, mustStatus(t, rt, item.ID).Status)
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Zero(t, st.Running+st.Waiting)
+	})
+}
+
+// A runtime that loses its lease records its waiting tasks abandoned at
+// once, though the callbacks holding the slots ignore their context.
+func TestLostLeaseEndsWaitingTasksAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &lapsingStore{MemStore: NewMemStore()}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, Limits: Limits{MaxRunning: 1}})
+		head := stubbornGate()
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		var ran atomic.Bool
+		w, err := rt.Submit(ctx, "waiting", func(context.Context, *Task) (any, error) {
+			ran.Store(true)
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		s.lapsed.Store(true)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		snap := mustStatus(t, rt, w.ID)
+		assert.Equal(t, CauseAbandoned, snap.Cause, "the waiting task is ended while the head still holds the slot")
+		head.open()
+		synctest.Wait()
+		assert.False(t, ran.Load())
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// Cancels racing slot hand-offs leave the accounting exact: every task
+// ends, the cancelled ones never run, and nothing stays counted.
+func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 2, Owner: OwnerLimits{Running: 1}}})
+	const n = 400
+	var ran sync.Map
+	ids := make(chan string, n)
+	var wg sync.WaitGroup
+	for _, who := range []Owner{alice, bob} {
+		wg.Go(func() {
+			for i := range n / 2 {
+				queue := ""
+				if i%3 == 0 {
+					queue = "q-" + who.ID()
+				}
+				fn := func(_ context.Context, tk *Task) (any, error) { ran.Store(tk.ID(), true); return nil, nil }
+				var sub Submission
+				var err error
+				if queue == "" {
+					sub, err = rt.Submit(ctx, strconv.Itoa(i), fn, who)
+				} else {
+					sub, err = rt.SubmitSequential(ctx, queue, strconv.Itoa(i), fn, who)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- sub.ID
+			}
+		})
+	}
+	cancelled := make(map[string]bool)
+	wg.Go(func() {
+		k := 0
+		for id := range ids {
+			if k++; k%2 == 0 {
+				if err := rt.Cancel(ctx, id, System); err == nil {
+					cancelled[id] = true
+				} else if !errors.Is(err, ErrFinished) {
+					t.Error(err)
+				}
+			}
+		}
+	})
+	// Close ids once the submitters are done: wait for both by count.
+	eventually(t, func() bool {
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		snaps, err := rt.List(ctx, System)
+		require.NoError(t, err)
+		return len(snaps) == n && st.Running+st.Waiting == 0
+	}, "every task to end and the counts to drain")
+	close(ids)
+	wg.Wait()
+	snaps, err := rt.List(ctx, System)
+	require.NoError(t, err)
+	for _, s := range snaps {
+		require.True(t, s.Status.Terminal(), "%s is %s", s.ID, s.Status)
+		if cancelled[s.ID] {
+			assert.Equal(t, StatusCancelled, s.Status)
+			_, started := ran.Load(s.ID)
+			assert.False(t, started && s.StartedAt.IsZero(), "%s ran without a start", s.ID)
+		}
+	}
+	rt.adm.mu.Lock()
+	defer rt.adm.mu.Unlock()
+	assert.Zero(t, rt.adm.running)
+	assert.Zero(t, rt.adm.waiting)
+	for id, o := range rt.adm.owners {
+		assert.Zero(t, o.running, id)
+		assert.Zero(t, o.waiting, id)
+		assert.Empty(t, o.fifo, id)
+	}
+	assert.Empty(t, rt.adm.ring)
+}
+
+func TestWeightsShareSaturatedDispatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1,
+			OwnerLimits: func(_ context.Context, o Owner) (OwnerLimits, error) {
+				if o == alice {
+					return OwnerLimits{Weight: 3}, nil
+				}
+				return OwnerLimits{}, nil
+			}}})
+		var mu sync.Mutex
+		var order []byte
+		fn := func(_ context.Context, tk *Task) (any, error) {
+			mu.Lock()
+			order = append(order, tk.ID()[0])
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return nil, nil
+		}
+		for _, who := range []Owner{alice, bob} {
+			for i := range 30 {
+				_, err := rt.Submit(ctx, strconv.Itoa(i), fn, who)
+				require.NoError(t, err)
+			}
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Len(t, order, 60)
+		assert.Equal(t, "a"+"aaab"+"aaab"+"aaab"+"aaab", string(order[:17]), "alice starts three tasks per turn, bob one")
+	})
+}
