@@ -42,6 +42,10 @@ type Task struct {
 	initial  []string                 // the watchers registered with the run; watchers points here until a join
 
 	finishing atomic.Bool // set before the run writes its own outcome
+	// endSeen is set by whoever reports the end of a run that another
+	// writer ended (a Cancel here, or a record found ended elsewhere), so
+	// the run's finished event is reported once.
+	endSeen atomic.Bool
 
 	stateMu sync.Mutex // serializes the run's store writes
 	state   State      // guarded by stateMu: the state the run last wrote
