@@ -427,6 +427,11 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 			t.cancel(cause)
 		}
 		t.stateMu.Unlock()
+		// The run's own outcome will be fenced out: the end its record
+		// already holds is the run's finished event.
+		if rec.RunID == t.runID && rec.Status.Terminal() && t.endSeen.CompareAndSwap(false, true) {
+			rt.emit(&change{kind: changeFinished, id: t.id, runID: t.runID, queue: t.queue, task: t, created: rec.CreatedAt, state: rec.State})
+		}
 	}
 }
 

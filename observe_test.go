@@ -467,3 +467,40 @@ func TestRetryJitterDefaultsAndNone(t *testing.T) {
 	none := policy(RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second, Jitter: NoJitter})
 	assert.Equal(t, time.Second, none.backoff(1))
 }
+
+// A run ended by another runtime (a cancel there, found by this one's
+// sync loop) reports its finished event here once, with the record's
+// ending, although its own outcome write is fenced out; a cancel made
+// here reports it once too.
+func TestObserverSeesARunEndedElsewhereOnce(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	rec := &recorder{}
+	here := newRuntime(t, s, Config{Observers: []Observer{rec}, SyncInterval: 2 * time.Millisecond})
+	there := newRuntime(t, s, Config{})
+	for _, c := range []struct {
+		key    string
+		cancel *Runtime[*MemStore]
+	}{{"remote", there}, {"local", here}} {
+		g := stubbornGate()
+		sub, err := here.Submit(ctx, c.key, g.fn, alice)
+		require.NoError(t, err)
+		wait(t, g.started, "the callback")
+		require.NoError(t, c.cancel.Cancel(ctx, sub.ID, alice))
+		e := rec.waitKind(t, sub.ID, EventFinished)
+		assert.Equal(t, StatusCancelled, e.Status, c.key)
+		assert.Equal(t, CauseCancelled, e.Cause, c.key)
+		g.open()
+		wait(t, g.ran, "the callback's return")
+		settled(t, here, sub.ID)
+		require.NoError(t, here.Shutdown(ctx)) // the run's late write is done
+		n := 0
+		for _, k := range rec.kinds(sub.ID) {
+			if k == EventFinished {
+				n++
+			}
+		}
+		assert.Equal(t, 1, n, "%s: finished events", c.key)
+		here = newRuntime(t, s, Config{Observers: []Observer{rec}, SyncInterval: 2 * time.Millisecond})
+	}
+}

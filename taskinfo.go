@@ -49,6 +49,10 @@ type Task struct {
 	firstW   [1]string                // initial's backing array for the common single watcher
 
 	finishing atomic.Bool // set before the run writes its own outcome
+	// endSeen is set by whoever reports the end of a run that another
+	// writer ended (a Cancel here, or a record found ended elsewhere), so
+	// the run's finished event is reported once.
+	endSeen atomic.Bool
 
 	stateMu sync.Mutex // serializes the run's store writes
 	// state is the state the run last wrote, guarded by stateMu; nil

@@ -36,7 +36,10 @@
 // not run the task writes CANCELLED ("Cancelled by user") to the record
 // at once, fenced on the run id. The store implements workers.Notifier
 // with LISTEN/NOTIFY: a trigger announces every committed change of a
-// task, so the process running the callback cancels its context (with
+// task (a trigger rather than a NOTIFY sent by each of the store's
+// writes, so that every write path notifies, a fix made by hand in SQL
+// included, and the notice leaves with the commit of the transaction that
+// made the change, or not at all), so the process running the callback cancels its context (with
 // workers.ErrCancelled) within milliseconds, and Wait in any process
 // returns as soon as the record ends. The runtime's sync loop
 // (workers.Config.SyncInterval) remains the fallback for a lost notice.
@@ -126,7 +129,10 @@ type Store struct {
 	ownPool bool    // Close closes pool
 }
 
-var _ workers.Store = (*Store)(nil)
+var (
+	_ workers.Store  = (*Store)(nil)
+	_ workers.Leaser = (*Store)(nil)
+)
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
 // schema was migrated by a newer release than this one: Migrate changes

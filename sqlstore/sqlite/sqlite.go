@@ -8,7 +8,7 @@
 //	defer s.Close()
 //	if err := s.Migrate(ctx); err != nil { ... }
 //	rt := workers.NewRuntime(s, workers.Config{})
-//	if err := rt.Start(ctx); err != nil { ... } // takes a lease, recovers abandoned runs
+//	if err := rt.Start(ctx); err != nil { ... } // takes the lease, recovers dead runs
 //	defer rt.Shutdown(context.Background())
 //
 // # Limits
@@ -45,7 +45,9 @@
 // tasks' progress for other processes to read.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
-// expiry SQLite's clock computes. A record whose run belongs to an
+// expiry SQLite's clock computes (unixepoch('subsec'), in the one upsert
+// that renews it); processes sharing a file share one host and so one
+// clock. A record whose run belongs to an
 // instance without a live lease is abandoned: every process's recovery
 // loop ends it, fenced on its run id, and a submission of its key starts
 // a new run instead of joining it.
@@ -55,7 +57,8 @@
 // Three STRICT tables, named with the prefix (default "workers_"): tasks,
 // one row per task id, with result as JSON text and times as integer Unix
 // microseconds (NULL for the zero time); watchers, one row per (task,
-// user), deleted with their task; and leases, one row per runtime. Indexes on tasks(owner),
+// user), deleted with their task; and leases, one row per runtime
+// instance, its expiry in Unix microseconds. Indexes on tasks(owner),
 // watchers(user_id) and tasks(status, completed_at) make a status read one
 // primary-key lookup, listing one user's tasks cost in proportion to that
 // user's tasks, and the recovery and cleanup scans touch only the rows
@@ -109,7 +112,10 @@ type Store struct {
 	write *sql.DB // exactly one connection
 }
 
-var _ workers.Store = (*Store)(nil)
+var (
+	_ workers.Store  = (*Store)(nil)
+	_ workers.Leaser = (*Store)(nil)
+)
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
 // schema was migrated by a newer release than this one: Migrate changes

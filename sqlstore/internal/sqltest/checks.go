@@ -19,6 +19,8 @@ func Run(t *testing.T, newStore func(t *testing.T) workers.Store) {
 		check func(*testing.T, workers.Store)
 	}{
 		{"Times/ReturnedInUTC", timesUTC},
+		{"Lease/ExpiresByTheDatabaseClock", leaseExpiry},
+		{"Lease/LostLeaseRecordsNoLateResult", lostLease},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,4 +115,137 @@ func MigrateRefusals[M Migrator](t *testing.T, fresh func(t *testing.T) (M, func
 			t.Fatalf("Migrate after an edit = %v, want %v", err, mismatch)
 		}
 	})
+}
+
+// leaseExpiry checks the Leaser of a SQL store: a lease's expiry is
+// computed by the database from the ttl alone (no caller's time is sent),
+// a lease is live until then and not after, a renewal reports whether it
+// extended a live lease, and a released lease is gone at once.
+func leaseExpiry(t *testing.T, s workers.Store) {
+	l, ok := s.(workers.Leaser)
+	if !ok {
+		t.Fatalf("%T is not a workers.Leaser", s)
+	}
+	ctx := t.Context()
+	live := func(instance string) bool {
+		t.Helper()
+		ids, err := l.LiveInstances(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if id == instance {
+				return true
+			}
+		}
+		return false
+	}
+	renew := func(instance string, ttl time.Duration, want bool) {
+		t.Helper()
+		extended, err := l.RenewLease(ctx, instance, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if extended != want {
+			t.Fatalf("RenewLease(%s) extended = %v, want %v", instance, extended, want)
+		}
+	}
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if _, err := l.RenewLease(ctx, "a", ttl); !errors.Is(err, workers.ErrInvalidOption) {
+			t.Fatalf("RenewLease with ttl %v = %v, want ErrInvalidOption", ttl, err)
+		}
+	}
+	const ttl = 300 * time.Millisecond
+	start := time.Now()
+	renew("a", ttl, false)
+	renew("a", ttl, true)
+	renew("b", time.Hour, false)
+	if !live("a") || !live("b") {
+		t.Fatal("fresh leases are not live")
+	}
+	// Poll until a's lease expires: never sooner than ttl after it was
+	// taken (the clocks run at one rate, whichever computes it), and soon
+	// after.
+	deadline := start.Add(ttl + 10*time.Second)
+	for live("a") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a lease of %v still live after %v", ttl, time.Since(start))
+		}
+		waitTick(ctx)
+	}
+	if d := time.Since(start); d < ttl-10*time.Millisecond {
+		t.Fatalf("a lease of %v expired after %v", ttl, d)
+	}
+	if !live("b") {
+		t.Fatal("another instance's lease expired with it")
+	}
+	renew("a", ttl, false) // expired: a new lease
+	renew("a", time.Hour, true)
+	if err := l.ReleaseLease(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if live("a") {
+		t.Fatal("a released lease is live")
+	}
+	renew("a", time.Hour, false)
+	if err := l.ReleaseLease(ctx, "never-leased"); err != nil {
+		t.Fatalf("ReleaseLease of no lease = %v", err)
+	}
+}
+
+// waitTick waits a few milliseconds between polls.
+func waitTick(ctx context.Context) {
+	tick := time.NewTimer(5 * time.Millisecond)
+	defer tick.Stop()
+	select {
+	case <-ctx.Done():
+	case <-tick.C:
+	}
+}
+
+// lostLease checks, over the store, a runtime whose lease renewals stall
+// with no peer to recover its run: once it finds its lease lost it
+// cancels the run with ErrAbandoned, and the result the callback returns
+// afterwards is not recorded: the record ends FAILED as abandoned, and
+// stays so.
+func lostLease(t *testing.T, s workers.Store) {
+	ctx := t.Context()
+	g := leased(s)
+	rt := workers.NewRuntime[workers.Store](g, workers.Config{LeaseInterval: 20 * time.Millisecond})
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := rt.Shutdown(sctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	alice := workers.MustOwner("alice")
+	started, cause := make(chan struct{}), make(chan error, 1)
+	sub, err := rt.Submit(ctx, "stalled", func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return "a late result", nil // as a callback that ignores its context would
+	}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, started, "the callback starting")
+	resume := g.stallRenewals()
+	if err := recv(t, cause, "the callback's cancellation"); !errors.Is(err, workers.ErrAbandoned) {
+		t.Errorf("the callback was cancelled with %v, want ErrAbandoned", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	snap, err := rt.Wait(wctx, sub.ID, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Status != workers.StatusFailed || snap.Cause != workers.CauseAbandoned {
+		t.Errorf("a run cancelled for a lost lease recorded %s %q (cause %s), want FAILED, abandoned", snap.Status, snap.Error, snap.Cause)
+	}
+	resume()
 }

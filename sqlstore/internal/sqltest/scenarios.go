@@ -23,6 +23,7 @@ var scenarios = []scenario{
 	{"RerunsFromManyProcessesStartOneRun", rerunsParent, rerunsChild},
 	{"KilledReplicaRecoveredBySurvivors", killedParent, killedChild},
 	{"CancelFromAnotherProcess", cancelParent, cancelChild},
+	{"CancelRightAfterStartIsDelivered", earlyCancelParent, earlyCancelChild},
 }
 
 // The joins scenario's numbers and names.
@@ -532,6 +533,7 @@ func cancelParent(p *parent) {
 		t.Fatalf("after a foreign owner's cancel: %s, %v; want RUNNING", rec.Status, err)
 	}
 
+	cancelAt := time.Now()
 	if err := rt.Cancel(ctx, id, alice); err != nil {
 		t.Fatalf("Cancel as the owner, from another process: %v", err)
 	}
@@ -551,8 +553,23 @@ func cancelParent(p *parent) {
 		t.Fatal(err)
 	}
 
-	if got, want := pr.next("interrupted", 1)[0], word(workers.ErrCancelled); got != want {
+	interrupted := pr.next("interrupted", 2)
+	if got, want := interrupted[0], word(workers.ErrCancelled); got != want {
 		t.Errorf("the callback's context was cancelled with %s, want %s", got, want)
+	}
+	if at, err := strconv.ParseInt(interrupted[1], 10, 64); err != nil {
+		t.Fatal(err)
+	} else if latency := time.Unix(0, at).Sub(cancelAt); !isNotifier(s) {
+		t.Logf("cancel to callback, across processes, by the sync loop: %v", latency)
+		if limit := pollingSync + noticeLimit; latency > limit {
+			t.Errorf("the cancel reached the callback after %v, want within the sync interval (%v) and some slack", latency, pollingSync)
+		}
+	} else {
+		// Same host, same clock: the child's timestamp is comparable.
+		t.Logf("cancel to callback, across processes, by a notice: %v", latency)
+		if latency > noticeLimit {
+			t.Errorf("the cancel reached the callback after %v, want within %v", latency, noticeLimit)
+		}
 	}
 	pr.send("release")
 	if got := pr.next("final", 1)[0]; got != string(workers.StatusCancelled) {
@@ -578,7 +595,7 @@ func cancelChild(c *child, s workers.Store) {
 		task.SetProgress(60)
 		c.say("running", task.ID(), task.RunID())
 		<-ctx.Done()
-		c.say("interrupted", word(context.Cause(ctx)))
+		c.say("interrupted", word(context.Cause(ctx)), time.Now().UnixNano())
 		<-release // a callback that finishes its work regardless
 		return map[string]string{"by": c.name()}, nil
 	}, alice, workers.WithWatchers(bob))

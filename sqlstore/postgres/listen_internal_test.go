@@ -1,0 +1,44 @@
+package postgres
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskgate/workers"
+)
+
+// TestParseNotice: the trigger's payloads become Changes; an empty one
+// (what the trigger sends when the payload would pass NOTIFY's limit)
+// and one that cannot be read become a Resync.
+func TestParseNotice(t *testing.T) {
+	for payload, want := range map[string]workers.Change{
+		`{"id" : "a::k", "run" : "i.1", "status" : "running"}`: {ID: "a::k", RunID: "i.1", Status: workers.StatusRunning},
+		`{"id" : "a::k"}`: {ID: "a::k"},
+		``:                {Resync: true},
+		`{"run":"i.1"}`:   {Resync: true},
+		`not json`:        {Resync: true},
+	} {
+		if got := parseNotice(payload); got != want {
+			t.Errorf("parseNotice(%q) = %+v, want %+v", payload, got, want)
+		}
+	}
+}
+
+// TestDataError: the refusals of data (SQLSTATE class 22) are data
+// errors, which the store wraps in workers.ErrInvalidData; a lost
+// connection, a terminated backend or a serialization failure is not.
+func TestDataError(t *testing.T) {
+	for code, want := range map[string]bool{
+		"22P05": true,  // untranslatable character (\u0000 in jsonb)
+		"22021": true,  // NUL byte in text
+		"22008": true,  // datetime field overflow
+		"08006": false, // connection failure
+		"57P01": false, // admin shutdown (pg_terminate_backend)
+		"40001": false, // serialization failure
+	} {
+		if got := dialect.DataError(&pgconn.PgError{Code: code}); got != want {
+			t.Errorf("DataError(SQLSTATE %s) = %v, want %v", code, got, want)
+		}
+	}
+}
