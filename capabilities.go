@@ -54,9 +54,12 @@ type Leaser interface {
 type Notifier interface {
 	// Listen calls changed for each notice until ctx ends, and then
 	// returns ctx's error. It returns another error only if it cannot
-	// listen at all; a dropped connection is retried inside Listen,
-	// after which it calls changed with a Change whose Resync is set,
-	// since notices may have been lost meanwhile. Notices for one task
+	// listen at all. Once it listens, and before any other notice, it
+	// calls changed with a Change whose Resync is set: a listener that
+	// starts after writes it cares about re-reads them then, and loses
+	// nothing. A dropped connection is retried inside Listen, after which
+	// it calls changed with Resync set again, since notices may have been
+	// lost meanwhile; so may a store that drops a slow listener's queue. Notices for one task
 	// arrive in the order their writes became durable, but may be
 	// coalesced. changed is called from one goroutine at a time and must
 	// not block: a slow listener delays every later notice.

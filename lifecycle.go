@@ -97,7 +97,15 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	for i, l := range loops {
 		waits[i] = l
 	}
-	open += waitAll(ctx, waits)
+	// Halted loops return at once, unless a store call ignores its
+	// context: when ctx has ended already, they get until the cutoff
+	// (ctx's end plus the slack), so that they are not counted as left
+	// running for the instant they take to return.
+	loopsCtx := ctx
+	if ctx.Err() != nil {
+		loopsCtx = rt.life
+	}
+	open += waitAll(loopsCtx, waits)
 
 	unwritten := rt.unwritten()
 	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() {
