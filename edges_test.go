@@ -21,7 +21,7 @@ import (
 // hookStore lets a test act inside the runtime's store calls. Set the hooks
 // before the store is shared.
 type hookStore struct {
-	Store // a MemStore, seen without its optional capabilities
+	Store        // a MemStore, seen without its optional capabilities
 	onGet        func(ctx context.Context, rec Record)
 	onTransition func(ctx context.Context, id string, from []Status, next State)
 }
@@ -308,7 +308,7 @@ func TestCancelDoesNotEraseAStartThatRacedIt(t *testing.T) {
 
 type flakyListStore struct {
 	Store // a MemStore, seen without its optional capabilities
-	fail atomic.Bool
+	fail  atomic.Bool
 }
 
 func (s *flakyListStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
@@ -428,7 +428,7 @@ func TestShutdownWaitsForATimedOutCallback(t *testing.T) {
 }
 
 type blockingCleanup struct {
-	Store // a MemStore, seen without its optional capabilities
+	Store            // a MemStore, seen without its optional capabilities
 	entered, release chan struct{}
 }
 
@@ -459,7 +459,7 @@ func TestShutdownWaitsForTheBackgroundLoops(t *testing.T) {
 
 // finishDuringRead lets the run finish while the sync loop's read is in flight.
 type finishDuringRead struct {
-	Store // a MemStore, seen without its optional capabilities
+	Store    // a MemStore, seen without its optional capabilities
 	once     sync.Once
 	armed    atomic.Bool
 	release  chan struct{} // closed to let the callback return

@@ -324,7 +324,7 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 		}
 	}
 	for {
-		err := n.Listen(ctx, changed)
+		err := n.Listen(context.WithValue(ctx, originKey{}, rt.instance), changed)
 		if ctx.Err() != nil {
 			return
 		}

@@ -19,6 +19,8 @@ import (
 // sharing it shares, and Notifier: every runtime over one MemStore hears
 // of the others' writes at once. A write with nobody listening costs one
 // atomic load more; with listeners, it never waits for them (see Listen).
+// A runtime is spared the notices of its own runs' writes, which it knows
+// of already.
 //
 // The zero value is not usable; call NewMemStore.
 type MemStore struct {
@@ -81,7 +83,7 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	}
 	s.recs[rec.ID] = &rec
 	s.index(&rec)
-	s.notify(&rec)
+	s.notify(ctx, &rec)
 	return nil
 }
 
@@ -101,7 +103,7 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 		return ErrNotFound
 	}
 	r.State = st
-	s.notify(r)
+	s.notify(ctx, r)
 	return nil
 }
 
@@ -123,7 +125,7 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 	s.unindex(r)
 	s.recs[rec.ID] = &rec
 	s.index(&rec)
-	s.notify(&rec)
+	s.notify(ctx, &rec)
 	return nil
 }
 
@@ -151,7 +153,7 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 		return false, nil
 	}
 	r.State = next
-	s.notify(r)
+	s.notify(ctx, r)
 	return true, nil
 }
 
@@ -178,7 +180,7 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	// A fresh slice, so a clone handed out earlier never sees the append.
 	r.Watchers = append(slices.Clip(r.Watchers), watcher)
 	s.indexUser(watcher, id)
-	s.notify(r)
+	s.notify(ctx, r)
 	return true, nil
 }
 
@@ -358,6 +360,7 @@ func (s *MemStore) Listen(ctx context.Context, changed func(Change)) error {
 		return err
 	}
 	l := &memListener{pending: make(map[string]Change), wake: make(chan struct{}, 1)}
+	l.origin, _ = ctx.Value(originKey{}).(string)
 	s.addListener(l)
 	defer s.removeListener(l)
 	changed(Change{Resync: true})
@@ -406,20 +409,30 @@ func (s *MemStore) removeListener(l *memListener) {
 
 // notify queues the notice of a write to r for every listener; mu is
 // held, so notices of one task are queued in write order. With nobody
-// listening it costs one atomic load.
-func (s *MemStore) notify(r *Record) {
+// listening it costs one atomic load. A listener is not told of the
+// writes of its own origin: a runtime's run writes, made with its life
+// context, never wake its own listener.
+func (s *MemStore) notify(ctx context.Context, r *Record) {
 	p := s.listeners.Load()
 	if p == nil {
 		return
 	}
+	origin, _ := ctx.Value(originKey{}).(string)
 	c := Change{ID: r.ID, RunID: r.RunID, Status: r.Status}
 	for _, l := range *p {
-		l.push(c)
+		if origin == "" || l.origin != origin {
+			l.push(c)
+		}
 	}
 }
 
+// originKey is the context key of the instance a store call is made for;
+// the runtime sets it on its run writes and on its Listen call.
+type originKey struct{}
+
 // memListener is one Listen call's queue of notices.
 type memListener struct {
+	origin  string // the runtime listening, if one is; its own run writes are not queued
 	mu      sync.Mutex
 	pending map[string]Change // guarded by mu: the latest notice per task
 	order   []string          // guarded by mu: the tasks of pending, by first notice

@@ -1,0 +1,31 @@
+package workers
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A listener is not told of the writes made for its own origin (a
+// runtime's run writes), and is told of everyone else's, in order.
+func TestMemStoreSparesAListenerItsOwnWrites(t *testing.T) {
+	s := NewMemStore()
+	mine := context.WithValue(ctx, originKey{}, "inst-a")
+	theirs := context.WithValue(ctx, originKey{}, "inst-b")
+	lctx, stop := context.WithCancel(mine)
+	heard := make(chan Change, 16)
+	done := make(chan error, 1)
+	go func() { done <- s.Listen(lctx, func(c Change) { heard <- c }) }()
+	require.True(t, (<-heard).Resync, "the first notice is a Resync")
+
+	require.NoError(t, s.InsertTask(mine, Record{ID: "mine", RunID: "inst-a.1", State: State{Status: StatusPending}}))
+	require.NoError(t, s.InsertTask(theirs, Record{ID: "theirs", RunID: "inst-b.1", State: State{Status: StatusPending}}))
+	require.NoError(t, s.InsertTask(ctx, Record{ID: "anyone", RunID: "x.1", State: State{Status: StatusPending}}))
+	assert.Equal(t, Change{ID: "theirs", RunID: "inst-b.1", Status: StatusPending}, <-heard)
+	assert.Equal(t, Change{ID: "anyone", RunID: "x.1", Status: StatusPending}, <-heard)
+	stop()
+	assert.ErrorIs(t, <-done, context.Canceled)
+	assert.Empty(t, heard, "the listener's own write was not queued")
+}
