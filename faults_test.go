@@ -494,3 +494,41 @@ func TestFaultyKeepsTheCapabilitiesOfItsStore(t *testing.T) {
 	assert.Equal(t, 1, f.Calls(storetest.OpGetTask))
 	assert.True(t, strings.HasPrefix(storetest.ErrInjected.Error(), "storetest:"))
 }
+
+// The read that tells whether an ambiguous abandon write landed is cut
+// off with Shutdown's bound too: a store that hangs then cannot hold
+// Shutdown past its deadline plus the slack.
+func TestFaultShutdownBoundedWhenTheLandedReadHangs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
+		started := make(chan struct{})
+		_, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+			close(started)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}, owner)
+		require.NoError(t, err)
+		<-started
+		item, err := rt.SubmitSequential(context.Background(), "q", "item", result("never"), owner)
+		require.NoError(t, err)
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: func(c *storetest.Call) bool {
+			return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
+		}})
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Fault: storetest.Hang})
+
+		const bound = time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		began := time.Now()
+		err = rt.Shutdown(ctx)
+		assert.LessOrEqual(t, time.Since(began), bound+100*time.Millisecond, "Shutdown outlived its bound")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "1 live records of this runtime unwritten", "the abandon write it could not confirm")
+		f.Heal()
+		r, err := mem.GetTask(context.Background(), item.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusCancelled, r.Status, "the ambiguous write had landed")
+	})
+}
