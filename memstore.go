@@ -83,7 +83,7 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	}
 	s.recs[rec.ID] = &rec
 	s.index(&rec)
-	s.notify(ctx, &rec)
+	s.notifyFrom(InstanceOf(rec.RunID), &rec)
 	return nil
 }
 
@@ -125,7 +125,7 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 	s.unindex(r)
 	s.recs[rec.ID] = &rec
 	s.index(&rec)
-	s.notify(ctx, &rec)
+	s.notifyFrom(InstanceOf(rec.RunID), &rec)
 	return nil
 }
 
@@ -407,17 +407,28 @@ func (s *MemStore) removeListener(l *memListener) {
 	s.listeners.Store(&ls)
 }
 
-// notify queues the notice of a write to r for every listener; mu is
+// notify queues the notice of a write to r for every listener but the
+// write's origin: the instance in ctx, which a runtime sets on its run
+// writes (its life context), so they never wake its own listener. mu is
 // held, so notices of one task are queued in write order. With nobody
-// listening it costs one atomic load. A listener is not told of the
-// writes of its own origin: a runtime's run writes, made with its life
-// context, never wake its own listener.
+// listening it costs one atomic load.
 func (s *MemStore) notify(ctx context.Context, r *Record) {
+	if s.listeners.Load() == nil {
+		return
+	}
+	origin, _ := ctx.Value(originKey{}).(string)
+	s.notifyFrom(origin, r)
+}
+
+// notifyFrom is notify for a write known to come from the instance
+// origin ("" if unknown). InsertTask and ReplaceTask know it without
+// asking ctx: only the instance that minted a run id writes a whole
+// record under it.
+func (s *MemStore) notifyFrom(origin string, r *Record) {
 	p := s.listeners.Load()
 	if p == nil {
 		return
 	}
-	origin, _ := ctx.Value(originKey{}).(string)
 	c := Change{ID: r.ID, RunID: r.RunID, Status: r.Status}
 	for _, l := range *p {
 		if origin == "" || l.origin != origin {

@@ -8,8 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A listener is not told of the writes made for its own origin (a
-// runtime's run writes), and is told of everyone else's, in order.
+// A listener is not told of the writes made for its own origin: a
+// runtime's run writes (its context names it) and the records it inserts
+// under its own run ids. It is told of everyone else's, in order.
 func TestMemStoreSparesAListenerItsOwnWrites(t *testing.T) {
 	s := NewMemStore()
 	mine := context.WithValue(ctx, originKey{}, "inst-a")
@@ -20,7 +21,10 @@ func TestMemStoreSparesAListenerItsOwnWrites(t *testing.T) {
 	go func() { done <- s.Listen(lctx, func(c Change) { heard <- c }) }()
 	require.True(t, (<-heard).Resync, "the first notice is a Resync")
 
-	require.NoError(t, s.InsertTask(mine, Record{ID: "mine", RunID: "inst-a.1", State: State{Status: StatusPending}}))
+	require.NoError(t, s.InsertTask(ctx, Record{ID: "mine", RunID: "inst-a.1", State: State{Status: StatusPending}}))
+	ok, err := s.TransitionTask(mine, "mine", "inst-a.1", fromPending, State{Status: StatusRunning, Attempt: 1})
+	require.True(t, ok)
+	require.NoError(t, err)
 	require.NoError(t, s.InsertTask(theirs, Record{ID: "theirs", RunID: "inst-b.1", State: State{Status: StatusPending}}))
 	require.NoError(t, s.InsertTask(ctx, Record{ID: "anyone", RunID: "x.1", State: State{Status: StatusPending}}))
 	assert.Equal(t, Change{ID: "theirs", RunID: "inst-b.1", Status: StatusPending}, <-heard)
