@@ -108,7 +108,10 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	open += waitAll(loopsCtx, waits)
 
 	unwritten := rt.unwritten()
-	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() {
+	// The lease is released once, by the Shutdown that settled
+	// everything, unless its cutoff passed already.
+	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() &&
+		rt.life.Err() == nil && rt.lease.released.CompareAndSwap(false, true) {
 		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
 		if err := l.ReleaseLease(release, rt.instance); err != nil {
 			rt.cfg.Logger.Error("workers: releasing the lease failed; it expires by itself", "instance", rt.instance, "err", err)

@@ -2,6 +2,8 @@ package workers
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -32,4 +34,34 @@ func TestMemStoreSparesAListenerItsOwnWrites(t *testing.T) {
 	stop()
 	assert.ErrorIs(t, <-done, context.Canceled)
 	assert.Empty(t, heard, "the listener's own write was not queued")
+}
+
+// errorCounter is a slog.Handler that counts the errors logged.
+type errorCounter struct{ n *atomic.Int32 }
+
+func (h errorCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+func (h errorCounter) Handle(context.Context, slog.Record) error    { h.n.Add(1); return nil }
+func (h errorCounter) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h errorCounter) WithGroup(string) slog.Handler                { return h }
+
+// Over a MemStore, a runtime takes a lease with its first submission,
+// and the Shutdown that settles everything releases it, once: a second
+// Shutdown does not try again with its spent context (which logged an
+// error).
+func TestShutdownReleasesTheLeaseOnce(t *testing.T) {
+	var errs atomic.Int32
+	s := NewMemStore()
+	rt := NewRuntime(s, Config{Logger: slog.New(errorCounter{&errs})})
+	sub, err := rt.Submit(ctx, "k", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	live, err := s.LiveInstances(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, live, rt.instance)
+	require.NoError(t, rt.Shutdown(ctx))
+	require.NoError(t, rt.Shutdown(ctx))
+	live, err = s.LiveInstances(ctx)
+	require.NoError(t, err)
+	assert.NotContains(t, live, rt.instance)
+	assert.Zero(t, errs.Load(), "errors logged")
 }

@@ -58,9 +58,9 @@
 // notice of every changing write, in write order, to every listener).
 // Their cases skip for a store without them. A store shared by processes
 // passes [Peer], so that the notice cases write through a second handle.
-// The runtime cases see the store through a recorder that forwards
-// [workers.RecordClearer] only, so a Runtime there never uses leases or
-// notices.
+// The runtime cases see the store with its capabilities, so [RunRuntime]
+// drives runtimes that hold leases and listen wherever the store offers
+// them.
 //
 // # Faults
 //
@@ -113,8 +113,9 @@
 //
 // The runtimes see the store through a recorder that passes every call
 // through unchanged and notes each write, so that a case can wait for a
-// run's write; it forwards [workers.RecordClearer] when the store
-// implements it. A runtime logs only store errors that no caller sees,
+// run's write; it has exactly the optional capabilities of the store
+// ([workers.RecordClearer], [workers.Leaser], [workers.Notifier]), so a
+// runtime over it takes the lease and listens as it would over the store. A runtime logs only store errors that no caller sees,
 // such as a failed write on a run's behalf, so every error a runtime logs
 // fails the case.
 //
