@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -64,4 +65,52 @@ func TestShutdownReleasesTheLeaseOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, live, rt.instance)
 	assert.Zero(t, errs.Load(), "errors logged")
+}
+
+// A writer never waits for a listener: while one is busy, notices of a
+// task coalesce into its latest, and past maxPendingNotices tasks the
+// queue is dropped for a single Resync, so memory stays bounded.
+func TestMemStoreNoticesCoalesceAndStayBounded(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		tasks int
+		want  []Change
+	}{
+		{"Coalesced", 2, []Change{
+			{ID: "t0", RunID: "r.1", Status: StatusRunning},
+			{ID: "t1", RunID: "r.1", Status: StatusRunning},
+		}},
+		{"Overflow", maxPendingNotices + 1, []Change{{Resync: true}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewMemStore()
+			lctx, stop := context.WithCancel(ctx)
+			busy, release := make(chan struct{}), make(chan struct{})
+			var heard []Change
+			done := make(chan error, 1)
+			go func() {
+				done <- s.Listen(lctx, func(ch Change) {
+					if ch.Resync && len(heard) == 0 {
+						close(busy)
+						<-release // the listener is busy while the writes happen
+					}
+					heard = append(heard, ch)
+					if len(heard) == 1+len(c.want) {
+						stop()
+					}
+				})
+			}()
+			<-busy
+			for i := range c.tasks {
+				id := fmt.Sprint("t", i)
+				require.NoError(t, s.InsertTask(ctx, Record{ID: id, RunID: "r.1", State: State{Status: StatusPending}}))
+				ok, err := s.TransitionTask(ctx, id, "r.1", fromPending, State{Status: StatusRunning, Attempt: 1})
+				require.True(t, ok)
+				require.NoError(t, err)
+			}
+			close(release)
+			assert.ErrorIs(t, <-done, context.Canceled)
+			assert.Equal(t, c.want, heard[1:])
+		})
+	}
 }
