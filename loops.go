@@ -89,9 +89,9 @@ type liveSet struct {
 }
 
 // ensureLease takes this instance's lease before its first run is
-// registered, and starts the loops that need no Start: lease renewal and
-// the notice listener. Over a store that is neither a Leaser nor a
-// Notifier it does nothing.
+// registered, and starts the loops that keep runs in step with the store
+// and need no Start: lease renewal, the notice listener and the sync loop,
+// each where the store and Config call for it.
 func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if rt.lease.held.Load() {
 		return nil
@@ -113,6 +113,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if n, ok := any(rt.store).(Notifier); ok {
 		rt.loops.goroutine(func(ctx context.Context) { rt.listen(ctx, n) })
 	}
+	rt.loops.every(rt.cfg.SyncInterval, rt.syncRuns)
 	rt.mu.Unlock()
 	rt.lease.held.Store(true)
 	return nil
@@ -134,14 +135,11 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			return
 		case <-tick.C:
 		}
-		// The store computes the expiry from its clock at some point
-		// during the call, so a lease renewed by this call is counted
-		// from when the call began, never from when it returned.
-		// A call that hangs is cut off by the lease's end at the latest,
-		// so a stalled store cannot hide that the lease ran out.
-		began := time.Now()
-		left := max(rt.cfg.LeaseTTL-began.Sub(renewed), time.Millisecond)
-		call, cancel := context.WithTimeout(ctx, min(rt.cfg.LeaseInterval, left))
+		// A slow renewal may take what is left of the lease, and no more:
+		// a call that hangs is cut off by the lease's end, so a stalled
+		// store cannot hide that the lease ran out.
+		left := max(rt.cfg.LeaseTTL-time.Since(renewed), time.Millisecond)
+		call, cancel := context.WithTimeout(ctx, left)
 		extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
 		cancel()
 		switch {
@@ -157,7 +155,11 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			rt.abandonRuns("the lease had expired")
 			fallthrough
 		default:
-			renewed, lost = began, false
+			// Counted from the answer: the database computed the expiry
+			// at some point during the call, and if that was early, a
+			// peer may recover a run a little before this runtime learns
+			// of it at its next renewal. Fencing makes that harmless.
+			renewed, lost = time.Now(), false
 		}
 	}
 }

@@ -299,3 +299,52 @@ func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 		require.NoError(t, rt.Shutdown(sctx))
 	})
 }
+
+// flakyReads is a MemStore whose GetTask fails, as a dropped connection
+// would, on the calls numbered from failFrom to failTo (counting from 1).
+type flakyReads struct {
+	*MemStore
+	failFrom, failTo int32
+	n                atomic.Int32
+}
+
+func (s *flakyReads) GetTask(ctx context.Context, id string) (Record, error) {
+	if n := s.n.Add(1); n >= s.failFrom && n <= s.failTo {
+		return Record{}, errors.New("connection reset by peer")
+	}
+	return s.MemStore.GetTask(ctx, id)
+}
+
+// Once Wait has read the record, a store error that may pass is retried:
+// a blip does not end the Wait. A first read that fails still returns.
+func TestWaitRidesOutStoreBlips(t *testing.T) {
+	t.Parallel()
+	s := &flakyReads{MemStore: NewMemStore(), failFrom: 2, failTo: 4}
+	rt := newRuntime(t, s, Config{})
+	g := newGate()
+	sub, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the callback")
+	s.n.Store(0) // Wait's first read is call 1
+	waited := make(chan error, 1)
+	go func() {
+		snap, err := rt.Wait(ctx, sub.ID, alice)
+		if err == nil && snap.Status != StatusCompleted {
+			err = errors.New("Wait returned " + string(snap.Status))
+		}
+		waited <- err
+	}()
+	eventually(t, func() bool { return s.n.Load() >= 1 }, "Wait's first read")
+	g.open()
+	select {
+	case err := <-waited:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return")
+	}
+	assert.GreaterOrEqual(t, s.n.Load(), int32(5), "Wait read through the failures")
+
+	s.n.Store(1) // the next read fails: it is Wait's first
+	_, err = rt.Wait(ctx, sub.ID, alice)
+	assert.ErrorContains(t, err, "connection reset")
+}

@@ -71,10 +71,10 @@ type Config struct {
 	// Defaults to 24 hours.
 	Retention time.Duration
 
-	// SyncInterval is how often a loop, started by Start, syncs this
-	// runtime's running tasks with the store, for processes that share
-	// it: it stores a run's live progress whenever it changed, so other
-	// processes see it, and it cancels a run whose record says another
+	// SyncInterval is how often a loop, started with the first run or by
+	// Start, syncs this runtime's running tasks with the store, for
+	// processes that share it: it stores a run's live progress whenever
+	// it changed, so other processes see it, and it cancels a run whose record says another
 	// process ended it: with ErrCancelled when it was cancelled there,
 	// ErrAbandoned when it was recovered, ErrSuperseded when the record
 	// was replaced or deleted. Each progress write is fenced on the run
@@ -230,7 +230,6 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 			rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
 		}
 	})
-	rt.loops.every(rt.cfg.SyncInterval, rt.syncRuns)
 	if leased {
 		rt.loops.every(rt.cfg.RecoverInterval, func(ctx context.Context) {
 			if _, err := rt.recoverRuns(ctx, false); err != nil && ctx.Err() == nil {

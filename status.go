@@ -24,18 +24,22 @@ const (
 // returns then even while its callback runs on. A change made by this
 // runtime, or announced by a Notifier store, wakes Wait at once; a task
 // another runtime runs over a store without notices is read every 50ms.
-// Errors are those of Status, or ctx.Err().
+// Errors are those of Status, or ctx.Err(); once Wait has read the record,
+// a store error that may pass (any but ErrNotFound and the data errors
+// that never do) is retried every 50ms until ctx ends, so a database blip
+// does not end a Wait.
 func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
 	if err := rt.ensureLease(ctx); err != nil {
 		return Snapshot{}, err
 	}
 	_, notices := any(rt.store).(Notifier)
-	for {
+	for read := false; ; read = true {
 		// Listen before reading, so a change between the read and the
 		// wait still wakes it.
 		ring, release := rt.bells.listen(id)
 		rec, err := rt.visibleRecord(ctx, id, auth)
-		if err != nil || rec.Status.Terminal() {
+		retry := err != nil && read && ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !permanentStoreError(err)
+		if !retry && (err != nil || rec.Status.Terminal()) {
 			release()
 			if err != nil {
 				return Snapshot{}, err
@@ -43,7 +47,7 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 			return rt.snapshot(&rec), nil
 		}
 		poll := waitPoll
-		if notices || rt.handle(id, rec.RunID) != nil {
+		if !retry && (notices || rt.handle(id, rec.RunID) != nil) {
 			poll = waitFallback
 		}
 		timer := time.NewTimer(poll)

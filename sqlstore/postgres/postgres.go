@@ -22,54 +22,63 @@
 // run id. Migrate takes a transaction-scoped advisory lock, so processes
 // may all call it at startup.
 //
-// Zombie recovery (workers.Runtime.RecoverZombies) counts a run as live
-// only if the recovering runtime holds it, so with several processes run
-// it only where the others are known to be gone.
+// Each runtime holds a lease in the leases table (workers.Leaser), whose
+// expiry the database computes from its own clock, so replicas whose
+// clocks disagree still agree on who is alive. A record whose run belongs
+// to an instance without a live lease is abandoned: every replica's
+// recovery loop ends it, fenced on its run id, and a submission of its key
+// starts a new run instead of joining it.
 //
 // A task's record is the same for every process, so any process's
 // runtime answers Status, List and Cancel for a task another process
 // runs, with the same authorization: a caller who is not a watcher gets
 // workers.ErrNotFound wherever it asks. A cancel from a process that does
 // not run the task writes CANCELLED ("Cancelled by user") to the record
-// at once, fenced on the run id. The process running the callback
-// cancels its context (with workers.ErrCancelled) within one interval of
-// its runtime's sync loop (workers.Config.SyncInterval); without that loop
-// the callback keeps running until it returns. Either way its terminal
-// write is fenced out and the record stays CANCELLED. The sync loop also
-// stores running tasks' progress; without it, progress read from another
-// process is the value a run stored with its last transition.
+// at once, fenced on the run id. The store implements workers.Notifier
+// with LISTEN/NOTIFY: a trigger announces every committed change of a
+// task, so the process running the callback cancels its context (with
+// workers.ErrCancelled) within milliseconds, and Wait in any process
+// returns as soon as the record ends. The runtime's sync loop
+// (workers.Config.SyncInterval) remains the fallback for a lost notice.
+// Either way the run's own terminal write is fenced out and the record
+// stays CANCELLED.
 //
 // # Limits
 //
-// Lock and Unlock are a mutex inside this Store value: they serialize this
-// process's registrations only, as the workers.Store contract says. The
-// store does not implement workers.RecordClearer, so a runtime reset never
-// deletes rows. A named schema must exist before Migrate runs.
+// The store does not implement workers.RecordClearer, so a runtime reset
+// never deletes rows. A named schema must exist before Migrate runs.
+// Listen holds one connection outside the pool for as long as the runtime
+// lives. Every task write sends a notice, which PostgreSQL serializes at
+// commit; the throughput figures in the bench module include that cost.
 //
 // # Schema
 //
-// Two tables, named with the prefix (default "workers_"): tasks, one row
-// per task id, with result as jsonb and times as timestamptz (NULL for the
-// zero time), and watchers, one row per (task, user), deleted with their
-// task. Indexes on tasks(owner), watchers(user_id) and tasks(status,
+// Three tables, named with the prefix (default "workers_"): tasks, one row
+// per task id, with result as json and times as timestamptz (NULL for the
+// zero time); watchers, one row per (task, user), deleted with their
+// task; and leases, one row per runtime. Indexes on tasks(owner), watchers(user_id) and tasks(status,
 // completed_at) make a status read one primary-key lookup, listing one
 // user's tasks cost in proportion to that user's tasks, and the recovery
 // and cleanup scans touch only the rows they select.
 //
-// Results are stored as JSON, as the runtime encodes them; decode one with
-// workers.ResultAs. The jsonb column keeps the JSON value but not its
-// bytes: key order and spacing come back in PostgreSQL's canonical form. A
-// write whose result is not valid JSON fails with an error wrapping
-// workers.ErrResultEncoding.
+// Results are stored as JSON, as the runtime encodes them, byte for byte
+// (\u0000 escapes included, which jsonb would refuse); decode one with
+// workers.ResultAs. A write whose result is not valid JSON fails with an
+// error wrapping workers.ErrResultEncoding. A value the database refuses
+// (SQLSTATE class 22, data exception) fails with an error wrapping
+// workers.ErrInvalidData, which the runtime does not retry.
 package postgres
 
 import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/taskgate/workers"
@@ -85,7 +94,13 @@ var dialect = &sqlcore.Dialect{
 	JSONAgg:       "json_agg",
 	RowShareLock:  " FOR SHARE",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
-	Migrations:    migrations,
+	DataError: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
+	},
+	Now:        "now()",
+	Expiry:     "now() + $2 * interval '1 microsecond'",
+	Migrations: migrations,
 }
 
 // Store is a workers.Store on a PostgreSQL database. It is safe for

@@ -332,3 +332,31 @@ SELECT 'u' || (i / $2::int) || '::k' || i, 'u' || ((i / $2::int + 1) % ($1::int 
 FROM generate_series(0, $1::int - 1) AS i
 WHERE $3::int > 0 -- every statement takes the same three arguments`,
 }
+
+// A result is kept byte for byte, \u0000 escapes included (the column is
+// json, not jsonb), and a value the database refuses is reported as
+// workers.ErrInvalidData, which the runtime treats as permanent.
+func TestResultBytesAndDataErrors(t *testing.T) {
+	t.Parallel()
+	s := newScratchT(t).store(t)
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	result := json.RawMessage(`{"s": "a\u0000b",  "n":1}`)
+	rec := workers.Record{ID: "alice::nul", RunID: "inst.1", CreatedAt: at,
+		State: workers.State{Status: workers.StatusCompleted, Attempt: 1, Result: result, StartedAt: at, CompletedAt: at, Cause: workers.CauseCompleted}}
+	if err := s.InsertTask(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTask(t.Context(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Result) != string(result) {
+		t.Errorf("result read back as %s, want %s byte for byte", got.Result, result)
+	}
+
+	// The runtime validates the user ids it writes; the database refuses
+	// a NUL byte in text whoever sends it (SQLSTATE 22021).
+	if _, err := s.AddWatcher(t.Context(), rec.ID, rec.RunID, "bo\x00b"); !errors.Is(err, workers.ErrInvalidData) {
+		t.Errorf("AddWatcher with text the database refuses = %v, want ErrInvalidData", err)
+	}
+}

@@ -44,3 +44,11 @@ func TestProcesses(t *testing.T) {
 // TestHelperProcess is a child process of TestProcesses; run on its own,
 // it does nothing.
 func TestHelperProcess(t *testing.T) { sqltest.HelperProcess(t, backend) }
+
+// TestReplicas runs the replica tests in this process: a rolling deploy,
+// renewals slow enough to nearly lose the lease, and a replica stalled
+// past it.
+func TestReplicas(t *testing.T) {
+	t.Parallel()
+	sqltest.RunReplicas(t, backend)
+}

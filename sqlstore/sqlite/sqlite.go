@@ -7,8 +7,8 @@
 //	if err != nil { ... }
 //	defer s.Close()
 //	if err := s.Migrate(ctx); err != nil { ... }
-//	rt := workers.NewRuntime(s, workers.Config{RecoverZombies: true})
-//	if err := rt.Start(ctx); err != nil { ... } // recovers zombies
+//	rt := workers.NewRuntime(s, workers.Config{})
+//	if err := rt.Start(ctx); err != nil { ... } // takes a lease, recovers abandoned runs
 //	defer rt.Shutdown(context.Background())
 //
 // # Limits
@@ -21,12 +21,9 @@
 // writes wait for the lock for up to the busy timeout (WithBusyTimeout)
 // and then fail. Every write is one statement or one transaction, so
 // processes sharing the file never lose each other's updates; they only
-// take turns. Zombie recovery, as configured above, suits one process per
-// file: it counts a run as live only if the recovering runtime holds it.
+// take turns.
 //
-// Lock and Unlock are a mutex inside this Store value: they serialize this
-// process's registrations only, as the workers.Store contract says. The
-// store does not implement workers.RecordClearer, so a runtime reset never
+// The store does not implement workers.RecordClearer, so a runtime reset never
 // deletes rows. The database must be a file: ":memory:" would give every
 // connection a database of its own. Commits use synchronous=NORMAL: a
 // power loss may lose the last commits, never the database.
@@ -38,21 +35,27 @@
 // another process runs, with the same authorization: a caller who is not
 // a watcher gets workers.ErrNotFound wherever it asks. A cancel from a
 // process that does not run the task writes CANCELLED ("Cancelled by
-// user") to the record at once, fenced on the run id. The process
-// running the callback cancels its context (with workers.ErrCancelled)
-// within one interval of its runtime's sync loop
-// (workers.Config.SyncInterval); without that loop the callback keeps
-// running until it returns. Either way its terminal
-// write is fenced out and the record stays CANCELLED. The sync loop also
-// stores running tasks' progress; without it, progress read from another
-// process is the value a run stored with its last transition.
+// user") to the record at once, fenced on the run id. SQLite has no way
+// to notify another process, so the store is no workers.Notifier: the
+// process running the callback cancels its context (with
+// workers.ErrCancelled) within one interval of its runtime's sync loop
+// (workers.Config.SyncInterval, 2 seconds by default over this store), and
+// Wait in another process polls. The run's terminal write is fenced out
+// and the record stays CANCELLED. The sync loop also stores running
+// tasks' progress for other processes to read.
+//
+// Each runtime holds a lease in the leases table (workers.Leaser), whose
+// expiry SQLite's clock computes. A record whose run belongs to an
+// instance without a live lease is abandoned: every process's recovery
+// loop ends it, fenced on its run id, and a submission of its key starts
+// a new run instead of joining it.
 //
 // # Schema
 //
-// Two STRICT tables, named with the prefix (default "workers_"): tasks,
+// Three STRICT tables, named with the prefix (default "workers_"): tasks,
 // one row per task id, with result as JSON text and times as integer Unix
-// microseconds (NULL for the zero time), and watchers, one row per (task,
-// user), deleted with their task. Indexes on tasks(owner),
+// microseconds (NULL for the zero time); watchers, one row per (task,
+// user), deleted with their task; and leases, one row per runtime. Indexes on tasks(owner),
 // watchers(user_id) and tasks(status, completed_at) make a status read one
 // primary-key lookup, listing one user's tasks cost in proportion to that
 // user's tasks, and the recovery and cleanup scans touch only the rows
@@ -88,6 +91,8 @@ var dialect = &sqlcore.Dialect{
 	Time:         func(t time.Time) any { return t.UnixMicro() },
 	JSONAgg:      "json_group_array",
 	RowShareLock: "", // one writer: the INSERT ... SELECT cannot interleave with another write
+	Now:          "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
+	Expiry:       "CAST(unixepoch('subsec') * 1000000 AS INTEGER) + $2",
 	Migrations:   migrations,
 	// No MigrationLock: the write handle begins every transaction
 	// IMMEDIATE, which is the lock.

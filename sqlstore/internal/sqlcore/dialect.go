@@ -9,6 +9,7 @@ package sqlcore
 
 import (
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"regexp"
 	"strings"
@@ -44,6 +45,16 @@ type Dialect struct {
 	// exclusive (SQLite's BEGIN IMMEDIATE).
 	MigrationLock string
 
+	// DataError, if set, reports whether err is the database refusing
+	// the data it was given (a value it cannot hold), as opposed to a
+	// failure of the connection or the server, which may pass.
+	DataError func(err error) bool
+
+	// Now is the database's clock in the representation of its time
+	// columns, and Expiry is Now plus $2 microseconds: lease expiries are
+	// computed and compared by these, never by a caller's clock.
+	Now, Expiry string
+
 	// Migrations holds the schema as files named migrations/NNNN_name.sql,
 	// applied in version order. In their text, {schema} stands for the quoted
 	// schema and a dot (or nothing) and {prefix} for the table prefix,
@@ -78,6 +89,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Channel is the name of the store's notification channel: one per set
+// of tables, short enough for any schema and prefix.
+func (c Config) Channel() string {
+	h := fnv.New64a()
+	h.Write([]byte(c.Schema + "." + c.Prefix))
+	return fmt.Sprintf("workers_changes_%016x", h.Sum64())
+}
+
 // expand replaces the {schema} and {prefix} placeholders of the shared
 // and migration SQL.
 func (c Config) expand(q string) string {
@@ -89,6 +108,9 @@ func (c Config) expand(q string) string {
 		"{tasks}", schema+`"`+c.Prefix+`tasks"`,
 		"{watchers}", schema+`"`+c.Prefix+`watchers"`,
 		"{versions}", schema+`"`+c.Prefix+`schema_version"`,
+		"{leases}", schema+`"`+c.Prefix+`leases"`,
+		"{notify_fn}", schema+`"`+c.Prefix+`notify"`,
+		"{channel}", c.Channel(),
 		"{schema}", schema,
 		"{prefix}", c.Prefix,
 	).Replace(q)

@@ -69,8 +69,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		// Every statement the store runs reads its tables' columns; one
 		// that matches no row proves they are all there.
-		if _, err := tx.ExecContext(ctx, s.q.probe); err != nil {
-			return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
+		for _, probe := range s.q.probes {
+			if _, err := tx.ExecContext(ctx, probe); err != nil {
+				return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
+			}
 		}
 		return nil
 	})

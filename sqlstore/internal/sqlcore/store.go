@@ -71,8 +71,19 @@ WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 	sqlSetChecksum    = `UPDATE {versions} SET checksum = $2 WHERE version = $1`
 	sqlRecordVersion  = `INSERT INTO {versions} (version, name, checksum) VALUES ($1, $2, $3)`
 
-	// sqlProbe reads every column of the tables and matches no row.
-	sqlProbe = sqlSelect + ` WHERE 1 = 0`
+	// A renewal is one upsert whose expiry the database computes; on
+	// conflict, extended records whether the lease it replaces was live.
+	sqlRenewLease = `INSERT INTO {leases} AS l (instance, expires_at, extended) VALUES ($1, {expiry}, false)
+ON CONFLICT (instance) DO UPDATE SET expires_at = excluded.expires_at, extended = l.expires_at > {now}
+RETURNING extended`
+	sqlReleaseLease = `DELETE FROM {leases} WHERE instance = $1`
+	sqlLiveLeases   = `SELECT instance FROM {leases} WHERE expires_at > {now}`
+	// An expired lease counts as none, so deleting it changes nothing.
+	sqlPruneLeases = `DELETE FROM {leases} WHERE expires_at <= {now}`
+
+	// The probes read every column of the tables and match no row.
+	sqlProbe      = sqlSelect + ` WHERE 1 = 0`
+	sqlProbeLease = `SELECT instance, expires_at, extended FROM {leases} WHERE 1 = 0`
 )
 
 // Store implements workers.Store on a database/sql handle for one
@@ -93,10 +104,15 @@ type queries struct {
 	get, insert, set, transition, replace, addWatcher, runOf    string
 	insertWatchers, dropWatchers, deleteFinished, list, visible string
 	createVersions, readChecksum, addChecksum, applied          string
-	setChecksum, recordVersion, probe                           string
+	setChecksum, recordVersion                                  string
+	probes                                                      []string
+	renewLease, releaseLease, liveLeases, pruneLeases           string
 }
 
-var _ workers.Store = (*Store)(nil)
+var (
+	_ workers.Store  = (*Store)(nil)
+	_ workers.Leaser = (*Store)(nil)
+)
 
 // New returns a Store over read and write, which may be the same handle.
 // The caller keeps ownership of both. New does not touch the database;
@@ -105,7 +121,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	hooks := strings.NewReplacer("{agg}", d.JSONAgg, "{share}", d.RowShareLock)
+	hooks := strings.NewReplacer("{agg}", d.JSONAgg, "{share}", d.RowShareLock, "{now}", d.Now, "{expiry}", d.Expiry)
 	x := func(q string) string { return hooks.Replace(cfg.expand(q)) }
 	return &Store{
 		d: d, cfg: cfg, r: read, w: write,
@@ -128,7 +144,11 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			applied:        x(sqlApplied),
 			setChecksum:    x(sqlSetChecksum),
 			recordVersion:  x(sqlRecordVersion),
-			probe:          x(sqlProbe),
+			probes:         []string{x(sqlProbe), x(sqlProbeLease)},
+			renewLease:     x(sqlRenewLease),
+			releaseLease:   x(sqlReleaseLease),
+			liveLeases:     x(sqlLiveLeases),
+			pruneLeases:    x(sqlPruneLeases),
 		},
 	}, nil
 }
@@ -431,7 +451,13 @@ func (s *Store) time(t time.Time) any {
 	return s.d.Time(t)
 }
 
+// wrap names the store and op in err. An error the dialect says the
+// database raised for the data itself also wraps workers.ErrInvalidData,
+// which the runtime takes as permanent; every other error is transient.
 func (s *Store) wrap(op string, err error) error {
+	if s.d.DataError != nil && s.d.DataError(err) {
+		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
+	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
 }
 
@@ -471,3 +497,6 @@ func params(args *[]any, statuses []workers.Status) string {
 	b.WriteByte(')')
 	return b.String()
 }
+
+// Channel is the name of the notification channel of the store's tables.
+func (s *Store) Channel() string { return s.cfg.Channel() }

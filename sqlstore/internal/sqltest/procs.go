@@ -74,17 +74,21 @@ func RunProcesses(t *testing.T, b Backend) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			env := b.NewDB(t)
-			getenv := func(key string) string {
-				for _, kv := range slices.Backward(env) {
-					if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-						return v
-					}
-				}
-				return os.Getenv(key)
-			}
+			getenv := func(key string) string { return lookup(env, key) }
 			sc.parent(&parent{t: t, scenario: sc.name, env: env, open: b.Open(getenv)})
 		})
 	}
+}
+
+// lookup returns the value env gives key ("KEY=value", the last one
+// winning), or else os.Getenv's.
+func lookup(env []string, key string) string {
+	for _, kv := range slices.Backward(env) {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return os.Getenv(key)
 }
 
 // HelperProcess is the child side of RunProcesses. A store package's

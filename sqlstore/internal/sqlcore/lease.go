@@ -1,0 +1,60 @@
+package sqlcore
+
+import (
+	"context"
+	"fmt"
+
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// RenewLease implements workers.Leaser: one upsert whose expiry the
+// database computes from its own clock. A renewal that created a lease
+// (extended is false) also deletes the leases that have expired, which
+// count as none.
+func (s *Store) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	if ttl <= 0 {
+		return false, fmt.Errorf("%w: lease ttl %v, want a positive duration", workers.ErrInvalidOption, ttl)
+	}
+	var extended bool
+	if err := s.w.QueryRowContext(ctx, s.q.renewLease, instance, ttl.Microseconds()).Scan(&extended); err != nil {
+		return false, s.wrap("renew lease", err)
+	}
+	if !extended {
+		if _, err := s.w.ExecContext(ctx, s.q.pruneLeases); err != nil {
+			return false, s.wrap("prune leases", err)
+		}
+	}
+	return extended, nil
+}
+
+// ReleaseLease implements workers.Leaser: the lease's row is deleted.
+func (s *Store) ReleaseLease(ctx context.Context, instance string) error {
+	if _, err := s.w.ExecContext(ctx, s.q.releaseLease, instance); err != nil {
+		return s.wrap("release lease", err)
+	}
+	return nil
+}
+
+// LiveInstances implements workers.Leaser: the instances whose expiry is
+// after the database's clock.
+func (s *Store) LiveInstances(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, s.q.liveLeases)
+	if err != nil {
+		return nil, s.wrap("live instances", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap("live instances", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("live instances", err)
+	}
+	return ids, nil
+}
