@@ -114,7 +114,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		rt.life.Err() == nil && rt.lease.released.CompareAndSwap(false, true) {
 		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
 		if err := l.ReleaseLease(release, rt.instance); err != nil {
-			rt.cfg.Logger.Error("workers: releasing the lease failed; it expires by itself", "instance", rt.instance, "err", err)
+			rt.cfg.Logger.Info("workers: releasing the lease failed; it expires by itself, and no run of this instance is left", "instance", rt.instance, "err", err)
 		}
 		cancel()
 	}
