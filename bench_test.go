@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"iter"
 	"strconv"
 	"sync"
 	"testing"
@@ -25,10 +26,40 @@ func BenchmarkSubmitSequential(b *testing.B) {
 	})
 }
 
+// BenchmarkSubmitToCompletionStalledSubscriber is SubmitToCompletion
+// while a Subscribe of the submitter's tasks never reads: its inbox fills
+// to its bound, then it only awaits a re-read, and the runs go on as
+// fast as without it.
+func BenchmarkSubmitToCompletionStalledSubscriber(b *testing.B) {
+	benchThroughputWith(b, func(rt *Runtime[*MemStore]) func() {
+		next, stop := iter.Pull2(rt.Subscribe(ctx, alice))
+		g := newGate()
+		if _, err := rt.Submit(ctx, "first", g.fn, alice); err != nil {
+			b.Fatal(err)
+		}
+		if _, err, _ := next(); err != nil { // subscribed; never read again
+			b.Fatal(err)
+		}
+		return func() { stop(); g.open() }
+	}, func(rt *Runtime[*MemStore], key string, fn Func) error {
+		_, err := rt.Submit(ctx, key, fn, alice)
+		return err
+	})
+}
+
 // benchThroughput submits b.N tasks through submit, each under a new key,
 // and stops the clock when every callback has run.
 func benchThroughput(b *testing.B, submit func(rt *Runtime[*MemStore], key string, fn Func) error) {
+	benchThroughputWith(b, nil, submit)
+}
+
+// benchThroughputWith is benchThroughput after setup, whose returned
+// func runs when the clock has stopped.
+func benchThroughputWith(b *testing.B, setup func(*Runtime[*MemStore]) func(), submit func(rt *Runtime[*MemStore], key string, fn Func) error) {
 	rt := memRuntime(b)
+	if setup != nil {
+		defer setup(rt)()
+	}
 	var wg sync.WaitGroup
 	fn := func(context.Context, *Task) (any, error) { wg.Done(); return nil, nil }
 	b.ReportAllocs()

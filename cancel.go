@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // reasons is the one table from a cancellation cause to what a run records
@@ -92,3 +94,42 @@ func (e *TaskError) Error() string {
 
 // Unwrap returns the cancellation cause the record's code names, or nil.
 func (e *TaskError) Unwrap() error { return e.cause }
+
+// MaxReasonLen bounds a cancel reason, in bytes; WithReason cuts a longer
+// one at a rune boundary.
+const MaxReasonLen = 256
+
+// CancelOption configures one Runtime.Cancel call.
+type CancelOption func(*cancelOptions)
+
+type cancelOptions struct {
+	reason string
+}
+
+// WithReason records why the task is cancelled. The text is cleaned
+// before it is stored: control characters become spaces, runs of space
+// collapse, invalid UTF-8 is replaced, and it is cut to MaxReasonLen
+// bytes. A reason that cleans to nothing records none.
+func WithReason(reason string) CancelOption {
+	return func(o *cancelOptions) { o.reason = cleanReason(reason) }
+}
+
+// cleanReason makes a free-text reason safe to store and show.
+func cleanReason(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return ' '
+		}
+		return r
+	}, s)
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > MaxReasonLen {
+		cut := MaxReasonLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}

@@ -1,5 +1,13 @@
 package workers
 
+import (
+	"context"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
 // changeKind names a change in a task's life that this runtime made or
 // saw.
 type changeKind uint8
@@ -29,5 +37,595 @@ type change struct {
 // store write that made the change has landed, with no runtime, task or
 // store lock held, from the goroutine that made the write.
 func (rt *Runtime[S]) emit(c *change) {
+	if rt.hub.n.Load() > 0 {
+		rt.hub.publish(c)
+	}
 	rt.bells.ring(c.id)
+}
+
+// Limits of one subscriber's memory.
+const (
+	// maxPending bounds the tasks a subscriber holds undelivered changes
+	// for. Beyond it the subscriber drops them and resynchronizes from the
+	// store, which yields every live task's current snapshot.
+	maxPending = 256
+	// maxTracked bounds the tasks Subscribe remembers as last seen live,
+	// to notice their end when another process ends them.
+	maxTracked = 4096
+	// subscribePoll is how often Subscribe reads the store for tasks run
+	// by other processes.
+	subscribePoll = time.Second
+)
+
+// hub fans changes out to the subscribers of Watch and Subscribe. With
+// no subscriber, a change costs emit one atomic load.
+type hub struct {
+	n    atomic.Int32 // subscribers
+	mu   sync.Mutex
+	all  map[*subscriber]struct{}            // guarded by mu: Subscribe's subscribers
+	byID map[string]map[*subscriber]struct{} // guarded by mu: Watch's, by task id
+
+	pumping bool // guarded by the runtime's mu: the progress pump was started
+
+	pokeMu sync.Mutex
+	poked  []*Task       // guarded by pokeMu: runs whose progress changed
+	spare  []*Task       // guarded by pokeMu: the pump's other buffer
+	pump   chan struct{} // wakes the progress pump; capacity 1
+}
+
+// subscriber is one Watch or Subscribe stream's inbox. Changes are
+// coalesced per task id: the inbox holds the latest snapshot of each,
+// so its size is bounded by maxPending and never by how slowly the
+// consumer reads.
+type subscriber struct {
+	c    caller
+	id   string        // Watch's task id; "" for Subscribe
+	f    Filter        // Subscribe's filter (VisibleTo unused)
+	wake chan struct{} // capacity 1: something is pending
+
+	mu     sync.Mutex
+	slots  map[string]*slot    // guarded by mu: undelivered changes per id
+	stale  map[string]struct{} // guarded by mu: ids to read from the store
+	resync bool                // guarded by mu: read everything from the store
+}
+
+// slot is the undelivered state of one task id.
+type slot struct {
+	ended   *Snapshot // the terminal snapshot of an older run, delivered first
+	snap    Snapshot  // the latest snapshot
+	revoked bool      // a newer run the subscriber may not see replaced the task
+}
+
+// event is one change as the hub hands it to subscribers.
+type event struct {
+	snap     Snapshot
+	watchers []string
+}
+
+func (h *hub) add(s *subscriber) {
+	h.mu.Lock()
+	if h.all == nil {
+		h.all = make(map[*subscriber]struct{})
+		h.byID = make(map[string]map[*subscriber]struct{})
+		h.pump = make(chan struct{}, 1)
+	}
+	if s.id == "" {
+		h.all[s] = struct{}{}
+	} else {
+		m := h.byID[s.id]
+		if m == nil {
+			m = make(map[*subscriber]struct{}, 1)
+			h.byID[s.id] = m
+		}
+		m[s] = struct{}{}
+	}
+	h.n.Add(1)
+	h.mu.Unlock()
+}
+
+func (h *hub) remove(s *subscriber) {
+	h.mu.Lock()
+	if s.id == "" {
+		delete(h.all, s)
+	} else if m := h.byID[s.id]; m != nil {
+		if delete(m, s); len(m) == 0 {
+			delete(h.byID, s.id)
+		}
+	}
+	h.n.Add(-1)
+	h.mu.Unlock()
+}
+
+// each calls f for every subscriber that follows task id, or every
+// subscriber when id is ""; h.mu is held.
+func (h *hub) each(id string, f func(*subscriber)) {
+	for s := range h.all {
+		f(s)
+	}
+	if id == "" {
+		for _, m := range h.byID {
+			for s := range m {
+				f(s)
+			}
+		}
+		return
+	}
+	for s := range h.byID[id] {
+		f(s)
+	}
+}
+
+// publish fans c out. A change without its live run (a recovery, a join
+// of another process's run) is marked for a store read instead.
+func (h *hub) publish(c *change) {
+	t := c.task
+	if t == nil || t.runID != c.runID {
+		h.mu.Lock()
+		h.each(c.id, func(s *subscriber) { s.markStale(c.id) })
+		h.mu.Unlock()
+		return
+	}
+	ev := &event{snap: Snapshot{
+		ID: c.id, RunID: c.runID, Queue: c.queue, CreatedAt: t.created,
+	}, watchers: *t.watchers.Load()}
+	ev.snap.setState(&c.state)
+	ev.snap.WatcherCount = len(ev.watchers)
+	if c.state.Status == StatusRunning {
+		ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(c.state.Attempt, t.Attempt())
+	}
+	h.mu.Lock()
+	// Writes of one run land in order but may be reported out of it; the
+	// end is final, so a late report of an earlier write is dropped.
+	if v := t.view.Load(); v != nil && v.Status.Terminal() {
+		h.mu.Unlock()
+		return
+	} else if v != nil && c.kind == changeJoined {
+		// A join changes the watchers only; the state it read may be
+		// older than what was published since.
+		ev.snap = *v
+		ev.snap.WatcherCount = len(ev.watchers)
+	}
+	t.view.Store(&ev.snap)
+	h.each(c.id, func(s *subscriber) { s.offer(ev) })
+	h.mu.Unlock()
+}
+
+// poke queues t for the progress pump. It is SetProgress's path while
+// someone subscribes: it never blocks on a subscriber, and queues a run
+// at most once until the pump has taken it.
+func (h *hub) poke(t *Task) {
+	if t.poked.Swap(true) {
+		return
+	}
+	h.pokeMu.Lock()
+	h.poked = append(h.poked, t)
+	h.pokeMu.Unlock()
+	select {
+	case h.pump <- struct{}{}:
+	default:
+	}
+}
+
+// pumpProgress turns pokes into progress events until ctx ends. It runs
+// on a runtime loop, started with the first subscription.
+func (h *hub) pumpProgress(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.pump:
+		}
+		h.pokeMu.Lock()
+		batch := h.poked
+		h.poked, h.spare = h.spare[:0], nil
+		h.pokeMu.Unlock()
+		for i, t := range batch {
+			t.poked.Store(false)
+			h.progress(t)
+			batch[i] = nil
+		}
+		h.pokeMu.Lock()
+		h.spare = batch[:0]
+		h.pokeMu.Unlock()
+	}
+}
+
+// progress offers t's live progress to the subscribers.
+func (h *hub) progress(t *Task) {
+	if h.n.Load() == 0 {
+		return
+	}
+	ev := &event{watchers: *t.watchers.Load()}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v := t.view.Load(); v != nil {
+		if v.Status != StatusRunning {
+			return // not started as far as anyone was told, or ended
+		}
+		ev.snap = *v
+	} else {
+		// Running since before anyone subscribed: what the run holds.
+		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.queue, Status: StatusRunning, CreatedAt: t.created}
+		if t.stateMu.TryLock() {
+			st := t.state
+			t.stateMu.Unlock()
+			if st.Status != StatusRunning {
+				return
+			}
+			ev.snap.StartedAt = st.StartedAt
+		}
+	}
+	ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(ev.snap.Attempt, t.Attempt())
+	ev.snap.WatcherCount = len(ev.watchers)
+	h.each(t.id, func(s *subscriber) { s.offer(ev) })
+}
+
+// remote marks a notice from another process for the subscribers.
+func (h *hub) remote(c Change) {
+	h.mu.Lock()
+	h.each(c.ID, func(s *subscriber) {
+		if c.Resync {
+			s.mu.Lock()
+			s.resync = true
+			s.mu.Unlock()
+			s.ring()
+		} else {
+			s.markStale(c.ID)
+		}
+	})
+	h.mu.Unlock()
+}
+
+func (s *subscriber) ring() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *subscriber) sees(id string, watchers []string) bool {
+	return s.c.system || visibleTo(id, watchers, s.c.userID)
+}
+
+func (s *subscriber) markStale(id string) {
+	if s.id != "" && s.id != id {
+		return
+	}
+	s.mu.Lock()
+	if len(s.stale) >= maxPending {
+		s.resync = true
+		clear(s.stale)
+	} else {
+		s.stale[id] = struct{}{}
+	}
+	s.mu.Unlock()
+	s.ring()
+}
+
+// offer coalesces ev into the inbox. It never blocks on the consumer.
+func (s *subscriber) offer(ev *event) {
+	id := ev.snap.ID
+	if s.id != "" && s.id != id {
+		return
+	}
+	visible := s.sees(id, ev.watchers)
+	if s.id == "" && !visible {
+		return // Subscribe never holds what its caller may not see
+	}
+	s.mu.Lock()
+	defer s.ring()
+	defer s.mu.Unlock()
+	if s.resync && s.id == "" {
+		return // a full re-read is due: it will show this task's state
+	}
+	cur := s.slots[id]
+	switch {
+	case cur == nil:
+		if len(s.slots) >= maxPending {
+			s.resync = true
+			clear(s.slots)
+			return
+		}
+		s.slots[id] = &slot{snap: ev.snap, revoked: !visible}
+	case cur.snap.RunID == ev.snap.RunID:
+		if !cur.snap.Status.Terminal() {
+			cur.snap = ev.snap // the latest state replaces a backlog
+		}
+	case !visible:
+		// A run the caller may not see replaced the one it followed.
+		cur.revoked = true
+	default:
+		if cur.snap.Status.Terminal() && cur.ended == nil {
+			ended := cur.snap
+			cur.ended = &ended // the older run's end is still delivered
+		}
+		cur.snap = ev.snap
+		cur.revoked = false
+	}
+}
+
+// take empties the inbox.
+func (s *subscriber) take() (slots []slot, stale []string, resync bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, sl := range s.slots {
+		slots = append(slots, *sl)
+		delete(s.slots, id)
+	}
+	for id := range s.stale {
+		stale = append(stale, id)
+		delete(s.stale, id)
+	}
+	resync, s.resync = s.resync, false
+	return slots, stale, resync
+}
+
+// subscribe registers a subscriber and makes sure the progress pump runs.
+func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
+	s := &subscriber{
+		c: c, id: id, f: f,
+		wake:  make(chan struct{}, 1),
+		slots: make(map[string]*slot),
+		stale: make(map[string]struct{}),
+	}
+	rt.hub.add(s)
+	rt.mu.Lock()
+	if !rt.hub.pumping {
+		rt.hub.pumping = true
+		rt.loops.goroutine(rt.hub.pumpProgress)
+	}
+	rt.mu.Unlock()
+	return s
+}
+
+// Watch yields the snapshots of the task id as it changes (submitted,
+// started, progress, retry, end), beginning with its current snapshot
+// and ending after the terminal one. A caller who may not see the task
+// gets one ErrNotFound and nothing else, as from Status. Authorization
+// is checked again on every change: if the task is re-run and the new
+// run's watchers exclude the caller, the stream ends with ErrNotFound and
+// never shows the new run. Other errors end the stream as well: those of
+// Status, or ctx.Err() when ctx ends.
+//
+// Watch returns an iterator rather than a channel: the loop runs on the
+// caller's goroutine, so there is no goroutine to leak and nothing to
+// close; breaking out of the range, or ctx ending, unsubscribes at once.
+// Changes are coalesced: a consumer that reads slowly is never queued a
+// backlog, it sees the latest state of the task when it reads next, and
+// its memory stays bounded. A slow consumer never slows the run:
+// Task.SetProgress only stores a number and, while someone subscribes,
+// hands the run to the runtime's progress pump without blocking. Per run,
+// snapshots arrive in the order of the writes that made them, and the
+// terminal one is always delivered, last.
+//
+// Changes made by this runtime reach Watch without a store read. A task
+// run by another process is followed through the store's notices (see
+// Notifier) with a store read per notice, or read every 50ms over a store
+// without them.
+func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) iter.Seq2[Snapshot, error] {
+	return func(yield func(Snapshot, error) bool) {
+		c, err := resolve(auth)
+		if err == nil {
+			err = validateID(id)
+		}
+		if err == nil {
+			err = rt.ensureLease(ctx)
+		}
+		if err != nil {
+			yield(Snapshot{}, err)
+			return
+		}
+		s := rt.subscribe(c, id, Filter{})
+		defer rt.hub.remove(s)
+		_, notices := any(rt.store).(Notifier)
+		var last Snapshot
+		emit := func(snap Snapshot) (more bool) {
+			if sameSnapshot(&last, &snap) {
+				return true
+			}
+			last = snap
+			return yield(snap, nil) && !snap.Status.Terminal()
+		}
+		read := true // the first snapshot is read from the store
+		for {
+			if read {
+				read = false
+				rec, err := rt.visibleRecord(ctx, id, auth)
+				if err != nil {
+					yield(Snapshot{}, err)
+					return
+				}
+				if !emit(rt.snapshot(&rec)) {
+					return
+				}
+			}
+			slots, stale, resync := s.take()
+			for _, sl := range slots {
+				if sl.revoked {
+					yield(Snapshot{}, ErrNotFound)
+					return
+				}
+				if sl.ended != nil && !emit(*sl.ended) {
+					return
+				}
+				if !emit(sl.snap) {
+					return
+				}
+			}
+			if len(stale) > 0 || resync {
+				read = true
+				continue
+			}
+			var poll <-chan time.Time
+			if !notices && rt.handle(id, last.RunID) == nil {
+				poll = time.After(waitPoll) // followed by polling
+			} else {
+				poll = time.After(waitFallback) // a notice may be lost
+			}
+			select {
+			case <-s.wake:
+			case <-poll:
+				read = true
+			case <-ctx.Done():
+				yield(Snapshot{}, ctx.Err())
+				return
+			}
+		}
+	}
+}
+
+// Subscribe yields a snapshot each time a task the caller may see
+// changes: for an Owner the tasks it owns or watches, for System every
+// task, narrowed by the same options as List (WithStatus, WithQueue;
+// WithLimit does not apply to a stream). It begins with the current
+// snapshot of every live task that passes, and runs until ctx ends or the
+// consumer stops ranging; ctx's end is yielded as its error. A task the
+// caller may not see is never yielded, including the new run of a key
+// re-run without the caller among its watchers.
+//
+// Like Watch it is an iterator on the caller's goroutine, coalescing per
+// task with bounded memory: a consumer that falls far behind (more than
+// 256 tasks with undelivered changes) skips to a fresh read of every live
+// task. Per task, snapshots arrive in order and a run's terminal snapshot
+// is always delivered, unless that resynchronization passed over it.
+// Changes made by this runtime need no store read; tasks run by other
+// processes are followed through the store's notices, or by reading the
+// live tasks every second.
+func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ...ListOption) iter.Seq2[Snapshot, error] {
+	return func(yield func(Snapshot, error) bool) {
+		c, err := resolve(auth)
+		if err == nil {
+			err = rt.ensureLease(ctx)
+		}
+		if err != nil {
+			yield(Snapshot{}, err)
+			return
+		}
+		var f Filter
+		for _, opt := range opts {
+			opt(&f)
+		}
+		s := rt.subscribe(c, "", f)
+		defer rt.hub.remove(s)
+		_, notices := any(rt.store).(Notifier)
+		// tracked is the last snapshot yielded of each live task.
+		tracked := make(map[string]Snapshot)
+		pass := func(snap *Snapshot) bool {
+			return (len(f.Statuses) == 0 || contains(f.Statuses, snap.Status)) &&
+				(f.Queue == "" || f.Queue == snap.Queue)
+		}
+		// ended is the run last seen to end, per task: nothing of it
+		// follows its terminal snapshot, whichever path brings it again.
+		ended := make(map[string]string)
+		emit := func(snap Snapshot) bool {
+			if ended[snap.ID] == snap.RunID {
+				return true
+			}
+			last, ok := tracked[snap.ID]
+			if ok && sameSnapshot(&last, &snap) {
+				return true
+			}
+			if snap.Status.Terminal() {
+				delete(tracked, snap.ID)
+				if len(ended) >= maxTracked {
+					clear(ended)
+				}
+				ended[snap.ID] = snap.RunID
+			} else if ok || len(tracked) < maxTracked {
+				tracked[snap.ID] = snap
+			}
+			if !pass(&snap) {
+				return true
+			}
+			return yield(snap, nil)
+		}
+		lf := Filter{Statuses: []Status{StatusPending, StatusRunning}, Queue: f.Queue}
+		if !c.system {
+			lf.VisibleTo = c.userID
+		}
+		first := true
+		resync := true
+		var stale []string
+		for {
+			if resync {
+				recs, err := rt.store.ListTasks(ctx, lf)
+				if err != nil {
+					yield(Snapshot{}, err)
+					return
+				}
+				live := make(map[string]struct{}, len(recs))
+				for i := range recs {
+					live[recs[i].ID] = struct{}{}
+					if !first && rt.handle(recs[i].ID, recs[i].RunID) != nil {
+						continue // this runtime's own: its changes arrive as events
+					}
+					if !emit(rt.snapshot(&recs[i])) {
+						return
+					}
+				}
+				for id := range tracked {
+					if _, ok := live[id]; !ok {
+						stale = append(stale, id) // ended or replaced elsewhere
+					}
+				}
+				first, resync = false, false
+			}
+			for _, id := range stale {
+				rec, err := rt.visibleRecord(ctx, id, auth)
+				switch {
+				case err == ErrNotFound:
+					delete(tracked, id)
+				case err != nil:
+					yield(Snapshot{}, err)
+					return
+				default:
+					if !emit(rt.snapshot(&rec)) {
+						return
+					}
+				}
+			}
+			stale = stale[:0]
+			var slots []slot
+			slots, stale, resync = s.take()
+			for _, sl := range slots {
+				if sl.ended != nil && !emit(*sl.ended) {
+					return
+				}
+				if !emit(sl.snap) {
+					return
+				}
+			}
+			if len(stale) > 0 || resync || len(slots) > 0 {
+				continue
+			}
+			var poll <-chan time.Time
+			if !notices {
+				poll = time.After(subscribePoll)
+			}
+			select {
+			case <-s.wake:
+			case <-poll:
+				resync = true
+			case <-ctx.Done():
+				yield(Snapshot{}, ctx.Err())
+				return
+			}
+		}
+	}
+}
+
+func contains(ss []Status, s Status) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// sameSnapshot reports whether b says nothing a consumer of a has not
+// seen.
+func sameSnapshot(a, b *Snapshot) bool {
+	return a.RunID == b.RunID && a.Status == b.Status && a.Progress == b.Progress &&
+		a.Attempt == b.Attempt && a.Error == b.Error && a.WatcherCount == b.WatcherCount
 }

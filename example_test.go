@@ -86,17 +86,56 @@ func ExampleRuntime_Cancel() {
 	}, alice)
 	<-started
 
-	if err := rt.Cancel(ctx, sub.ID, alice); err != nil {
+	if err := rt.Cancel(ctx, sub.ID, alice, workers.WithReason("wrong input file")); err != nil {
 		fmt.Println(err)
 	}
 	snap, _ := rt.Wait(ctx, sub.ID, alice)
 	fmt.Printf("%s: %s\n", snap.Status, snap.Error)
+	fmt.Printf("by %s: %s\n", snap.CancelledBy, snap.CancelReason)
 	fmt.Println(errors.Is(snap.Err(), workers.ErrCancelled))
 	fmt.Println(rt.Cancel(ctx, sub.ID, alice))
 	// Output:
 	// cancelled: Cancelled by user
+	// by alice: wrong input file
 	// true
 	// workers: task already finished
+}
+
+func ExampleRuntime_Watch() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	next := make(chan struct{})
+	sub, _ := rt.Submit(ctx, "import", func(ctx context.Context, t *workers.Task) (any, error) {
+		for p := 25; p <= 100; p += 25 {
+			<-next // one step per snapshot seen, so that none is coalesced away
+			t.SetProgress(p)
+		}
+		<-next
+		return "imported", nil
+	}, alice)
+
+	for snap, err := range rt.Watch(ctx, sub.ID, alice) {
+		if err != nil {
+			fmt.Println(err)
+			break
+		}
+		if snap.Status == workers.StatusRunning || snap.Status.Terminal() {
+			fmt.Println(snap.Status, snap.Progress)
+		}
+		if snap.Status == workers.StatusRunning {
+			next <- struct{}{}
+		}
+	}
+	// Output:
+	// running 0
+	// running 25
+	// running 50
+	// running 75
+	// running 100
+	// completed 100
 }
 
 func ExampleRuntime_SubmitSequential() {

@@ -307,6 +307,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 	})
 	rt.mu.Unlock()
 	changed := func(c Change) {
+		if rt.hub.n.Load() > 0 && !rt.ownNotice(c) {
+			rt.hub.remote(c)
+		}
 		if c.Resync {
 			rt.bells.ringAll()
 			mu.Lock()
@@ -336,6 +339,20 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			return
 		}
 	}
+}
+
+// ownNotice reports whether notice c is of a write this runtime made and
+// already published to its subscribers.
+func (rt *Runtime[S]) ownNotice(c Change) bool {
+	if c.Resync || c.RunID == "" {
+		return false
+	}
+	t := rt.handle(c.ID, c.RunID)
+	if t == nil {
+		return false
+	}
+	v := t.view.Load()
+	return v != nil && v.Status == c.Status
 }
 
 // endedElsewhere reports whether notice c may say that a run executing

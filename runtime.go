@@ -123,6 +123,7 @@ type Runtime[S Store] struct {
 
 	keys  *keyLocks // the task lock: serializes this process's decisions per id
 	bells bells     // wakes Wait when a task changes
+	hub   hub       // feeds Watch and Subscribe
 
 	lease  leaseState   // this instance's lease, over a Leaser store
 	gaveUp atomic.Int64 // run writes given up because the runtime was ending
@@ -468,6 +469,7 @@ func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o 
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		created: now(),
+		hub:     &rt.hub,
 	}
 	w := make([]string, 0, 1+len(o.watchers))
 	if !c.system {

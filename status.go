@@ -215,13 +215,27 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // landed all the same, it returns nil; otherwise the store error, and
 // nothing was cancelled.
 //
+// The record keeps who cancelled (the Owner's user id; empty for System)
+// and, with WithReason, why, and every Snapshot shows both, so an owner
+// sees that a watcher cancelled, and why.
+//
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process learns of it from the
 // store's notice (over a Notifier) or its sync loop (see
 // Config.SyncInterval) and cancels the run's context, and without either
 // the callback runs on until it returns. Either way its terminal write is
 // discarded, since it expects the record RUNNING.
-func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority) error {
+func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority, opts ...CancelOption) error {
+	var co cancelOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&co)
+		}
+	}
+	var by string // "" for System, as State.CancelledBy says
+	if c, err := resolve(auth); err == nil && !c.system {
+		by = c.userID
+	}
 	var runID string
 	for range registerAttempts {
 		rec, err := rt.visibleRecord(ctx, id, auth)
@@ -238,6 +252,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority)
 			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
 		}
 		causeOutcome(ErrCancelled).apply(&st, now())
+		st.CancelledBy, st.CancelReason = by, co.reason
 		// Fenced on the exact status read, so a start or retry that landed
 		// since the read is never overwritten with the older state.
 		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)

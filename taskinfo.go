@@ -48,6 +48,10 @@ type Task struct {
 
 	created time.Time     // when the run was registered
 	done    chan struct{} // closed when the run has settled
+
+	hub   *hub                     // the runtime's subscribers, told of progress
+	poked atomic.Bool              // queued for the hub's progress pump
+	view  atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
 }
 
 // ID returns the scoped task id.
@@ -67,9 +71,16 @@ func (t *Task) Attempt() int { return int(t.attempt.Load()) }
 // outside it. It is the only way to write progress, and it is cheap: the
 // value lives on the run and reaches the store with the run's next
 // transition, or within one Config.SyncInterval when the sync loop runs,
-// while Runtime.Status reads it live.
+// while Runtime.Status reads it live. While someone watches (see
+// Runtime.Watch), a change also queues the run for the runtime's
+// progress pump, at most once until the pump takes it: SetProgress
+// never blocks on a subscriber and does not allocate (the pump's queue
+// reuses its buffers).
 func (t *Task) SetProgress(p int) {
-	t.progress.Store(int32(min(max(p, 0), 100)))
+	v := int32(min(max(p, 0), 100))
+	if t.progress.Swap(v) != v && t.hub != nil && t.hub.n.Load() > 0 {
+		t.hub.poke(t)
+	}
 }
 
 // Progress returns the last value passed to SetProgress.
@@ -122,6 +133,12 @@ type Snapshot struct {
 	Queue       string    // the sequential queue, or "" for the async path
 	// WatcherCount is how many identities are granted the task.
 	WatcherCount int
+	// CancelledBy is who cancelled the task through Runtime.Cancel: the
+	// Owner's user id. It is empty for a cancel by System (Cause is then
+	// CauseCancelled) and for every other ending.
+	CancelledBy string
+	// CancelReason is the reason given with WithReason, if any.
+	CancelReason string
 }
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
@@ -137,21 +154,29 @@ func (s Snapshot) Err() error {
 }
 
 func snapshotOf(r *Record) Snapshot {
-	return Snapshot{
+	s := Snapshot{
 		ID:           r.ID,
 		RunID:        r.RunID,
-		Status:       r.Status,
-		Progress:     r.Progress,
-		Attempt:      r.Attempt,
-		Result:       r.Result,
-		Error:        r.Error,
-		Cause:        r.Cause,
 		CreatedAt:    r.CreatedAt,
-		StartedAt:    r.StartedAt,
-		CompletedAt:  r.CompletedAt,
 		Queue:        r.Queue,
 		WatcherCount: len(r.Watchers),
 	}
+	s.setState(&r.State)
+	return s
+}
+
+// setState copies the fields a State holds into s.
+func (s *Snapshot) setState(st *State) {
+	s.Status = st.Status
+	s.Progress = st.Progress
+	s.Attempt = st.Attempt
+	s.Result = st.Result
+	s.Error = st.Error
+	s.Cause = st.Cause
+	s.StartedAt = st.StartedAt
+	s.CompletedAt = st.CompletedAt
+	s.CancelledBy = st.CancelledBy
+	s.CancelReason = st.CancelReason
 }
 
 // ResultAs decodes a task's stored JSON result into a T. Every store

@@ -55,9 +55,21 @@
 // that sticks and the one recorded: the record keeps a [Cause] code beside
 // its message, and [Snapshot.Err] unwraps to the cause the code names. The
 // cancel function is private to the runtime, and the message stored for
-// each cause comes from one table. The context keeps the values of the
+// each cause comes from one table. A cancel through [Runtime.Cancel] also
+// records who cancelled and, with [WithReason], why
+// ([Snapshot.CancelledBy], [Snapshot.CancelReason]). The context keeps the values of the
 // submission's context (a trace span, a request id), never its
 // cancellation or deadline.
+//
+// # Live events
+//
+// [Runtime.Watch] yields one task's snapshots as they change, ending
+// after its terminal one; [Runtime.Subscribe] yields changes of every
+// task the caller may see. Both are authorized when they start and on
+// every run change, coalesce per task so that a slow reader sees the
+// latest state rather than a backlog, and never slow a run. Package
+// github.com/taskgate/workers/workershttp serves them, with list,
+// status and cancel, over HTTP.
 //
 // # Stores
 //

@@ -5,10 +5,11 @@
 // file, submits tasks for two owners, lets one finish and leaves the
 // others mid-run or waiting in a queue, and is then killed with SIGKILL,
 // as a crash or an OOM kill would end it: no Shutdown, no last write.
-// Phase two, in this process, opens the same file with a new runtime
-// configured to recover zombies. The runs the crash left RUNNING or
-// PENDING end FAILED as abandoned, the finished task keeps its result,
-// authorization holds as before, and a recovered key runs again.
+// Phase two, in this process, opens the same file with a new runtime.
+// Once the dead process's lease has expired, the new runtime's recovery
+// loop ends the runs the crash left RUNNING or PENDING: FAILED, as
+// abandoned. The finished task keeps its result, authorization holds as
+// before, and a recovered key runs again.
 //
 //	go run ./examples/durable [-db file]
 package main
@@ -29,6 +30,11 @@ import (
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/sqlite"
 )
+
+// leaseInterval is how often each phase's runtime renews its lease; a
+// lease expires five intervals after its last renewal (the default
+// ratio), and the recovery loop runs every interval.
+const leaseInterval = 100 * time.Millisecond
 
 // The environment tells a re-executed copy of this program that it is
 // phase one, and where the database is.
@@ -183,8 +189,9 @@ func phaseOne(ctx context.Context, out io.Writer, parent io.Reader, path string)
 		return err
 	}
 	// The sync loop stores running tasks' progress as they go, so what
-	// they reached survives the crash.
-	rt := workers.NewRuntime(s, workers.Config{SyncInterval: 20 * time.Millisecond})
+	// they reached survives the crash; a short lease lets phase two
+	// recover the runs soon after it.
+	rt := workers.NewRuntime(s, workers.Config{SyncInterval: 20 * time.Millisecond, LeaseInterval: leaseInterval})
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
@@ -227,7 +234,7 @@ func phaseOne(ctx context.Context, out io.Writer, parent io.Reader, path string)
 	return errors.New("the parent went away before killing phase one")
 }
 
-// phaseTwo opens the file the crashed process left, recovers its zombie
+// phaseTwo opens the file the crashed process left, recovers its dead
 // runs and shows what survived.
 func phaseTwo(ctx context.Context, out io.Writer, path string) error {
 	s, err := sqlite.Open(ctx, path)
@@ -249,9 +256,16 @@ func phaseTwo(ctx context.Context, out io.Writer, path string) error {
 	fmt.Fprintln(out, "  no process is left to finish the running and pending ones")
 	fmt.Fprintln(out)
 
-	rt := workers.NewRuntime(s, workers.Config{RecoverZombies: true})
+	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: leaseInterval})
 	if err := rt.Start(ctx); err != nil {
 		return err
+	}
+	// Wait returns when a record ends: here, when the recovery loop finds
+	// the dead process's lease expired.
+	for i, tk := range tasks {
+		if _, err := rt.Wait(ctx, id(i), tk.owner); err != nil {
+			return err
+		}
 	}
 	shutdown := func() error {
 		ctx, cancel := context.WithTimeout(ctx, limit)
@@ -270,10 +284,11 @@ func phaseTwo(ctx context.Context, out io.Writer, path string) error {
 	return nil
 }
 
-// show prints what Start's zombie recovery made of the records, checks
+// show prints what the recovery loop made of the records, checks
 // authorization after the restart and runs a recovered key again.
 func show(ctx context.Context, out io.Writer, rt *workers.Runtime[*sqlite.Store]) error {
-	fmt.Fprintln(out, "phase 2: Start with RecoverZombies; the records now say")
+	fmt.Fprintf(out, "phase 2: once the dead process's lease expired (%v after its last renewal), the recovery loop ended its runs; the records now say\n",
+		5*leaseInterval)
 	abandoned := 0
 	for i, tk := range tasks {
 		snap, err := rt.Status(ctx, id(i), tk.owner)

@@ -1,21 +1,25 @@
-// Command httpserver is a small JSON API over a workers runtime: submit,
-// status, list and cancel, each acting for the owner named in the X-User
-// request header (a stand-in for real authentication). SIGINT or SIGTERM
+// Command httpserver is a small JSON API over a workers runtime, built on
+// package workershttp: submit (the application's own route), and
+// workershttp's list, status, cancel, live events and dashboard, each
+// acting for the owner named in the X-User request header or the cookie
+// /login sets (a stand-in for real authentication). SIGINT or SIGTERM
 // shuts the HTTP server down, then drains the runtime, within one bound.
 //
 //	go run ./examples/httpserver &
-//	curl -XPOST -H 'X-User: alice' 'localhost:8080/tasks?key=report&steps=20'
+//	curl -XPOST -H 'X-User: alice' 'localhost:8080/tasks?key=report&steps=200'
 //	curl -H 'X-User: alice' localhost:8080/tasks/alice::report
-//	curl -H 'X-User: alice' localhost:8080/tasks
-//	curl -XDELETE -H 'X-User: alice' localhost:8080/tasks/alice::report
+//	curl -N -H 'X-User: alice' localhost:8080/tasks/alice::report/events
+//	curl -H 'X-User: alice' 'localhost:8080/tasks?status=running&limit=10'
+//	curl -XPOST -H 'X-User: alice' -d '{"reason":"not needed"}' localhost:8080/tasks/alice::report/cancel
+//
+// The dashboard: open http://localhost:8080/login?user=alice in a browser.
 package main
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"net"
 	"net/http"
@@ -26,6 +30,7 @@ import (
 	"time"
 
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/workershttp"
 )
 
 func main() {
@@ -81,72 +86,62 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	return httpErr
 }
 
-// newAPI returns the JSON API's handler.
+// newAPI returns the service's handler: the submit route, which is the
+// application's since it chooses the Func, beside workershttp's routes
+// for listing, status, cancel, live events and the dashboard.
 func newAPI[S workers.Store](rt *workers.Runtime[S]) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /tasks", func(w http.ResponseWriter, r *http.Request) {
-		owner, ok := ownerOf(w, r)
-		if !ok {
+	submit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth, err := authenticate(r)
+		if err != nil {
+			workershttp.WriteError(w, workershttp.ErrUnauthenticated)
 			return
 		}
 		steps, err := strconv.Atoi(cmp.Or(r.URL.Query().Get("steps"), "10"))
 		if err != nil || steps < 1 || steps > 1000 {
-			writeError(w, http.StatusBadRequest, errors.New("steps must be 1 to 1000"))
+			workershttp.WriteError(w, fmt.Errorf("%w: steps must be 1 to 1000", workershttp.ErrBadRequest))
 			return
 		}
 		key := r.URL.Query().Get("key")
 		var sub workers.Submission
 		if q := r.URL.Query().Get("queue"); q != "" {
-			sub, err = rt.SubmitSequential(r.Context(), q, key, demoTask(steps), owner)
+			sub, err = rt.SubmitSequential(r.Context(), q, key, demoTask(steps), auth)
 		} else {
-			sub, err = rt.Submit(r.Context(), key, demoTask(steps), owner)
+			sub, err = rt.Submit(r.Context(), key, demoTask(steps), auth)
 		}
-		if err != nil {
-			writeError(w, statusFor(err), err)
-			return
-		}
-		code := http.StatusAccepted
-		if sub.Joined {
-			code = http.StatusOK
-		}
-		writeJSON(w, code, sub)
+		workershttp.WriteSubmission(w, "", sub, err)
 	})
-	mux.HandleFunc("GET /tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
-		owner, ok := ownerOf(w, r)
-		if !ok {
-			return
-		}
-		snap, err := rt.Status(r.Context(), r.PathValue("id"), owner)
-		if err != nil {
-			writeError(w, statusFor(err), err)
-			return
-		}
-		writeJSON(w, http.StatusOK, snap)
-	})
-	mux.HandleFunc("GET /tasks", func(w http.ResponseWriter, r *http.Request) {
-		owner, ok := ownerOf(w, r)
-		if !ok {
-			return
-		}
-		list, err := rt.List(r.Context(), owner)
-		if err != nil {
-			writeError(w, statusFor(err), err)
-			return
-		}
-		writeJSON(w, http.StatusOK, list)
-	})
-	mux.HandleFunc("DELETE /tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
-		owner, ok := ownerOf(w, r)
-		if !ok {
-			return
-		}
-		if err := rt.Cancel(r.Context(), r.PathValue("id"), owner); err != nil {
-			writeError(w, statusFor(err), err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.Handle("POST /tasks", http.NewCrossOriginProtection().Handler(submit))
+	mux.HandleFunc("GET /login", login)
+	mux.Handle("/", workershttp.Handler(rt, authenticate, workershttp.WithDashboard()))
 	return mux
+}
+
+// authenticate reads the caller from the X-User request header, or from
+// the user cookie that /login sets for a browser (an EventSource cannot
+// send headers). A real service takes the identity from its own
+// authentication; a missing or invalid one is refused, never passed on
+// as an empty identity.
+func authenticate(r *http.Request) (workers.TaskAuthority, error) {
+	user := r.Header.Get("X-User")
+	if user == "" {
+		if c, err := r.Cookie("user"); err == nil {
+			user = c.Value
+		}
+	}
+	return workers.NewOwner(user)
+}
+
+// login is the demo's stand-in for signing in: it remembers ?user= in a
+// cookie and opens the dashboard.
+func login(w http.ResponseWriter, r *http.Request) {
+	owner, err := workers.NewOwner(r.URL.Query().Get("user"))
+	if err != nil {
+		workershttp.WriteError(w, fmt.Errorf("%w: %v", workershttp.ErrBadRequest, err))
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: "user", Value: owner.ID(), Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 // demoTask stands in for real work: steps of 100ms, with progress.
@@ -164,43 +159,4 @@ func demoTask(steps int) workers.Func {
 		}
 		return map[string]int{"steps": steps}, nil
 	}
-}
-
-// ownerOf reads the caller from the X-User header. A real service takes
-// it from its authentication; a missing or invalid one is refused here,
-// never passed on as an empty identity.
-func ownerOf(w http.ResponseWriter, r *http.Request) (workers.Owner, bool) {
-	owner, err := workers.NewOwner(r.Header.Get("X-User"))
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
-		return workers.Owner{}, false
-	}
-	return owner, true
-}
-
-// statusFor maps the library's errors to HTTP statuses.
-func statusFor(err error) int {
-	switch {
-	case errors.Is(err, workers.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, workers.ErrUnauthorized):
-		return http.StatusForbidden
-	case errors.Is(err, workers.ErrFinished):
-		return http.StatusConflict
-	case errors.Is(err, workers.ErrClosed):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, workers.ErrInvalidKey), errors.Is(err, workers.ErrInvalidOption):
-		return http.StatusBadRequest
-	}
-	return http.StatusInternalServerError
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/workershttp"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -45,34 +46,35 @@ func TestAPI(t *testing.T) {
 	c := client{t, srv.URL}
 	defer srv.Close()
 
-	var sub workers.Submission
+	var sub workershttp.SubmissionResponse
 	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=report&steps=1000", "alice", &sub))
 	assert.Equal(t, "alice::report", sub.ID)
-	var joined workers.Submission
+	var joined workershttp.SubmissionResponse
 	require.Equal(t, http.StatusOK, c.do("POST", "/tasks?key=report", "alice", &joined))
 	assert.True(t, joined.Joined)
 
-	var snap workers.Snapshot
+	var snap workershttp.Task
 	require.Equal(t, http.StatusOK, c.do("GET", "/tasks/alice::report", "alice", &snap))
 	assert.Equal(t, sub.RunID, snap.RunID)
 	assert.Equal(t, http.StatusNotFound, c.do("GET", "/tasks/alice::report", "bob", nil), "bob cannot see alice's task")
-	assert.Equal(t, http.StatusNotFound, c.do("DELETE", "/tasks/alice::report", "bob", nil))
+	assert.Equal(t, http.StatusNotFound, c.do("POST", "/tasks/alice::report/cancel", "bob", nil))
 	assert.Equal(t, http.StatusUnauthorized, c.do("GET", "/tasks", "", nil), "no identity, no access")
 	assert.Equal(t, http.StatusUnauthorized, c.do("GET", "/tasks", "a::b", nil))
 	assert.Equal(t, http.StatusBadRequest, c.do("POST", "/tasks?key=", "alice", nil))
 	assert.Equal(t, http.StatusBadRequest, c.do("POST", "/tasks?key=x&steps=0", "alice", nil))
 
-	var list []workers.Snapshot
+	var list workershttp.Page
 	require.Equal(t, http.StatusOK, c.do("GET", "/tasks", "alice", &list))
-	require.Len(t, list, 1)
+	require.Len(t, list.Tasks, 1)
 	require.Equal(t, http.StatusOK, c.do("GET", "/tasks", "bob", &list))
-	assert.Empty(t, list)
+	assert.Empty(t, list.Tasks)
 
-	require.Equal(t, http.StatusNoContent, c.do("DELETE", "/tasks/alice::report", "alice", nil))
-	assert.Equal(t, http.StatusConflict, c.do("DELETE", "/tasks/alice::report", "alice", nil))
+	require.Equal(t, http.StatusOK, c.do("POST", "/tasks/alice::report/cancel", "alice", nil))
+	assert.Equal(t, http.StatusConflict, c.do("POST", "/tasks/alice::report/cancel", "alice", nil))
 	require.Equal(t, http.StatusOK, c.do("GET", "/tasks/alice::report", "alice", &snap))
 	assert.Equal(t, workers.StatusCancelled, snap.Status)
 	assert.Equal(t, "Cancelled by user", snap.Error)
+	assert.Equal(t, "alice", snap.CancelledBy)
 
 	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=seq&steps=1&queue=reports", "alice", &sub))
 	require.NoError(t, rt.Shutdown(context.Background()))
@@ -88,7 +90,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- serve(ctx, ln, 5*time.Second) }()
 	c := client{t, "http://" + ln.Addr().String()}
-	var sub workers.Submission
+	var sub workershttp.SubmissionResponse
 	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=long&steps=1000", "alice", &sub))
 	http.DefaultClient.CloseIdleConnections()
 	stop()

@@ -130,10 +130,10 @@ func (s *stallingLeaser) LiveInstances(ctx context.Context) ([]string, error) {
 	return s.l.LiveInstances(ctx)
 }
 
-// The lease of the stall tests: renewed every 100 ms, expiring after 500.
+// The lease of the stall tests: renewed every 100 ms, expiring after 1 s.
 const (
 	stallInterval = 100 * time.Millisecond
-	stallTTL      = 500 * time.Millisecond
+	stallTTL      = time.Second
 )
 
 // blockedUntil returns a callback that runs until release is closed and
@@ -161,8 +161,11 @@ func slowRenewals(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	recv(t, started, "the run starting")
-	slow.delay.Store(int64(stallTTL - stallInterval - 50*time.Millisecond))
-	deadline := time.Now().Add(6 * stallTTL)
+	// Each renewal lands 0.6 s after it began, well past the interval
+	// and 0.3 s short of the lease's end, which leaves room for a loaded
+	// machine.
+	slow.delay.Store(int64(stallTTL - stallInterval - 300*time.Millisecond))
+	deadline := time.Now().Add(4 * stallTTL)
 	for time.Now().Before(deadline) {
 		snap, err := a.Status(t.Context(), sub.ID, workers.System)
 		if err != nil {

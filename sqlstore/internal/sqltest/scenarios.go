@@ -394,7 +394,7 @@ func killedParent(p *parent) {
 
 // killedLease is the lease interval of the killed scenario's runtimes:
 // the child's lease expires five of them after the kill.
-const killedLease = 50 * time.Millisecond
+const killedLease = 200 * time.Millisecond
 
 // killedKept counts the runs each surviving replica keeps live.
 const killedKept = 2

@@ -1,0 +1,428 @@
+package workers
+
+import (
+	"context"
+	"iter"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// collect ranges over seq until it ends, failing after a deadline.
+func collect(t *testing.T, seq iter.Seq2[Snapshot, error]) (snaps []Snapshot, err error) {
+	t.Helper()
+	for s, e := range seq {
+		if e != nil {
+			return snaps, e
+		}
+		snaps = append(snaps, s)
+	}
+	return snaps, nil
+}
+
+func TestWatchSeesProgressLiveAndEndsWithTerminal(t *testing.T) {
+	rt := memRuntime(t)
+	seen50 := make(chan struct{})
+	fn := func(ctx context.Context, tk *Task) (any, error) {
+		for p := 0; p <= 50; p += 5 {
+			tk.SetProgress(p)
+		}
+		<-seen50 // only a live progress event gets past this: no sync loop runs
+		for p := 55; p <= 100; p += 5 {
+			tk.SetProgress(p)
+		}
+		return "done", nil
+	}
+	sub, err := rt.Submit(ctx, "job", fn, alice)
+	require.NoError(t, err)
+	var snaps []Snapshot
+	closed := false
+	for s, err := range rt.Watch(ctx, sub.ID, alice) {
+		require.NoError(t, err)
+		snaps = append(snaps, s)
+		if s.Progress >= 50 && !closed {
+			closed = true
+			close(seen50)
+		}
+	}
+	require.True(t, closed, "progress 50 was delivered while the run waited")
+	last := snaps[len(snaps)-1]
+	assert.Equal(t, StatusCompleted, last.Status, "the terminal snapshot comes last")
+	for i := 1; i < len(snaps); i++ {
+		assert.GreaterOrEqual(t, snaps[i].Progress, snaps[i-1].Progress, "progress never goes back")
+		assert.False(t, snaps[i-1].Status.Terminal(), "nothing follows the terminal snapshot")
+	}
+}
+
+func TestWatchRefusesNonWatcher(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	snaps, err := collect(t, rt.Watch(ctx, sub.ID, bob))
+	assert.ErrorIs(t, err, ErrNotFound)
+	assert.Empty(t, snaps, "a non-watcher sees nothing")
+	_, err = collect(t, rt.Watch(ctx, sub.ID, nil))
+	assert.ErrorIs(t, err, ErrNoAuthority)
+	g.open()
+}
+
+func TestWatchOfAFinishedTaskYieldsItsEnd(t *testing.T) {
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "job", returns(1, nil), alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	snaps, err := collect(t, rt.Watch(ctx, sub.ID, alice))
+	require.NoError(t, err)
+	require.Len(t, snaps, 1)
+	assert.Equal(t, StatusCompleted, snaps[0].Status)
+}
+
+func TestWatchEndsWithNotFoundWhenReRunExcludesWatcher(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "shared", g.fn, alice, WithScope(ScopeGlobal), WithWatchers(bob))
+	require.NoError(t, err)
+	next, stop := iter.Pull2(rt.Watch(ctx, sub.ID, bob))
+	defer stop()
+	first, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	assert.Equal(t, sub.RunID, first.RunID)
+
+	// bob stalls; the run ends and alice re-runs the key without him.
+	g.open()
+	_, err = collect(t, rt.Watch(ctx, sub.ID, alice)) // returns once the end was published
+	require.NoError(t, err)
+	g2 := newGate()
+	sub2, err := rt.Submit(ctx, "shared", g2.fn, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	require.NotEqual(t, sub.RunID, sub2.RunID)
+
+	snap, err, ok := next()
+	require.True(t, ok)
+	assert.ErrorIs(t, err, ErrNotFound, "a watcher of the old run only learns that it may no longer look")
+	assert.Empty(t, snap.RunID)
+	_, _, ok = next()
+	assert.False(t, ok, "the stream has ended")
+	g2.open()
+}
+
+func TestSubscribeShowsOnlyVisibleTasks(t *testing.T) {
+	rt := memRuntime(t)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next, stop := iter.Pull2(rt.Subscribe(sctx, bob))
+	defer stop()
+	g := newGate()
+	live, err := rt.Submit(ctx, "live", g.fn, bob)
+	require.NoError(t, err)
+	defer g.open()
+	first, err, _ := next() // subscribed: the live task comes first
+	require.NoError(t, err)
+	require.Equal(t, live.ID, first.ID)
+
+	shared, err := rt.Submit(ctx, "shared", returns(1, nil), alice, WithScope(ScopeGlobal), WithWatchers(bob))
+	require.NoError(t, err)
+	settled(t, rt, shared.ID)
+	_, err = rt.Submit(ctx, "private", returns(1, nil), alice)
+	require.NoError(t, err)
+	rerun, err := rt.Submit(ctx, "shared", returns(2, nil), alice, WithScope(ScopeGlobal)) // bob no longer a watcher
+	require.NoError(t, err)
+	settled(t, rt, rerun.ID)
+	own, err := rt.Submit(ctx, "mine", returns(3, nil), bob)
+	require.NoError(t, err)
+	settled(t, rt, own.ID)
+
+	// Order holds per task, not across tasks: read until both of bob's
+	// finished tasks have ended.
+	check := func(s Snapshot) {
+		require.NotEqual(t, rerun.RunID, s.RunID, "the re-run without bob never reaches him")
+		assert.True(t, s.ID == shared.ID || s.ID == own.ID || s.ID == live.ID, "only bob's tasks: got %s", s.ID)
+	}
+	var sharedEnd, ownEnd bool
+	for !sharedEnd || !ownEnd {
+		s, err, ok := next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		check(s)
+		sharedEnd = sharedEnd || (s.RunID == shared.RunID && s.Status.Terminal())
+		ownEnd = ownEnd || (s.RunID == own.RunID && s.Status.Terminal())
+	}
+	cancel()
+	for {
+		s, err, ok := next()
+		require.True(t, ok)
+		if err != nil {
+			assert.ErrorIs(t, err, context.Canceled, "ctx's end ends the stream")
+			break
+		}
+		check(s)
+	}
+}
+
+func TestStalledSubscriberGetsLatestNotBacklog(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "start")
+	next, stop := iter.Pull2(rt.Watch(ctx, sub.ID, alice))
+	defer stop()
+	_, err, _ = next() // subscribed; now stall
+	require.NoError(t, err)
+	tk := g.task.Load()
+	for i := range 100_000 {
+		tk.SetProgress(i % 101) // never blocks on the stalled reader
+	}
+	tk.SetProgress(100)
+	g.open()
+	settled(t, rt, sub.ID)
+	var rest []Snapshot
+	for {
+		s, err, ok := next()
+		if !ok {
+			break
+		}
+		require.NoError(t, err)
+		rest = append(rest, s)
+	}
+	require.NotEmpty(t, rest)
+	assert.LessOrEqual(t, len(rest), 3, "coalesced to the latest state, not a backlog")
+	assert.Equal(t, StatusCompleted, rest[len(rest)-1].Status)
+	assert.Equal(t, int32(0), rt.hub.n.Load(), "the subscription ended with the range")
+}
+
+func TestWatchFollowsAnotherRuntimesTask(t *testing.T) {
+	store := NewMemStore()
+	rt1 := newRuntime(t, store, Config{})
+	rt2 := newRuntime(t, store, Config{})
+	g := newGate()
+	sub, err := rt2.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "start")
+	next, stop := iter.Pull2(rt1.Watch(ctx, sub.ID, alice))
+	defer stop()
+	s, err, _ := next()
+	require.NoError(t, err)
+	assert.Equal(t, StatusRunning, s.Status)
+	g.open()
+	for {
+		s, err, ok := next()
+		require.True(t, ok, "the stream ends with the terminal snapshot")
+		require.NoError(t, err)
+		if s.Status.Terminal() {
+			assert.Equal(t, StatusCompleted, s.Status)
+			break
+		}
+	}
+}
+
+func TestWatchEndsWithContext(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got error
+	for _, err := range rt.Watch(wctx, sub.ID, alice) {
+		if err != nil {
+			got = err
+			break
+		}
+		cancel()
+	}
+	assert.ErrorIs(t, got, context.Canceled)
+	assert.Equal(t, int32(0), rt.hub.n.Load())
+	g.open()
+}
+
+func TestCancelRecordsActorAndReason(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "shared", g.fn, alice, WithScope(ScopeGlobal), WithWatchers(bob))
+	require.NoError(t, err)
+	require.NoError(t, rt.Cancel(ctx, sub.ID, bob, WithReason("  too\nslow\x00 \u202e now ")))
+	snap, err := rt.Status(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCancelled, snap.Status)
+	assert.Equal(t, "bob", snap.CancelledBy, "the owner sees that a watcher cancelled")
+	assert.Equal(t, "too slow now", snap.CancelReason, "control and format characters are cleaned")
+
+	g2 := newGate()
+	sub2, err := rt.Submit(ctx, "other", g2.fn, alice)
+	require.NoError(t, err)
+	require.NoError(t, rt.Cancel(ctx, sub2.ID, System, WithReason(strings.Repeat("é", MaxReasonLen))))
+	snap, err = rt.Status(ctx, sub2.ID, alice)
+	require.NoError(t, err)
+	assert.Empty(t, snap.CancelledBy, "System is no user")
+	assert.Equal(t, CauseCancelled, snap.Cause)
+	assert.LessOrEqual(t, len(snap.CancelReason), MaxReasonLen)
+	assert.True(t, strings.HasPrefix(snap.CancelReason, "éé"))
+	assert.NotContains(t, snap.CancelReason, "\uFFFD", "cut on a rune boundary")
+}
+
+// BenchmarkSetProgress measures SetProgress with nobody subscribed and
+// with a subscriber that never reads: the cost must not grow with the
+// stalled reader, and neither allocates.
+func BenchmarkSetProgress(b *testing.B) {
+	for _, stalled := range []bool{false, true} {
+		name := "no-subscriber"
+		if stalled {
+			name = "stalled-subscriber"
+		}
+		b.Run(name, func(b *testing.B) {
+			rt := memRuntime(b)
+			g := newGate()
+			sub, err := rt.Submit(ctx, "job", g.fn, alice)
+			require.NoError(b, err)
+			wait(b, g.started, "start")
+			if stalled {
+				next, stop := iter.Pull2(rt.Watch(ctx, sub.ID, alice))
+				defer stop()
+				next()
+			}
+			tk := g.task.Load()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				tk.SetProgress(i % 101)
+			}
+			b.StopTimer()
+			g.open()
+		})
+	}
+}
+
+// BenchmarkWatchManyTasks watches 10,000 tasks at once, one Watch each,
+// while every task reports progress in 10 steps and completes: events/s
+// is what the watchers received in all.
+func BenchmarkWatchManyTasks(b *testing.B) {
+	const tasks, steps = 10_000, 10
+	for b.Loop() {
+		b.StopTimer()
+		rt := NewRuntime(NewMemStore(), Config{})
+		release := make(chan struct{})
+		fn := func(ctx context.Context, tk *Task) (any, error) {
+			<-release
+			for p := 1; p <= steps; p++ {
+				tk.SetProgress(p * 100 / steps)
+			}
+			return nil, nil
+		}
+		ids := make([]string, tasks)
+		for i := range ids {
+			sub, err := rt.Submit(ctx, "t"+strconv.Itoa(i), fn, alice)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids[i] = sub.ID
+		}
+		var events atomic.Int64
+		var wg sync.WaitGroup
+		ready := make(chan struct{}, tasks)
+		for _, id := range ids {
+			wg.Go(func() {
+				first := true
+				for _, err := range rt.Watch(ctx, id, alice) {
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if first {
+						ready <- struct{}{}
+						first = false
+					}
+					events.Add(1)
+				}
+			})
+		}
+		for range tasks {
+			<-ready
+		}
+		b.StartTimer()
+		start := time.Now()
+		close(release)
+		wg.Wait()
+		elapsed := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(float64(events.Load())/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(events.Load())/tasks, "events/watcher")
+		if err := rt.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func TestSubscribeFollowsAnotherRuntimeByPolling(t *testing.T) {
+	store := NewMemStore() // no notices: Subscribe polls the live tasks
+	rt1 := newRuntime(t, store, Config{})
+	rt2 := newRuntime(t, store, Config{})
+	g := newGate()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next, stop := iter.Pull2(rt1.Subscribe(sctx, alice))
+	defer stop()
+	own := newGate()
+	_, err := rt1.Submit(ctx, "own", own.fn, alice)
+	require.NoError(t, err)
+	defer own.open()
+	_, err, _ = next() // subscribed
+	require.NoError(t, err)
+
+	sub, err := rt2.Submit(ctx, "remote", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "start")
+	seenLive := false
+	for {
+		s, err, ok := next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		if s.ID != sub.ID {
+			continue
+		}
+		if !s.Status.Terminal() && !seenLive {
+			seenLive = true
+			g.open() // end it once rt1 has seen it live
+			continue
+		}
+		if s.Status.Terminal() {
+			assert.True(t, seenLive)
+			assert.Equal(t, StatusCompleted, s.Status, "another runtime's end is read from the store")
+			break
+		}
+	}
+}
+
+func TestStalledSubscribeStaysBounded(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	_, err := rt.Submit(ctx, "live", g.fn, alice)
+	require.NoError(t, err)
+	defer g.open()
+	next, stop := iter.Pull2(rt.Subscribe(ctx, alice))
+	defer stop()
+	_, err, _ = next() // subscribed; never read again
+	require.NoError(t, err)
+	for i := range 3 * maxPending {
+		sub, err := rt.Submit(ctx, "t"+strconv.Itoa(i), returns(i, nil), alice)
+		require.NoError(t, err)
+		settled(t, rt, sub.ID)
+	}
+	rt.hub.mu.Lock()
+	defer rt.hub.mu.Unlock()
+	require.Len(t, rt.hub.all, 1)
+	for s := range rt.hub.all {
+		s.mu.Lock()
+		assert.LessOrEqual(t, len(s.slots), maxPending, "the inbox is bounded")
+		assert.True(t, s.resync, "past the bound, a re-read is due instead")
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,193 @@
+package browsertest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"go.uber.org/goleak"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/workershttp"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// chromium returns the browser to drive, or skips the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("WORKERS_TEST_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium: set WORKERS_TEST_CHROMIUM or install it (apt-get install chromium) to run the browser test")
+	return ""
+}
+
+// server is a service as an application writes it: a cookie names the
+// user, and the dashboard is served by workershttp.
+func server(rt *workers.Runtime[*workers.MemStore]) http.Handler {
+	auth := func(r *http.Request) (workers.TaskAuthority, error) {
+		c, err := r.Cookie("user")
+		if err != nil {
+			return nil, err
+		}
+		return workers.NewOwner(c.Value)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "user", Value: r.URL.Query().Get("user"), Path: "/"})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	})
+	mux.Handle("/", workershttp.Handler(rt, auth, workershttp.WithDashboard(), workershttp.WithHeartbeat(time.Second)))
+	return mux
+}
+
+func TestDashboardInChromium(t *testing.T) {
+	bin := chromium(t)
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	srv := httptest.NewServer(server(rt))
+	defer func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx := context.Background()
+	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
+
+	// progress advances one step each time the test says so.
+	step := make(chan int)
+	progress := func(ctx context.Context, tk *workers.Task) (any, error) {
+		for {
+			select {
+			case p, ok := <-step:
+				if !ok {
+					return "report ready", nil
+				}
+				tk.SetProgress(p)
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+	}
+	blocked := func(ctx context.Context, tk *workers.Task) (any, error) {
+		tk.SetProgress(5)
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	report, err := rt.Submit(ctx, "report", progress, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	export, err := rt.Submit(ctx, "export", blocked, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := rt.Submit(ctx, "secret", blocked, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(420, 900), // a phone's width
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	// The first Run starts the browser, with no deadline of its own.
+	if err := chromedp.Do(browser); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	bctx, cancelTimeout := context.WithTimeout(browser, 60*time.Second)
+	defer cancelTimeout()
+
+	row := func(id string) string { return fmt.Sprintf(`tr[data-id=%q]`, id) }
+	attr := func(sel, name, want string) chromedp.Action[chromedp.Void] {
+		return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e !== null && e.dataset[%q] === %q })()`,
+			strconv.Quote(sel), name, want), chromedp.WithPollingTimeout(20*time.Second))
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login?user=alice"),
+		chromedp.WaitVisible(chromedp.CSS(row(report.ID))),
+		chromedp.WaitVisible(chromedp.CSS(row(export.ID))),
+		chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "Live"`, chromedp.WithPollingTimeout(20*time.Second)),
+	); err != nil {
+		t.Fatalf("dashboard did not load: %v", err)
+	}
+
+	// The progress bar follows the run over SSE, up to 100.
+	for _, p := range []int{25, 60, 100} {
+		step <- p
+		if err := chromedp.Do(bctx, attr(row(report.ID), "progress", strconv.Itoa(p))); err != nil {
+			t.Fatalf("progress %d never shown: %v", p, err)
+		}
+	}
+	close(step)
+	if err := chromedp.Do(bctx, attr(row(report.ID), "status", "completed")); err != nil {
+		t.Fatalf("completion never shown: %v", err)
+	}
+
+	// The cancel button cancels, and the row shows it.
+	if err := chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS(row(export.ID)+` button`)),
+		attr(row(export.ID), "status", "cancelled"),
+	); err != nil {
+		t.Fatalf("cancel not shown: %v", err)
+	}
+	snap, err := rt.Status(ctx, export.ID, alice)
+	if err != nil || snap.Status != workers.StatusCancelled || snap.CancelledBy != "alice" {
+		t.Fatalf("the runtime did not record alice's cancel: %+v, %v", snap, err)
+	}
+
+	// bob's task never appears on alice's page.
+	bobs, err := chromedp.Run(bctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%s).length`, strconv.Quote(row(secret.ID)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bobs != 0 {
+		t.Fatalf("bob's task is shown to alice")
+	}
+
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("WORKERS_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, "dashboard.png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+	if err := rt.Cancel(ctx, secret.ID, bob); err != nil {
+		t.Fatal(err)
+	}
+}

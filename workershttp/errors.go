@@ -1,0 +1,133 @@
+package workershttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// ErrBadRequest is wrapped by the errors this package returns for a
+// malformed request: an unknown status filter, a bad limit or cursor.
+var ErrBadRequest = errors.New("workershttp: bad request")
+
+// ErrUnauthenticated is the error written when the authenticate function
+// fails: the request carries no identity the application accepts.
+var ErrUnauthenticated = errors.New("workershttp: unauthenticated")
+
+// retryAfterer is implemented by errors that know when a refused call may
+// be tried again, such as a quota refusal.
+type retryAfterer interface{ RetryAfter() time.Duration }
+
+// statuses is the one table from an error to an HTTP status, a stable
+// code, and what a client is told. The first row that matches wins.
+var statuses = []struct {
+	err     error
+	status  int
+	code    string
+	message string // for a 4xx, what a client is told besides the code
+}{
+	{ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated", "authentication required"},
+	{workers.ErrNoAuthority, http.StatusUnauthorized, "unauthenticated", "authentication required"},
+	{workers.ErrNotFound, http.StatusNotFound, "not_found", "task not found"},
+	{workers.ErrUnauthorized, http.StatusForbidden, "forbidden", "not allowed"},
+	{workers.ErrFinished, http.StatusConflict, "finished", "task already finished"},
+	{workers.ErrConflict, http.StatusServiceUnavailable, "conflict", ""},
+	{workers.ErrClosed, http.StatusServiceUnavailable, "closed", ""},
+	{workers.ErrInvalidKey, http.StatusBadRequest, "invalid_input", ""},
+	{workers.ErrInvalidOwner, http.StatusBadRequest, "invalid_input", ""},
+	{workers.ErrInvalidOption, http.StatusBadRequest, "invalid_input", ""},
+	{ErrBadRequest, http.StatusBadRequest, "bad_request", ""},
+}
+
+// conflictRetry is the Retry-After given with a conflict: the record was
+// changing under the call, and a moment later it has settled.
+const conflictRetry = time.Second
+
+// StatusCode returns the HTTP status for an error a Runtime or this
+// package returned: 401 unauthenticated (ErrUnauthenticated,
+// workers.ErrNoAuthority), 404 workers.ErrNotFound (a task the caller
+// may not see answers the same as a missing one), 403
+// workers.ErrUnauthorized, 429 for an error with a retry hint (one that
+// implements RetryAfter() time.Duration, such as a quota refusal), 409
+// workers.ErrFinished, 503 workers.ErrConflict and workers.ErrClosed,
+// 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
+// ErrInvalidOption, ErrBadRequest), 499 when the client went away, and
+// 500 for anything else. A nil error is 200.
+func StatusCode(err error) int {
+	status, _, _ := classify(err)
+	return status
+}
+
+// RetryAfter returns how long a client should wait before retrying the
+// call that failed with err, and whether the status StatusCode gives it
+// carries a Retry-After header.
+func RetryAfter(err error) (time.Duration, bool) {
+	var ra retryAfterer
+	if errors.As(err, &ra) {
+		return max(ra.RetryAfter(), time.Second), true
+	}
+	if errors.Is(err, workers.ErrConflict) {
+		return conflictRetry, true
+	}
+	return 0, false
+}
+
+func classify(err error) (status int, code, message string) {
+	if err == nil {
+		return http.StatusOK, "", ""
+	}
+	var ra retryAfterer
+	if errors.As(err, &ra) {
+		return http.StatusTooManyRequests, "too_many_requests", "quota exceeded; retry later"
+	}
+	for _, row := range statuses {
+		if errors.Is(err, row.err) {
+			msg := row.message
+			if msg == "" && row.status < 500 {
+				msg = err.Error() // invalid input: the caller's own value, said back
+			}
+			if row.status >= 500 {
+				msg = http.StatusText(row.status)
+			}
+			return row.status, row.code, msg
+		}
+	}
+	if errors.Is(err, context.Canceled) {
+		return 499, "client_closed", "request cancelled"
+	}
+	return http.StatusInternalServerError, "internal", http.StatusText(http.StatusInternalServerError)
+}
+
+// errorBody is the JSON body of every error response.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// WriteError writes err as a JSON error response with the status
+// StatusCode gives it, and a Retry-After header when RetryAfter has one.
+// The body of a 5xx never carries the error's text, which may describe
+// internals; only its stable code and the status text.
+func WriteError(w http.ResponseWriter, err error) {
+	status, code, msg := classify(err)
+	if d, ok := RetryAfter(err); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
+	}
+	writeJSON(w, status, errorBody{errorDetail{Code: code, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

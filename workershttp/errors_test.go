@@ -1,0 +1,61 @@
+package workershttp_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/workershttp"
+)
+
+// quotaErr stands for any error carrying a retry hint.
+type quotaErr struct{ after time.Duration }
+
+func (e quotaErr) Error() string             { return "quota: tenant t1 over 10 tasks" }
+func (e quotaErr) RetryAfter() time.Duration { return e.after }
+
+func TestStatusCodeTable(t *testing.T) {
+	cases := []struct {
+		err        error
+		status     int
+		retryAfter string
+	}{
+		{nil, 200, ""},
+		{workershttp.ErrUnauthenticated, 401, ""},
+		{workers.ErrNoAuthority, 401, ""},
+		{workers.ErrNotFound, 404, ""},
+		{&workers.AuthorizationError{Op: "submit", Queue: "q", UserID: "u"}, 403, ""},
+		{fmt.Errorf("x: %w", quotaErr{2500 * time.Millisecond}), 429, "3"},
+		{workers.ErrFinished, 409, ""},
+		{fmt.Errorf("%w: kept changing", workers.ErrConflict), 503, "1"},
+		{workers.ErrClosed, 503, ""},
+		{invalidOwner(), 400, ""},
+		{workers.ErrInvalidOption, 400, ""},
+		{workershttp.ErrBadRequest, 400, ""},
+		{errors.New("pq: connection refused to 10.0.0.5"), 500, ""},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.status, workershttp.StatusCode(c.err), "%v", c.err)
+		if c.err == nil {
+			continue
+		}
+		w := httptest.NewRecorder()
+		workershttp.WriteError(w, c.err)
+		assert.Equal(t, c.status, w.Code)
+		assert.Equal(t, c.retryAfter, w.Header().Get("Retry-After"), "%v", c.err)
+		if c.status >= 500 {
+			assert.NotContains(t, w.Body.String(), c.err.Error(), "a 5xx never echoes the error's text")
+			assert.NotContains(t, w.Body.String(), "10.0.0.5")
+		}
+	}
+}
+
+func invalidOwner() error {
+	_, err := workers.NewOwner("")
+	return err
+}

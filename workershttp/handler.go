@@ -1,0 +1,250 @@
+// Package workershttp serves a workers.Runtime over HTTP: list, status,
+// cancel and live Server-Sent Events for the tasks a request's identity
+// may see, an optional live dashboard, and the one table from the
+// runtime's errors to HTTP statuses (StatusCode, WriteError).
+//
+// Submission stays in application code, since it needs a workers.Func;
+// WriteSubmission writes the standard response for it.
+//
+// # Routes
+//
+// Relative to where the handler is mounted (use http.StripPrefix to
+// mount it under a path):
+//
+//	GET  /tasks                 list: ?status=running,pending &limit=N &cursor=C, newest first
+//	GET  /tasks/{id}            one task
+//	POST /tasks/{id}/cancel     cancel; optional JSON body {"reason": "..."}
+//	GET  /tasks/{id}/events     Server-Sent Events: the task's snapshots until its end
+//	GET  /events                Server-Sent Events: every task the caller may see
+//	GET  /                      the dashboard, with WithDashboard
+//
+// Every route authenticates the request first; a failure is 401. What a
+// caller may see is decided by the runtime: a task of someone else's is
+// 404, exactly like a missing one. POST routes are guarded by
+// http.CrossOriginProtection.
+//
+// # Events
+//
+// Each SSE event is named "task", its data the task's JSON, its id
+// "<run id>/<n>", or "<run id>/end" for the terminal snapshot. A client
+// that reconnects with Last-Event-ID starts again from the task's
+// current snapshot; one whose last event was the end is answered 204, so
+// that an EventSource stops reconnecting. A comment line is sent as a
+// heartbeat while nothing changes.
+package workershttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// runtime is what the handler uses of a *workers.Runtime[S].
+type runtime interface {
+	Status(ctx context.Context, id string, auth workers.TaskAuthority) (workers.Snapshot, error)
+	List(ctx context.Context, auth workers.TaskAuthority, opts ...workers.ListOption) ([]workers.Snapshot, error)
+	Cancel(ctx context.Context, id string, auth workers.TaskAuthority, opts ...workers.CancelOption) error
+	Watch(ctx context.Context, id string, auth workers.TaskAuthority) iter.Seq2[workers.Snapshot, error]
+	Subscribe(ctx context.Context, auth workers.TaskAuthority, opts ...workers.ListOption) iter.Seq2[workers.Snapshot, error]
+}
+
+// Option configures Handler.
+type Option func(*config)
+
+type config struct {
+	dashboard bool
+	heartbeat time.Duration
+	logger    *slog.Logger
+	cop       *http.CrossOriginProtection
+}
+
+// WithDashboard serves the live dashboard at the handler's root: one
+// page listing the caller's tasks with live progress and a cancel
+// button, embedded in the binary, with no external assets.
+func WithDashboard() Option { return func(c *config) { c.dashboard = true } }
+
+// WithHeartbeat sets how often an idle event stream sends a comment line
+// to keep proxies from closing it. Defaults to 15s.
+func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbeat = d } }
+
+// WithLogger sets where unexpected (5xx) errors are logged. Defaults to
+// slog.Default.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithCrossOriginProtection replaces the default protection of the POST
+// routes, for example to add trusted origins.
+func WithCrossOriginProtection(p *http.CrossOriginProtection) Option {
+	return func(c *config) { c.cop = p }
+}
+
+// Handler returns the HTTP handler for rt. authenticate is the
+// application's: it returns the identity a request acts as (a
+// workers.Owner, or workers.System for an administrator), or an error,
+// which is answered 401 without its text.
+func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Request) (workers.TaskAuthority, error), opts ...Option) http.Handler {
+	c := config{heartbeat: 15 * time.Second}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.cop == nil {
+		c.cop = http.NewCrossOriginProtection()
+	}
+	h := &handler{rt: rt, auth: authenticate, cfg: c}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /tasks", h.authed(h.list))
+	mux.HandleFunc("GET /tasks/{id}", h.authed(h.status))
+	mux.Handle("POST /tasks/{id}/cancel", c.cop.Handler(http.HandlerFunc(h.authed(h.cancel))))
+	mux.HandleFunc("GET /tasks/{id}/events", h.authed(h.taskEvents))
+	mux.HandleFunc("GET /events", h.authed(h.allEvents))
+	if c.dashboard {
+		mux.HandleFunc("GET /{$}", serveDashboard)
+	}
+	return mux
+}
+
+type handler struct {
+	rt   runtime
+	auth func(*http.Request) (workers.TaskAuthority, error)
+	cfg  config
+}
+
+// authed authenticates the request before f.
+func (h *handler) authed(f func(http.ResponseWriter, *http.Request, workers.TaskAuthority)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		auth, err := h.auth(r)
+		if err != nil || auth == nil {
+			WriteError(w, ErrUnauthenticated)
+			return
+		}
+		f(w, r, auth)
+	}
+}
+
+// fail writes err, logging what the client is not told.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if StatusCode(err) >= 500 {
+		h.cfg.logger.Error("workershttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	WriteError(w, err)
+}
+
+const (
+	defaultLimit = 50
+	maxLimit     = 500
+)
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	q := r.URL.Query()
+	statuses, err := parseStatuses(q.Get("status"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	limit := defaultLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxLimit {
+			h.fail(w, r, fmt.Errorf("%w: limit must be 1 to %d", ErrBadRequest, maxLimit))
+			return
+		}
+		limit = n
+	}
+	snaps, next, err := listPage(r.Context(), h.rt, auth, statuses, limit, q.Get("cursor"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	page := Page{Tasks: make([]Task, len(snaps)), Next: next}
+	for i, s := range snaps {
+		page.Tasks[i] = FromSnapshot(s)
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (h *handler) status(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	snap, err := h.rt.Status(r.Context(), r.PathValue("id"), auth)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FromSnapshot(snap))
+}
+
+// maxCancelBody bounds a cancel request's body.
+const maxCancelBody = 4 << 10
+
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 && r.Body != nil {
+		err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCancelBody)).Decode(&body)
+		if err != nil && !errors.Is(err, errEOF) {
+			h.fail(w, r, fmt.Errorf("%w: cancel body: %v", ErrBadRequest, err))
+			return
+		}
+	}
+	id := r.PathValue("id")
+	var opts []workers.CancelOption
+	if body.Reason != "" {
+		opts = append(opts, workers.WithReason(body.Reason))
+	}
+	if err := h.rt.Cancel(r.Context(), id, auth, opts...); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	snap, err := h.rt.Status(r.Context(), id, auth)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FromSnapshot(snap))
+}
+
+// parseStatuses reads a status filter: a comma-separated list.
+func parseStatuses(s string) ([]workers.Status, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []workers.Status
+	for _, v := range strings.Split(s, ",") {
+		st := workers.Status(strings.TrimSpace(v))
+		switch st {
+		case workers.StatusPending, workers.StatusRunning, workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled:
+			out = append(out, st)
+		default:
+			return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, v)
+		}
+	}
+	return out, nil
+}
+
+// WriteSubmission writes the standard response for a submission: on
+// success 202 Accepted (200 OK when it joined a run already live) with a
+// SubmissionResponse body and a Location naming the task under the list
+// route at prefix (the path the handler is mounted at, "" for the root);
+// on failure the error, as WriteError writes it.
+func WriteSubmission(w http.ResponseWriter, prefix string, sub workers.Submission, err error) {
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	w.Header().Set("Location", strings.TrimSuffix(prefix, "/")+"/tasks/"+pathEscape(sub.ID))
+	status := http.StatusAccepted
+	if sub.Joined {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, SubmissionResponse{ID: sub.ID, RunID: sub.RunID, Joined: sub.Joined})
+}

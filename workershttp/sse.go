@@ -1,0 +1,171 @@
+package workershttp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// item is one value of an event stream.
+type item struct {
+	snap workers.Snapshot
+	err  error
+}
+
+// pump ranges over seq on a goroutine of its own, so that the handler can
+// send heartbeats while it waits. The goroutine ends when ctx does, and
+// the returned channel is closed then; the caller drains it.
+func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan item {
+	ch := make(chan item)
+	go func() {
+		defer close(ch)
+		for s, err := range seq {
+			select {
+			case ch <- item{s, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// stream writes the items of seq, made with a context that ends with
+// the stream, as Server-Sent Events until seq ends or
+// the client goes. first decides what to do with the first item before
+// any header is written: it returns false when it answered the request
+// itself. With a nil first, the stream opens at once.
+func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(context.Context) iter.Seq2[workers.Snapshot, error], first func(item) bool) {
+	ctx, cancel := context.WithCancel(r.Context())
+	ch := pump(ctx, seq(ctx))
+	defer func() {
+		cancel()
+		for range ch {
+		}
+	}()
+	rc := http.NewResponseController(w)
+	open := func() {
+		hd := w.Header()
+		hd.Set("Content-Type", "text/event-stream")
+		hd.Set("Cache-Control", "no-store")
+		hd.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		rc.Flush()
+	}
+	var it item
+	send := false
+	if first == nil {
+		open()
+	} else {
+		var ok bool
+		select {
+		case it, ok = <-ch:
+		case <-ctx.Done():
+			return
+		}
+		if !ok {
+			return
+		}
+		if it.err != nil {
+			h.fail(w, r, it.err)
+			return
+		}
+		if !first(it) {
+			return
+		}
+		open()
+		send = true
+	}
+	beat := time.NewTicker(h.cfg.heartbeat)
+	defer beat.Stop()
+	seqs := map[string]int{}
+	for {
+		if send {
+			if it.err != nil {
+				return // the client went, or the stream failed after it began
+			}
+			if len(seqs) > 4096 {
+				clear(seqs) // bounded on a long Subscribe stream
+			}
+			seqs[it.snap.RunID]++
+			id := it.snap.RunID + "/" + strconv.Itoa(seqs[it.snap.RunID])
+			if it.snap.Status.Terminal() {
+				id = it.snap.RunID + "/end"
+			}
+			if err := writeEvent(w, id, it.snap); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+		send = true
+		select {
+		case next, ok := <-ch:
+			if !ok {
+				return
+			}
+			it = next
+		case <-beat.C:
+			send = false
+			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func writeEvent(w http.ResponseWriter, id string, s workers.Snapshot) error {
+	data, err := json.Marshal(FromSnapshot(s))
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "id: %s\nevent: task\ndata: %s\n\n", id, data)
+	return err
+}
+
+// taskEvents streams one task until its terminal snapshot.
+func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	last := r.Header.Get("Last-Event-ID")
+	id := r.PathValue("id")
+	watch := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Watch(ctx, id, auth) }
+	h.stream(w, r, watch, func(it item) bool {
+		// A client that already has this run's end is told to stop.
+		if last != "" && it.snap.Status.Terminal() && last == it.snap.RunID+"/end" {
+			w.WriteHeader(http.StatusNoContent)
+			return false
+		}
+		return true
+	})
+}
+
+// allEvents streams every task the caller may see, narrowed by ?status=.
+func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	statuses, err := parseStatuses(r.URL.Query().Get("status"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var opts []workers.ListOption
+	if len(statuses) > 0 {
+		opts = append(opts, workers.WithStatus(statuses...))
+	}
+	subscribe := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] {
+		return h.rt.Subscribe(ctx, auth, opts...)
+	}
+	h.stream(w, r, subscribe, nil)
+}
