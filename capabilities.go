@@ -53,18 +53,18 @@ type Leaser interface {
 // listener reads the record for the rest.
 type Notifier interface {
 	// Listen calls changed for each notice until ctx ends, and then
-	// returns ctx's error, leaving no goroutine or connection of its own
-	// behind. It returns another error only if it cannot listen at all;
-	// a dropped connection is retried inside Listen, after which it
-	// calls changed with a Change whose Resync is set, since notices may
-	// have been lost meanwhile. Listen also calls changed with a Resync
-	// once, as soon as it listens, before any notice: a write made
-	// between the caller's decision to listen and the moment the store
-	// could deliver notices (a cancel sent right after a runtime's
-	// Start) is then caught by the caller's re-read, never lost. Notices for one task
-	// arrive in the order their writes became durable, but may be
-	// coalesced. changed is called from one goroutine at a time and must
-	// not block: a slow listener delays every later notice.
+	// returns ctx's error. It returns another error only if it cannot
+	// listen at all. Once it listens, and before any other notice, it
+	// calls changed with a Change whose Resync is set: a listener that
+	// starts after writes it cares about re-reads them then, and loses
+	// nothing. A dropped connection is retried inside Listen, after which
+	// it calls changed with Resync set again, since notices may have been
+	// lost meanwhile; so may a store that drops a slow listener's queue.
+	// When ctx ends, Listen leaves no goroutine or connection of its own
+	// behind. Notices for one task arrive in the order their writes
+	// became durable, but may be coalesced. changed is called from one
+	// goroutine at a time and must not block: a slow listener delays
+	// every later notice.
 	Listen(ctx context.Context, changed func(Change)) error
 }
 

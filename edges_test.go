@@ -21,13 +21,13 @@ import (
 // hookStore lets a test act inside the runtime's store calls. Set the hooks
 // before the store is shared.
 type hookStore struct {
-	*MemStore
+	Store        // a MemStore, seen without its optional capabilities
 	onGet        func(ctx context.Context, rec Record)
 	onTransition func(ctx context.Context, id string, from []Status, next State)
 }
 
 func (s *hookStore) GetTask(ctx context.Context, id string) (Record, error) {
-	rec, err := s.MemStore.GetTask(ctx, id)
+	rec, err := s.Store.GetTask(ctx, id)
 	if err == nil && s.onGet != nil {
 		s.onGet(ctx, rec)
 	}
@@ -38,7 +38,7 @@ func (s *hookStore) TransitionTask(ctx context.Context, id, runID string, from [
 	if s.onTransition != nil {
 		s.onTransition(ctx, id, from, next)
 	}
-	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+	return s.Store.TransitionTask(ctx, id, runID, from, next)
 }
 
 type callerTag struct{}
@@ -49,7 +49,7 @@ func TestCancelClaimsBeforeTheRunsContextEnds(t *testing.T) {
 	t.Parallel()
 	var task atomic.Pointer[Task]
 	var causeAtClaim atomic.Value
-	s := &hookStore{MemStore: NewMemStore()}
+	s := &hookStore{Store: NewMemStore()}
 	s.onTransition = func(ctx context.Context, _ string, _ []Status, next State) {
 		if ctx.Value(callerTag{}) != nil && next.Status == StatusCancelled {
 			causeAtClaim.Store(struct{ err error }{task.Load().CancelReason()})
@@ -230,7 +230,7 @@ func TestTimedOutRunSettlesOnlyAfterItsTerminalWrite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var task atomic.Pointer[Task]
 		var settledFirst atomic.Bool
-		s := &hookStore{MemStore: NewMemStore()}
+		s := &hookStore{Store: NewMemStore()}
 		s.onTransition = func(_ context.Context, _ string, _ []Status, next State) {
 			if next.Status != StatusFailed {
 				return
@@ -281,7 +281,7 @@ func TestTimeoutWithManyQuickRetriesSettlesOnce(t *testing.T) {
 // between the read and the claim keeps its StartedAt and Attempt.
 func TestCancelDoesNotEraseAStartThatRacedIt(t *testing.T) {
 	t.Parallel()
-	s := &hookStore{MemStore: NewMemStore()}
+	s := &hookStore{Store: NewMemStore()}
 	rt := newRuntime(t, s, Config{})
 	head := newGate()
 	_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
@@ -307,21 +307,21 @@ func TestCancelDoesNotEraseAStartThatRacedIt(t *testing.T) {
 }
 
 type flakyListStore struct {
-	*MemStore
-	fail atomic.Bool
+	Store // a MemStore, seen without its optional capabilities
+	fail  atomic.Bool
 }
 
 func (s *flakyListStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 	if s.fail.CompareAndSwap(true, false) {
 		return nil, errors.New("db down")
 	}
-	return s.MemStore.ListTasks(ctx, f)
+	return s.Store.ListTasks(ctx, f)
 }
 
 // A Start that failed on a transient store error can be retried.
 func TestStartCanBeRetriedAfterRecoveryFails(t *testing.T) {
 	t.Parallel()
-	s := &flakyListStore{MemStore: NewMemStore()}
+	s := &flakyListStore{Store: NewMemStore()}
 	s.fail.Store(true)
 	rt := newRuntime(t, s, Config{RecoverZombies: true, Queues: []string{"q"}})
 	require.Error(t, rt.Start(ctx))
@@ -428,7 +428,7 @@ func TestShutdownWaitsForATimedOutCallback(t *testing.T) {
 }
 
 type blockingCleanup struct {
-	*MemStore
+	Store            // a MemStore, seen without its optional capabilities
 	entered, release chan struct{}
 }
 
@@ -439,13 +439,13 @@ func (s *blockingCleanup) DeleteFinished(ctx context.Context, cutoff time.Time) 
 		close(s.entered)
 	}
 	<-s.release
-	return s.MemStore.DeleteFinished(ctx, cutoff)
+	return s.Store.DeleteFinished(ctx, cutoff)
 }
 
 // Shutdown waits for a background loop's store call in progress.
 func TestShutdownWaitsForTheBackgroundLoops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &blockingCleanup{MemStore: NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
+		s := &blockingCleanup{Store: NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
 		rt := NewRuntime(s, Config{CleanupInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		<-s.entered
@@ -459,7 +459,7 @@ func TestShutdownWaitsForTheBackgroundLoops(t *testing.T) {
 
 // finishDuringRead lets the run finish while the sync loop's read is in flight.
 type finishDuringRead struct {
-	*MemStore
+	Store    // a MemStore, seen without its optional capabilities
 	once     sync.Once
 	armed    atomic.Bool
 	release  chan struct{} // closed to let the callback return
@@ -474,11 +474,11 @@ func (s *finishDuringRead) GetTask(ctx context.Context, id string) (Record, erro
 			<-s.finished
 		})
 	}
-	return s.MemStore.GetTask(ctx, id)
+	return s.Store.GetTask(ctx, id)
 }
 
 func (s *finishDuringRead) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
-	ok, err := s.MemStore.TransitionTask(ctx, id, runID, from, next)
+	ok, err := s.Store.TransitionTask(ctx, id, runID, from, next)
 	if ok && next.Status.Terminal() {
 		s.signal.Do(func() { close(s.finished) })
 	}
@@ -489,7 +489,7 @@ func (s *finishDuringRead) TransitionTask(ctx context.Context, id, runID string,
 // record is not cancelled after the fact.
 func TestSyncLoopSparesARunThatFinishedDuringItsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &finishDuringRead{MemStore: NewMemStore(), release: make(chan struct{}), finished: make(chan struct{})}
+		s := &finishDuringRead{Store: NewMemStore(), release: make(chan struct{}), finished: make(chan struct{})}
 		rt := NewRuntime(s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		var task *Task

@@ -388,9 +388,9 @@ func (s *subscriber) offer(ev *event) {
 	s.mu.Lock()
 	defer s.ring()
 	defer s.mu.Unlock()
-	if s.resync && s.id == "" {
-		return // a full re-read is due: it will show this task's state
-	}
+	// A re-read that is due lists live tasks only, so the slot is kept
+	// even then: a task that ends before the re-read still delivers its
+	// end.
 	cur := s.slots[id]
 	switch {
 	case cur == nil:

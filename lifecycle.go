@@ -106,13 +106,24 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	for i, l := range loops {
 		waits[i] = l
 	}
-	open += waitAll(ctx, waits)
+	// Halted loops return at once, unless a store call ignores its
+	// context: when ctx has ended already, they get until the cutoff
+	// (ctx's end plus the slack), so that they are not counted as left
+	// running for the instant they take to return.
+	loopsCtx := ctx
+	if ctx.Err() != nil {
+		loopsCtx = rt.life
+	}
+	open += waitAll(loopsCtx, waits)
 
 	unwritten := rt.unwritten()
-	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() {
+	// The lease is released once, by the Shutdown that settled
+	// everything, unless its cutoff passed already.
+	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() &&
+		rt.life.Err() == nil && rt.lease.released.CompareAndSwap(false, true) {
 		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
 		if err := l.ReleaseLease(release, rt.instance); err != nil {
-			rt.cfg.Logger.Error("workers: releasing the lease failed; it expires by itself", "instance", rt.instance, "err", err)
+			rt.cfg.Logger.Info("workers: releasing the lease failed; it expires by itself, and no run of this instance is left", "instance", rt.instance, "err", err)
 		}
 		cancel()
 	}

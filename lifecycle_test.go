@@ -637,7 +637,7 @@ func TestRecoverZombiesFailsOnlyRecordsWithoutALiveRun(t *testing.T) {
 // fenced out.
 func TestRecoveryByANewRuntimeOverTheSameStore(t *testing.T) {
 	t.Parallel()
-	s := NewMemStore()
+	s := bareStore{NewMemStore()} // without leases, another runtime's run counts as dead
 	crashed := newRuntime(t, s, Config{})
 	g := stubbornGate()
 	sub, err := crashed.Submit(ctx, "k", g.fn, alice)
@@ -655,7 +655,7 @@ func TestRecoveryByANewRuntimeOverTheSameStore(t *testing.T) {
 
 func TestCleanupSchedulerDeletesOldTerminalRecords(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewMemStore()
+		s := bareStore{NewMemStore()} // no recovery at Start: the RUNNING record stays
 		old := now().Add(-2 * time.Hour)
 		recent := now().Add(-10 * time.Minute)
 		for _, r := range []Record{
@@ -777,7 +777,7 @@ func TestResetClearsVolatileRecordsOnly(t *testing.T) {
 // the store, where another runtime (another process) reads it.
 func TestSyncLoopPublishesRunningProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewMemStore()
+		s := bareStore{NewMemStore()} // the polling path: no notices
 		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		other := newRuntime(t, s, Config{})
@@ -815,7 +815,7 @@ func TestSyncLoopPublishesRunningProgress(t *testing.T) {
 // never undoes a retry's attempt number.
 func TestSyncLoopProgressKeepsTheAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewMemStore()
+		s := bareStore{NewMemStore()} // the polling path: no notices
 		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		release := make(chan struct{})
@@ -844,18 +844,18 @@ func TestSyncLoopProgressKeepsTheAttempt(t *testing.T) {
 func TestSyncLoopCancelsRunsEndedElsewhere(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		end   func(t *testing.T, s *MemStore, other *Runtime[*MemStore], id string)
+		end   func(t *testing.T, s bareStore, other *Runtime[bareStore], id string)
 		cause error
 	}{
-		{"CancelledElsewhere", func(t *testing.T, _ *MemStore, other *Runtime[*MemStore], id string) {
+		{"CancelledElsewhere", func(t *testing.T, _ bareStore, other *Runtime[bareStore], id string) {
 			require.NoError(t, other.Cancel(ctx, id, alice))
 		}, ErrCancelled},
-		{"RecoveredElsewhere", func(t *testing.T, _ *MemStore, other *Runtime[*MemStore], _ string) {
+		{"RecoveredElsewhere", func(t *testing.T, _ bareStore, other *Runtime[bareStore], _ string) {
 			n, err := other.RecoverZombies(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 		}, ErrAbandoned},
-		{"RerunElsewhere", func(t *testing.T, s *MemStore, other *Runtime[*MemStore], id string) {
+		{"RerunElsewhere", func(t *testing.T, s bareStore, other *Runtime[bareStore], id string) {
 			rec, err := s.GetTask(ctx, id)
 			require.NoError(t, err)
 			rec.Status, rec.CompletedAt = StatusFailed, now()
@@ -866,7 +866,7 @@ func TestSyncLoopCancelsRunsEndedElsewhere(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := NewMemStore()
+				s := bareStore{NewMemStore()} // the polling path: no notices
 				rt := newRuntime(t, s, Config{SyncInterval: time.Second})
 				require.NoError(t, rt.Start(ctx))
 				other := newRuntime(t, s, Config{})
@@ -896,7 +896,7 @@ func TestSyncLoopCancelsRunsEndedElsewhere(t *testing.T) {
 // The sync loop leaves a run alone while its record is still its own.
 func TestSyncLoopLeavesLiveRunsAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := NewMemStore()
+		s := bareStore{NewMemStore()} // the polling path: no notices
 		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
 		require.NoError(t, rt.Start(ctx))
 		g := newGate()

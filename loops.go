@@ -72,8 +72,9 @@ func (l *loops) halt() []chan struct{} {
 
 // leaseState is this instance's lease over a Leaser store.
 type leaseState struct {
-	held atomic.Bool // the lease was taken: the fast path of ensureLease
-	mu   sync.Mutex  // serializes taking it
+	held     atomic.Bool // the lease was taken: the fast path of ensureLease
+	released atomic.Bool // Shutdown released it: a later Shutdown does not again
+	mu       sync.Mutex  // serializes taking it
 
 	// live caches the instances last read live, for register's question
 	// "is this run's instance alive": a hit younger than LeaseInterval is
@@ -336,7 +337,7 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 		}
 	}
 	for {
-		err := n.Listen(ctx, changed)
+		err := n.Listen(context.WithValue(ctx, originKey{}, rt.instance), changed)
 		if ctx.Err() != nil {
 			return
 		}

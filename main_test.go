@@ -32,6 +32,12 @@ func newRuntime[S Store](t testing.TB, s S, cfg Config) *Runtime[S] {
 	return rt
 }
 
+// bareStore is a store seen through the Store interface alone, without
+// the optional capabilities of the store it wraps (a MemStore's leases,
+// notices and clearing): the store of the tests of the paths a runtime
+// takes over a store that polls, or that has no leases.
+type bareStore struct{ Store }
+
 func memRuntime(t testing.TB) *Runtime[*MemStore] {
 	return newRuntime(t, NewMemStore(), Config{})
 }

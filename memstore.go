@@ -2,8 +2,10 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +15,13 @@ import (
 // store, it fails a call whose context is already done. Its records
 // live as long as the process, so it implements RecordClearer.
 //
+// It implements Leaser, on the process's clock, which every runtime
+// sharing it shares, and Notifier: every runtime over one MemStore hears
+// of the others' writes at once. A write with nobody listening costs one
+// atomic load more; with listeners, it never waits for them (see Listen).
+// A runtime is spared the notices of its own runs' writes, which it knows
+// of already.
+//
 // The zero value is not usable; call NewMemStore.
 type MemStore struct {
 	Authorizers
@@ -21,11 +30,22 @@ type MemStore struct {
 	recs   map[string]*Record  // guarded by mu
 	all    ordered             // guarded by mu: every record, in listing order
 	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
+
+	// listeners is the current Listen calls, replaced whole (copy on
+	// write) under lmu; a writer loads it while holding mu, so that
+	// notices of one task are queued in write order.
+	listeners atomic.Pointer[[]*memListener]
+	lmu       sync.Mutex
+
+	leaseMu sync.Mutex
+	leases  map[string]time.Time // guarded by leaseMu: instance -> expiry
 }
 
 var (
 	_ Store         = (*MemStore)(nil)
 	_ RecordClearer = (*MemStore)(nil)
+	_ Leaser        = (*MemStore)(nil)
+	_ Notifier      = (*MemStore)(nil)
 )
 
 // NewMemStore returns an empty MemStore with no authorizers set.
@@ -33,6 +53,7 @@ func NewMemStore() *MemStore {
 	return &MemStore{
 		recs:   make(map[string]*Record),
 		byUser: make(map[string]*ordered),
+		leases: make(map[string]time.Time),
 	}
 }
 
@@ -63,6 +84,7 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	}
 	s.recs[r.ID] = r
 	s.index(r)
+	s.notifyFrom(InstanceOf(r.RunID), r)
 	return nil
 }
 
@@ -82,6 +104,7 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 		return ErrNotFound
 	}
 	r.State = st
+	s.notify(ctx, r)
 	return nil
 }
 
@@ -103,6 +126,7 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 	s.unindex(r)
 	s.recs[nr.ID] = nr
 	s.index(nr)
+	s.notifyFrom(InstanceOf(nr.RunID), nr)
 	return nil
 }
 
@@ -130,6 +154,7 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 		return false, nil
 	}
 	r.State = next
+	s.notify(ctx, r)
 	return true, nil
 }
 
@@ -156,6 +181,7 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	// A fresh slice, so a clone handed out earlier never sees the append.
 	r.Watchers = append(slices.Clip(r.Watchers), watcher)
 	s.indexUser(watcher, r)
+	s.notify(ctx, r)
 	return true, nil
 }
 
@@ -350,4 +376,201 @@ func (o *ordered) walk(f Filter, yield func(*Record) bool) {
 			return
 		}
 	}
+}
+
+// RenewLease implements Leaser, on the process's clock.
+func (s *MemStore) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("%w: lease ttl %v is not positive", ErrInvalidOption, ttl)
+	}
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	now := time.Now()
+	exp, ok := s.leases[instance]
+	s.leases[instance] = now.Add(ttl)
+	return ok && now.Before(exp), nil
+}
+
+// ReleaseLease implements Leaser.
+func (s *MemStore) ReleaseLease(ctx context.Context, instance string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	delete(s.leases, instance)
+	return nil
+}
+
+// LiveInstances implements Leaser. It forgets the leases it finds
+// expired.
+func (s *MemStore) LiveInstances(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	now := time.Now()
+	ids := make([]string, 0, len(s.leases))
+	for id, exp := range s.leases {
+		if now.Before(exp) {
+			ids = append(ids, id)
+		} else {
+			delete(s.leases, id)
+		}
+	}
+	return ids, nil
+}
+
+// maxPendingNotices bounds the notices a MemStore queues for one
+// listener. Past it the listener's queue is dropped for one Change with
+// Resync set, so a listener that falls behind costs bounded memory and
+// never slows a writer.
+const maxPendingNotices = 4096
+
+// Listen implements Notifier. It calls changed with a Change whose
+// Resync is set as soon as it listens, and then once per write that
+// changed a record (InsertTask, ReplaceTask, SetTask, and a
+// TransitionTask or AddWatcher that reported true), naming the task, its
+// run and its status after the write. Notices of one task come in write
+// order; those of a task written again before changed saw the first are
+// coalesced into the latest. A writer never waits for a listener: a
+// listener that falls more than a few thousand tasks behind gets one
+// Resync for what it missed. changed runs on Listen's goroutine.
+func (s *MemStore) Listen(ctx context.Context, changed func(Change)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l := &memListener{pending: make(map[string]Change), wake: make(chan struct{}, 1)}
+	l.origin, _ = ctx.Value(originKey{}).(string)
+	s.addListener(l)
+	defer s.removeListener(l)
+	changed(Change{Resync: true})
+	var batch []Change
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.wake:
+		}
+		batch = l.take(batch[:0])
+		for _, c := range batch {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			changed(c)
+		}
+	}
+}
+
+func (s *MemStore) addListener(l *memListener) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	var ls []*memListener
+	if p := s.listeners.Load(); p != nil {
+		ls = slices.Clone(*p)
+	}
+	ls = append(ls, l)
+	s.listeners.Store(&ls)
+}
+
+func (s *MemStore) removeListener(l *memListener) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	p := s.listeners.Load()
+	if p == nil {
+		return
+	}
+	ls := slices.DeleteFunc(slices.Clone(*p), func(x *memListener) bool { return x == l })
+	if len(ls) == 0 {
+		s.listeners.Store(nil)
+		return
+	}
+	s.listeners.Store(&ls)
+}
+
+// notify queues the notice of a write to r for every listener but the
+// write's origin: the instance in ctx, which a runtime sets on its run
+// writes (its life context), so they never wake its own listener. mu is
+// held, so notices of one task are queued in write order. With nobody
+// listening it costs one atomic load.
+func (s *MemStore) notify(ctx context.Context, r *Record) {
+	if s.listeners.Load() == nil {
+		return
+	}
+	origin, _ := ctx.Value(originKey{}).(string)
+	s.notifyFrom(origin, r)
+}
+
+// notifyFrom is notify for a write known to come from the instance
+// origin ("" if unknown). InsertTask and ReplaceTask know it without
+// asking ctx: only the instance that minted a run id writes a whole
+// record under it.
+func (s *MemStore) notifyFrom(origin string, r *Record) {
+	p := s.listeners.Load()
+	if p == nil {
+		return
+	}
+	c := Change{ID: r.ID, RunID: r.RunID, Status: r.Status}
+	for _, l := range *p {
+		if origin == "" || l.origin != origin {
+			l.push(c)
+		}
+	}
+}
+
+// originKey is the context key of the instance a store call is made for;
+// the runtime sets it on its run writes and on its Listen call.
+type originKey struct{}
+
+// memListener is one Listen call's queue of notices.
+type memListener struct {
+	origin  string // the runtime listening, if one is; its own run writes are not queued
+	mu      sync.Mutex
+	pending map[string]Change // guarded by mu: the latest notice per task
+	order   []string          // guarded by mu: the tasks of pending, by first notice
+	resync  bool              // guarded by mu: notices were dropped
+	wake    chan struct{}     // one token: something is queued
+}
+
+func (l *memListener) push(c Change) {
+	l.mu.Lock()
+	if _, ok := l.pending[c.ID]; !ok {
+		if len(l.order) >= maxPendingNotices {
+			clear(l.pending)
+			l.order = l.order[:0]
+			l.resync = true
+		}
+		if !l.resync {
+			l.order = append(l.order, c.ID)
+		}
+	}
+	if !l.resync {
+		l.pending[c.ID] = c
+	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take appends the queued notices to batch, in order, and empties the
+// queue.
+func (l *memListener) take(batch []Change) []Change {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resync {
+		l.resync = false
+		return append(batch, Change{Resync: true})
+	}
+	for _, id := range l.order {
+		batch = append(batch, l.pending[id])
+	}
+	clear(l.pending)
+	l.order = l.order[:0]
+	return batch
 }

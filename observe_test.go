@@ -479,14 +479,18 @@ func TestObserverSeesARunEndedElsewhereOnce(t *testing.T) {
 	here := newRuntime(t, s, Config{Observers: []Observer{rec}, SyncInterval: 2 * time.Millisecond})
 	there := newRuntime(t, s, Config{})
 	for _, c := range []struct {
-		key    string
-		cancel *Runtime[*MemStore]
-	}{{"remote", there}, {"local", here}} {
+		key   string
+		local bool
+	}{{"remote", false}, {"local", true}} {
 		g := stubbornGate()
 		sub, err := here.Submit(ctx, c.key, g.fn, alice)
 		require.NoError(t, err)
 		wait(t, g.started, "the callback")
-		require.NoError(t, c.cancel.Cancel(ctx, sub.ID, alice))
+		canceller := there
+		if c.local {
+			canceller = here
+		}
+		require.NoError(t, canceller.Cancel(ctx, sub.ID, alice))
 		e := rec.waitKind(t, sub.ID, EventFinished)
 		assert.Equal(t, StatusCancelled, e.Status, c.key)
 		assert.Equal(t, CauseCancelled, e.Cause, c.key)

@@ -117,16 +117,19 @@ func WithRetry(p RetryPolicy) SubmitOption {
 		case p.Jitter > 1 || p.Jitter != p.Jitter:
 			return fmt.Errorf("%w: Jitter %v above 1", ErrInvalidOption, p.Jitter)
 		}
+		// Defaults go into a copy: an option may be shared by
+		// concurrent submissions, so it must not write what it captured.
+		q := p
 		switch {
-		case p.Jitter == 0:
-			p.Jitter = DefaultJitter
-		case p.Jitter < 0:
-			p.Jitter = 0
+		case q.Jitter == 0:
+			q.Jitter = DefaultJitter
+		case q.Jitter < 0:
+			q.Jitter = 0
 		}
-		p.InitialBackoff = cmp.Or(p.InitialBackoff, 100*time.Millisecond)
-		p.MaxBackoff = cmp.Or(p.MaxBackoff, 30*time.Second)
-		p.Multiplier = cmp.Or(p.Multiplier, 2)
-		o.retry = p
+		q.InitialBackoff = cmp.Or(q.InitialBackoff, 100*time.Millisecond)
+		q.MaxBackoff = cmp.Or(q.MaxBackoff, 30*time.Second)
+		q.Multiplier = cmp.Or(q.Multiplier, 2)
+		o.retry = q
 		return nil
 	}
 }

@@ -307,11 +307,18 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 	backoff := writeBackoffMin
 	for try := 1; ; try++ {
 		ok, err := rt.transition(op, t, from, st)
+		if !ok && err == nil && failed != nil {
+			// Fenced out after a failed try: that try may have landed.
+			switch landed, known := rt.landed(op, t, st); {
+			case landed:
+				t.setState(st)
+				return true
+			case !known:
+				err = errLandedUnknown // try again, as after a transient error
+			}
+		}
 		switch {
 		case ok:
-			t.setState(st)
-			return true
-		case err == nil && failed != nil && rt.landed(t, st):
 			t.setState(st)
 			return true
 		case err == nil, errors.Is(err, ErrNotFound):
@@ -366,14 +373,41 @@ func (rt *Runtime[S]) transition(op runOp, t *Task, from Status, st *State) (boo
 	return rt.store.TransitionTask(ctx, t.id, t.runID, statusSet(from), *st)
 }
 
+// errLandedUnknown is the failure of a write whose earlier try may have
+// landed when the record could not be read to tell.
+var errLandedUnknown = errors.New("workers: could not read whether an earlier try of the write landed")
+
 // landed reports whether the record holds exactly the state st of run t,
-// which a write that reported a failure may have stored after all.
-func (rt *Runtime[S]) landed(t *Task, st *State) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(rt.life), lastWriteTimeout)
+// which a write that reported a failure may have stored after all; known
+// is false if the record could not be read. A read that fails for a
+// transient reason is retried with backoff, within the bound of the
+// write's own tries: the runtime's life (cut off by Shutdown) while it
+// lives and for a queue item's abandon write, made for Shutdown; the one
+// bounded try of a run's outcome after Shutdown gave up on it otherwise.
+func (rt *Runtime[S]) landed(op runOp, t *Task, st *State) (landed, known bool) {
+	parent := rt.life
+	if rt.life.Err() != nil && op != opAbandon {
+		parent = context.WithoutCancel(rt.life)
+	}
+	ctx, cancel := context.WithTimeout(parent, lastWriteTimeout)
 	defer cancel()
-	rec, err := rt.store.GetTask(ctx, t.id)
-	return err == nil && rec.RunID == t.runID && rec.Status == st.Status && rec.Attempt == st.Attempt &&
-		rec.StartedAt.Equal(st.StartedAt) && rec.CompletedAt.Equal(st.CompletedAt)
+	backoff := writeBackoffMin
+	for {
+		rec, err := rt.store.GetTask(ctx, t.id)
+		switch {
+		case err == nil:
+			return rec.RunID == t.runID && rec.Status == st.Status && rec.Attempt == st.Attempt &&
+				rec.StartedAt.Equal(st.StartedAt) && rec.CompletedAt.Equal(st.CompletedAt), true
+		case errors.Is(err, ErrNotFound):
+			return false, true
+		case ctx.Err() != nil, permanentStoreError(err):
+			return false, false
+		}
+		if !sleep(ctx, jitter(backoff)) {
+			return false, false
+		}
+		backoff = min(2*backoff, writeBackoffMax)
+	}
 }
 
 // refused turns st into the FAILED record of a run whose write the store

@@ -302,8 +302,9 @@ func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 
 // flakyReads is a MemStore whose GetTask fails, as a dropped connection
 // would, on the calls numbered from failFrom to failTo (counting from 1).
+// It hides MemStore's notices, whose listener would read too.
 type flakyReads struct {
-	*MemStore
+	Store
 	failFrom, failTo int32
 	n                atomic.Int32
 }
@@ -312,14 +313,14 @@ func (s *flakyReads) GetTask(ctx context.Context, id string) (Record, error) {
 	if n := s.n.Add(1); n >= s.failFrom && n <= s.failTo {
 		return Record{}, errors.New("connection reset by peer")
 	}
-	return s.MemStore.GetTask(ctx, id)
+	return s.Store.GetTask(ctx, id)
 }
 
 // Once Wait has read the record, a store error that may pass is retried:
 // a blip does not end the Wait. A first read that fails still returns.
 func TestWaitRidesOutStoreBlips(t *testing.T) {
 	t.Parallel()
-	s := &flakyReads{MemStore: NewMemStore(), failFrom: 2, failTo: 4}
+	s := &flakyReads{Store: NewMemStore(), failFrom: 2, failTo: 4}
 	rt := newRuntime(t, s, Config{})
 	g := newGate()
 	sub, err := rt.Submit(ctx, "k", g.fn, alice)

@@ -175,11 +175,15 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	life, endLife := context.WithCancelCause(context.Background())
+	instance := uuid.NewString()
+	// The run writes carry life, and with it the instance as their
+	// origin, so a MemStore spares this runtime the notices of its own
+	// run writes (see MemStore.Listen).
+	life, endLife := context.WithCancelCause(context.WithValue(context.Background(), originKey{}, instance))
 	rt := &Runtime[S]{
 		store:    store,
 		cfg:      cfg,
-		instance: uuid.NewString(),
+		instance: instance,
 		life:     life,
 		endLife:  endLife,
 		keys:     newKeyLocks(),

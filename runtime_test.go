@@ -615,3 +615,20 @@ func TestWaitFollowsATaskAnotherRuntimeRuns(t *testing.T) {
 		t.Fatal("Wait did not see the other runtime's task end")
 	}
 }
+
+// A SubmitOption is a value a service builds once and passes to
+// concurrent submissions: applying it must not write what it captured.
+func TestSubmitOptionsMayBeSharedAcrossGoroutines(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	shared := []SubmitOption{WithRetry(RetryPolicy{MaxAttempts: 2}), WithTimeout(time.Minute), WithWatchers(bob), WithScope(ScopeUser)}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			sub, err := rt.Submit(ctx, fmt.Sprint("k", i), noop, alice, shared...)
+			assert.NoError(t, err)
+			settled(t, rt, sub.ID)
+		})
+	}
+	wg.Wait()
+}

@@ -188,7 +188,10 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // ErrNotFound, exactly as for a missing task. A task that already ended
 // returns ErrFinished. Errors: ErrNoAuthority, a *ValidationError
 // (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
-// the record kept changing, or a store error.
+// the record kept changing, or a store error. When the store reports an
+// error for the cancel's write, Cancel reads the record: if the write
+// landed all the same, it returns nil; otherwise the store error, and
+// nothing was cancelled.
 //
 // The record keeps who cancelled (the Owner's user id; empty for System)
 // and, with WithReason, why, and every Snapshot shows both, so an owner
@@ -197,10 +200,11 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // way; it never starts, and its owner's waiting place frees at once.
 //
 // For a run executing in another process that shares the store, the
-// record says CANCELLED at once; that process's sync loop (see
-// Config.SyncInterval) cancels the run's context within an interval, and
-// without it the callback runs on until it returns. Either way its
-// terminal write is discarded, since it expects the record RUNNING.
+// record says CANCELLED at once; that process learns of it from the
+// store's notice (over a Notifier) or its sync loop (see
+// Config.SyncInterval) and cancels the run's context, and without either
+// the callback runs on until it returns. Either way its terminal write is
+// discarded, since it expects the record RUNNING.
 func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority, opts ...CancelOption) error {
 	var co cancelOptions
 	for _, opt := range opts {
@@ -233,7 +237,12 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		// since the read is never overwritten with the older state.
 		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
 		if err != nil {
-			return err
+			// The write may have landed all the same (a lost
+			// acknowledgement): if the record holds it, it did.
+			if permanentStoreError(err) || !rt.holds(ctx, id, rec.RunID, &st) {
+				return err
+			}
+			ok = true
 		}
 		if ok {
 			if t != nil {
@@ -249,4 +258,12 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		}
 	}
 	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
+}
+
+// holds reports whether the record id is run runID's with exactly the
+// terminal state st: whether a write of st that reported an error landed.
+func (rt *Runtime[S]) holds(ctx context.Context, id, runID string, st *State) bool {
+	rec, err := rt.store.GetTask(ctx, id)
+	return err == nil && rec.RunID == runID && rec.Status == st.Status && rec.Cause == st.Cause &&
+		rec.CompletedAt.Equal(st.CompletedAt)
 }

@@ -75,10 +75,12 @@
 //
 // A [Store] holds the records and the authorization policy: what the
 // record says. A [Runtime] holds what this process is doing: run handles,
-// queues, the cleanup scheduler. [MemStore] is the volatile default; the
+// queues, the cleanup scheduler. [MemStore] is the volatile default (with
+// leases and notices within the process); the
 // SQL stores in the module github.com/taskgate/workers/sqlstore make
 // records durable and let several processes share one database. Package
-// storetest is the conformance suite every store passes.
+// storetest is the conformance suite every store passes, and holds
+// Faulty, a store wrapper that injects faults for tests.
 //
 // Results are stored as JSON in every store; decode them with [ResultAs].
 //

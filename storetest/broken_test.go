@@ -49,6 +49,17 @@ var brokenStores = map[string]struct {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
 		storetest.Run, "Clear/DurableHasNoClearer"},
 
+	"LeaseNeverExpires": {
+		func() workers.Store { return eternalLease{workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(2 * time.Second)},
+		storetest.Run, "Lease/ExpiresByTheStoresClock"},
+	// The notice case waits for notices that never come.
+	"SilentNotifier": {
+		func() workers.Store { return silentNotifier{workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(500 * time.Millisecond)},
+		storetest.Run, "Notify/EveryWriteReachesEveryListener"},
+	"DropsStack": {
+		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
+		storetest.Run, "RoundTrip/EndingFields"},
+
 	// The same breakage seen through a runtime: a superseded run's late
 	// write lands on its successor's record.
 	"RuntimeNoFence": {
@@ -269,4 +280,29 @@ type oldestFirstAlways struct{ *workers.MemStore }
 func (s oldestFirstAlways) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
 	f.Order = workers.OldestFirst
 	return s.MemStore.ListTasks(ctx, f)
+}
+
+// eternalLease renews every lease for a day, whatever ttl it is given.
+type eternalLease struct{ *workers.MemStore }
+
+func (s eternalLease) RenewLease(ctx context.Context, instance string, _ time.Duration) (bool, error) {
+	return s.MemStore.RenewLease(ctx, instance, 24*time.Hour)
+}
+
+// silentNotifier listens, says Resync, and then never says anything.
+type silentNotifier struct{ *workers.MemStore }
+
+func (silentNotifier) Listen(ctx context.Context, changed func(workers.Change)) error {
+	changed(workers.Change{Resync: true})
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// dropsStack forgets a transition's stack, as a store missing the column
+// would.
+type dropsStack struct{ *workers.MemStore }
+
+func (s dropsStack) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	next.Stack = ""
+	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
 }

@@ -50,6 +50,29 @@
 // goroutines against one record or one lock, and a store that shares
 // memory unsafely shows up only there.
 //
+// # Optional capabilities
+//
+// [Run] also checks the optional capabilities a store implements:
+// [workers.Leaser] (leases created, extended, released and expired by
+// the store's clock) and [workers.Notifier] (a Resync first, then a
+// notice of every changing write, in write order, to every listener).
+// Their cases skip for a store without them. A store shared by processes
+// passes [Peer], so that the notice cases write through a second handle.
+// The runtime cases see the store with its capabilities, so [RunRuntime]
+// drives runtimes that hold leases and listen wherever the store offers
+// them.
+//
+// # Faults
+//
+// [Faulty] wraps any store in a fault schedule ([Faults]): rules select
+// calls (a method, its Nth call, a predicate on its arguments) and fail
+// them before they reach the store, after they landed (the write whose
+// acknowledgement was lost), hang them until released, or slow them. The
+// wrapper keeps exactly the optional capabilities of the store it wraps.
+// Use it to test what a service, or a store's own retry logic, does when
+// the database misbehaves; the workers package's fault and chaos tests
+// are built on it.
+//
 // # Isolation and parallelism
 //
 // Every case is a subtest with a behaviour name, such as
@@ -90,8 +113,9 @@
 //
 // The runtimes see the store through a recorder that passes every call
 // through unchanged and notes each write, so that a case can wait for a
-// run's write; it forwards [workers.RecordClearer] when the store
-// implements it. A runtime logs only store errors that no caller sees,
+// run's write; it has exactly the optional capabilities of the store
+// ([workers.RecordClearer], [workers.Leaser], [workers.Notifier]), so a
+// runtime over it takes the lease and listens as it would over the store. A runtime logs only store errors that no caller sees,
 // such as a failed write on a run's behalf, so every error a runtime logs
 // fails the case.
 //

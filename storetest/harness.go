@@ -403,18 +403,68 @@ type recorder struct {
 	log *writeLog
 }
 
-// clearingRecorder is a recorder over a store that implements
-// workers.RecordClearer, the one optional interface the runtime probes;
-// a new optional interface needs forwarding here too.
-type clearingRecorder struct{ recorder }
-
-// observe returns s behind a recorder noting into log.
+// observe returns s behind a recorder noting into log. The recorder has
+// exactly the optional capabilities of s, so that a runtime over it
+// behaves as over s: it forwards workers.Leaser and workers.Notifier
+// untouched, and notes workers.RecordClearer's writes. A new optional
+// interface needs forwarding here too.
 func observe(s workers.Store, log *writeLog) workers.Store {
 	r := recorder{Store: s, log: log}
-	if _, ok := s.(workers.RecordClearer); ok {
-		return clearingRecorder{r}
+	l, isL := s.(workers.Leaser)
+	n, isN := s.(workers.Notifier)
+	_, isC := s.(workers.RecordClearer)
+	c := clearing{r}
+	switch {
+	case isL && isN && isC:
+		return struct {
+			recorder
+			workers.Leaser
+			workers.Notifier
+			clearing
+		}{r, l, n, c}
+	case isL && isN:
+		return struct {
+			recorder
+			workers.Leaser
+			workers.Notifier
+		}{r, l, n}
+	case isL && isC:
+		return struct {
+			recorder
+			workers.Leaser
+			clearing
+		}{r, l, c}
+	case isN && isC:
+		return struct {
+			recorder
+			workers.Notifier
+			clearing
+		}{r, n, c}
+	case isL:
+		return struct {
+			recorder
+			workers.Leaser
+		}{r, l}
+	case isN:
+		return struct {
+			recorder
+			workers.Notifier
+		}{r, n}
+	case isC:
+		return struct {
+			recorder
+			clearing
+		}{r, c}
 	}
 	return r
+}
+
+// clearing forwards workers.RecordClearer for a recorder, noting it.
+type clearing struct{ r recorder }
+
+func (c clearing) ClearRecords(ctx context.Context) error {
+	defer c.r.log.note(nil)
+	return c.r.Store.(workers.RecordClearer).ClearRecords(ctx)
 }
 
 func (r recorder) InsertTask(ctx context.Context, rec workers.Record) error {
@@ -446,11 +496,6 @@ func (r recorder) AddWatcher(ctx context.Context, id, runID, watcher string) (bo
 func (r recorder) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
 	defer r.log.note(nil)
 	return r.Store.DeleteFinished(ctx, cutoff)
-}
-
-func (r clearingRecorder) ClearRecords(ctx context.Context) error {
-	defer r.log.note(nil)
-	return r.Store.(workers.RecordClearer).ClearRecords(ctx)
 }
 
 // failHandler is the runtimes' logger: it fails the case on every

@@ -135,6 +135,10 @@ func diff(got, want workers.Record) string {
 		{"Error", got.Error == want.Error, got.Error, want.Error},
 		{"StartedAt", got.StartedAt.Equal(want.StartedAt), got.StartedAt, want.StartedAt},
 		{"CompletedAt", got.CompletedAt.Equal(want.CompletedAt), got.CompletedAt, want.CompletedAt},
+		{"Cause", got.Cause == want.Cause, got.Cause, want.Cause},
+		{"CancelledBy", got.CancelledBy == want.CancelledBy, got.CancelledBy, want.CancelledBy},
+		{"CancelReason", got.CancelReason == want.CancelReason, got.CancelReason, want.CancelReason},
+		{"Stack", got.Stack == want.Stack, got.Stack, want.Stack},
 	}
 	var b strings.Builder
 	for _, f := range fields {
@@ -148,7 +152,7 @@ func diff(got, want workers.Record) string {
 // show formats a record field for a failure message.
 func show(v any) string {
 	switch v := v.(type) {
-	case string, workers.Status:
+	case string, workers.Status, workers.Cause:
 		return fmt.Sprintf("%q", v)
 	case []string:
 		return fmt.Sprintf("%q", v)

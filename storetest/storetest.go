@@ -31,11 +31,21 @@ func Timeout(d time.Duration) Option { return func(su *suite) { su.timeout = d }
 
 const defaultTimeout = 30 * time.Second
 
+// Peer gives the Notifier cases a second handle on the store under test:
+// open returns another store over the same records (a second connection
+// pool on the same database, say), whose writes the first handle's
+// listeners must hear. Without it, those cases write through the one
+// handle.
+func Peer(open func(t *testing.T, s workers.Store) workers.Store) Option {
+	return func(su *suite) { su.peer = open }
+}
+
 // suite is a configured run of the cases.
 type suite struct {
 	durable bool
 	serial  bool
 	timeout time.Duration
+	peer    func(t *testing.T, s workers.Store) workers.Store
 }
 
 // A testCase checks one behaviour of a fresh store.
@@ -267,6 +277,33 @@ var cases = []testCase{
 	{"Authorizers/ConcurrentUse",
 		"authorizers may be set, fetched and called from many goroutines at once.",
 		(*suite).authRace},
+
+	{"RoundTrip/EndingFields",
+		"the State fields of how a run ended (Cause, CancelledBy, CancelReason, Stack) come back as written through InsertTask, TransitionTask and SetTask, and ReplaceTask clears them with the rest of the state.",
+		(*suite).roundTripEndingFields},
+	{"State/UnstorableTextRefused",
+		"InsertTask, SetTask, ReplaceTask and TransitionTask refuse, with ErrInvalidData, a state whose text fields hold a NUL byte or invalid UTF-8, as CheckState does, and write nothing.",
+		(*suite).textRefused},
+
+	{"Lease/RenewCreatesThenExtends",
+		"a Leaser's first RenewLease of an instance creates its lease (extended = false) and makes it live; a renewal of a live lease reports extended = true; LiveInstances lists every live instance.",
+		(*suite).leaseRenew},
+	{"Lease/ReleaseEndsIt",
+		"ReleaseLease ends that instance's lease at once and no other; the next RenewLease creates a new one (extended = false); releasing a lease that does not exist is not an error.",
+		(*suite).leaseRelease},
+	{"Lease/ExpiresByTheStoresClock",
+		"a lease not renewed for its ttl, by the store's clock, leaves LiveInstances while a longer one stays, and the next RenewLease reports extended = false.",
+		(*suite).leaseExpiry},
+	{"Lease/NonPositiveTTLRefused",
+		"RenewLease with a ttl of zero or less returns ErrInvalidOption and creates no lease.",
+		(*suite).leaseTTLRefused},
+
+	{"Notify/EveryWriteReachesEveryListener",
+		"a Notifier's Listen first calls its func with a Resync; then every changing write (InsertTask, TransitionTask, ReplaceTask, AddWatcher, SetTask) reaches every listener as a notice naming the task, in write order, the last one naming the record's final run and status (where the store reports them); Listen returns context.Canceled once its context is cancelled.",
+		(*suite).notifyWrites},
+	{"Notify/ListenEndsWithItsContext",
+		"Listen with a done context returns its error; a Listen whose context is cancelled returns context.Canceled; writes after a listener left neither block nor fail.",
+		(*suite).notifyListenEnds},
 
 	{"Clear/EmptiesStore",
 		"a store that implements RecordClearer deletes every record on ClearRecords, finished or not.",
