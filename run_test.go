@@ -349,3 +349,48 @@ func TestWaitRidesOutStoreBlips(t *testing.T) {
 	_, err = rt.Wait(ctx, sub.ID, alice)
 	assert.ErrorContains(t, err, "connection reset")
 }
+
+// slowLease is a MemStore whose renewals take 5ms, and hang until their
+// context ends while stalled is set.
+type slowLease struct {
+	*MemStore
+	stalled atomic.Bool
+	renewed atomic.Int32 // renewals that succeeded
+}
+
+func (s *slowLease) RenewLease(ctx context.Context, _ string, _ time.Duration) (bool, error) {
+	d := 5 * time.Millisecond
+	if s.stalled.Load() {
+		d = time.Hour
+	}
+	select {
+	case <-time.After(d):
+		s.renewed.Add(1)
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+func (s *slowLease) ReleaseLease(context.Context, string) error { return nil }
+
+func (s *slowLease) LiveInstances(context.Context) ([]string, error) { return nil, nil }
+
+// After a lease ran out while the store stalled, renewals get a whole
+// interval again: a store that answers in 5ms renews it.
+func TestRenewalsResumeAfterTheLeaseRanOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &slowLease{MemStore: NewMemStore()}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		_, err := rt.Submit(ctx, "k", noop, alice)
+		require.NoError(t, err)
+		s.stalled.Store(true)
+		time.Sleep(5 * time.Second) // past the lease's end
+		synctest.Wait()
+		before := s.renewed.Load()
+		s.stalled.Store(false)
+		time.Sleep(3 * time.Second)
+		assert.Greater(t, s.renewed.Load(), before, "no renewal succeeded once the store answered again")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
