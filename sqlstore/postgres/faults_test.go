@@ -47,7 +47,7 @@ func TestStoreFaults(t *testing.T) {
 			if err != nil {
 				t.Errorf("restart PostgreSQL: %v: %s", err, out)
 			}
-		}, 300*time.Millisecond)
+		}, 50*time.Millisecond)
 	})
 }
 
@@ -75,17 +75,20 @@ func storeFaults(t *testing.T, fault func(sc scratch, app string), every time.Du
 	defer s.Close()
 	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: 100 * time.Millisecond})
 
-	stop := make(chan struct{})
+	stop, once := make(chan struct{}), make(chan struct{})
 	var faults sync.WaitGroup
 	faults.Go(func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
-		for {
+		for n := 0; ; n++ {
 			select {
 			case <-stop:
 				return
 			case <-tick.C:
 				fault(sc, app)
+				if n == 0 {
+					close(once)
+				}
 			}
 		}
 	})
@@ -120,6 +123,7 @@ func storeFaults(t *testing.T, fault func(sc scratch, app string), every time.Du
 		})
 	}
 	wg.Wait()
+	<-once // the runs may still be going: the fault hits them at least once
 	close(stop)
 	faults.Wait()
 	t.Logf("%d of %d submissions acknowledged under faults", len(acked), n)
