@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -165,7 +164,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	sqltest.MigrateConcurrently(t, stores)
 	var n, top int
 	err := sc.pool.QueryRow(t.Context(), `SELECT count(*), max(version) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n, &top)
-	if err != nil || n != migrationFiles(t) || top < 2 {
+	if err != nil || n != sqltest.MigrationFiles(t) || top < 2 {
 		t.Errorf("schema_version holds %d rows up to version %d (%v), want each version once", n, top, err)
 	}
 }
@@ -368,17 +367,6 @@ SELECT 'u' || (i / $2::int) || '::k' || i, 'u' || ((i / $2::int + 1) % ($1::int 
 	timestamptz '2025-01-01 00:00:00Z' + i * interval '1 millisecond'
 FROM generate_series(0, $1::int - 1) AS i
 WHERE $3::int > 0 -- every statement takes the same three arguments`,
-}
-
-// migrationFiles counts the package's migration files: Migrate records
-// each version once, whether or not the numbers leave gaps.
-func migrationFiles(t *testing.T) int {
-	t.Helper()
-	files, err := filepath.Glob("migrations/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no migration files: %v", err)
-	}
-	return len(files)
 }
 
 // TestUpgradeFromFirstSchema migrates tables filled by the first release

@@ -102,7 +102,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	sqltest.MigrateConcurrently(t, stores)
 	db := openRaw(t, path)
 	var n, top int
-	if err := db.QueryRow(`SELECT count(*), max(version) FROM workers_schema_version`).Scan(&n, &top); err != nil || n != migrationFiles(t) || top < 2 {
+	if err := db.QueryRow(`SELECT count(*), max(version) FROM workers_schema_version`).Scan(&n, &top); err != nil || n != sqltest.MigrationFiles(t) || top < 2 {
 		t.Errorf("schema_version holds %d rows up to version %d (%v), want each version once", n, top, err)
 	}
 }
@@ -285,17 +285,6 @@ SELECT 'u' || (i / $2) || '::k' || i, 'u' || ((i / $2 + 1) % ($1 / $2)), 1735689
 
 ANALYZE;
 `
-
-// migrationFiles counts the package's migration files: Migrate records
-// each version once, whether or not the numbers leave gaps.
-func migrationFiles(t *testing.T) int {
-	t.Helper()
-	files, err := filepath.Glob("migrations/*.sql")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no migration files: %v", err)
-	}
-	return len(files)
-}
 
 // TestUpgradeFromFirstSchema migrates tables filled by the first release
 // forward: causes are derived from the old messages, and listings page

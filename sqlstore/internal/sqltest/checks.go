@@ -3,6 +3,7 @@ package sqltest
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -248,4 +249,16 @@ func lostLease(t *testing.T, s workers.Store) {
 		t.Errorf("a run cancelled for a lost lease recorded %s %q (cause %s), want FAILED, abandoned", snap.Status, snap.Error, snap.Cause)
 	}
 	resume()
+}
+
+// MigrationFiles counts the migration files of the calling test's package
+// (its migrations directory): Migrate records each version once, whether
+// or not the numbers leave gaps.
+func MigrationFiles(t *testing.T) int {
+	t.Helper()
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migration files: %v", err)
+	}
+	return len(files)
 }
