@@ -2,12 +2,9 @@ package workers_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,84 +16,28 @@ import (
 	"github.com/taskgate/workers/storetest"
 )
 
-// The tests below fail each store call on a run's path, once before it
-// reaches the store and once after it landed (the write whose
-// acknowledgement was lost), through storetest.Faulty over a MemStore,
-// and check what must hold whatever the store does: every acknowledged
-// submission reaches a terminal record, Wait returns, a resubmission
-// never joins a dead run, Shutdown stays within its bound, and no
-// goroutine is left (goleak, in TestMain).
+// With a store that hangs, Shutdown returns by its deadline plus the
+// slack, names what it left, and leaves it for recovery, which ends it
+// once the instance's lease has expired; a submission hung in its insert
+// when Shutdown began ends its run CANCELLED once the store resumes.
+// The fault cases of storetest, over a MemStore; the SQL stores run them
+// too. The tests below need a MemStore: they run in synctest bubbles.
+func TestFaults(t *testing.T) {
+	storetest.RunFaults(t, func(*testing.T) workers.Store { return workers.NewMemStore() })
+}
 
 var (
 	owner      = workers.MustOwner("alice")
 	quiet      = slog.New(slog.DiscardHandler)
-	bothFaults = []storetest.Fault{storetest.FailBefore, storetest.FailAfter}
 	liveStates = []workers.Status{workers.StatusPending, workers.StatusRunning}
 )
 
-// faultEnv is a runtime over a MemStore behind a fault schedule.
-type faultEnv struct {
-	t   *testing.T
-	f   *storetest.Faults
-	mem *workers.MemStore
-	rt  *workers.Runtime[workers.Store]
-}
-
-// newFaultEnv builds the runtime. Its cleanup heals the store, shuts the
-// runtime down, which must settle everything, and checks that no record
-// is left live.
-func newFaultEnv(t *testing.T, cfg workers.Config) *faultEnv {
-	t.Helper()
-	e := &faultEnv{t: t, f: &storetest.Faults{}, mem: workers.NewMemStore()}
-	if cfg.Logger == nil {
-		cfg.Logger = quiet
-	}
-	e.rt = workers.NewRuntime(storetest.Faulty(e.mem, e.f), cfg)
-	t.Cleanup(func() {
-		e.f.Heal()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, e.rt.Shutdown(ctx), "Shutdown after the store healed")
-		e.noLiveRecords()
-	})
-	return e
-}
-
-// noLiveRecords fails the test if a record is PENDING or RUNNING: once
-// the runtime has shut down cleanly, none may be.
-func (e *faultEnv) noLiveRecords() {
-	e.t.Helper()
-	recs, err := e.mem.ListTasks(context.Background(), workers.Filter{Statuses: liveStates})
-	require.NoError(e.t, err)
-	for _, r := range recs {
-		e.t.Errorf("record %q is left %s under run %q", r.ID, r.Status, r.RunID)
-	}
-}
-
-// wait waits for the task to end, and returns its final snapshot.
-func (e *faultEnv) wait(id string) workers.Snapshot {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	snap, err := e.rt.Wait(ctx, id, owner)
-	require.NoError(e.t, err, "Wait for %q", id)
-	return snap
-}
-
-// completes submits key and requires a new run that completes.
-func (e *faultEnv) completes(key string) workers.Snapshot {
-	e.t.Helper()
-	sub, err := e.rt.Submit(context.Background(), key, result("done"), owner)
-	require.NoError(e.t, err)
-	require.False(e.t, sub.Joined, "a resubmission joined run %q", sub.RunID)
-	snap := e.wait(sub.ID)
-	require.Equal(e.t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
-	require.Equal(e.t, sub.RunID, snap.RunID)
-	return snap
-}
-
 func result(v any) workers.Func {
 	return func(context.Context, *workers.Task) (any, error) { return v, nil }
+}
+
+func to(s workers.Status) func(*storetest.Call) bool {
+	return func(c *storetest.Call) bool { return c.Next.Status == s }
 }
 
 func scoped(t *testing.T, key string) string {
@@ -105,295 +46,6 @@ func scoped(t *testing.T, key string) string {
 	return id
 }
 
-// once adds a rule that fires once.
-func (e *faultEnv) once(fault storetest.Fault, op storetest.Op, match func(*storetest.Call) bool) {
-	e.f.Add(storetest.Rule{Op: op, Match: match, Times: 1, Fault: fault})
-}
-
-func to(s workers.Status) func(*storetest.Call) bool {
-	return func(c *storetest.Call) bool { return c.Next.Status == s }
-}
-
-func inject(t *testing.T, f *storetest.Faults, op storetest.Op) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, f.WaitInjected(ctx, op, 1), "the fault was never injected")
-}
-
-// The register's insert fails: Submit returns the error, and a record the
-// insert may have left is ended or replaced, never joined.
-func TestFaultRegisterInsert(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{})
-			e.once(fault, storetest.OpInsertTask, nil)
-			_, err := e.rt.Submit(context.Background(), "k", result("lost"), owner)
-			require.ErrorIs(t, err, storetest.ErrInjected)
-			id := scoped(t, "k")
-			if fault == storetest.FailAfter {
-				// The ghost is ended by the retired run, fenced on its id.
-				snap := e.wait(id)
-				assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
-			} else {
-				_, err := e.mem.GetTask(context.Background(), id)
-				require.ErrorIs(t, err, workers.ErrNotFound)
-			}
-			e.completes("k")
-		})
-	}
-}
-
-// The ghost an ambiguous insert left is replaced by a resubmission that
-// comes before its retired run ended it.
-func TestFaultGhostInsertIsReplacedNotJoined(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{})
-			e.once(storetest.FailAfter, storetest.OpInsertTask, nil)
-			// The retired run's ending write fails too, once.
-			e.once(fault, storetest.OpTransitionTask, func(c *storetest.Call) bool {
-				return slices.Equal(c.From, []workers.Status{workers.StatusPending}) && c.Next.Status.Terminal()
-			})
-			_, err := e.rt.Submit(context.Background(), "k", result("lost"), owner)
-			require.ErrorIs(t, err, storetest.ErrInjected)
-			e.completes("k")
-		})
-	}
-}
-
-// The re-run of a finished key fails to replace its record: Submit
-// returns the error, and the key runs again on the next submission.
-func TestFaultRegisterReplace(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{})
-			first := e.completes("k")
-			e.once(fault, storetest.OpReplaceTask, nil)
-			_, err := e.rt.Submit(context.Background(), "k", result("lost"), owner)
-			require.ErrorIs(t, err, storetest.ErrInjected)
-			if fault == storetest.FailAfter {
-				snap := e.wait(first.ID)
-				assert.NotEqual(t, first.RunID, snap.RunID, "the replace landed")
-				assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
-			}
-			e.completes("k")
-		})
-	}
-}
-
-// One test per write of a run's own: it fails once, the submission was
-// acknowledged, and the run still completes, its callback called once
-// per attempt.
-func TestFaultRunWrites(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		match func(*storetest.Call) bool
-		opts  []workers.SubmitOption
-		fails int // attempts that fail before one succeeds
-	}{
-		{"Start", to(workers.StatusRunning), nil, 0},
-		{"Finish", to(workers.StatusCompleted), nil, 0},
-		{"Retry", func(c *storetest.Call) bool { return c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2 },
-			[]workers.SubmitOption{workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond})}, 1},
-	} {
-		for _, fault := range bothFaults {
-			t.Run(c.name+"/"+fault.String(), func(t *testing.T) {
-				t.Parallel()
-				e := newFaultEnv(t, workers.Config{})
-				e.once(fault, storetest.OpTransitionTask, c.match)
-				var calls atomic.Int32
-				sub, err := e.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
-					if int(calls.Add(1)) <= c.fails {
-						return nil, errors.New("try again")
-					}
-					return "done", nil
-				}, owner, c.opts...)
-				require.NoError(t, err)
-				snap := e.wait(sub.ID)
-				require.Equal(t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
-				assert.JSONEq(t, `"done"`, string(snap.Result))
-				assert.Equal(t, c.fails+1, snap.Attempt)
-				assert.EqualValues(t, c.fails+1, calls.Load(), "the callback ran once per attempt")
-				assert.Equal(t, 1, e.f.Injected(storetest.OpTransitionTask))
-			})
-		}
-	}
-}
-
-// A progress write that fails is stored by a later sync.
-func TestFaultProgressWrite(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{SyncInterval: 5 * time.Millisecond})
-			require.NoError(t, e.rt.Start(context.Background()))
-			e.once(fault, storetest.OpTransitionTask, func(c *storetest.Call) bool {
-				return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
-			})
-			release := make(chan struct{})
-			sub, err := e.rt.Submit(context.Background(), "k", func(ctx context.Context, tk *workers.Task) (any, error) {
-				tk.SetProgress(50)
-				<-release
-				return "done", nil
-			}, owner)
-			require.NoError(t, err)
-			inject(t, e.f, storetest.OpTransitionTask)
-			require.Eventually(t, func() bool {
-				r, err := e.mem.GetTask(context.Background(), sub.ID)
-				return err == nil && r.Progress == 50
-			}, 10*time.Second, time.Millisecond, "the progress reached the store")
-			close(release)
-			assert.Equal(t, workers.StatusCompleted, e.wait(sub.ID).Status)
-		})
-	}
-}
-
-// Cancel's write fails. Before it landed, Cancel returns the error, the
-// run goes on and a second Cancel ends it. After it landed, Cancel reads
-// the record, finds its write there and succeeds, cancelling the run as
-// usual. Either way Wait returns CANCELLED and the callback's context
-// ends with ErrCancelled.
-func TestFaultCancelWrite(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{})
-			started, ended := make(chan struct{}), make(chan error, 1)
-			sub, err := e.rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
-				close(started)
-				<-ctx.Done()
-				ended <- context.Cause(ctx)
-				return nil, ctx.Err()
-			}, owner)
-			require.NoError(t, err)
-			<-started
-			e.once(fault, storetest.OpTransitionTask, to(workers.StatusCancelled))
-			err = e.rt.Cancel(context.Background(), sub.ID, owner)
-			if fault == storetest.FailAfter {
-				require.NoError(t, err, "the cancel landed: Cancel read the record and says so")
-				require.ErrorIs(t, e.rt.Cancel(context.Background(), sub.ID, owner), workers.ErrFinished)
-			} else {
-				require.ErrorIs(t, err, storetest.ErrInjected)
-				snap, err := e.rt.Status(context.Background(), sub.ID, owner)
-				require.NoError(t, err)
-				require.Equal(t, workers.StatusRunning, snap.Status, "a cancel that never landed changed nothing")
-				require.NoError(t, e.rt.Cancel(context.Background(), sub.ID, owner))
-			}
-			snap := e.wait(sub.ID)
-			assert.Equal(t, workers.StatusCancelled, snap.Status)
-			assert.ErrorIs(t, snap.Err(), workers.ErrCancelled)
-			select {
-			case cause := <-ended:
-				assert.ErrorIs(t, cause, workers.ErrCancelled)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the callback's context never ended")
-			}
-		})
-	}
-}
-
-// Recovery's write fails: Start returns the error and can be called
-// again; the dead run's record ends, and its key runs again.
-func TestFaultRecoveryWrite(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{})
-			id := scoped(t, "k")
-			require.NoError(t, e.mem.InsertTask(context.Background(), workers.Record{
-				ID: id, RunID: "dead-instance.1", Watchers: []string{"alice"}, CreatedAt: time.Now().UTC(),
-				State: workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now().UTC()},
-			}))
-			e.once(fault, storetest.OpTransitionTask, func(c *storetest.Call) bool { return c.Next.Cause == workers.CauseAbandoned })
-			require.ErrorIs(t, e.rt.Start(context.Background()), storetest.ErrInjected)
-			require.NoError(t, e.rt.Start(context.Background()))
-			snap := e.wait(id)
-			assert.Equal(t, "dead-instance.1", snap.RunID)
-			assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
-			e.completes("k")
-		})
-	}
-}
-
-// Shutdown's writes of the queue backlog fail: they are retried while
-// Shutdown's context lasts, and every item ends CANCELLED.
-func TestFaultShutdownBacklogWrites(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{ShutdownGrace: -1})
-			started := make(chan struct{})
-			head, err := e.rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
-				close(started)
-				<-ctx.Done()
-				return nil, ctx.Err()
-			}, owner)
-			require.NoError(t, err)
-			<-started
-			var items []string
-			for i := range 3 {
-				sub, err := e.rt.SubmitSequential(context.Background(), "q", fmt.Sprint("item-", i), result("never"), owner)
-				require.NoError(t, err)
-				items = append(items, sub.ID)
-			}
-			e.f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 2, Fault: fault, Match: func(c *storetest.Call) bool {
-				return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
-			}})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			require.NoError(t, e.rt.Shutdown(ctx))
-			assert.Equal(t, 2, e.f.Injected(storetest.OpTransitionTask))
-			for _, id := range append(items, head.ID) {
-				r, err := e.mem.GetTask(context.Background(), id)
-				require.NoError(t, err)
-				assert.Equal(t, workers.StatusCancelled, r.Status, "%s", id)
-				assert.Equal(t, workers.CauseShutdown, r.Cause, "%s", id)
-			}
-		})
-	}
-}
-
-// A store that refuses a run's outcome for good (ErrInvalidData) gets a
-// FAILED record saying so, with the store cause, instead of a stranded
-// one; so does a run whose start it refuses, whose callback never runs.
-func TestFaultPermanentRefusalFailsTheRun(t *testing.T) {
-	refusal := fmt.Errorf("%w: SQLSTATE 22P05: unsupported Unicode escape sequence", workers.ErrInvalidData)
-	for _, c := range []struct {
-		name  string
-		write workers.Status
-		ran   int32
-	}{
-		{"Outcome", workers.StatusCompleted, 1},
-		{"Start", workers.StatusRunning, 0},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, workers.Config{})
-			e.f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Match: to(c.write), Fault: storetest.FailBefore, Err: refusal})
-			var calls atomic.Int32
-			sub, err := e.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
-				calls.Add(1)
-				return "a result the store refuses", nil
-			}, owner)
-			require.NoError(t, err)
-			snap := e.wait(sub.ID)
-			assert.Equal(t, workers.StatusFailed, snap.Status)
-			assert.Equal(t, workers.CauseStore, snap.Cause)
-			assert.Contains(t, snap.Error, "the store refused the run's outcome")
-			assert.Contains(t, snap.Error, "SQLSTATE 22P05")
-			assert.Equal(t, c.ran, calls.Load())
-		})
-	}
-}
-
-// With a store that hangs, Shutdown returns by its deadline plus the
-// slack, names what it left, and leaves it for recovery, which ends it
-// once the instance's lease has expired; a submission hung in its insert
-// when Shutdown began ends its run CANCELLED once the store resumes.
 func TestFaultShutdownBoundedWhenTheStoreHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &storetest.Faults{}

@@ -2,12 +2,14 @@
 // implementations. Every store, MemStore included, runs the same cases,
 // which is how the stores are known to behave alike.
 //
-// The suite has two entry points. [Run] checks the Store contract method
-// by method. [RunRuntime] drives real [workers.Runtime] values over the
-// store, through the scenarios in which backends have been seen to
-// differ: joins, cancels, re-runs that supersede a run still executing,
-// sequential queues, shutdown, zombie recovery, cleanup. A store passes
-// both. Call them from tests in the store's package, with a factory that
+// The suite has three entry points. [Run] checks the Store contract
+// method by method. [RunRuntime] drives real [workers.Runtime] values
+// over the store, through the scenarios in which backends have been seen
+// to differ: joins, cancels, re-runs that supersede a run still
+// executing, sequential queues, shutdown, zombie recovery, cleanup.
+// [RunFaults] puts the store behind [Faulty] and fails each store call
+// on a run's path, before and after it lands, checking that no task is
+// ever stranded. A store passes all three. Call them from tests in the store's package, with a factory that
 // returns a fresh, empty store and registers its teardown with t.Cleanup:
 //
 //	package mystore_test
@@ -26,6 +28,10 @@
 //
 //	func TestMyStoreRuntime(t *testing.T) {
 //		storetest.RunRuntime(t, newStore, storetest.Durable())
+//	}
+//
+//	func TestMyStoreFaults(t *testing.T) {
+//		storetest.RunFaults(t, newStore)
 //	}
 //
 //	// newStore returns a store with a database of its own: the cases run

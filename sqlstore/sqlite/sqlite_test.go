@@ -60,6 +60,13 @@ func TestRuntimeConformance(t *testing.T) {
 	storetest.RunRuntime(t, func(t *testing.T) workers.Store { return newStore(t) }, storetest.Durable())
 }
 
+// TestFaults fails every store call on a run's path, before and after it
+// lands, over this store (storetest.RunFaults).
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	storetest.RunFaults(t, func(t *testing.T) workers.Store { return newStore(t) })
+}
+
 // TestSQLChecks runs the checks the SQL stores add to the suite.
 func TestSQLChecks(t *testing.T) {
 	t.Parallel()

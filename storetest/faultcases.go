@@ -1,0 +1,410 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgate/workers"
+)
+
+// RunFaults runs the fault cases against stores from newStore, each a
+// fresh, empty store (the cases run in parallel): every store call on a
+// run's path is failed through Faulty, once before it reaches the store
+// and once after it landed (the write whose acknowledgement was lost),
+// and each case checks what must hold whatever the store does: every
+// acknowledged submission reaches a terminal record, Wait returns, a
+// resubmission never joins a dead run, a refused outcome ends the run
+// FAILED, and Shutdown, once the store heals, settles everything.
+func RunFaults(t *testing.T, newStore func(t *testing.T) workers.Store) {
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, func(*testing.T) workers.Store)
+	}{
+		{"RegisterInsert", faultRegisterInsert},
+		{"GhostInsertIsReplacedNotJoined", faultGhostInsertIsReplacedNotJoined},
+		{"RegisterReplace", faultRegisterReplace},
+		{"RunWrites", faultRunWrites},
+		{"ProgressWrite", faultProgressWrite},
+		{"CancelWrite", faultCancelWrite},
+		{"RecoveryWrite", faultRecoveryWrite},
+		{"ShutdownBacklogWrites", faultShutdownBacklogWrites},
+		{"PermanentRefusalFailsTheRun", faultPermanentRefusalFailsTheRun},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newStore)
+		})
+	}
+}
+
+var (
+	owner      = workers.MustOwner("alice")
+	quiet      = slog.New(slog.DiscardHandler)
+	bothFaults = []Fault{FailBefore, FailAfter}
+	liveStates = []workers.Status{workers.StatusPending, workers.StatusRunning}
+)
+
+// faultEnv is a runtime over a store behind a fault schedule.
+type faultEnv struct {
+	t   *testing.T
+	f   *Faults
+	mem workers.Store
+	rt  *workers.Runtime[workers.Store]
+}
+
+// newFaultEnv builds the runtime. Its cleanup heals the store, shuts the
+// runtime down, which must settle everything, and checks that no record
+// is left live.
+func newFaultEnv(t *testing.T, newStore func(*testing.T) workers.Store, cfg workers.Config) *faultEnv {
+	t.Helper()
+	e := &faultEnv{t: t, f: &Faults{}, mem: newStore(t)}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	e.rt = workers.NewRuntime(Faulty(e.mem, e.f), cfg)
+	t.Cleanup(func() {
+		e.f.Heal()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, e.rt.Shutdown(ctx), "Shutdown after the store healed")
+		e.noLiveRecords()
+	})
+	return e
+}
+
+// noLiveRecords fails the test if a record is PENDING or RUNNING: once
+// the runtime has shut down cleanly, none may be.
+func (e *faultEnv) noLiveRecords() {
+	e.t.Helper()
+	recs, err := e.mem.ListTasks(context.Background(), workers.Filter{Statuses: liveStates})
+	require.NoError(e.t, err)
+	for _, r := range recs {
+		e.t.Errorf("record %q is left %s under run %q", r.ID, r.Status, r.RunID)
+	}
+}
+
+// wait waits for the task to end, and returns its final snapshot.
+func (e *faultEnv) wait(id string) workers.Snapshot {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap, err := e.rt.Wait(ctx, id, owner)
+	require.NoError(e.t, err, "Wait for %q", id)
+	return snap
+}
+
+// completes submits key and requires a new run that completes.
+func (e *faultEnv) completes(key string) workers.Snapshot {
+	e.t.Helper()
+	sub, err := e.rt.Submit(context.Background(), key, result("done"), owner)
+	require.NoError(e.t, err)
+	require.False(e.t, sub.Joined, "a resubmission joined run %q", sub.RunID)
+	snap := e.wait(sub.ID)
+	require.Equal(e.t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
+	require.Equal(e.t, sub.RunID, snap.RunID)
+	return snap
+}
+
+func result(v any) workers.Func {
+	return func(context.Context, *workers.Task) (any, error) { return v, nil }
+}
+
+func scoped(t *testing.T, key string) string {
+	id, err := workers.ScopedTaskKey(key, owner)
+	require.NoError(t, err)
+	return id
+}
+
+// once adds a rule that fires once.
+func (e *faultEnv) once(fault Fault, op Op, match func(*Call) bool) {
+	e.f.Add(Rule{Op: op, Match: match, Times: 1, Fault: fault})
+}
+
+func to(s workers.Status) func(*Call) bool {
+	return func(c *Call) bool { return c.Next.Status == s }
+}
+
+func inject(t *testing.T, f *Faults, op Op) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, f.WaitInjected(ctx, op, 1), "the fault was never injected")
+}
+
+// The register's insert fails: Submit returns the error, and a record the
+// insert may have left is ended or replaced, never joined.
+func faultRegisterInsert(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			e.once(fault, OpInsertTask, nil)
+			_, err := e.rt.Submit(context.Background(), "k", result("lost"), owner)
+			require.ErrorIs(t, err, ErrInjected)
+			id := scoped(t, "k")
+			if fault == FailAfter {
+				// The ghost is ended by the retired run, fenced on its id.
+				snap := e.wait(id)
+				assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
+			} else {
+				_, err := e.mem.GetTask(context.Background(), id)
+				require.ErrorIs(t, err, workers.ErrNotFound)
+			}
+			e.completes("k")
+		})
+	}
+}
+
+// The ghost an ambiguous insert left is replaced by a resubmission that
+// comes before its retired run ended it.
+func faultGhostInsertIsReplacedNotJoined(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			e.once(FailAfter, OpInsertTask, nil)
+			// The retired run's ending write fails too, once.
+			e.once(fault, OpTransitionTask, func(c *Call) bool {
+				return slices.Equal(c.From, []workers.Status{workers.StatusPending}) && c.Next.Status.Terminal()
+			})
+			_, err := e.rt.Submit(context.Background(), "k", result("lost"), owner)
+			require.ErrorIs(t, err, ErrInjected)
+			e.completes("k")
+		})
+	}
+}
+
+// The re-run of a finished key fails to replace its record: Submit
+// returns the error, and the key runs again on the next submission.
+func faultRegisterReplace(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			first := e.completes("k")
+			e.once(fault, OpReplaceTask, nil)
+			_, err := e.rt.Submit(context.Background(), "k", result("lost"), owner)
+			require.ErrorIs(t, err, ErrInjected)
+			if fault == FailAfter {
+				snap := e.wait(first.ID)
+				assert.NotEqual(t, first.RunID, snap.RunID, "the replace landed")
+				assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
+			}
+			e.completes("k")
+		})
+	}
+}
+
+// One test per write of a run's own: it fails once, the submission was
+// acknowledged, and the run still completes, its callback called once
+// per attempt.
+func faultRunWrites(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, c := range []struct {
+		name  string
+		match func(*Call) bool
+		opts  []workers.SubmitOption
+		fails int // attempts that fail before one succeeds
+	}{
+		{"Start", to(workers.StatusRunning), nil, 0},
+		{"Finish", to(workers.StatusCompleted), nil, 0},
+		{"Retry", func(c *Call) bool { return c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2 },
+			[]workers.SubmitOption{workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond})}, 1},
+	} {
+		for _, fault := range bothFaults {
+			t.Run(c.name+"/"+fault.String(), func(t *testing.T) {
+				t.Parallel()
+				e := newFaultEnv(t, newStore, workers.Config{})
+				e.once(fault, OpTransitionTask, c.match)
+				var calls atomic.Int32
+				sub, err := e.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+					if int(calls.Add(1)) <= c.fails {
+						return nil, errors.New("try again")
+					}
+					return "done", nil
+				}, owner, c.opts...)
+				require.NoError(t, err)
+				snap := e.wait(sub.ID)
+				require.Equal(t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
+				assert.JSONEq(t, `"done"`, string(snap.Result))
+				assert.Equal(t, c.fails+1, snap.Attempt)
+				assert.EqualValues(t, c.fails+1, calls.Load(), "the callback ran once per attempt")
+				assert.Equal(t, 1, e.f.Injected(OpTransitionTask))
+			})
+		}
+	}
+}
+
+// A progress write that fails is stored by a later sync.
+func faultProgressWrite(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{SyncInterval: 5 * time.Millisecond})
+			require.NoError(t, e.rt.Start(context.Background()))
+			e.once(fault, OpTransitionTask, func(c *Call) bool {
+				return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
+			})
+			release := make(chan struct{})
+			sub, err := e.rt.Submit(context.Background(), "k", func(ctx context.Context, tk *workers.Task) (any, error) {
+				tk.SetProgress(50)
+				<-release
+				return "done", nil
+			}, owner)
+			require.NoError(t, err)
+			inject(t, e.f, OpTransitionTask)
+			require.Eventually(t, func() bool {
+				r, err := e.mem.GetTask(context.Background(), sub.ID)
+				return err == nil && r.Progress == 50
+			}, 10*time.Second, time.Millisecond, "the progress reached the store")
+			close(release)
+			assert.Equal(t, workers.StatusCompleted, e.wait(sub.ID).Status)
+		})
+	}
+}
+
+// Cancel's write fails. Before it landed, Cancel returns the error, the
+// run goes on and a second Cancel ends it. After it landed, Cancel reads
+// the record, finds its write there and succeeds, cancelling the run as
+// usual. Either way Wait returns CANCELLED and the callback's context
+// ends with ErrCancelled.
+func faultCancelWrite(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			started, ended := make(chan struct{}), make(chan error, 1)
+			sub, err := e.rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+				close(started)
+				<-ctx.Done()
+				ended <- context.Cause(ctx)
+				return nil, ctx.Err()
+			}, owner)
+			require.NoError(t, err)
+			<-started
+			e.once(fault, OpTransitionTask, to(workers.StatusCancelled))
+			err = e.rt.Cancel(context.Background(), sub.ID, owner)
+			if fault == FailAfter {
+				require.NoError(t, err, "the cancel landed: Cancel read the record and says so")
+				require.ErrorIs(t, e.rt.Cancel(context.Background(), sub.ID, owner), workers.ErrFinished)
+			} else {
+				require.ErrorIs(t, err, ErrInjected)
+				snap, err := e.rt.Status(context.Background(), sub.ID, owner)
+				require.NoError(t, err)
+				require.Equal(t, workers.StatusRunning, snap.Status, "a cancel that never landed changed nothing")
+				require.NoError(t, e.rt.Cancel(context.Background(), sub.ID, owner))
+			}
+			snap := e.wait(sub.ID)
+			assert.Equal(t, workers.StatusCancelled, snap.Status)
+			assert.ErrorIs(t, snap.Err(), workers.ErrCancelled)
+			select {
+			case cause := <-ended:
+				assert.ErrorIs(t, cause, workers.ErrCancelled)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the callback's context never ended")
+			}
+		})
+	}
+}
+
+// Recovery's write fails: Start returns the error and can be called
+// again; the dead run's record ends, and its key runs again.
+func faultRecoveryWrite(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			id := scoped(t, "k")
+			require.NoError(t, e.mem.InsertTask(context.Background(), workers.Record{
+				ID: id, RunID: "dead-instance.1", Watchers: []string{"alice"}, CreatedAt: time.Now().UTC(),
+				State: workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now().UTC()},
+			}))
+			e.once(fault, OpTransitionTask, func(c *Call) bool { return c.Next.Cause == workers.CauseAbandoned })
+			require.ErrorIs(t, e.rt.Start(context.Background()), ErrInjected)
+			require.NoError(t, e.rt.Start(context.Background()))
+			snap := e.wait(id)
+			assert.Equal(t, "dead-instance.1", snap.RunID)
+			assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
+			e.completes("k")
+		})
+	}
+}
+
+// Shutdown's writes of the queue backlog fail: they are retried while
+// Shutdown's context lasts, and every item ends CANCELLED.
+func faultShutdownBacklogWrites(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{ShutdownGrace: -1})
+			started := make(chan struct{})
+			head, err := e.rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+				close(started)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}, owner)
+			require.NoError(t, err)
+			<-started
+			var items []string
+			for i := range 3 {
+				sub, err := e.rt.SubmitSequential(context.Background(), "q", fmt.Sprint("item-", i), result("never"), owner)
+				require.NoError(t, err)
+				items = append(items, sub.ID)
+			}
+			e.f.Add(Rule{Op: OpTransitionTask, Times: 2, Fault: fault, Match: func(c *Call) bool {
+				return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, e.rt.Shutdown(ctx))
+			assert.Equal(t, 2, e.f.Injected(OpTransitionTask))
+			for _, id := range append(items, head.ID) {
+				r, err := e.mem.GetTask(context.Background(), id)
+				require.NoError(t, err)
+				assert.Equal(t, workers.StatusCancelled, r.Status, "%s", id)
+				assert.Equal(t, workers.CauseShutdown, r.Cause, "%s", id)
+			}
+		})
+	}
+}
+
+// A store that refuses a run's outcome for good (ErrInvalidData) gets a
+// FAILED record saying so, with the store cause, instead of a stranded
+// one; so does a run whose start it refuses, whose callback never runs.
+func faultPermanentRefusalFailsTheRun(t *testing.T, newStore func(*testing.T) workers.Store) {
+	refusal := fmt.Errorf("%w: SQLSTATE 22P05: unsupported Unicode escape sequence", workers.ErrInvalidData)
+	for _, c := range []struct {
+		name  string
+		write workers.Status
+		ran   int32
+	}{
+		{"Outcome", workers.StatusCompleted, 1},
+		{"Start", workers.StatusRunning, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			e.f.Add(Rule{Op: OpTransitionTask, Match: to(c.write), Fault: FailBefore, Err: refusal})
+			var calls atomic.Int32
+			sub, err := e.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+				calls.Add(1)
+				return "a result the store refuses", nil
+			}, owner)
+			require.NoError(t, err)
+			snap := e.wait(sub.ID)
+			assert.Equal(t, workers.StatusFailed, snap.Status)
+			assert.Equal(t, workers.CauseStore, snap.Cause)
+			assert.Contains(t, snap.Error, "the store refused the run's outcome")
+			assert.Contains(t, snap.Error, "SQLSTATE 22P05")
+			assert.Equal(t, c.ran, calls.Load())
+		})
+	}
+}
