@@ -493,6 +493,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 		_, notices := any(rt.store).(Notifier)
 		var last Snapshot
 		emit := func(snap Snapshot) (more bool) {
+			monotonic(&last, &snap)
 			if sameSnapshot(&last, &snap) {
 				return true
 			}
@@ -596,6 +597,9 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				return true
 			}
 			last, ok := tracked[snap.ID]
+			if ok {
+				monotonic(&last, &snap)
+			}
 			if ok && sameSnapshot(&last, &snap) {
 				return true
 			}
@@ -685,6 +689,15 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				return
 			}
 		}
+	}
+}
+
+// monotonic keeps a live run's progress from going back in a stream: a
+// snapshot read from the store may carry progress stored before what a
+// live event already showed.
+func monotonic(last, snap *Snapshot) {
+	if snap.RunID == last.RunID && !snap.Status.Terminal() && snap.Progress < last.Progress {
+		snap.Progress = last.Progress
 	}
 }
 
