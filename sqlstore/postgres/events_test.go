@@ -15,18 +15,7 @@ import (
 func TestWatchAcrossProcesses(t *testing.T) {
 	testDSN(t)
 	t.Parallel()
-	sc := newScratchT(t)
-	rt1 := workers.NewRuntime(sc.store(t), workers.Config{})
-	rt2 := workers.NewRuntime(sc.store(t), workers.Config{})
-	for _, rt := range []*workers.Runtime[*postgres.Store]{rt1, rt2} {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := rt.Shutdown(ctx); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	rt1, rt2 := twoRuntimes(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	alice := workers.MustOwner("alice")
@@ -91,18 +80,7 @@ func TestWatchAcrossProcesses(t *testing.T) {
 func TestCancelReasonIsStored(t *testing.T) {
 	testDSN(t)
 	t.Parallel()
-	sc := newScratchT(t)
-	rt1 := workers.NewRuntime(sc.store(t), workers.Config{})
-	rt2 := workers.NewRuntime(sc.store(t), workers.Config{})
-	for _, rt := range []*workers.Runtime[*postgres.Store]{rt1, rt2} {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := rt.Shutdown(ctx); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	rt1, rt2 := twoRuntimes(t)
 	ctx := t.Context()
 	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
 	sub, err := rt1.Submit(ctx, "shared", func(ctx context.Context, _ *workers.Task) (any, error) {
@@ -122,4 +100,24 @@ func TestCancelReasonIsStored(t *testing.T) {
 	if snap.Status != workers.StatusCancelled || snap.CancelledBy != "bob" || snap.CancelReason != "duplicate of #12" {
 		t.Fatalf("got %s by %q: %q", snap.Status, snap.CancelledBy, snap.CancelReason)
 	}
+}
+
+// twoRuntimes returns two runtimes, each over a store handle of its own on
+// one fresh schema, as two processes would have; t's cleanup shuts them
+// down.
+func twoRuntimes(t *testing.T) (*workers.Runtime[*postgres.Store], *workers.Runtime[*postgres.Store]) {
+	t.Helper()
+	sc := newScratchT(t)
+	rt1 := workers.NewRuntime(sc.store(t), workers.Config{})
+	rt2 := workers.NewRuntime(sc.store(t), workers.Config{})
+	for _, rt := range []*workers.Runtime[*postgres.Store]{rt1, rt2} {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := rt.Shutdown(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	return rt1, rt2
 }
