@@ -39,8 +39,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	for len(spans.Ended()) == 0 { // the span ends just after the record
-		time.Sleep(time.Millisecond)
+	// The span ends just after the record, when the observer has run.
+	for deadline := time.Now().Add(5 * time.Second); len(spans.Ended()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			panic("the run's span never ended")
+		}
 	}
 	s := spans.Ended()[0]
 	fmt.Println(snap.Status, s.Name())

@@ -6,7 +6,6 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/sqlite"
@@ -38,15 +37,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for {
-		snap, err := rt.Status(ctx, sub.ID, alice)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if snap.Status.Terminal() {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	if _, err := rt.Wait(ctx, sub.ID, alice); err != nil {
+		log.Fatal(err)
 	}
 	if err := rt.Shutdown(ctx); err != nil {
 		log.Fatal(err)
