@@ -513,7 +513,7 @@ func TestCancelFreesAQueueItemsWaitingPlaceAtOnce(t *testing.T) {
 // once, though the callbacks holding the slots ignore their context.
 func TestLostLeaseEndsWaitingTasksAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &lapsingStore{MemStore: NewMemStore()}
+		s, lapsed := lapsing()
 		rt := NewRuntime(s, Config{LeaseInterval: time.Second, Limits: Limits{MaxRunning: 1}})
 		head := stubbornGate()
 		_, err := rt.Submit(ctx, "head", head.fn, alice)
@@ -524,7 +524,7 @@ func TestLostLeaseEndsWaitingTasksAtOnce(t *testing.T) {
 			return nil, nil
 		}, alice)
 		require.NoError(t, err)
-		s.lapsed.Store(true)
+		lapsed.Store(true)
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		snap := mustStatus(t, rt, w.ID)

@@ -221,27 +221,12 @@ func TestShutdownGraceConfigured(t *testing.T) {
 	}
 }
 
-// lapsingStore is a MemStore whose lease lapses on demand: RenewLease
-// reports that it created a new lease rather than extending a live one.
-type lapsingStore struct {
-	*MemStore
-	lapsed atomic.Bool
-}
-
-func (s *lapsingStore) RenewLease(context.Context, string, time.Duration) (bool, error) {
-	return !s.lapsed.Load(), nil
-}
-
-func (s *lapsingStore) ReleaseLease(context.Context, string) error { return nil }
-
-func (s *lapsingStore) LiveInstances(context.Context) ([]string, error) { return nil, nil }
-
 // A runtime that finds its lease lost cancels its runs with ErrAbandoned,
 // and a callback that returns a result after that records the abandon,
 // never the late result, even where no recoverer ended the record first.
 func TestLostLeaseFencesTheLateResult(t *testing.T) {
 	t.Parallel()
-	s := &lapsingStore{MemStore: NewMemStore()}
+	s, lapsed := lapsing()
 	rt := newRuntime(t, s, Config{LeaseInterval: time.Millisecond})
 	g := newGate()
 	ended := make(chan struct{})
@@ -251,7 +236,7 @@ func TestLostLeaseFencesTheLateResult(t *testing.T) {
 		return "late", nil
 	}, alice)
 	require.NoError(t, err)
-	s.lapsed.Store(true)
+	lapsed.Store(true)
 	wait(t, ended, "the run's context to end")
 	g.open()
 	snap := settled(t, rt, sub.ID)
@@ -260,31 +245,20 @@ func TestLostLeaseFencesTheLateResult(t *testing.T) {
 	assert.ErrorIs(t, snap.Err(), ErrAbandoned)
 }
 
-// hangingLease is a MemStore whose lease renewals, after the first, hang
-// until their context ends.
-type hangingLease struct {
-	*MemStore
-	calls atomic.Int32
-}
-
-func (s *hangingLease) RenewLease(ctx context.Context, _ string, _ time.Duration) (bool, error) {
-	if s.calls.Add(1) == 1 {
-		return true, nil
-	}
-	<-ctx.Done()
-	return false, ctx.Err()
-}
-
-func (s *hangingLease) ReleaseLease(context.Context, string) error { return nil }
-
-func (s *hangingLease) LiveInstances(context.Context) ([]string, error) { return nil, nil }
-
 // A renewal that hangs is cut off when the lease runs out, not one
 // LeaseInterval later: the runs are abandoned by the lease's end even
 // when the interval is longer than what is left of the lease.
 func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt := NewRuntime(&hangingLease{MemStore: NewMemStore()}, Config{LeaseInterval: 3 * time.Second, LeaseTTL: 4 * time.Second})
+		var calls atomic.Int32
+		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+			if calls.Add(1) == 1 {
+				return true, nil
+			}
+			<-ctx.Done() // every later renewal hangs
+			return false, ctx.Err()
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: 3 * time.Second, LeaseTTL: 4 * time.Second})
 		start := time.Now()
 		abandoned := make(chan time.Duration, 1)
 		_, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
@@ -350,47 +324,55 @@ func TestWaitRidesOutStoreBlips(t *testing.T) {
 	assert.ErrorContains(t, err, "connection reset")
 }
 
-// slowLease is a MemStore whose renewals take 5ms, and hang until their
-// context ends while stalled is set.
-type slowLease struct {
-	*MemStore
-	stalled atomic.Bool
-	renewed atomic.Int32 // renewals that succeeded
-}
-
-func (s *slowLease) RenewLease(ctx context.Context, _ string, _ time.Duration) (bool, error) {
-	d := 5 * time.Millisecond
-	if s.stalled.Load() {
-		d = time.Hour
-	}
-	select {
-	case <-time.After(d):
-		s.renewed.Add(1)
-		return true, nil
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-}
-
-func (s *slowLease) ReleaseLease(context.Context, string) error { return nil }
-
-func (s *slowLease) LiveInstances(context.Context) ([]string, error) { return nil, nil }
-
 // After a lease ran out while the store stalled, renewals get a whole
 // interval again: a store that answers in 5ms renews it.
 func TestRenewalsResumeAfterTheLeaseRanOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &slowLease{MemStore: NewMemStore()}
+		// Renewals take 5ms, and hang until their context ends while
+		// stalled is set.
+		var stalled atomic.Bool
+		var renewed atomic.Int32 // renewals that succeeded
+		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+			d := 5 * time.Millisecond
+			if stalled.Load() {
+				d = time.Hour
+			}
+			select {
+			case <-time.After(d):
+				renewed.Add(1)
+				return true, nil
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		}}
 		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
 		_, err := rt.Submit(ctx, "k", noop, alice)
 		require.NoError(t, err)
-		s.stalled.Store(true)
+		stalled.Store(true)
 		time.Sleep(5 * time.Second) // past the lease's end
 		synctest.Wait()
-		before := s.renewed.Load()
-		s.stalled.Store(false)
+		before := renewed.Load()
+		stalled.Store(false)
 		time.Sleep(3 * time.Second)
-		assert.Greater(t, s.renewed.Load(), before, "no renewal succeeded once the store answered again")
+		assert.Greater(t, renewed.Load(), before, "no renewal succeeded once the store answered again")
 		require.NoError(t, rt.Shutdown(ctx))
 	})
+}
+
+// renewing is a MemStore whose RenewLease is renew: how the lease tests
+// lapse, hang or slow a lease. The rest of Leaser is MemStore's.
+type renewing struct {
+	*MemStore
+	renew func(ctx context.Context) (bool, error)
+}
+
+func (s *renewing) RenewLease(ctx context.Context, _ string, _ time.Duration) (bool, error) {
+	return s.renew(ctx)
+}
+
+// lapsing returns a store whose lease lapses once lapsed is set: every
+// renewal then reports that it created a new lease.
+func lapsing() (*renewing, *atomic.Bool) {
+	lapsed := new(atomic.Bool)
+	return &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) { return !lapsed.Load(), nil }}, lapsed
 }
