@@ -38,6 +38,9 @@ func RunFaults(t *testing.T, newStore func(t *testing.T) workers.Store) {
 		{"RecoveryWrite", faultRecoveryWrite},
 		{"ShutdownBacklogWrites", faultShutdownBacklogWrites},
 		{"PermanentRefusalFailsTheRun", faultPermanentRefusalFailsTheRun},
+		{"RegisterRead", faultRegisterRead},
+		{"JoinWatcher", faultJoinWatcher},
+		{"LeaseRenewal", faultLeaseRenewal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -405,6 +408,105 @@ func faultPermanentRefusalFailsTheRun(t *testing.T, newStore func(*testing.T) wo
 			assert.Contains(t, snap.Error, "the store refused the run's outcome")
 			assert.Contains(t, snap.Error, "SQLSTATE 22P05")
 			assert.Equal(t, c.ran, calls.Load())
+		})
+	}
+}
+
+// blocked returns a callback that runs until release is closed, and
+// closes started when it starts.
+func blocked(started, release chan struct{}) workers.Func {
+	return func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(started)
+		select {
+		case <-release:
+			return "released", nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// A submission of a live key finds the insert refused and reads the
+// record to join it; that read fails: Submit returns the error, the live
+// run goes on, and the next submission joins it.
+func faultRegisterRead(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			started, release := make(chan struct{}), make(chan struct{})
+			sub, err := e.rt.Submit(context.Background(), "k", blocked(started, release), owner)
+			require.NoError(t, err)
+			<-started
+			e.once(fault, OpGetTask, func(c *Call) bool { return c.ID == sub.ID })
+			_, err = e.rt.Submit(context.Background(), "k", result("never"), owner)
+			require.ErrorIs(t, err, ErrInjected)
+			again, err := e.rt.Submit(context.Background(), "k", result("never"), owner)
+			require.NoError(t, err)
+			assert.True(t, again.Joined, "the resubmission joins the live run")
+			assert.Equal(t, sub.RunID, again.RunID)
+			close(release)
+			snap := e.wait(sub.ID)
+			assert.Equal(t, workers.StatusCompleted, snap.Status)
+		})
+	}
+}
+
+// Another owner joins a live global task and the append of its watcher
+// fails: Submit returns the error, the run goes on, and the join, made
+// again, lands (or finds the watcher already there) and grants access.
+func faultJoinWatcher(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			e.mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
+			joiner := workers.MustOwner("bob")
+			global := workers.WithScope(workers.ScopeGlobal)
+			started, release := make(chan struct{}), make(chan struct{})
+			sub, err := e.rt.Submit(context.Background(), "shared", blocked(started, release), owner, global)
+			require.NoError(t, err)
+			<-started
+			e.once(fault, OpAddWatcher, nil)
+			_, err = e.rt.Submit(context.Background(), "shared", result("never"), joiner, global)
+			require.ErrorIs(t, err, ErrInjected)
+			again, err := e.rt.Submit(context.Background(), "shared", result("never"), joiner, global)
+			require.NoError(t, err)
+			assert.True(t, again.Joined)
+			assert.Equal(t, sub.RunID, again.RunID)
+			close(release)
+			snap := e.wait(sub.ID)
+			assert.Equal(t, workers.StatusCompleted, snap.Status)
+			_, err = e.rt.Status(context.Background(), sub.ID, joiner)
+			assert.NoError(t, err, "the joiner is a watcher")
+		})
+	}
+}
+
+// Every lease renewal fails, before it reaches the store or after it
+// extended the lease: the runtime cannot tell that its lease lives, so
+// once a TTL has passed it abandons its runs, which end FAILED as
+// abandoned instead of staying live; once the store heals, the key runs
+// again. Skipped for a store without leases.
+func faultLeaseRenewal(t *testing.T, newStore func(*testing.T) workers.Store) {
+	if _, ok := newStore(t).(workers.Leaser); !ok {
+		t.Skip("the store does not implement workers.Leaser")
+	}
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{LeaseInterval: 20 * time.Millisecond})
+			started, release := make(chan struct{}), make(chan struct{})
+			defer close(release)
+			sub, err := e.rt.Submit(context.Background(), "k", blocked(started, release), owner)
+			require.NoError(t, err)
+			<-started
+			e.f.Add(Rule{Op: OpRenewLease, Fault: fault})
+			snap := e.wait(sub.ID)
+			assert.Equal(t, workers.StatusFailed, snap.Status)
+			assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
+			e.f.Heal()
+			e.completes("k")
 		})
 	}
 }
