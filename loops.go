@@ -137,9 +137,8 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 		}
 		// A slow renewal may take what is left of the lease, and no more:
 		// a call that hangs is cut off by the lease's end, so a stalled
-		// store cannot hide that the lease ran out.
-		// Once the lease has run out, a renewal (which creates a new one)
-		// gets one interval.
+		// store cannot hide that the lease ran out. Once it has run out,
+		// a renewal (which creates a new lease) gets one interval.
 		bound := rt.cfg.LeaseTTL - time.Since(renewed)
 		if bound <= 0 {
 			bound = rt.cfg.LeaseInterval

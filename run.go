@@ -396,8 +396,7 @@ func (rt *Runtime[S]) landed(op runOp, t *Task, st *State) (landed, known bool) 
 		rec, err := rt.store.GetTask(ctx, t.id)
 		switch {
 		case err == nil:
-			return rec.RunID == t.runID && rec.Status == st.Status && rec.Attempt == st.Attempt &&
-				rec.StartedAt.Equal(st.StartedAt) && rec.CompletedAt.Equal(st.CompletedAt), true
+			return wrote(&rec, t.runID, st), true
 		case errors.Is(err, ErrNotFound):
 			return false, true
 		case ctx.Err() != nil, permanentStoreError(err):
@@ -468,3 +467,11 @@ func statusSet(s Status) []Status {
 // now is the one clock reading per transition: UTC, to the microsecond
 // that every store keeps.
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// wrote reports whether rec is what a write of st by run runID left: how
+// a write that reported an error is found to have landed all the same.
+// Progress is not compared: the sync loop may have moved it since.
+func wrote(rec *Record, runID string, st *State) bool {
+	return rec.RunID == runID && rec.Status == st.Status && rec.Cause == st.Cause && rec.Attempt == st.Attempt &&
+		rec.StartedAt.Equal(st.StartedAt) && rec.CompletedAt.Equal(st.CompletedAt)
+}

@@ -264,6 +264,5 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 // terminal state st: whether a write of st that reported an error landed.
 func (rt *Runtime[S]) holds(ctx context.Context, id, runID string, st *State) bool {
 	rec, err := rt.store.GetTask(ctx, id)
-	return err == nil && rec.RunID == runID && rec.Status == st.Status && rec.Cause == st.Cause &&
-		rec.CompletedAt.Equal(st.CompletedAt)
+	return err == nil && wrote(&rec, runID, st)
 }
