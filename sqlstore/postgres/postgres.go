@@ -103,6 +103,43 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
+	// The server's error for a statement run outside a transaction
+	// means it rolled back.
+	Refused: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe)
+	},
+	// Group commit: the rows come as one array per column.
+	InsertMany: `WITH v AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[],
+		$7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[],
+		$13::text[], $14::text[], $15::timestamptz[], $16::text[])
+	AS v(id, status, progress, attempt, result, error, started_at, completed_at,
+		cause, cancelled_by, cancel_reason, stack, run_id, queue, created_at, owner)
+), t AS (
+	INSERT INTO {tasks} (id, status, progress, attempt, result, error, started_at, completed_at,
+		cause, cancelled_by, cancel_reason, stack, run_id, queue, created_at, owner)
+	SELECT id, status, progress, attempt, result::json, error, started_at, completed_at,
+		cause, cancelled_by, cancel_reason, stack, run_id, queue, created_at, owner FROM v
+	ON CONFLICT (id) DO NOTHING
+	RETURNING id, created_at
+), w AS (
+	INSERT INTO {watchers} (task_id, created_at, user_id)
+	SELECT t.id, t.created_at, x.user_id
+	FROM unnest($17::text[], $18::text[]) WITH ORDINALITY AS x(task_id, user_id, n) JOIN t ON t.id = x.task_id
+	ORDER BY x.n
+	ON CONFLICT DO NOTHING
+)
+SELECT id FROM t`,
+	TransitionMany: `UPDATE {tasks} t SET status = v.status, progress = v.progress, attempt = v.attempt,
+	result = v.result::json, error = v.error, started_at = v.started_at, completed_at = v.completed_at,
+	cause = v.cause, cancelled_by = v.cancelled_by, cancel_reason = v.cancel_reason, stack = v.stack
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
+	$9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::text[])
+	AS v(id, run_id, from_statuses, status, progress, attempt, result, error, started_at, completed_at,
+		cause, cancelled_by, cancel_reason, stack)
+WHERE t.id = v.id AND t.run_id = v.run_id AND t.status = ANY(string_to_array(v.from_statuses, ','))
+RETURNING t.id`,
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,

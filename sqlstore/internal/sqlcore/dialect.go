@@ -49,6 +49,27 @@ type Dialect struct {
 	// takes a transaction.
 	InsertWithWatchers string
 
+	// InsertMany and TransitionMany, if set, are the statements of group
+	// commit: each writes many rows in one statement, each row on its own
+	// condition, and returns the id of every row it wrote. Their
+	// parameters are arrays, one per column, an element per row, in the
+	// order of the single-row statements: for InsertMany, $1 to $16 as
+	// the record's insert (times as timestamps, NULL for the zero time;
+	// the result as text), then $17 and $18, the watcher rows' task ids
+	// and user ids, in order; it inserts a record only if its id is free,
+	// and its watchers only if it was inserted. For TransitionMany, $1
+	// the ids, $2 the run ids, $3 the statuses each row may move from,
+	// comma-separated, then $4 to $14 the State columns; it updates a row
+	// only if its run id and status match. Without them, each write goes
+	// alone.
+	InsertMany, TransitionMany string
+
+	// Refused, if set, reports whether err is the database's answer that
+	// a statement failed, so that nothing of it was committed; after any
+	// other error (a connection lost on the way) it may have been. Group
+	// commit retries the rows of a refused batch one by one.
+	Refused func(err error) bool
+
 	// NullsFirst and NullsLast follow an ascending and a descending ORDER
 	// BY term so that NULL sorts as the least value both ways: empty
 	// where the dialect already does so, since SQLite reads an index in

@@ -101,12 +101,17 @@ type Store struct {
 	cfg  Config
 	r, w *sql.DB // reads and writes; the same handle unless the dialect splits them
 	q    queries // expanded once by New, read-only after
+
+	// Group commit, where the dialect has the statements for it: nil
+	// otherwise, and each write goes alone.
+	inserts     *combiner[insertRow]
+	transitions *combiner[transitionRow]
 }
 
 // queries is the shared SQL with table names and dialect hooks filled in.
 type queries struct {
 	get, insert, set, transition, replace, addWatcher, runOf string
-	insertWithWatchers                                       string
+	insertWithWatchers, insertMany, transitionMany           string
 	insertWatchers, dropWatchers, deleteFinished, list       string
 	owned, watched, watchedFiltered                          string
 	createVersions, readChecksum, addChecksum, applied       string
@@ -129,11 +134,13 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	}
 	hooks := strings.NewReplacer("{agg}", d.JSONAgg, "{share}", d.RowShareLock, "{now}", d.Now, "{expiry}", d.Expiry)
 	x := func(q string) string { return hooks.Replace(cfg.expand(q)) }
-	return &Store{
+	st := &Store{
 		d: d, cfg: cfg, r: read, w: write,
 		q: queries{
-			get:    x(sqlGet),
-			insert: x(sqlInsert),
+			insertMany:     x(d.InsertMany),
+			transitionMany: x(d.TransitionMany),
+			get:            x(sqlGet),
+			insert:         x(sqlInsert),
 			insertWithWatchers: x(strings.ReplaceAll(d.InsertWithWatchers, "{insert}",
 				strings.TrimSuffix(sqlInsert, "\nON CONFLICT (id) DO NOTHING"))),
 			set:             x(sqlSet),
@@ -160,7 +167,14 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			liveLeases:      x(sqlLiveLeases),
 			pruneLeases:     x(sqlPruneLeases),
 		},
-	}, nil
+	}
+	if st.q.insertMany != "" {
+		st.inserts = &combiner[insertRow]{limit: batchLimit, max: batchMax, exec: st.writeInserts}
+	}
+	if st.q.transitionMany != "" {
+		st.transitions = &combiner[transitionRow]{limit: batchLimit, max: batchMax, exec: st.writeTransitions}
+	}
+	return st, nil
 }
 
 // GetTask implements workers.Store: one primary-key lookup.
@@ -178,15 +192,23 @@ func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) 
 // InsertTask implements workers.Store: INSERT ... ON CONFLICT (id) DO
 // NOTHING, where no row inserted means ErrConflict. A record with
 // watchers is inserted with them in one statement where the dialect has
-// Dialect.InsertWithWatchers, and in one transaction otherwise.
+// Dialect.InsertWithWatchers, and in one transaction otherwise. Where the
+// dialect has Dialect.InsertMany, concurrent inserts go together in one
+// statement (see combiner), each still inserted only if its id is free.
 func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	if err := workers.CheckRecord(rec); err != nil {
 		return err
 	}
-	args, err := s.recordArgs(&rec)
-	if err != nil {
+	if s.inserts != nil {
+		_, err := s.inserts.do(ctx, rec.ID, insertRow{rec})
 		return err
 	}
+	return s.insertOne(ctx, rec)
+}
+
+// insertOne inserts one checked record in one statement or transaction.
+func (s *Store) insertOne(ctx context.Context, rec workers.Record) error {
+	args := s.recordArgs(&rec)
 	var owner any
 	if o, ok := workers.OwnerOf(rec.ID); ok {
 		owner = o.ID()
@@ -220,11 +242,10 @@ func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 
 // SetTask implements workers.Store: an UPDATE of the state columns only.
 func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
-	args, err := s.stateArgs(rec.ID, &rec.State)
-	if err != nil {
+	if err := workers.CheckState(rec.State); err != nil {
 		return err
 	}
-	n, err := affected(s.w.ExecContext(ctx, s.q.set, args...))
+	n, err := affected(s.w.ExecContext(ctx, s.q.set, s.stateArgs(rec.ID, &rec.State)...))
 	if err != nil {
 		return s.wrap("set task", err)
 	}
@@ -242,11 +263,7 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 	if err := workers.CheckRecord(rec); err != nil {
 		return err
 	}
-	args, err := s.recordArgs(&rec)
-	if err != nil {
-		return err
-	}
-	args = append(args, prevRunID)
+	args := append(s.recordArgs(&rec), prevRunID)
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		n, err := affected(tx.ExecContext(ctx, s.q.replace, args...))
 		if err != nil {
@@ -268,29 +285,44 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 // TransitionTask implements workers.Store: one UPDATE conditional on id,
 // run id and status. Only when it matches nothing does a second read
 // tell a missing record (ErrNotFound) from a fenced-off one (false).
+// Where the dialect has Dialect.TransitionMany, concurrent transitions
+// go together in one UPDATE (see combiner), each row fenced on its own
+// id, run id and statuses.
 func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
 	}
 	if len(from) > 0 {
-		args, err := s.stateArgs(id, &next)
-		if err != nil {
+		if err := workers.CheckState(next); err != nil {
 			return false, err
 		}
-		args = append(args, runID)
-		q := s.q.transition + " AND status IN " + params(&args, from)
-		n, err := affected(s.w.ExecContext(ctx, q, args...))
-		if err != nil {
-			return false, s.wrap("transition task", err)
+		row := transitionRow{id: id, runID: runID, from: from, next: next}
+		var ok bool
+		var err error
+		if s.transitions != nil {
+			ok, err = s.transitions.do(ctx, id, row)
+		} else {
+			ok, err = s.transitionOne(ctx, row)
 		}
-		if n > 0 {
-			return true, nil
+		if ok || err != nil {
+			return ok, err
 		}
 	}
 	if _, err := s.runOf(ctx, s.r, id); err != nil {
 		return false, err
 	}
 	return false, nil
+}
+
+// transitionOne is one fenced UPDATE of a checked state.
+func (s *Store) transitionOne(ctx context.Context, row transitionRow) (bool, error) {
+	args := append(s.stateArgs(row.id, &row.next), row.runID)
+	q := s.q.transition + " AND status IN " + params(&args, row.from)
+	n, err := affected(s.w.ExecContext(ctx, q, args...))
+	if err != nil {
+		return false, s.wrap("transition task", err)
+	}
+	return n > 0, nil
 }
 
 // AddWatcher implements workers.Store: one INSERT ... SELECT fenced on
@@ -521,11 +553,9 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// stateArgs returns the arguments $1 to $12: id and the State columns.
-func (s *Store) stateArgs(id string, st *workers.State) ([]any, error) {
-	if err := workers.CheckState(*st); err != nil {
-		return nil, err
-	}
+// stateArgs returns the arguments $1 to $12: id and the State columns,
+// of a state the caller has checked (workers.CheckState).
+func (s *Store) stateArgs(id string, st *workers.State) []any {
 	var result any
 	if len(st.Result) > 0 {
 		result = string(st.Result)
@@ -533,17 +563,13 @@ func (s *Store) stateArgs(id string, st *workers.State) ([]any, error) {
 	return append(make([]any, 0, 16),
 		id, string(st.Status), st.Progress, st.Attempt, result, st.Error,
 		s.time(st.StartedAt), s.time(st.CompletedAt),
-		string(st.Cause), st.CancelledBy, st.CancelReason, st.Stack), nil
+		string(st.Cause), st.CancelledBy, st.CancelReason, st.Stack)
 }
 
 // recordArgs returns the arguments $1 to $15: stateArgs, then the run id,
 // queue and creation time.
-func (s *Store) recordArgs(rec *workers.Record) ([]any, error) {
-	args, err := s.stateArgs(rec.ID, &rec.State)
-	if err != nil {
-		return nil, err
-	}
-	return append(args, rec.RunID, rec.Queue, s.time(rec.CreatedAt)), nil
+func (s *Store) recordArgs(rec *workers.Record) []any {
+	return append(s.stateArgs(rec.ID, &rec.State), rec.RunID, rec.Queue, s.time(rec.CreatedAt))
 }
 
 // time encodes t for the dialect; the zero time is NULL.

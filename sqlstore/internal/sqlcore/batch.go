@@ -1,0 +1,380 @@
+package sqlcore
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// A combiner gathers concurrent writes of one kind into batches, so that
+// one statement and one commit carry the rows of many callers (group
+// commit). A write that finds fewer than limit batches in flight leaves at
+// once, with whatever else is waiting: a lone write pays no delay and no
+// tick. Writes that arrive while limit batches are in flight queue, and
+// the first batch to finish takes them all (up to max) as the next. Each
+// write keeps its own condition in the statement (the store's fences are
+// per row) and its caller is told its own outcome.
+//
+// A batch holds at most one write per key, so that no statement touches
+// a row twice; a second write of a key waits for the next batch, behind
+// the first, in the order they came.
+//
+// A batch runs on a goroutine of its own, under a context that ends when
+// every caller in it has stopped waiting, so a batch never outlives the
+// calls it serves, and a caller whose context ends returns at once: its
+// write may still land, as any write cut off in flight may. A caller
+// whose context ends while its write still queues is dropped from the
+// queue and never written.
+type combiner[T any] struct {
+	limit, max int
+	// exec writes the batch and sets each call's ok and err. It must
+	// not keep the calls after it returns.
+	exec func(ctx context.Context, batch []*call[T])
+
+	mu      sync.Mutex
+	queue   []*call[T] // guarded by mu, in arrival order
+	running int        // guarded by mu: batches in flight
+}
+
+// call is one caller's write in a combiner.
+type call[T any] struct {
+	ctx  context.Context
+	key  string
+	in   T
+	ok   bool  // set by exec
+	err  error // set by exec
+	done chan struct{}
+	gone atomic.Bool // the caller stopped waiting
+}
+
+// do queues in for writing and waits for its outcome, or for ctx.
+func (c *combiner[T]) do(ctx context.Context, key string, in T) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	w := &call[T]{ctx: ctx, key: key, in: in, done: make(chan struct{})}
+	c.mu.Lock()
+	c.queue = append(c.queue, w)
+	if c.running < c.limit {
+		c.running++
+		batch := c.take()
+		c.mu.Unlock()
+		go c.loop(batch)
+	} else {
+		c.mu.Unlock()
+	}
+	select {
+	case <-w.done:
+		return w.ok, w.err
+	case <-ctx.Done():
+		w.gone.Store(true)
+		select {
+		case <-w.done: // finished all the same: its outcome is known
+			return w.ok, w.err
+		default:
+			return false, ctx.Err()
+		}
+	}
+}
+
+// take removes the next batch from the queue: up to max calls, one per
+// key, in arrival order, leaving out the calls nobody waits for. c.mu is
+// held.
+func (c *combiner[T]) take() []*call[T] {
+	var batch, rest []*call[T]
+	var keys map[string]struct{}
+	for i, w := range c.queue {
+		if len(batch) == c.max {
+			rest = append(rest, c.queue[i:]...)
+			break
+		}
+		if w.gone.Load() {
+			w.err = w.ctx.Err()
+			close(w.done)
+			continue
+		}
+		if len(batch) > 0 {
+			if keys == nil {
+				keys = make(map[string]struct{}, len(c.queue))
+				for _, b := range batch {
+					keys[b.key] = struct{}{}
+				}
+			}
+			if _, dup := keys[w.key]; dup {
+				rest = append(rest, w)
+				continue
+			}
+			keys[w.key] = struct{}{}
+		}
+		batch = append(batch, w)
+	}
+	clear(c.queue)
+	c.queue = append(c.queue[:0], rest...)
+	return batch
+}
+
+// loop writes batch, then every batch queued meanwhile, and returns when
+// the queue is empty.
+func (c *combiner[T]) loop(batch []*call[T]) {
+	for len(batch) > 0 {
+		c.run(batch)
+		c.mu.Lock()
+		batch = c.take()
+		if len(batch) == 0 {
+			c.running--
+		}
+		c.mu.Unlock()
+	}
+}
+
+// run writes one batch under a context that keeps the first caller's
+// values and ends when every caller has stopped waiting, then wakes them.
+func (c *combiner[T]) run(batch []*call[T]) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	var waiting atomic.Int32
+	waiting.Store(int32(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, w := range batch {
+		stops[i] = context.AfterFunc(w.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	c.exec(ctx, batch)
+	for _, stop := range stops {
+		stop()
+	}
+	cancel()
+	for _, w := range batch {
+		close(w.done)
+	}
+}
+
+// Group commit's sizes: batches in flight per kind of write, and the most
+// rows one statement carries. One batch in flight measured best: commits
+// that send notices are serialized by PostgreSQL anyway, so a second
+// batch in flight only splits the rows that would have gone together
+// (bench/BENCHMARKS.md: 3.8k tasks/s with one, 2.9k with two, 2.2k with
+// four, 16 submitters).
+const (
+	batchLimit = 1
+	batchMax   = 256
+)
+
+// insertRow is one InsertTask of a checked record.
+type insertRow struct{ rec workers.Record }
+
+// transitionRow is one TransitionTask of a checked state.
+type transitionRow struct {
+	id, runID string
+	from      []workers.Status
+	next      workers.State
+}
+
+// stateColumns holds the State columns of a batch's rows, one array per
+// column, as Dialect.InsertMany and Dialect.TransitionMany take them; a
+// NULL is a nil pointer.
+type stateColumns struct {
+	status, errText, cause, cancelledBy, cancelReason, stack []string
+	progress, attempt                                        []int64
+	result                                                   []*string
+	started, completed                                       []*time.Time
+}
+
+func (c *stateColumns) add(st *workers.State) {
+	var result *string
+	if len(st.Result) > 0 {
+		r := string(st.Result)
+		result = &r
+	}
+	c.status = append(c.status, string(st.Status))
+	c.progress = append(c.progress, int64(st.Progress))
+	c.attempt = append(c.attempt, int64(st.Attempt))
+	c.result = append(c.result, result)
+	c.errText = append(c.errText, st.Error)
+	c.started = append(c.started, timeOrNull(st.StartedAt))
+	c.completed = append(c.completed, timeOrNull(st.CompletedAt))
+	c.cause = append(c.cause, string(st.Cause))
+	c.cancelledBy = append(c.cancelledBy, st.CancelledBy)
+	c.cancelReason = append(c.cancelReason, st.CancelReason)
+	c.stack = append(c.stack, st.Stack)
+}
+
+// args returns the columns in the order of stateArgs after the id.
+func (c *stateColumns) args() []any {
+	return []any{c.status, c.progress, c.attempt, c.result, c.errText, c.started, c.completed,
+		c.cause, c.cancelledBy, c.cancelReason, c.stack}
+}
+
+// timeOrNull is a batch's timestamptz element: nil for the zero time.
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// writeInserts is the inserts' combiner.exec: a lone insert goes as
+// insertOne would; several go in one Dialect.InsertMany statement, and
+// an id it did not insert was taken (ErrConflict). Should the database
+// refuse the statement, nothing of it landed, and each insert is tried
+// alone, so that one record it refuses fails only its own call. Any other
+// failure (a lost connection, after which the statement may or may not
+// have committed) is every call's error, as it would be for a lone write:
+// the caller learns that the outcome is unknown, not a guess.
+func (s *Store) writeInserts(ctx context.Context, batch []*call[insertRow]) {
+	if len(batch) > 1 {
+		inserted, err := s.insertMany(ctx, batch)
+		if err == nil {
+			for _, w := range batch {
+				if _, ok := inserted[w.key]; ok {
+					w.ok = true
+				} else {
+					w.err = workers.ErrConflict
+				}
+			}
+			return
+		}
+		if !s.refused(ctx, err) {
+			for _, w := range batch {
+				w.err = err
+			}
+			return
+		}
+	}
+	for _, w := range batch {
+		w.err = s.insertOne(ctx, w.in.rec)
+		w.ok = w.err == nil
+	}
+}
+
+// insertMany runs Dialect.InsertMany for batch and returns the ids it
+// inserted.
+func (s *Store) insertMany(ctx context.Context, batch []*call[insertRow]) (map[string]struct{}, error) {
+	var (
+		cols                       stateColumns
+		ids, runs, queues          []string
+		owners                     []*string
+		created                    []*time.Time
+		watcherTasks, watcherUsers []string
+	)
+	for _, w := range batch {
+		rec := &w.in.rec
+		ids = append(ids, rec.ID)
+		cols.add(&rec.State)
+		runs = append(runs, rec.RunID)
+		queues = append(queues, rec.Queue)
+		created = append(created, timeOrNull(rec.CreatedAt))
+		var owner *string
+		if o, ok := workers.OwnerOf(rec.ID); ok {
+			id := o.ID()
+			owner = &id
+		}
+		owners = append(owners, owner)
+		for _, u := range rec.Watchers {
+			watcherTasks = append(watcherTasks, rec.ID)
+			watcherUsers = append(watcherUsers, u)
+		}
+	}
+	args := append(append([]any{ids}, cols.args()...), runs, queues, created, owners, watcherTasks, watcherUsers)
+	return s.returnedIDs(ctx, "insert tasks", s.q.insertMany, args, len(batch))
+}
+
+// writeTransitions is the transitions' combiner.exec: a lone transition
+// goes as transitionOne would; several go in one Dialect.TransitionMany
+// UPDATE, each row fenced on its own id, run id and statuses, and ok for
+// the rows it updated. A failed statement is split as writeInserts does.
+func (s *Store) writeTransitions(ctx context.Context, batch []*call[transitionRow]) {
+	if len(batch) > 1 {
+		updated, err := s.transitionMany(ctx, batch)
+		if err == nil {
+			for _, w := range batch {
+				_, w.ok = updated[w.key]
+			}
+			return
+		}
+		if !s.refused(ctx, err) {
+			for _, w := range batch {
+				w.err = err
+			}
+			return
+		}
+	}
+	for _, w := range batch {
+		w.ok, w.err = s.transitionOne(ctx, w.in)
+	}
+}
+
+// transitionMany runs Dialect.TransitionMany for batch and returns the
+// ids it updated.
+func (s *Store) transitionMany(ctx context.Context, batch []*call[transitionRow]) (map[string]struct{}, error) {
+	var (
+		cols             stateColumns
+		ids, runs, froms []string
+	)
+	for _, w := range batch {
+		ids = append(ids, w.in.id)
+		runs = append(runs, w.in.runID)
+		from := make([]string, len(w.in.from))
+		for i, st := range w.in.from {
+			from[i] = string(st)
+		}
+		froms = append(froms, strings.Join(from, ","))
+		cols.add(&w.in.next)
+	}
+	args := append([]any{ids, runs, froms}, cols.args()...)
+	return s.returnedIDs(ctx, "transition tasks", s.q.transitionMany, args, len(batch))
+}
+
+// refused reports whether a batch statement's err was the database's
+// answer that the statement failed, so that none of it landed, and ctx
+// still allows trying its rows one by one.
+func (s *Store) refused(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && s.d.Refused != nil && s.d.Refused(err)
+}
+
+// returnedIDs runs a batch statement and collects the ids it returns.
+func (s *Store) returnedIDs(ctx context.Context, op, q string, args []any, n int) (map[string]struct{}, error) {
+	rows, err := s.w.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	defer rows.Close()
+	ids := make(map[string]struct{}, n)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap(op, err)
+		}
+		ids[id] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap(op, err)
+	}
+	return ids, nil
+}
+
+// Queued reports how many writes of s wait behind a batch in flight, for
+// tests that need a batch to gather known writes.
+func Queued(s *Store) int {
+	n := 0
+	if s.inserts != nil {
+		n += s.inserts.queued()
+	}
+	if s.transitions != nil {
+		n += s.transitions.queued()
+	}
+	return n
+}
+
+func (c *combiner[T]) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}

@@ -1,0 +1,228 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// gather holds a store's writes of one kind behind a batch in flight:
+// block starts the write that goes first and returns once the database
+// holds it, so every write made after it queues; release lets it finish,
+// and the queued writes go together as one batch.
+type gather struct {
+	t       *testing.T
+	s       *postgres.Store
+	tx      pgx.Tx
+	first   chan error
+	pending int
+}
+
+// blockBehind opens a transaction with lock (a statement that takes a
+// row lock the first write will need), then starts first.
+func blockBehind(t *testing.T, sc scratch, s *postgres.Store, lock string, first func() error) *gather {
+	t.Helper()
+	tx, err := sc.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), lock); err != nil {
+		t.Fatal(err)
+	}
+	g := &gather{t: t, s: s, tx: tx, first: make(chan error, 1)}
+	go func() { g.first <- first() }()
+	// The first write is in flight once its statement waits on the lock.
+	waitFor(t, func() bool {
+		var n int
+		err := sc.pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema).Scan(&n)
+		return err == nil && n > 0
+	})
+	return g
+}
+
+// queue starts fn, which makes one write, and returns once it queues.
+func (g *gather) queue(wg *sync.WaitGroup, fn func()) {
+	g.pending++
+	wg.Go(fn)
+	waitFor(g.t, func() bool { return sqlcore.Queued(g.s.Store) >= g.pending })
+}
+
+// release ends the blocking transaction and returns the first write's
+// error.
+func (g *gather) release() error {
+	if err := g.tx.Rollback(g.t.Context()); err != nil {
+		g.t.Fatal(err)
+	}
+	return <-g.first
+}
+
+// waitFor polls cond until it holds, failing t after 10 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline
+	}
+}
+
+// TestGroupCommitTransitions: transitions that queue behind one in flight
+// go as one UPDATE, and each caller gets its own answer: updated, fenced
+// off by run id or status, missing, or refused by the database (only the
+// refused row fails), with a second transition of one task applied after
+// the first.
+func TestGroupCommitTransitions(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	pending := workers.State{Status: workers.StatusPending}
+	for i := range 6 {
+		rec := workers.Record{ID: fmt.Sprint("u::t", i), RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: pending}
+		if err := s.InsertTask(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	g := blockBehind(t, sc, s, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::t0' FOR UPDATE`, func() error {
+		_, err := s.TransitionTask(ctx, "u::t0", "run-1", from, running)
+		return err
+	})
+
+	type answer struct {
+		ok  bool
+		err error
+	}
+	var mu sync.Mutex
+	answers := map[string]answer{}
+	var wg sync.WaitGroup
+	transition := func(name, id, run string, from []workers.Status, next workers.State) {
+		g.queue(&wg, func() {
+			ok, err := s.TransitionTask(ctx, id, run, from, next)
+			mu.Lock()
+			answers[name] = answer{ok, err}
+			mu.Unlock()
+		})
+	}
+	done := workers.State{Status: workers.StatusCompleted, Attempt: 1, Progress: 100, StartedAt: time.Now(), CompletedAt: time.Now(), Result: []byte(`{"n":1}`)}
+	transition("start t1", "u::t1", "run-1", from, running)
+	transition("end t1", "u::t1", "run-1", []workers.Status{workers.StatusRunning}, done) // the next batch, after the start
+	transition("stale run t2", "u::t2", "run-0", from, running)
+	transition("wrong status t3", "u::t3", "run-1", []workers.Status{workers.StatusRunning}, done)
+	transition("missing", "u::none", "run-1", from, running)
+	far := running
+	far.StartedAt = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC) // beyond timestamptz: the database refuses it
+	transition("refused t4", "u::t4", "run-1", from, far)
+	transition("start t5", "u::t5", "run-1", from, running)
+	if err := g.release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	for name, want := range map[string]answer{
+		"start t1": {ok: true}, "end t1": {ok: true}, "stale run t2": {}, "wrong status t3": {},
+		"start t5": {ok: true},
+	} {
+		if got := answers[name]; got != want {
+			t.Errorf("%s: TransitionTask = %v, %v; want %v, %v", name, got.ok, got.err, want.ok, want.err)
+		}
+	}
+	if a := answers["missing"]; a.ok || !errors.Is(a.err, workers.ErrNotFound) {
+		t.Errorf("missing: TransitionTask = %v, %v; want ErrNotFound", a.ok, a.err)
+	}
+	if a := answers["refused t4"]; a.ok || (a.err != nil && !errors.Is(a.err, workers.ErrInvalidData)) {
+		t.Errorf("refused t4: TransitionTask = %v, %v; want ErrInvalidData", a.ok, a.err)
+	}
+	if answers["refused t4"].err == nil {
+		t.Skip("this server stores year 300000; no data error to provoke")
+	}
+	for id, want := range map[string]workers.Status{
+		"u::t0": workers.StatusRunning, "u::t1": workers.StatusCompleted, "u::t2": workers.StatusPending,
+		"u::t3": workers.StatusPending, "u::t4": workers.StatusPending, "u::t5": workers.StatusRunning,
+	} {
+		rec, err := s.GetTask(ctx, id)
+		if err != nil || rec.Status != want {
+			t.Errorf("%s: %s, %v; want %s", id, rec.Status, err, want)
+		}
+		if id == "u::t1" && (string(rec.Result) != `{"n":1}` || rec.Progress != 100 || rec.CompletedAt.IsZero()) {
+			t.Errorf("u::t1's ending: %+v", rec.State)
+		}
+	}
+}
+
+// TestGroupCommitInserts: inserts that queue behind one in flight go as
+// one statement; a taken id, or the same id twice, is ErrConflict for
+// that call alone, a record the database refuses fails alone, and every
+// record keeps its watchers in order.
+func TestGroupCommitInserts(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	rec := func(id string, watchers ...string) workers.Record {
+		return workers.Record{ID: id, RunID: "run-1", Watchers: watchers, CreatedAt: time.Now(),
+			State: workers.State{Status: workers.StatusPending}}
+	}
+	if err := s.InsertTask(ctx, rec("taken", "x")); err != nil {
+		t.Fatal(err)
+	}
+	// The first insert waits on the row an open transaction inserted.
+	g := blockBehind(t, sc, s, `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('first', 'other', 'pending')`, func() error {
+		return s.InsertTask(ctx, rec("first", "u"))
+	})
+	var mu sync.Mutex
+	errs := map[string]error{}
+	var wg sync.WaitGroup
+	insert := func(name string, r workers.Record) {
+		g.queue(&wg, func() {
+			err := s.InsertTask(ctx, r)
+			mu.Lock()
+			errs[name] = err
+			mu.Unlock()
+		})
+	}
+	insert("a", rec("u::a", "w1", "w2", "w3"))
+	insert("b", rec("b"))
+	insert("taken", rec("taken", "y"))
+	insert("a again", rec("u::a", "z"))
+	far := rec("u::far", "u")
+	far.CreatedAt = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)
+	insert("far", far)
+	insert("c", rec("u::c", "w3", "w1"))
+	if err := g.release(); err != nil {
+		t.Fatalf("the first insert, after the blocking row rolled back: %v", err)
+	}
+	wg.Wait()
+
+	for name, want := range map[string]error{"a": nil, "b": nil, "c": nil, "taken": workers.ErrConflict, "a again": workers.ErrConflict} {
+		if err := errs[name]; !errors.Is(err, want) || (want == nil && err != nil) {
+			t.Errorf("%s: InsertTask = %v, want %v", name, err, want)
+		}
+	}
+	if err := errs["far"]; err != nil && !errors.Is(err, workers.ErrInvalidData) {
+		t.Errorf("far: InsertTask = %v, want ErrInvalidData (or nil, where the server stores the year)", err)
+	}
+	for id, want := range map[string][]string{"u::a": {"w1", "w2", "w3"}, "b": nil, "u::c": {"w3", "w1"}, "taken": {"x"}, "first": {"u"}} {
+		got, err := s.GetTask(ctx, id)
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+			continue
+		}
+		if w := got.Watchers; !slices.Equal(w, want) {
+			t.Errorf("%s: watchers %q, want %q", id, w, want)
+		}
+	}
+}
