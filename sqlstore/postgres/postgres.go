@@ -109,8 +109,9 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe)
 	},
-	// Group commit: the rows come as one array per column.
-	InsertMany: `WITH v AS (
+	// Group commit: the rows come as one array per column; the inserts
+	// and the transitions of one statement are of distinct ids.
+	WriteMany: `WITH v AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[],
 		$7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[],
 		$13::text[], $14::text[], $15::timestamptz[], $16::text[])
@@ -129,17 +130,19 @@ var dialect = &sqlcore.Dialect{
 	FROM unnest($17::text[], $18::text[]) WITH ORDINALITY AS x(task_id, user_id, n) JOIN t ON t.id = x.task_id
 	ORDER BY x.n
 	ON CONFLICT DO NOTHING
+), u AS (
+	UPDATE {tasks} r SET status = n.status, progress = n.progress, attempt = n.attempt,
+		result = n.result::json, error = n.error, started_at = n.started_at, completed_at = n.completed_at,
+		cause = n.cause, cancelled_by = n.cancelled_by, cancel_reason = n.cancel_reason, stack = n.stack
+	FROM unnest($19::text[], $20::text[], $21::text[], $22::text[], $23::bigint[], $24::bigint[],
+		$25::text[], $26::text[], $27::timestamptz[], $28::timestamptz[], $29::text[], $30::text[],
+		$31::text[], $32::text[])
+		AS n(id, run_id, from_statuses, status, progress, attempt, result, error, started_at, completed_at,
+			cause, cancelled_by, cancel_reason, stack)
+	WHERE r.id = n.id AND r.run_id = n.run_id AND r.status = ANY(string_to_array(n.from_statuses, ','))
+	RETURNING r.id
 )
-SELECT id FROM t`,
-	TransitionMany: `UPDATE {tasks} t SET status = v.status, progress = v.progress, attempt = v.attempt,
-	result = v.result::json, error = v.error, started_at = v.started_at, completed_at = v.completed_at,
-	cause = v.cause, cancelled_by = v.cancelled_by, cancel_reason = v.cancel_reason, stack = v.stack
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
-	$9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::text[])
-	AS v(id, run_id, from_statuses, status, progress, attempt, result, error, started_at, completed_at,
-		cause, cancelled_by, cancel_reason, stack)
-WHERE t.id = v.id AND t.run_id = v.run_id AND t.status = ANY(string_to_array(v.from_statuses, ','))
-RETURNING t.id`,
+SELECT id FROM t UNION ALL SELECT id FROM u`,
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,

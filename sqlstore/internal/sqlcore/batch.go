@@ -155,19 +155,22 @@ func (c *combiner[T]) run(batch []*call[T]) {
 	}
 }
 
-// Group commit's sizes: batches in flight per kind of write, and the most
-// rows one statement carries. One batch in flight measured best: commits
-// that send notices are serialized by PostgreSQL anyway, so a second
-// batch in flight only splits the rows that would have gone together
-// (bench/BENCHMARKS.md: 3.8k tasks/s with one, 2.9k with two, 2.2k with
-// four, 16 submitters).
+// Group commit's sizes: batches in flight, and the most rows one
+// statement carries. One batch in flight measured best: commits that send
+// notices are serialized by PostgreSQL anyway, so a second batch in
+// flight only splits the rows that would have gone together
+// (bench/BENCHMARKS.md).
 const (
 	batchLimit = 1
 	batchMax   = 256
 )
 
-// insertRow is one InsertTask of a checked record.
-type insertRow struct{ rec workers.Record }
+// groupWrite is one InsertTask or one TransitionTask, checked, for group
+// commit: exactly one of its fields is set.
+type groupWrite struct {
+	insert     *workers.Record
+	transition *transitionRow
+}
 
 // transitionRow is one TransitionTask of a checked state.
 type transitionRow struct {
@@ -177,8 +180,7 @@ type transitionRow struct {
 }
 
 // stateColumns holds the State columns of a batch's rows, one array per
-// column, as Dialect.InsertMany and Dialect.TransitionMany take them; a
-// NULL is a nil pointer.
+// column, as Dialect.WriteMany takes them; a NULL is a nil pointer.
 type stateColumns struct {
 	status, errText, cause, cancelledBy, cancelReason, stack []string
 	progress, attempt                                        []int64
@@ -220,22 +222,23 @@ func timeOrNull(t time.Time) *time.Time {
 	return &u
 }
 
-// writeInserts is the inserts' combiner.exec: a lone insert goes as
-// insertOne would; several go in one Dialect.InsertMany statement, and
-// an id it did not insert was taken (ErrConflict). Should the database
-// refuse the statement, nothing of it landed, and each insert is tried
-// alone, so that one record it refuses fails only its own call. Any other
-// failure (a lost connection, after which the statement may or may not
-// have committed) is every call's error, as it would be for a lone write:
-// the caller learns that the outcome is unknown, not a guess.
-func (s *Store) writeInserts(ctx context.Context, batch []*call[insertRow]) {
+// writeMany is the combiner's exec. A lone write goes as it would
+// without group commit; several go in one Dialect.WriteMany statement:
+// an insert it did not make found its id taken (ErrConflict), and a
+// transition it did not make was fenced off (ok false; TransitionTask
+// then reads why). Should the database refuse the statement, nothing of
+// it landed, and each write is tried alone, so that one row it refuses
+// fails only its own call. Any other failure (a lost connection, after
+// which the statement may or may not have committed) is every call's
+// error, as it would be for a lone write: the caller learns that the
+// outcome is unknown, not a guess.
+func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 	if len(batch) > 1 {
-		inserted, err := s.insertMany(ctx, batch)
+		written, err := s.writeBatch(ctx, batch)
 		if err == nil {
 			for _, w := range batch {
-				if _, ok := inserted[w.key]; ok {
-					w.ok = true
-				} else {
+				_, w.ok = written[w.key]
+				if !w.ok && w.in.insert != nil {
 					w.err = workers.ErrConflict
 				}
 			}
@@ -249,87 +252,76 @@ func (s *Store) writeInserts(ctx context.Context, batch []*call[insertRow]) {
 		}
 	}
 	for _, w := range batch {
-		w.err = s.insertOne(ctx, w.in.rec)
-		w.ok = w.err == nil
+		if w.in.insert != nil {
+			w.err = s.insertOne(ctx, *w.in.insert)
+			w.ok = w.err == nil
+		} else {
+			w.ok, w.err = s.transitionOne(ctx, *w.in.transition)
+		}
 	}
 }
 
-// insertMany runs Dialect.InsertMany for batch and returns the ids it
-// inserted.
-func (s *Store) insertMany(ctx context.Context, batch []*call[insertRow]) (map[string]struct{}, error) {
+// writeBatch runs Dialect.WriteMany for batch and returns the ids it
+// inserted or updated.
+func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[string]struct{}, error) {
 	var (
-		cols                       stateColumns
+		inserted, updated          stateColumns
 		ids, runs, queues          []string
 		owners                     []*string
 		created                    []*time.Time
 		watcherTasks, watcherUsers []string
+		trIDs, trRuns, trFroms     []string
 	)
 	for _, w := range batch {
-		rec := &w.in.rec
-		ids = append(ids, rec.ID)
-		cols.add(&rec.State)
-		runs = append(runs, rec.RunID)
-		queues = append(queues, rec.Queue)
-		created = append(created, timeOrNull(rec.CreatedAt))
-		var owner *string
-		if o, ok := workers.OwnerOf(rec.ID); ok {
-			id := o.ID()
-			owner = &id
-		}
-		owners = append(owners, owner)
-		for _, u := range rec.Watchers {
-			watcherTasks = append(watcherTasks, rec.ID)
-			watcherUsers = append(watcherUsers, u)
-		}
-	}
-	args := append(append([]any{ids}, cols.args()...), runs, queues, created, owners, watcherTasks, watcherUsers)
-	return s.returnedIDs(ctx, "insert tasks", s.q.insertMany, args, len(batch))
-}
-
-// writeTransitions is the transitions' combiner.exec: a lone transition
-// goes as transitionOne would; several go in one Dialect.TransitionMany
-// UPDATE, each row fenced on its own id, run id and statuses, and ok for
-// the rows it updated. A failed statement is split as writeInserts does.
-func (s *Store) writeTransitions(ctx context.Context, batch []*call[transitionRow]) {
-	if len(batch) > 1 {
-		updated, err := s.transitionMany(ctx, batch)
-		if err == nil {
-			for _, w := range batch {
-				_, w.ok = updated[w.key]
+		if rec := w.in.insert; rec != nil {
+			ids = append(ids, rec.ID)
+			inserted.add(&rec.State)
+			runs = append(runs, rec.RunID)
+			queues = append(queues, rec.Queue)
+			created = append(created, timeOrNull(rec.CreatedAt))
+			var owner *string
+			if o, ok := workers.OwnerOf(rec.ID); ok {
+				id := o.ID()
+				owner = &id
 			}
-			return
-		}
-		if !s.refused(ctx, err) {
-			for _, w := range batch {
-				w.err = err
+			owners = append(owners, owner)
+			for _, u := range rec.Watchers {
+				watcherTasks = append(watcherTasks, rec.ID)
+				watcherUsers = append(watcherUsers, u)
 			}
-			return
+			continue
 		}
-	}
-	for _, w := range batch {
-		w.ok, w.err = s.transitionOne(ctx, w.in)
-	}
-}
-
-// transitionMany runs Dialect.TransitionMany for batch and returns the
-// ids it updated.
-func (s *Store) transitionMany(ctx context.Context, batch []*call[transitionRow]) (map[string]struct{}, error) {
-	var (
-		cols             stateColumns
-		ids, runs, froms []string
-	)
-	for _, w := range batch {
-		ids = append(ids, w.in.id)
-		runs = append(runs, w.in.runID)
-		from := make([]string, len(w.in.from))
-		for i, st := range w.in.from {
+		tr := w.in.transition
+		trIDs = append(trIDs, tr.id)
+		trRuns = append(trRuns, tr.runID)
+		from := make([]string, len(tr.from))
+		for i, st := range tr.from {
 			from[i] = string(st)
 		}
-		froms = append(froms, strings.Join(from, ","))
-		cols.add(&w.in.next)
+		trFroms = append(trFroms, strings.Join(from, ","))
+		updated.add(&tr.next)
 	}
-	args := append([]any{ids, runs, froms}, cols.args()...)
-	return s.returnedIDs(ctx, "transition tasks", s.q.transitionMany, args, len(batch))
+	args := append([]any{ids}, inserted.args()...)
+	args = append(args, runs, queues, created, owners, watcherTasks, watcherUsers, trIDs, trRuns, trFroms)
+	args = append(args, updated.args()...)
+
+	rows, err := s.w.QueryContext(ctx, s.q.writeMany, args...)
+	if err != nil {
+		return nil, s.wrap("write tasks", err)
+	}
+	defer rows.Close()
+	written := make(map[string]struct{}, len(batch))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap("write tasks", err)
+		}
+		written[id] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("write tasks", err)
+	}
+	return written, nil
 }
 
 // refused reports whether a batch statement's err was the database's
@@ -339,38 +331,13 @@ func (s *Store) refused(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && s.d.Refused != nil && s.d.Refused(err)
 }
 
-// returnedIDs runs a batch statement and collects the ids it returns.
-func (s *Store) returnedIDs(ctx context.Context, op, q string, args []any, n int) (map[string]struct{}, error) {
-	rows, err := s.w.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, s.wrap(op, err)
-	}
-	defer rows.Close()
-	ids := make(map[string]struct{}, n)
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, s.wrap(op, err)
-		}
-		ids[id] = struct{}{}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap(op, err)
-	}
-	return ids, nil
-}
-
 // Queued reports how many writes of s wait behind a batch in flight, for
 // tests that need a batch to gather known writes.
 func Queued(s *Store) int {
-	n := 0
-	if s.inserts != nil {
-		n += s.inserts.queued()
+	if s.writes == nil {
+		return 0
 	}
-	if s.transitions != nil {
-		n += s.transitions.queued()
-	}
-	return n
+	return s.writes.queued()
 }
 
 func (c *combiner[T]) queued() int {

@@ -49,20 +49,20 @@ type Dialect struct {
 	// takes a transaction.
 	InsertWithWatchers string
 
-	// InsertMany and TransitionMany, if set, are the statements of group
-	// commit: each writes many rows in one statement, each row on its own
-	// condition, and returns the id of every row it wrote. Their
-	// parameters are arrays, one per column, an element per row, in the
-	// order of the single-row statements: for InsertMany, $1 to $16 as
-	// the record's insert (times as timestamps, NULL for the zero time;
-	// the result as text), then $17 and $18, the watcher rows' task ids
-	// and user ids, in order; it inserts a record only if its id is free,
-	// and its watchers only if it was inserted. For TransitionMany, $1
-	// the ids, $2 the run ids, $3 the statuses each row may move from,
-	// comma-separated, then $4 to $14 the State columns; it updates a row
-	// only if its run id and status match. Without them, each write goes
-	// alone.
-	InsertMany, TransitionMany string
+	// WriteMany, if set, is the statement of group commit: it inserts
+	// records and transitions others, many rows in one statement, each on
+	// its own condition, and returns the id of every row it wrote. Its
+	// parameters are arrays, one per column, an element per row: $1 to
+	// $16 the records to insert, as the single insert's columns (times
+	// as timestamps, NULL for the zero time; the result as text); $17 and
+	// $18 their watcher rows' task ids and user ids, in order; $19 the
+	// ids to transition, $20 their run ids, $21 the statuses each may
+	// move from, comma-separated, and $22 to $32 their State columns. It
+	// inserts a record only if its id is free, and its watchers only if
+	// it was inserted; it updates a row only if its run id and status
+	// match. No id appears twice in one statement. Without it, each
+	// write goes alone.
+	WriteMany string
 
 	// Refused, if set, reports whether err is the database's answer that
 	// a statement failed, so that nothing of it was committed; after any

@@ -104,14 +104,13 @@ type Store struct {
 
 	// Group commit, where the dialect has the statements for it: nil
 	// otherwise, and each write goes alone.
-	inserts     *combiner[insertRow]
-	transitions *combiner[transitionRow]
+	writes *combiner[groupWrite]
 }
 
 // queries is the shared SQL with table names and dialect hooks filled in.
 type queries struct {
 	get, insert, set, transition, replace, addWatcher, runOf string
-	insertWithWatchers, insertMany, transitionMany           string
+	insertWithWatchers, writeMany                            string
 	insertWatchers, dropWatchers, deleteFinished, list       string
 	owned, watched, watchedFiltered                          string
 	createVersions, readChecksum, addChecksum, applied       string
@@ -137,10 +136,9 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	st := &Store{
 		d: d, cfg: cfg, r: read, w: write,
 		q: queries{
-			insertMany:     x(d.InsertMany),
-			transitionMany: x(d.TransitionMany),
-			get:            x(sqlGet),
-			insert:         x(sqlInsert),
+			writeMany: x(d.WriteMany),
+			get:       x(sqlGet),
+			insert:    x(sqlInsert),
 			insertWithWatchers: x(strings.ReplaceAll(d.InsertWithWatchers, "{insert}",
 				strings.TrimSuffix(sqlInsert, "\nON CONFLICT (id) DO NOTHING"))),
 			set:             x(sqlSet),
@@ -168,11 +166,8 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			pruneLeases:     x(sqlPruneLeases),
 		},
 	}
-	if st.q.insertMany != "" {
-		st.inserts = &combiner[insertRow]{limit: batchLimit, max: batchMax, exec: st.writeInserts}
-	}
-	if st.q.transitionMany != "" {
-		st.transitions = &combiner[transitionRow]{limit: batchLimit, max: batchMax, exec: st.writeTransitions}
+	if st.q.writeMany != "" {
+		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, exec: st.writeMany}
 	}
 	return st, nil
 }
@@ -193,14 +188,15 @@ func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) 
 // NOTHING, where no row inserted means ErrConflict. A record with
 // watchers is inserted with them in one statement where the dialect has
 // Dialect.InsertWithWatchers, and in one transaction otherwise. Where the
-// dialect has Dialect.InsertMany, concurrent inserts go together in one
-// statement (see combiner), each still inserted only if its id is free.
+// dialect has Dialect.WriteMany, concurrent inserts and transitions go
+// together in one statement (see combiner), each insert still made only
+// if its id is free.
 func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	if err := workers.CheckRecord(rec); err != nil {
 		return err
 	}
-	if s.inserts != nil {
-		_, err := s.inserts.do(ctx, rec.ID, insertRow{rec})
+	if s.writes != nil {
+		_, err := s.writes.do(ctx, rec.ID, groupWrite{insert: &rec})
 		return err
 	}
 	return s.insertOne(ctx, rec)
@@ -285,9 +281,9 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 // TransitionTask implements workers.Store: one UPDATE conditional on id,
 // run id and status. Only when it matches nothing does a second read
 // tell a missing record (ErrNotFound) from a fenced-off one (false).
-// Where the dialect has Dialect.TransitionMany, concurrent transitions
-// go together in one UPDATE (see combiner), each row fenced on its own
-// id, run id and statuses.
+// Where the dialect has Dialect.WriteMany, concurrent transitions and
+// inserts go together in one statement (see combiner), each transition
+// fenced on its own id, run id and statuses.
 func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
@@ -299,8 +295,8 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 		row := transitionRow{id: id, runID: runID, from: from, next: next}
 		var ok bool
 		var err error
-		if s.transitions != nil {
-			ok, err = s.transitions.do(ctx, id, row)
+		if s.writes != nil {
+			ok, err = s.writes.do(ctx, id, groupWrite{transition: &row})
 		} else {
 			ok, err = s.transitionOne(ctx, row)
 		}
