@@ -13,7 +13,7 @@ import (
 type changeKind uint8
 
 const (
-	changeSubmitted changeKind = iota + 1 // a new run was registered (PENDING)
+	changeSubmitted changeKind = iota + 1 // a new run was registered (PENDING, or RUNNING if it starts at once)
 	changeJoined                          // a submission joined a live run
 	changeStarted                         // the run's start write landed (RUNNING)
 	changeProgress                        // a progress write landed (sync loop)

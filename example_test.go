@@ -286,7 +286,7 @@ func ExampleObserverFunc() {
 		fmt.Println(e)
 	}
 	// Output:
-	// submitted pending
+	// submitted running
 	// started running
 	// finished completed
 }

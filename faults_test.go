@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -189,4 +190,53 @@ func TestFaultShutdownBoundedWhenTheLandedReadHangs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, workers.StatusCancelled, r.Status, "the ambiguous write had landed")
 	})
+}
+
+// An async run admitted at once is inserted RUNNING (attempt 1): that
+// write is its durable start, and its one run write is its outcome. A
+// queue item is inserted PENDING and writes its start when its turn
+// comes.
+func TestRunAdmittedAtOnceIsRegisteredRunning(t *testing.T) {
+	f := &storetest.Faults{}
+	var mu sync.Mutex
+	calls := map[string][]storetest.Call{}
+	f.Add(storetest.Rule{Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+		if c.Op == storetest.OpInsertTask || c.Op == storetest.OpTransitionTask {
+			mu.Lock()
+			calls[c.ID] = append(calls[c.ID], *c)
+			mu.Unlock()
+		}
+		return false // records, never faults
+	}})
+	rt := workers.NewRuntime(storetest.Faulty(workers.NewMemStore(), f), workers.Config{Logger: quiet})
+	t.Cleanup(func() { require.NoError(t, rt.Shutdown(context.Background())) })
+	async, err := rt.Submit(t.Context(), "async", result("a"), owner)
+	require.NoError(t, err)
+	seq, err := rt.SubmitSequential(t.Context(), "q", "seq", result("s"), owner)
+	require.NoError(t, err)
+	for _, id := range []string{async.ID, seq.ID} {
+		snap, err := rt.Wait(t.Context(), id, owner)
+		require.NoError(t, err)
+		require.Equal(t, workers.StatusCompleted, snap.Status)
+		assert.Equal(t, 1, snap.Attempt)
+		assert.False(t, snap.StartedAt.IsZero())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	writes := func(id string) (ops []string) {
+		for _, c := range calls[id] {
+			st := c.Next
+			if c.Record != nil {
+				st = &c.Record.State
+			}
+			ops = append(ops, string(c.Op)+" "+string(st.Status))
+		}
+		return ops
+	}
+	assert.Equal(t, []string{"InsertTask running", "TransitionTask completed"}, writes(async.ID))
+	assert.Equal(t, []string{"InsertTask pending", "TransitionTask running", "TransitionTask completed"}, writes(seq.ID))
+	for _, c := range calls[async.ID][:1] {
+		assert.Equal(t, 1, c.Record.State.Attempt)
+		assert.Equal(t, c.Record.CreatedAt, c.Record.State.StartedAt)
+	}
 }

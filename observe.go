@@ -20,11 +20,15 @@ type EventKind uint8
 
 // The events an Observer receives.
 const (
-	// EventSubmitted: a submission registered a new run (PENDING).
+	// EventSubmitted: a submission registered a new run, with the state
+	// it was registered in: RUNNING (attempt 1) for an async run admitted
+	// at once, whose registering write is its durable start; PENDING for
+	// a queue item or a run waiting for admission.
 	EventSubmitted EventKind = iota + 1
 	// EventJoined: a submission joined a live run instead of starting one.
 	EventJoined
-	// EventStarted: the run's start was recorded (RUNNING, attempt 1).
+	// EventStarted: the run is about to call its callback for the first
+	// time, its start recorded (RUNNING, attempt 1).
 	EventStarted
 	// EventRetrying: an attempt failed and the next one is recorded;
 	// Attempt is the attempt about to run and Err the previous one's

@@ -96,10 +96,19 @@ func TestObserverSeesACompletedRunInOrder(t *testing.T) {
 	rec.waitKind(t, sub.ID, EventFinished)
 	assert.Equal(t, []EventKind{EventSubmitted, EventStarted, EventFinished}, rec.kinds(sub.ID))
 
+	// An async run admitted at once is registered RUNNING: that write
+	// is its start. A queue item is registered PENDING.
 	sb, _ := rec.last(sub.ID, EventSubmitted)
-	assert.Equal(t, StatusPending, sb.Status)
+	assert.Equal(t, StatusRunning, sb.Status)
+	assert.Equal(t, 1, sb.Attempt)
 	assert.Equal(t, sub.RunID, sb.RunID)
 	assert.False(t, sb.CreatedAt.IsZero())
+	seq, err := rt.SubmitSequential(ctx, "q", "k2", returns("ok", nil), alice)
+	require.NoError(t, err)
+	rec.waitKind(t, seq.ID, EventFinished)
+	assert.Equal(t, []EventKind{EventSubmitted, EventStarted, EventFinished}, rec.kinds(seq.ID))
+	sb, _ = rec.last(seq.ID, EventSubmitted)
+	assert.Equal(t, StatusPending, sb.Status)
 	st, _ := rec.last(sub.ID, EventStarted)
 	assert.Equal(t, StatusRunning, st.Status)
 	assert.Equal(t, 1, st.Attempt)

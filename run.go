@@ -14,22 +14,36 @@ import (
 // execute runs t from its start to its terminal record and settles it.
 func (rt *Runtime[S]) execute(t *Task) {
 	t.begin()
+	registered := StatusPending
+	if t.startsRegistered {
+		registered = StatusRunning
+	}
 	if t.ctx.Err() != nil {
 		// Cancelled before it started (a shutdown, a supersede): record
-		// the cause, if the record is still this run's and PENDING.
-		rt.finishCancelled(t, StatusPending, &State{}, nil)
+		// the cause, if the record is still this run's and as it was
+		// registered.
+		rt.finishCancelled(t, registered, &State{}, nil)
 		rt.settle(t)
 		return
 	}
-	st := State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
-	// A run-start is a durable, fenced read: if it does not land, the
-	// store no longer says this run is PENDING (it was cancelled or
-	// superseded), or the run was cancelled while the store failed and
-	// write recorded that instead.
-	if rt.write(opStart, t, StatusPending, &st, nil) && st.Status == StatusRunning {
-		if rt.attempts(t, &st) {
-			return // timed out: the callback's goroutine settles the run
+	var st State
+	if t.startsRegistered {
+		// Its registering write was its start.
+		st = t.registeredStart()
+		rt.emit(&change{kind: changeStarted, id: t.id, runID: t.runID, queue: t.queue, task: t, state: st})
+	} else {
+		// A run-start is a durable, fenced read: if it does not land,
+		// the store no longer says this run is PENDING (it was cancelled
+		// or superseded), or the run was cancelled while the store failed
+		// and write recorded that instead.
+		st = State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
+		if !rt.write(opStart, t, StatusPending, &st, nil) || st.Status != StatusRunning {
+			rt.settle(t)
+			return
 		}
+	}
+	if rt.attempts(t, &st) {
+		return // timed out: the callback's goroutine settles the run
 	}
 	rt.settle(t)
 }

@@ -437,9 +437,21 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, runID, queue string, c cal
 	if adm != nil {
 		t.adm, adm.t = adm, t
 	}
+	// A run that starts as soon as it is registered is registered
+	// RUNNING: its registering write is its durable start, one write
+	// fewer per task. A queue item, or a run that waits for admission,
+	// is registered PENDING and written RUNNING when its turn comes.
+	t.startsRegistered = queue == "" && (adm == nil || !adm.waits)
 	registered := func() (*Task, Submission, change, error) {
+		st := State{Status: StatusPending}
+		if t.startsRegistered {
+			st = t.registeredStart()
+			t.stateMu.Lock()
+			t.setState(&st)
+			t.stateMu.Unlock()
+		}
 		rt.publish(t)
-		return t, Submission{ID: id, RunID: t.runID}, change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: State{Status: StatusPending}}, nil
+		return t, Submission{ID: id, RunID: t.runID}, change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: st}, nil
 	}
 	insert := refused == nil
 	for range registerAttempts {
@@ -611,16 +623,27 @@ func (rt *Runtime[S]) ids(key string, c caller, scope Scope) (id, runID string, 
 	return s[:n], s[n:], nil
 }
 
-// record is the new record a run is registered with.
+// record is the new record a run is registered with: PENDING, or
+// RUNNING for a run that starts as it is registered.
 func (t *Task) record() Record {
+	st := State{Status: StatusPending}
+	if t.startsRegistered {
+		st = t.registeredStart()
+	}
 	return Record{
 		ID:        t.id,
 		RunID:     t.runID,
 		Queue:     t.queue,
 		Watchers:  *t.watchers.Load(),
 		CreatedAt: t.created,
-		State:     State{Status: StatusPending},
+		State:     st,
 	}
+}
+
+// registeredStart is the RUNNING state of a run that starts as it is
+// registered: its first attempt, started when it was created.
+func (t *Task) registeredStart() State {
+	return State{Status: StatusRunning, StartedAt: t.created, Attempt: 1}
 }
 
 // publish makes t the holder of its id's handle. A run of the same id

@@ -65,6 +65,10 @@ type Task struct {
 
 	created time.Time // when the run was registered
 
+	// startsRegistered is set for a run registered RUNNING (an async run
+	// admitted at once), whose start needs no write of its own.
+	startsRegistered bool
+
 	mu      sync.Mutex
 	early   error         // guarded by mu: the first cancel's cause while ctx is not made
 	done    chan struct{} // guarded by mu: made on first demand, closed once settled

@@ -209,18 +209,20 @@ func faultRegisterReplace(t *testing.T, newStore func(*testing.T) workers.Store)
 
 // One test per write of a run's own: it fails once, the submission was
 // acknowledged, and the run still completes, its callback called once
-// per attempt.
+// per attempt. A run with a start write of its own is a queue item: an
+// async run admitted at once is registered RUNNING.
 func faultRunWrites(t *testing.T, newStore func(*testing.T) workers.Store) {
 	for _, c := range []struct {
 		name  string
 		match func(*Call) bool
 		opts  []workers.SubmitOption
-		fails int // attempts that fail before one succeeds
+		fails int    // attempts that fail before one succeeds
+		queue string // submitted to this sequential queue, if set
 	}{
-		{"Start", to(workers.StatusRunning), nil, 0},
-		{"Finish", to(workers.StatusCompleted), nil, 0},
+		{"Start", to(workers.StatusRunning), nil, 0, "q"},
+		{"Finish", to(workers.StatusCompleted), nil, 0, ""},
 		{"Retry", func(c *Call) bool { return c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2 },
-			[]workers.SubmitOption{workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond})}, 1},
+			[]workers.SubmitOption{workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond})}, 1, ""},
 	} {
 		for _, fault := range bothFaults {
 			t.Run(c.name+"/"+fault.String(), func(t *testing.T) {
@@ -228,12 +230,19 @@ func faultRunWrites(t *testing.T, newStore func(*testing.T) workers.Store) {
 				e := newFaultEnv(t, newStore, workers.Config{})
 				e.once(fault, OpTransitionTask, c.match)
 				var calls atomic.Int32
-				sub, err := e.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+				fn := func(context.Context, *workers.Task) (any, error) {
 					if int(calls.Add(1)) <= c.fails {
 						return nil, errors.New("try again")
 					}
 					return "done", nil
-				}, owner, c.opts...)
+				}
+				var sub workers.Submission
+				var err error
+				if c.queue != "" {
+					sub, err = e.rt.SubmitSequential(context.Background(), c.queue, "k", fn, owner, c.opts...)
+				} else {
+					sub, err = e.rt.Submit(context.Background(), "k", fn, owner, c.opts...)
+				}
 				require.NoError(t, err)
 				snap := e.wait(sub.ID)
 				require.Equal(t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
@@ -390,14 +399,14 @@ func faultPermanentRefusalFailsTheRun(t *testing.T, newStore func(*testing.T) wo
 		ran   int32
 	}{
 		{"Outcome", workers.StatusCompleted, 1},
-		{"Start", workers.StatusRunning, 0},
+		{"Start", workers.StatusRunning, 0}, // a queue item's start: see faultRunWrites
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := newFaultEnv(t, newStore, workers.Config{})
 			e.f.Add(Rule{Op: OpTransitionTask, Match: to(c.write), Fault: FailBefore, Err: refusal})
 			var calls atomic.Int32
-			sub, err := e.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+			sub, err := e.rt.SubmitSequential(context.Background(), "q", "k", func(context.Context, *workers.Task) (any, error) {
 				calls.Add(1)
 				return "a result the store refuses", nil
 			}, owner)
