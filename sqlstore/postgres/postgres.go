@@ -91,6 +91,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -121,11 +122,13 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
-	// The server's error for a statement run outside a transaction
-	// means it rolled back.
+	// An ERROR (not FATAL: the session goes on) for a statement run
+	// outside a transaction means it rolled back; a FATAL one, such as
+	// an administrator terminating the backend, may come after the
+	// commit.
 	Refused: func(err error) bool {
 		var pe *pgconn.PgError
-		return errors.As(err, &pe)
+		return errors.As(err, &pe) && cmp.Or(pe.SeverityUnlocalized, pe.Severity) == "ERROR"
 	},
 	// Group commit: the rows come as one array per column; the inserts
 	// and the transitions of one statement are of distinct ids.

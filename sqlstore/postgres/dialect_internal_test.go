@@ -1,0 +1,31 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A batch is retried row by row only after an error that proves it rolled
+// back: an ERROR, never a FATAL one (the backend ended, perhaps after the
+// commit) or a failure of the connection.
+func TestRefusedOnlyWhenTheStatementRolledBack(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"data exception", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "22008"}, true},
+		{"deadlock, wrapped", fmt.Errorf("write tasks: %w", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "40P01"}), true},
+		{"localized, from an old server", &pgconn.PgError{Severity: "ERROR", Code: "23505"}, true},
+		{"localized severity", &pgconn.PgError{Severity: "ERREUR", SeverityUnlocalized: "ERROR", Code: "22008"}, true},
+		{"backend terminated", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, false},
+		{"connection lost", errors.New("unexpected EOF"), false},
+	} {
+		if got := dialect.Refused(c.err); got != c.want {
+			t.Errorf("%s: Refused = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
