@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // BenchmarkSubmitToCompletion measures the hot path on MemStore: submit,
@@ -129,6 +130,58 @@ func BenchmarkMemStoreWrites(b *testing.B) {
 		}
 		if ok, err := s.TransitionTask(ctx, id, "r.1", fromPending, st); !ok || err != nil {
 			b.Fatal(ok, err)
+		}
+	}
+}
+
+// BenchmarkRetained measures the reads a handler makes, Status of one
+// task and the first page of one owner's list, over a MemStore holding
+// 10^3 or 10^6 finished records (the owner's 100 among them, the rest
+// spread over 10^3 other owners): their cost should not grow with the
+// records retained.
+func BenchmarkRetained(b *testing.B) {
+	for _, n := range []int{1_000, 1_000_000} {
+		s := NewMemStore()
+		done := State{Status: StatusCompleted, Attempt: 1, Progress: 100, Result: []byte(`"ok"`)}
+		t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		var mine string
+		for i := range n {
+			user := "u" + strconv.Itoa(i%1000)
+			if i%(n/100) == 0 {
+				user = "alice"
+			}
+			id := user + "::k" + strconv.Itoa(i)
+			if user == "alice" {
+				mine = id
+			}
+			st := done
+			st.StartedAt, st.CompletedAt = t0.Add(time.Duration(i)*time.Millisecond), t0.Add(time.Duration(i)*time.Millisecond)
+			rec := Record{ID: id, RunID: "i.r" + strconv.Itoa(i), Watchers: []string{user}, CreatedAt: st.StartedAt, State: st}
+			if err := s.InsertTask(ctx, rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rt := NewRuntime(s, Config{})
+		b.Run("op=Status/retained="+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := rt.Status(ctx, mine, alice); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("op=ListPage/retained="+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := rt.ListPage(ctx, alice, WithLimit(20))
+				if err != nil || len(p.Tasks) != 20 {
+					b.Fatal(len(p.Tasks), err)
+				}
+			}
+		})
+		b.StopTimer()
+		if err := rt.Shutdown(ctx); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -203,6 +203,9 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 		}
 	}
 	var out []Record
+	if f.Limit > 0 {
+		out = make([]Record, 0, min(f.Limit, len(idx.recs)))
+	}
 	idx.walk(f, func(r *Record) bool {
 		if f.Match(r) {
 			out = append(out, r.Clone())
