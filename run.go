@@ -28,9 +28,12 @@ func (rt *Runtime[S]) execute(t *Task) {
 	}
 	var st State
 	if t.startsRegistered {
-		// Its registering write was its start.
+		// Its registering write was its start, which its subscribers saw
+		// with the submission: only observers hear of the start again.
 		st = t.registeredStart()
-		rt.emit(&change{kind: changeStarted, id: t.id, runID: t.runID, queue: t.queue, task: t, state: st})
+		if len(rt.cfg.Observers) > 0 {
+			rt.observe(&change{kind: changeStarted, id: t.id, runID: t.runID, queue: t.queue, task: t, state: st})
+		}
 	} else {
 		// A run-start is a durable, fenced read: if it does not land,
 		// the store no longer says this run is PENDING (it was cancelled
