@@ -75,20 +75,29 @@ func countPG(pool *pgxpool.Pool, query string) func(context.Context) (int, error
 	}
 }
 
+// pgStore opens a migrated store in a fresh schema, and returns it with
+// the admin pool and the schema's name; the caller closes the store.
+func pgStore(tb testing.TB) (*pgxpool.Pool, string, *postgres.Store) {
+	admin := pgAdmin(tb)
+	schema := pgSchema(tb, admin)
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgURL(tb), postgres.WithSchema(schema))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		tb.Fatal(err)
+	}
+	return admin, schema, s
+}
+
 // workersPG is this library's Runtime on PostgreSQL; queues > 0 submits
 // with SubmitSequential, worker w into queue w % queues.
 func workersPG(queues int) func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
 	return func(tb testing.TB, fn func()) (func(int, string) error, func(context.Context) (int, error), func()) {
-		admin := pgAdmin(tb)
-		schema := pgSchema(tb, admin)
+		admin, schema, s := pgStore(tb)
 		ctx := context.Background()
-		s, err := postgres.Open(ctx, pgURL(tb), postgres.WithSchema(schema))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := s.Migrate(ctx); err != nil {
-			tb.Fatal(err)
-		}
 		rt, task := workersOver(tb, s, fn)
 		submit := func(w int, key string) error {
 			if queues > 0 {
@@ -378,17 +387,9 @@ func BenchmarkPostgresLatency(b *testing.B) {
 // task's wait from its Submit call to its callback's start.
 func pacedLatencies(tb testing.TB, n, c int, rate float64) []time.Duration {
 	var ran sync.WaitGroup
-	admin := pgAdmin(tb)
-	schema := pgSchema(tb, admin)
-	ctx := context.Background()
-	s, err := postgres.Open(ctx, pgURL(tb), postgres.WithSchema(schema))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	_, _, s := pgStore(tb)
 	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		tb.Fatal(err)
-	}
+	ctx := context.Background()
 	rt, _ := workersOver(tb, s, ran.Done)
 	defer shutdown(tb, rt)
 	lat := make([]time.Duration, n)
