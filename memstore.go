@@ -329,9 +329,14 @@ type ordered struct {
 	recs []*Record
 }
 
-// add inserts r once.
+// add inserts r once. A record indexed for its owner and again for the
+// same user as a watcher is found last, without comparing.
 func (o *ordered) add(r *Record) {
-	if n := len(o.recs); n == 0 || CompareRecords(o.recs[n-1], r) < 0 {
+	n := len(o.recs)
+	if n > 0 && o.recs[n-1] == r {
+		return
+	}
+	if n == 0 || CompareRecords(o.recs[n-1], r) < 0 {
 		o.recs = append(o.recs, r)
 		return
 	}
