@@ -84,7 +84,7 @@ func (rt *Runtime[S]) observe(c *change) {
 	}
 	ctx := context.Background()
 	if t := c.task; t != nil {
-		ctx, e.CreatedAt = t.context(), t.created
+		ctx, e.CreatedAt = t.context(), t.createdAt()
 		e.Attempt = max(e.Attempt, t.Attempt())
 	}
 	if c.kind == changePanicked {
@@ -235,8 +235,8 @@ func (h *hub) publish(c *change) {
 		return
 	}
 	ev := &event{snap: Snapshot{
-		ID: c.id, RunID: c.runID, Queue: c.queue, CreatedAt: t.created,
-	}, watchers: *t.watchers.Load()}
+		ID: c.id, RunID: c.runID, Queue: c.queue, CreatedAt: t.createdAt(),
+	}, watchers: t.watcherList()}
 	ev.snap.setState(&c.state)
 	ev.snap.WatcherCount = len(ev.watchers)
 	if c.state.Status == StatusRunning {
@@ -304,7 +304,7 @@ func (h *hub) progress(t *Task) {
 	if h.n.Load() == 0 {
 		return
 	}
-	ev := &event{watchers: *t.watchers.Load()}
+	ev := &event{watchers: t.watcherList()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if v := t.view.Load(); v != nil {
@@ -314,7 +314,7 @@ func (h *hub) progress(t *Task) {
 		ev.snap = *v
 	} else {
 		// Running since before anyone subscribed: what the run holds.
-		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.queue, Status: StatusRunning, CreatedAt: t.created}
+		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
 		if t.stateMu.TryLock() {
 			running := t.running()
 			var started time.Time

@@ -129,7 +129,9 @@ func TestQueueItemContextMadeWhenItStarts(t *testing.T) {
 	rt := memRuntime(t)
 	parent := context.WithValue(context.Background(), runCtxKey{}, "v")
 	tk := rt.newRun(parent, "alice::q", "q", caller{userID: "alice"}, submitOptions{}, noop)
-	require.Nil(t, tk.ctx, "a waiting queue item holds no context")
+	require.Nil(t, tk.stop, "a waiting queue item holds no context of its own")
+	require.Equal(t, "v", tk.context().Value(runCtxKey{}), "the submission's values are kept meanwhile")
+	require.NoError(t, tk.context().Err())
 	require.NoError(t, tk.CancelReason())
 
 	tk.cancel(ErrCancelled)

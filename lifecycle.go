@@ -77,7 +77,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	rt.abandon(backlog)
 
 	rt.mu.RLock()
-	inflight := slices.Collect(maps.Keys(rt.runs))
+	inflight := rt.liveRuns()
 	rt.mu.RUnlock()
 	done := make([]<-chan struct{}, len(inflight))
 	for i, t := range inflight {
@@ -302,7 +302,10 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	rt.abandon(waiting)
 
 	rt.mu.Lock()
-	inflight := slices.Collect(maps.Keys(rt.runs))
+	inflight := rt.liveRuns()
+	for _, t := range rt.handles {
+		rt.others[t] = struct{}{} // still tracked until it settles
+	}
 	clear(rt.handles)
 	rt.mu.Unlock()
 	for _, t := range inflight {

@@ -494,7 +494,8 @@ func TestShutdownDoesNotManufactureZombies(t *testing.T) {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
 	assert.Empty(t, rt.handles, "the run released its own handle")
-	assert.Empty(t, rt.runs)
+	assert.Empty(t, rt.handles)
+	assert.Empty(t, rt.others)
 }
 
 func TestShutdownWithDeadlineReportsUnsettledRuns(t *testing.T) {

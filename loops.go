@@ -3,7 +3,6 @@ package workers
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -172,7 +171,7 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 func (rt *Runtime[S]) abandonRuns(why string) {
 	rt.cfg.Logger.Error("workers: instance lease lost; abandoning its runs", "instance", rt.instance, "why", why)
 	rt.mu.RLock()
-	runs := slices.Collect(maps.Keys(rt.runs))
+	runs := rt.liveRuns()
 	rt.mu.RUnlock()
 	for _, t := range runs {
 		t.cancel(ErrAbandoned)
@@ -391,15 +390,14 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil) }
 // RUNNING, so a run that has just finished is left alone.
 func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 	rt.mu.RLock()
-	var runs []*Task
-	for t := range rt.runs {
-		if ids == nil {
-			runs = append(runs, t)
-		} else if _, ok := ids[t.id]; ok {
-			runs = append(runs, t)
-		}
-	}
+	runs := rt.liveRuns()
 	rt.mu.RUnlock()
+	if ids != nil {
+		runs = slices.DeleteFunc(runs, func(t *Task) bool {
+			_, ok := ids[t.id]
+			return !ok
+		})
+	}
 	for _, t := range runs {
 		if t.cause() != nil {
 			continue // ending already: its final write carries its state

@@ -3,6 +3,7 @@ package workers
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -142,17 +143,19 @@ type Runtime[S Store] struct {
 
 	adm *admission // nil without Config.Limits: the unlimited path skips it
 
-	keys    *keyLocks // the task lock: serializes this process's decisions per id
-	runners *runners  // the goroutines that execute async runs
-	bells   bells     // wakes Wait when a task changes
-	hub     hub       // feeds Watch and Subscribe
+	keys    *keyLocks  // the task lock: serializes this process's decisions per id
+	runners *runners   // the goroutines that execute async runs
+	bells   bells      // wakes Wait when a task changes
+	hub     hub        // feeds Watch and Subscribe
+	noOpts  runOptions // every run submitted without options shares it; never written after NewRuntime
 
 	lease  leaseState   // this instance's lease, over a Leaser store
 	gaveUp atomic.Int64 // run writes given up because the runtime was ending
 
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// Every registered run not yet settled is in handles or in others.
 	handles map[string]*Task   // guarded by mu: task id -> the run holding its handle
-	runs    map[*Task]struct{} // guarded by mu: every registered run not yet settled
+	others  map[*Task]struct{} // guarded by mu: the rest: superseded, retired, or let go by Reset
 	queues  map[string]*queue  // guarded by mu
 	started bool               // guarded by mu
 	loops   loops              // guarded by mu: the background goroutines
@@ -175,7 +178,10 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	instance := uuid.NewString()
+	// A random (version 4) UUID, in 22 characters of URL-safe base64:
+	// every record keeps it in its run id.
+	id := uuid.New()
+	instance := base64.RawURLEncoding.EncodeToString(id[:])
 	// The run writes carry life, and with it the instance as their
 	// origin, so a MemStore spares this runtime the notices of its own
 	// run writes (see MemStore.Listen).
@@ -189,9 +195,10 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		keys:     newKeyLocks(),
 		runners:  newRunners(),
 		handles:  make(map[string]*Task),
-		runs:     make(map[*Task]struct{}),
+		others:   make(map[*Task]struct{}),
 		queues:   make(map[string]*queue),
 	}
+	rt.noOpts.hub = &rt.hub
 	if cfg.Limits.set() {
 		rt.adm = newAdmission(cfg.Limits, func(t *Task) { go rt.execute(t) })
 	}
@@ -541,7 +548,7 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 	}
 	t.cancel(ErrAbandoned)
 	rt.mu.Lock()
-	rt.runs[t] = struct{}{}
+	rt.others[t] = struct{}{}
 	rt.mu.Unlock()
 	go rt.execute(t)
 }
@@ -559,30 +566,29 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID, queue string, c c
 	if queue == "" {
 		a := new(asyncTask)
 		t = &a.Task
-		t.state = &a.st
+		t.state, a.vals.parent = &a.st, ctx
+		t.ctx, t.stop = context.WithCancelCause(&a.vals) // it starts at once
 	} else {
 		t = new(Task)
+		t.ctx = ctx // until it starts: see begin
 	}
 	t.id, t.runID, t.queue = id, runID, queue
-	t.opts, t.fn, t.created, t.hub = &noOptions, fn, now(), &rt.hub
+	t.opts, t.fn, t.created = &rt.noOpts, fn, now().UnixMicro()
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
-		t.opts = &runOptions{timeout: o.timeout, retry: o.retry}
+		t.opts = &runOptions{timeout: o.timeout, retry: o.retry, hub: &rt.hub}
 	}
-	t.vals.parent = ctx
-	if queue == "" {
-		t.ctx, t.stop = context.WithCancelCause(&t.vals) // it starts at once
-	}
-	w := t.firstW[:0]
+	var w []string
 	if !c.system {
-		w = append(w, c.userID)
+		w = append(t.first[:0], c.userID)
 	}
 	for _, g := range o.watchers {
 		if g != c.userID {
 			w = append(w, g)
 		}
 	}
-	t.initial = w
-	t.watchers.Store(&t.initial)
+	if len(w) > 1 {
+		t.setWatchers(w) // w outgrew first
+	}
 	return t
 }
 
@@ -634,8 +640,8 @@ func (t *Task) record() Record {
 		ID:        t.id,
 		RunID:     t.runID,
 		Queue:     t.queue,
-		Watchers:  *t.watchers.Load(),
-		CreatedAt: t.created,
+		Watchers:  t.watcherList(),
+		CreatedAt: t.createdAt(),
 		State:     st,
 	}
 }
@@ -643,7 +649,7 @@ func (t *Task) record() Record {
 // registeredStart is the RUNNING state of a run that starts as it is
 // registered: its first attempt, started when it was created.
 func (t *Task) registeredStart() State {
-	return State{Status: StatusRunning, StartedAt: t.created, Attempt: 1}
+	return State{Status: StatusRunning, StartedAt: t.createdAt(), Attempt: 1}
 }
 
 // publish makes t the holder of its id's handle. A run of the same id
@@ -653,11 +659,25 @@ func (rt *Runtime[S]) publish(t *Task) {
 	rt.mu.Lock()
 	old := rt.handles[t.id]
 	rt.handles[t.id] = t
-	rt.runs[t] = struct{}{}
+	if old != nil {
+		rt.others[old] = struct{}{} // settled runs leave handles: old has not
+	}
 	rt.mu.Unlock()
 	if old != nil {
 		old.cancel(ErrSuperseded)
 	}
+}
+
+// liveRuns returns every registered run not yet settled; mu is held.
+func (rt *Runtime[S]) liveRuns() []*Task {
+	runs := make([]*Task, 0, len(rt.handles)+len(rt.others))
+	for _, t := range rt.handles {
+		runs = append(runs, t)
+	}
+	for t := range rt.others {
+		runs = append(runs, t)
+	}
+	return runs
 }
 
 // noteWatcher updates the live copy of a run's watchers after a join.
@@ -687,8 +707,9 @@ func (rt *Runtime[S]) settle(t *Task) {
 	rt.mu.Lock()
 	if rt.handles[t.id] == t {
 		delete(rt.handles, t.id)
+	} else {
+		delete(rt.others, t)
 	}
-	delete(rt.runs, t)
 	rt.mu.Unlock()
 	if t.adm != nil {
 		rt.adm.release(t.adm) // the callback has returned: its slot frees

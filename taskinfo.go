@@ -28,31 +28,41 @@ type Task struct {
 	id    string
 	runID string
 	queue string
-	opts  *runOptions // shared noOptions when the submission set none
+	opts  *runOptions // the runtime's shared noOpts when the submission set none
 	fn    Func
 
-	// ctx is this run's own context: its parent is vals, which carries
+	// ctx is this run's own context, whose parent (a valuesOnly) carries
 	// the submission's context's values and never its cancellation or
 	// deadline. An async run's is made with the Task; a queue item's when
-	// it starts (begin), so that items waiting in a queue stay small.
-	// Until then a cancel is kept in early and applied when it is made.
-	// ctx and stop are written once under mu; the run's own goroutine
-	// reads ctx freely after begin, others through cause.
+	// it starts (begin), so that items waiting in a queue stay small:
+	// until then ctx holds the submission's context itself, stop is nil,
+	// and a cancel is kept in early and applied when ctx is made. ctx and
+	// stop are written under mu; the run's own goroutine reads ctx freely
+	// after begin, others through cause.
 	ctx  context.Context
 	stop context.CancelCauseFunc // private to the runtime: see cancel
-	vals valuesOnly
 
 	progress atomic.Int32
 	attempt  atomic.Int32
-	watchers atomic.Pointer[[]string] // the record's watchers, for QueueStatus
-	initial  []string                 // the watchers registered with the run; watchers points here until a join
-	firstW   [1]string                // initial's backing array for the common single watcher
+
+	// watchers is the record's watchers, for QueueStatus and events: nil
+	// while they are the ones the run was registered with, which are
+	// first (empty) or first[:1], and set by a join, or at registration
+	// when there are more than one.
+	watchers atomic.Pointer[[]string]
+	first    [1]string
 
 	finishing atomic.Bool // set before the run writes its own outcome
 	// endSeen is set by whoever reports the end of a run that another
 	// writer ended (a Cancel here, or a record found ended elsewhere), so
 	// the run's finished event is reported once.
 	endSeen atomic.Bool
+	poked   atomic.Bool // queued for the hub's progress pump
+
+	// startsRegistered is set for a run registered RUNNING (an async run
+	// admitted at once), whose start needs no write of its own.
+	startsRegistered bool
+	settled          bool // guarded by mu
 
 	stateMu sync.Mutex // serializes the run's store writes
 	// state is the state the run last wrote, guarded by stateMu; nil
@@ -63,20 +73,13 @@ type Task struct {
 
 	adm *admit // its standing with admission; nil without Config.Limits
 
-	created time.Time // when the run was registered
+	created int64 // when the run was registered: now(), in Unix microseconds
 
-	// startsRegistered is set for a run registered RUNNING (an async run
-	// admitted at once), whose start needs no write of its own.
-	startsRegistered bool
+	mu    sync.Mutex
+	early error         // guarded by mu: the first cancel's cause while ctx is not made
+	done  chan struct{} // guarded by mu: made on first demand, closed once settled
 
-	mu      sync.Mutex
-	early   error         // guarded by mu: the first cancel's cause while ctx is not made
-	done    chan struct{} // guarded by mu: made on first demand, closed once settled
-	settled bool          // guarded by mu
-
-	hub   *hub                     // the runtime's subscribers, told of progress
-	poked atomic.Bool              // queued for the hub's progress pump
-	view  atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
+	view atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
 }
 
 // cancel cancels the run's context with cause, or, before the context is
@@ -115,26 +118,37 @@ func (t *Task) cause() error {
 func (t *Task) context() context.Context {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.ctx != nil {
+	if t.stop != nil {
 		return t.ctx
 	}
-	return &t.vals
+	return &valuesOnly{t.ctx}
 }
 
 // begin makes the run's context if it is not made yet, cancelled at once
-// with the cause of a cancel that came first.
+// with the cause of a cancel that came first, and gives a queue item room
+// for its state in the same allocation. stateMu is taken first, as the
+// run's writes take it before mu.
 func (t *Task) begin() {
+	t.stateMu.Lock()
+	defer t.stateMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stop == nil {
-		t.ctx, t.stop = context.WithCancelCause(&t.vals)
-		if t.early != nil {
-			t.stop(t.early)
-		}
+	if t.stop != nil {
+		return
+	}
+	r := &queueRun{vals: valuesOnly{t.ctx}}
+	if t.state == nil {
+		t.state = &r.st
+	}
+	t.ctx, t.stop = context.WithCancelCause(&r.vals)
+	if t.early != nil {
+		t.stop(t.early)
 	}
 }
 
 // setState records st as the state the run last wrote; stateMu is held.
+// A run that was never begun (one retired before it ran) makes room for
+// it here.
 func (t *Task) setState(st *State) {
 	if t.state == nil {
 		t.state = new(State)
@@ -146,22 +160,31 @@ func (t *Task) setState(st *State) {
 // is held.
 func (t *Task) running() bool { return t.state != nil && t.state.Status == StatusRunning }
 
-// asyncTask is an async run's Task with room for its state: one
-// allocation where a queue item, which may wait long, makes two.
+// createdAt returns when the run was registered.
+func (t *Task) createdAt() time.Time { return time.UnixMicro(t.created).UTC() }
+
+// asyncTask is an async run's Task with room for what a run that starts
+// at once needs: one allocation where a queue item, which may wait long,
+// makes its queueRun when it starts.
 type asyncTask struct {
 	Task
-	st State
+	queueRun
 }
 
-// runOptions are the submit options a run consults while it executes.
+// queueRun is what a run holds from its start: the parent of its context
+// and the state it last wrote.
+type queueRun struct {
+	vals valuesOnly
+	st   State
+}
+
+// runOptions are the submit options a run consults while it executes,
+// and the runtime's hub, which SetProgress tells.
 type runOptions struct {
 	timeout time.Duration
 	retry   RetryPolicy
+	hub     *hub
 }
-
-// noOptions is the runOptions of every run submitted without any: shared,
-// never written.
-var noOptions runOptions
 
 // doneChan returns a channel closed once the run has settled. Most runs
 // are never waited for, so the channel is made on the first demand.
@@ -225,8 +248,10 @@ func (t *Task) Attempt() int { return int(t.attempt.Load()) }
 // reuses its buffers).
 func (t *Task) SetProgress(p int) {
 	v := int32(min(max(p, 0), 100))
-	if t.progress.Swap(v) != v && t.hub != nil && t.hub.n.Load() > 0 {
-		t.hub.poke(t)
+	if t.progress.Swap(v) != v {
+		if h := t.opts.hub; h != nil && h.n.Load() > 0 {
+			h.poke(t)
+		}
 	}
 }
 
@@ -241,15 +266,20 @@ func (t *Task) CancelReason() error {
 
 func (t *Task) setWatchers(w []string) { t.watchers.Store(&w) }
 
-func (t *Task) visibleTo(c caller) bool {
-	if c.system {
-		return true
-	}
-	var w []string
+// watcherList returns the record's watchers as this run knows them. The
+// caller must not modify the slice.
+func (t *Task) watcherList() []string {
 	if p := t.watchers.Load(); p != nil {
-		w = *p
+		return *p
 	}
-	return visibleTo(t.id, w, c.userID)
+	if t.first[0] == "" {
+		return nil
+	}
+	return t.first[:]
+}
+
+func (t *Task) visibleTo(c caller) bool {
+	return c.system || visibleTo(t.id, t.watcherList(), c.userID)
 }
 
 // Snapshot is a point-in-time view of a task, as Runtime.Status and
