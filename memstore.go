@@ -27,9 +27,9 @@ type MemStore struct {
 	Authorizers
 
 	mu     sync.RWMutex
-	recs   map[string]*Record  // guarded by mu
-	all    ordered             // guarded by mu: every record, in listing order
-	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
+	recs   map[string]*memRecord // guarded by mu
+	all    ordered               // guarded by mu: every record, in listing order
+	byUser map[string]*ordered   // guarded by mu: user id -> the records visible to it, in listing order
 
 	// listeners is the current Listen calls, replaced whole (copy on
 	// write) under lmu; a writer loads it while holding mu, so that
@@ -51,7 +51,7 @@ var (
 // NewMemStore returns an empty MemStore with no authorizers set.
 func NewMemStore() *MemStore {
 	return &MemStore{
-		recs:   make(map[string]*Record),
+		recs:   make(map[string]*memRecord),
 		byUser: make(map[string]*ordered),
 		leases: make(map[string]time.Time),
 	}
@@ -68,7 +68,7 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 	if !ok {
 		return Record{}, ErrNotFound
 	}
-	return r.Clone(), nil
+	return r.clone(), nil
 }
 
 // InsertTask implements Store.
@@ -79,12 +79,12 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.recs[r.ID]; ok {
+	if _, ok := s.recs[r.id]; ok {
 		return ErrConflict
 	}
-	s.recs[r.ID] = r
+	s.recs[r.id] = r
 	s.index(r)
-	s.notifyFrom(InstanceOf(r.RunID), r)
+	s.notifyFrom(InstanceOf(r.runID), r)
 	return nil
 }
 
@@ -96,14 +96,15 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 	if err := checkState(&rec.State); err != nil {
 		return err
 	}
-	st := rec.Clone().State
+	st := rec.State
+	st.Result = slices.Clone(st.Result)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[rec.ID]
 	if !ok {
 		return ErrNotFound
 	}
-	r.State = st
+	r.setState(&st)
 	s.notify(ctx, r)
 	return nil
 }
@@ -120,13 +121,13 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 	if !ok {
 		return ErrNotFound
 	}
-	if r.RunID != prevRunID {
+	if r.runID != prevRunID {
 		return ErrConflict
 	}
 	s.unindex(r)
-	s.recs[nr.ID] = nr
+	s.recs[nr.id] = nr
 	s.index(nr)
-	s.notifyFrom(InstanceOf(nr.RunID), nr)
+	s.notifyFrom(InstanceOf(nr.runID), nr)
 	return nil
 }
 
@@ -141,19 +142,17 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 	if err := checkState(&next); err != nil {
 		return false, err
 	}
-	if next.Result != nil {
-		next.Result = slices.Clone(next.Result)
-	}
+	next.Result = slices.Clone(next.Result)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.recs[id]
 	if !ok {
 		return false, ErrNotFound
 	}
-	if r.RunID != runID || !slices.Contains(from, r.Status) {
+	if r.runID != runID || !slices.Contains(from, r.Status()) {
 		return false, nil
 	}
-	r.State = next
+	r.setState(&next)
 	s.notify(ctx, r)
 	return true, nil
 }
@@ -172,14 +171,14 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	if !ok {
 		return false, ErrNotFound
 	}
-	if r.RunID != runID {
+	if r.runID != runID {
 		return false, ErrConflict
 	}
-	if slices.Contains(r.Watchers, watcher) {
+	if slices.Contains(r.watchers, watcher) {
 		return false, nil
 	}
 	// A fresh slice, so a clone handed out earlier never sees the append.
-	r.Watchers = append(slices.Clip(r.Watchers), watcher)
+	r.watchers = append(slices.Clip(r.watchers), watcher)
 	s.indexUser(watcher, r)
 	s.notify(ctx, r)
 	return true, nil
@@ -206,9 +205,9 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 	if f.Limit > 0 {
 		out = make([]Record, 0, min(f.Limit, len(idx.recs)))
 	}
-	idx.walk(f, func(r *Record) bool {
-		if f.Match(r) {
-			out = append(out, r.Clone())
+	idx.walk(f, func(r *memRecord) bool {
+		if v := r.view(); f.Match(&v) {
+			out = append(out, v.Clone())
 		}
 		return f.Limit <= 0 || len(out) < f.Limit
 	})
@@ -224,14 +223,14 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 	defer s.mu.Unlock()
 	n := 0
 	for id, r := range s.recs {
-		if r.Status.Terminal() && r.CompletedAt.Before(cutoff) {
+		if r.Status().Terminal() && r.completedAt().Before(cutoff) {
 			delete(s.recs, id)
 			n++
 		}
 	}
 	if n > 0 {
 		// One pass per index rather than a removal per record.
-		gone := func(r *Record) bool { return s.recs[r.ID] != r }
+		gone := func(r *memRecord) bool { return s.recs[r.id] != r }
 		s.all.recs = slices.DeleteFunc(s.all.recs, gone)
 		for u, idx := range s.byUser {
 			if idx.recs = slices.DeleteFunc(idx.recs, gone); len(idx.recs) == 0 {
@@ -256,45 +255,30 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 }
 
 // prepare checks a whole record about to be written and returns the copy
-// to store: one allocation that holds the record and, for the common
-// short lists, its watchers.
-func prepare(ctx context.Context, rec Record) (*Record, error) {
+// to store (see newMemRecord).
+func prepare(ctx context.Context, rec Record) (*memRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if err := checkRecord(&rec); err != nil {
 		return nil, err
 	}
-	m := &memRecord{Record: rec}
-	if len(rec.Watchers) > 0 {
-		m.Watchers = append(m.watchers[:0:len(m.watchers)], rec.Watchers...)
-	}
-	if rec.Result != nil {
-		m.Result = slices.Clone(rec.Result)
-	}
-	return &m.Record, nil
-}
-
-// memRecord is a stored record with room for its watchers inline. The
-// watcher slice is never appended to in place (AddWatcher makes a new
-// one), so a clone handed out never sees a later change.
-type memRecord struct {
-	Record
-	watchers [2]string
+	rec.Result = slices.Clone(rec.Result)
+	return newMemRecord(&rec), nil
 }
 
 // index adds r to the listing indexes; mu must be held.
-func (s *MemStore) index(r *Record) {
+func (s *MemStore) index(r *memRecord) {
 	s.all.add(r)
-	for _, w := range r.Watchers {
+	for _, w := range r.watchers {
 		s.indexUser(w, r)
 	}
-	if o, ok := OwnerOf(r.ID); ok {
+	if o, ok := OwnerOf(r.id); ok {
 		s.indexUser(o.id, r)
 	}
 }
 
-func (s *MemStore) indexUser(user string, r *Record) {
+func (s *MemStore) indexUser(user string, r *memRecord) {
 	idx := s.byUser[user]
 	if idx == nil {
 		idx = &ordered{}
@@ -304,7 +288,7 @@ func (s *MemStore) indexUser(user string, r *Record) {
 }
 
 // unindex removes r from the listing indexes; mu must be held.
-func (s *MemStore) unindex(r *Record) {
+func (s *MemStore) unindex(r *memRecord) {
 	s.all.remove(r)
 	drop := func(user string) {
 		if idx := s.byUser[user]; idx != nil {
@@ -313,10 +297,10 @@ func (s *MemStore) unindex(r *Record) {
 			}
 		}
 	}
-	for _, w := range r.Watchers {
+	for _, w := range r.watchers {
 		drop(w)
 	}
-	if o, ok := OwnerOf(r.ID); ok {
+	if o, ok := OwnerOf(r.id); ok {
 		drop(o.id)
 	}
 }
@@ -326,44 +310,44 @@ func (s *MemStore) unindex(r *Record) {
 // they are stored (ReplaceTask stores a new record, unindexing the old);
 // new records are the newest, so an insert is nearly always an append.
 type ordered struct {
-	recs []*Record
+	recs []*memRecord
 }
 
 // add inserts r once. A record indexed for its owner and again for the
 // same user as a watcher is found last, without comparing.
-func (o *ordered) add(r *Record) {
+func (o *ordered) add(r *memRecord) {
 	n := len(o.recs)
 	if n > 0 && o.recs[n-1] == r {
 		return
 	}
-	if n == 0 || CompareRecords(o.recs[n-1], r) < 0 {
+	if n == 0 || compareMem(o.recs[n-1], r) < 0 {
 		o.recs = append(o.recs, r)
 		return
 	}
-	i, found := slices.BinarySearchFunc(o.recs, r, CompareRecords)
+	i, found := slices.BinarySearchFunc(o.recs, r, compareMem)
 	if !found {
 		o.recs = slices.Insert(o.recs, i, r)
 	}
 }
 
 // remove deletes r if present.
-func (o *ordered) remove(r *Record) {
-	if i, found := slices.BinarySearchFunc(o.recs, r, CompareRecords); found {
+func (o *ordered) remove(r *memRecord) {
+	if i, found := slices.BinarySearchFunc(o.recs, r, compareMem); found {
 		o.recs = slices.Delete(o.recs, i, i+1)
 	}
 }
 
 // walk calls yield with the records f's order visits, starting after
 // f.After, until yield returns false.
-func (o *ordered) walk(f Filter, yield func(*Record) bool) {
-	var at *Record
+func (o *ordered) walk(f Filter, yield func(*memRecord) bool) {
+	var at *memRecord
 	if f.After != nil {
-		at = &Record{ID: f.After.ID, CreatedAt: f.After.CreatedAt}
+		at = &memRecord{id: f.After.ID, created: f.After.CreatedAt}
 	}
 	if f.Order == NewestFirst {
 		end := len(o.recs)
 		if at != nil {
-			end, _ = slices.BinarySearchFunc(o.recs, at, CompareRecords)
+			end, _ = slices.BinarySearchFunc(o.recs, at, compareMem)
 		}
 		for i := end - 1; i >= 0; i-- {
 			if !yield(o.recs[i]) {
@@ -375,7 +359,7 @@ func (o *ordered) walk(f Filter, yield func(*Record) bool) {
 	start := 0
 	if at != nil {
 		var found bool
-		if start, found = slices.BinarySearchFunc(o.recs, at, CompareRecords); found {
+		if start, found = slices.BinarySearchFunc(o.recs, at, compareMem); found {
 			start++
 		}
 	}
@@ -505,7 +489,7 @@ func (s *MemStore) removeListener(l *memListener) {
 // writes (its life context), so they never wake its own listener. mu is
 // held, so notices of one task are queued in write order. With nobody
 // listening it costs one atomic load.
-func (s *MemStore) notify(ctx context.Context, r *Record) {
+func (s *MemStore) notify(ctx context.Context, r *memRecord) {
 	if s.listeners.Load() == nil {
 		return
 	}
@@ -517,12 +501,12 @@ func (s *MemStore) notify(ctx context.Context, r *Record) {
 // origin ("" if unknown). InsertTask and ReplaceTask know it without
 // asking ctx: only the instance that minted a run id writes a whole
 // record under it.
-func (s *MemStore) notifyFrom(origin string, r *Record) {
+func (s *MemStore) notifyFrom(origin string, r *memRecord) {
 	p := s.listeners.Load()
 	if p == nil {
 		return
 	}
-	c := Change{ID: r.ID, RunID: r.RunID, Status: r.Status}
+	c := Change{ID: r.id, RunID: r.runID, Status: r.Status()}
 	for _, l := range *p {
 		if origin == "" || l.origin != origin {
 			l.push(c)

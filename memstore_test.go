@@ -2,10 +2,14 @@ package workers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync/atomic"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -113,4 +117,97 @@ func TestMemStoreNoticesCoalesceAndStayBounded(t *testing.T) {
 			assert.Equal(t, c.want, heard[1:])
 		})
 	}
+}
+
+// fullState returns a State with every field set to a value that is not
+// its zero, found by reflection, so that a field added to State and
+// forgotten by the compact record fails the round trip below.
+func fullState(t *testing.T, status Status) State {
+	st := State{Status: status}
+	v := reflect.ValueOf(&st).Elem()
+	at := time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch {
+		case v.Type().Field(i).Name == "Status":
+		case f.Type() == reflect.TypeOf(time.Time{}):
+			f.Set(reflect.ValueOf(at.Add(time.Duration(i) * time.Second)))
+		case f.Type() == reflect.TypeOf(json.RawMessage(nil)):
+			f.SetBytes([]byte(`{"n":1}`))
+		case f.Kind() == reflect.String:
+			f.SetString(fmt.Sprintf("text %d", i))
+		case f.Kind() == reflect.Int:
+			f.SetInt(int64(1<<40 + i)) // beyond int32: kept whole
+		default:
+			t.Fatalf("fullState does not know State.%s (%s)", v.Type().Field(i).Name, f.Type())
+		}
+	}
+	return st
+}
+
+// A MemStore keeps a waiting record small and apart from what only a
+// started or ended one has, but gives back every field as written, and
+// nothing it hands out changes with a later write.
+func TestMemStoreCompactRecordKeepsEveryField(t *testing.T) {
+	s := NewMemStore()
+	full := fullState(t, StatusFailed)
+	rec := Record{ID: "alice::k", RunID: "i.1", Queue: "q", Watchers: []string{"alice", "bob", "carol"},
+		CreatedAt: time.Date(2026, 12, 3, 9, 0, 0, 1, time.UTC), State: full}
+	require.NoError(t, s.InsertTask(ctx, rec))
+	got, err := s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, rec, got, "a record inserted whole comes back whole")
+
+	// Back to PENDING: the outcome is gone, and what was handed out stays.
+	ok, err := s.TransitionTask(ctx, rec.ID, rec.RunID, []Status{StatusFailed}, State{Status: StatusPending})
+	require.NoError(t, err)
+	require.True(t, ok)
+	again, err := s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, State{Status: StatusPending}, again.State)
+	require.Equal(t, full, got.State, "a record handed out does not change with a later write")
+
+	// And whole again, through each writer.
+	full = fullState(t, StatusCancelled)
+	ok, err = s.TransitionTask(ctx, rec.ID, rec.RunID, []Status{StatusPending}, full)
+	require.NoError(t, err)
+	require.True(t, ok)
+	again, err = s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, full, again.State)
+	rec.State = fullState(t, StatusRunning)
+	require.NoError(t, s.SetTask(ctx, rec))
+	listed, err := s.ListTasks(ctx, Filter{VisibleTo: "bob"})
+	require.NoError(t, err)
+	require.Equal(t, []Record{rec}, listed)
+}
+
+// A waiting queue item holds little: its Task, and a PENDING record the
+// MemStore keeps in one small allocation, watchers included. These are
+// the budgets BenchmarkQueued's bytes per task rest on.
+func TestWaitingItemFootprint(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(208), "a Task fits the 208-byte size class")
+	assert.LessOrEqual(t, unsafe.Sizeof(memRecord{}), uintptr(144), "a PENDING record fits the 144-byte size class")
+
+	s := NewMemStore()
+	ids := make([]string, 200)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("alice::%d", i)
+	}
+	watchers := []string{"alice"}
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		rec := Record{ID: ids[i], RunID: "i.1", Queue: "q", Watchers: watchers,
+			CreatedAt: time.Unix(int64(i), 0), State: State{Status: StatusPending}}
+		i++
+		if err := s.InsertTask(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Beyond the record, the indexes and the map grow by amortized
+	// appends.
+	assert.LessOrEqual(t, allocs, 1.2, "a PENDING record costs one allocation")
+	r := s.recs["alice::7"]
+	require.NotNil(t, r)
+	assert.Nil(t, r.rest, "a PENDING record has nothing apart")
 }

@@ -203,16 +203,15 @@ func visibleTo(id string, watchers []string, userID string) bool {
 // CompareRecords orders records as ListTasks returns them: by CreatedAt,
 // then by ID.
 func CompareRecords(a, b *Record) int {
-	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+	return compareKeys(a.CreatedAt, a.ID, b.CreatedAt, b.ID)
+}
+
+// compareKeys orders (created, id) pairs: by creation time, then by id.
+func compareKeys(aCreated time.Time, aID string, bCreated time.Time, bID string) int {
+	if c := aCreated.Compare(bCreated); c != 0 {
 		return c
 	}
-	switch {
-	case a.ID < b.ID:
-		return -1
-	case a.ID > b.ID:
-		return 1
-	}
-	return 0
+	return strings.Compare(aID, bID)
 }
 
 // QueueAuthorizer decides whether userID may submit into queue. The async
