@@ -192,13 +192,20 @@ func (t *Task) doneChan() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done == nil {
-		t.done = make(chan struct{})
 		if t.settled {
-			close(t.done)
+			return closedChan // a queue's processor asks after nearly every run
 		}
+		t.done = make(chan struct{})
 	}
 	return t.done
 }
+
+// closedChan is the done channel of every run asked for it once settled.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // markSettled closes the run's done channel, if anyone asked for it.
 func (t *Task) markSettled() {
