@@ -106,20 +106,17 @@ func (r *memRecord) setState(st *State) {
 // Status returns the record's status.
 func (r *memRecord) Status() Status { return memStatuses[r.status] }
 
-// view returns the record without copying its watchers or result: the
-// caller reads it under the store's lock and keeps none of it.
-func (r *memRecord) view() Record {
-	v := Record{ID: r.id, RunID: r.runID, Queue: r.queue, Watchers: r.watchers, CreatedAt: r.created}
-	v.Status, v.Progress, v.Attempt = r.Status(), r.progress, r.attempt
+// fill writes the record into v without copying its watchers or result:
+// the caller reads v under the store's lock and keeps none of it, or
+// detaches it. Every field of v is written.
+func (r *memRecord) fill(v *Record) {
+	*v = Record{ID: r.id, RunID: r.runID, Queue: r.queue, Watchers: r.watchers, CreatedAt: r.created,
+		State: State{Status: r.Status(), Progress: r.progress, Attempt: r.attempt}}
 	if m := r.rest; m != nil {
 		v.StartedAt, v.CompletedAt, v.Result, v.Cause = m.startedAt, m.completedAt, m.result, m.cause
 		v.Error, v.CancelledBy, v.CancelReason, v.Stack = m.errText, m.cancelledBy, m.cancelReason, m.stack
 	}
-	return v
 }
-
-// clone returns the record as a Record that aliases nothing stored.
-func (r *memRecord) clone() Record { return r.view().Clone() }
 
 // completedAt returns the record's CompletedAt.
 func (r *memRecord) completedAt() time.Time {

@@ -68,7 +68,10 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 	if !ok {
 		return Record{}, ErrNotFound
 	}
-	return r.clone(), nil
+	var rec Record
+	r.fill(&rec)
+	rec.detach()
+	return rec, nil
 }
 
 // InsertTask implements Store.
@@ -205,9 +208,11 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 	if f.Limit > 0 {
 		out = make([]Record, 0, min(f.Limit, len(idx.recs)))
 	}
+	var v Record
 	idx.walk(f, func(r *memRecord) bool {
-		if v := r.view(); f.Match(&v) {
-			out = append(out, v.Clone())
+		if r.fill(&v); f.Match(&v) {
+			v.detach()
+			out = append(out, v)
 		}
 		return f.Limit <= 0 || len(out) < f.Limit
 	})

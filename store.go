@@ -115,11 +115,16 @@ type Record struct {
 
 // Clone returns a deep copy of r: nothing in the copy aliases r.
 func (r Record) Clone() Record {
+	r.detach()
+	return r
+}
+
+// detach replaces r's slices with copies of their own.
+func (r *Record) detach() {
 	r.Watchers = slices.Clone(r.Watchers)
 	if r.Result != nil {
 		r.Result = slices.Clone(r.Result)
 	}
-	return r
 }
 
 // Filter selects records for Store.ListTasks. Zero fields select
