@@ -3,7 +3,6 @@ package workers
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -390,14 +389,23 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil) }
 // RUNNING, so a run that has just finished is left alone.
 func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 	rt.mu.RLock()
-	runs := rt.liveRuns()
-	rt.mu.RUnlock()
-	if ids != nil {
-		runs = slices.DeleteFunc(runs, func(t *Task) bool {
-			_, ok := ids[t.id]
-			return !ok
-		})
+	var runs []*Task
+	if ids == nil {
+		runs = rt.liveRuns()
+	} else {
+		// In proportion to the notices, not to the runs held here.
+		for id := range ids {
+			if t := rt.handles[id]; t != nil {
+				runs = append(runs, t)
+			}
+		}
+		for t := range rt.others {
+			if _, ok := ids[t.id]; ok {
+				runs = append(runs, t)
+			}
+		}
 	}
+	rt.mu.RUnlock()
 	for _, t := range runs {
 		if t.cause() != nil {
 			continue // ending already: its final write carries its state
