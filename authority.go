@@ -208,6 +208,22 @@ func OwnerOf(id string) (Owner, bool) {
 	return o, true
 }
 
+// ownerOfStored is OwnerOf for an id that passed validateID, as every
+// stored record's has: the parts of an id that is valid UTF-8 without
+// control characters are too, split as they are at an ASCII separator,
+// and the owner part cannot end in ':' (the separator would then have
+// begun a byte earlier). Only the lengths are left to check.
+func ownerOfStored(id string) (string, bool) {
+	i := strings.Index(id, scopeSep)
+	if i <= 0 || i > MaxOwnerIDLen {
+		return "", false
+	}
+	if key := len(id) - i - len(scopeSep); key == 0 || key > MaxKeyLen {
+		return "", false
+	}
+	return id[:i], true
+}
+
 func validateOwnerID(id string) error {
 	if err := validateText("owner", id, MaxOwnerIDLen, ErrInvalidOwner); err != nil {
 		return err

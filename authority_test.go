@@ -146,3 +146,22 @@ func userID(owner, key string) (string, error) {
 	}
 	return id, err
 }
+
+// FuzzOwnerOfStored proves the MemStore's shortcut: for every id a store
+// can hold, ownerOfStored agrees with OwnerOf.
+func FuzzOwnerOfStored(f *testing.F) {
+	for _, id := range []string{"alice::k", "a:::key", "::key", "alice::", "a:b::c", "plain", "a::b::c",
+		strings.Repeat("o", MaxOwnerIDLen+1) + "::k", "o::" + strings.Repeat("k", MaxKeyLen+1)} {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if validateID(id) != nil {
+			return
+		}
+		o, ok := OwnerOf(id)
+		got, gotOK := ownerOfStored(id)
+		if ok != gotOK || o.ID() != got {
+			t.Fatalf("ownerOfStored(%q) = %q, %v; OwnerOf says %q, %v", id, got, gotOK, o.ID(), ok)
+		}
+	})
+}

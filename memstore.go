@@ -278,8 +278,8 @@ func (s *MemStore) index(r *memRecord) {
 	for _, w := range r.watchers {
 		s.indexUser(w, r)
 	}
-	if o, ok := OwnerOf(r.id); ok {
-		s.indexUser(o.id, r)
+	if o, ok := ownerOfStored(r.id); ok {
+		s.indexUser(o, r)
 	}
 }
 
@@ -305,8 +305,8 @@ func (s *MemStore) unindex(r *memRecord) {
 	for _, w := range r.watchers {
 		drop(w)
 	}
-	if o, ok := OwnerOf(r.id); ok {
-		drop(o.id)
+	if o, ok := ownerOfStored(r.id); ok {
+		drop(o)
 	}
 }
 
