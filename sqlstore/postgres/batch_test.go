@@ -29,9 +29,12 @@ type gather struct {
 }
 
 // blockBehind opens a transaction with lock (a statement that takes a
-// row lock the first write will need), then starts first.
+// row lock the first write will need), then starts first. It turns off
+// the store's stall escape, so that writes gather behind the held batch
+// however long the test takes to queue them.
 func blockBehind(t *testing.T, sc scratch, s *postgres.Store, lock string, first func() error) *gather {
 	t.Helper()
+	sqlcore.SetStall(s.Store, 0)
 	tx, err := sc.pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -224,5 +227,88 @@ func TestGroupCommitInserts(t *testing.T) {
 		if w := got.Watchers; !slices.Equal(w, want) {
 			t.Errorf("%s: watchers %q, want %q", id, w, want)
 		}
+	}
+}
+
+// A write stuck on a row lock that another transaction holds does not
+// hold back the store's other writes: after the stall time, they go in a
+// batch of their own, and the stuck write lands once the lock is gone.
+func TestGroupCommitStuckWriteDoesNotHoldBackOthers(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	rec := func(id string) workers.Record {
+		return workers.Record{ID: id, RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
+			State: workers.State{Status: workers.StatusPending}}
+	}
+	for _, id := range []string{"u::stuck", "u::free"} {
+		if err := s.InsertTask(ctx, rec(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := sc.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::stuck' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	stuck := make(chan error, 1)
+	go func() {
+		ok, err := s.TransitionTask(ctx, "u::stuck", "run-1", from, running)
+		if err == nil && !ok {
+			err = errors.New("fenced off")
+		}
+		stuck <- err
+	}()
+	waitFor(t, func() bool {
+		var n int
+		err := sc.pool.QueryRow(ctx,
+			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema).Scan(&n)
+		return err == nil && n > 0
+	})
+
+	// Both arrive while the stuck batch is in flight, and no write
+	// arrives after them.
+	done := make(chan error, 2)
+	go func() {
+		ok, err := s.TransitionTask(ctx, "u::free", "run-1", from, running)
+		if err == nil && !ok {
+			err = errors.New("fenced off")
+		}
+		done <- err
+	}()
+	go func() { done <- s.InsertTask(ctx, rec("u::new")) }()
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case err := <-stuck:
+			t.Fatalf("the stuck write ended while the lock was held: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("writes queued behind a stuck batch did not pass it")
+		}
+	}
+	if got, err := s.GetTask(ctx, "u::free"); err != nil || got.Status != workers.StatusRunning {
+		t.Fatalf("u::free = %v, %v; want RUNNING", got.Status, err)
+	}
+	select {
+	case err := <-stuck:
+		t.Fatalf("the stuck write ended while the lock was held: %v", err)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the stuck write, once the lock was gone: %v", err)
+	}
+	if got, err := s.GetTask(ctx, "u::stuck"); err != nil || got.Status != workers.StatusRunning {
+		t.Fatalf("u::stuck = %v, %v; want RUNNING", got.Status, err)
 	}
 }

@@ -28,16 +28,21 @@
 // statements is in flight wait for it, then go together as the next: one
 // statement (an INSERT of the new records and their watchers and an
 // UPDATE ... FROM of the transitions, each row with its own condition),
-// one round trip and one commit for all of them. Each caller is told its
-// own outcome: inserted or ErrConflict, moved or fenced off. A write that
+// one round trip and one commit for all of them. Each caller is told its own
+// outcome: inserted or ErrConflict, moved or fenced off. A write that
 // finds nothing in flight goes at once, alone, as the single-row
 // statements above, so a lone submission waits for no tick. A batch holds
-// at most one write per task id and 256 rows; one batch is in flight at
-// a time, which measured best, since PostgreSQL serializes the commits of
-// transactions that notify anyway. A batch the database refuses (a value
-// out of range, say) landed nowhere, and its writes are retried one by
-// one, so only the refused one fails; a batch cut off by a lost
-// connection fails every write in it, each of which the runtime then
+// at most one write per task id and 256 rows; one batch is in flight at a
+// time, which measured best, since PostgreSQL serializes the commits of
+// transactions that notify anyway. A batch still in flight after 20 ms
+// (one waiting on a row lock that a transaction elsewhere holds, or on a
+// database that stalls) does not hold back the writes queued behind it:
+// they go in a batch beside it, and so on each 20 ms, up to four batches
+// in flight; no two batches in flight hold the same task id, so a second
+// write of a stuck task still waits behind the first. A batch the database
+// refuses (a value out of range, say) landed nowhere, and its writes are
+// retried one by one, so only the refused one fails; a batch cut off by a
+// lost connection fails every write in it, each of which the runtime then
 // treats as possibly landed, as it treats a lone write.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose

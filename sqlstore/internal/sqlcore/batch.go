@@ -19,9 +19,17 @@ import (
 // write keeps its own condition in the statement (the store's fences are
 // per row) and its caller is told its own outcome.
 //
-// A batch holds at most one write per key, so that no statement touches
-// a row twice; a second write of a key waits for the next batch, behind
-// the first, in the order they came.
+// A batch holds at most one write per key, and no batch takes a key
+// another batch in flight holds, so that no statement touches a row twice
+// and no two race for it; a second write of a key waits for a later
+// batch, behind the first, in the order they came.
+//
+// A batch that stays in flight longer than stall (one stuck on a row lock
+// that a long transaction elsewhere holds, say) would hold back every
+// write queued behind it. So each stall that it stays in flight, one more
+// batch may start with the queued writes, up to spare more than limit at
+// once; a batch that finds more than limit in flight when it ends leaves
+// the queue to the others.
 //
 // A batch runs on a goroutine of its own, under a context that ends when
 // every caller in it has stopped waiting, so a batch never outlives the
@@ -31,13 +39,16 @@ import (
 // queue and never written.
 type combiner[T any] struct {
 	limit, max int
+	spare      int
 	// exec writes the batch and sets each call's ok and err. It must
 	// not keep the calls after it returns.
 	exec func(ctx context.Context, batch []*call[T])
 
 	mu      sync.Mutex
-	queue   []*call[T] // guarded by mu, in arrival order
-	running int        // guarded by mu: batches in flight
+	queue   []*call[T]          // guarded by mu, in arrival order
+	running int                 // guarded by mu: batches in flight
+	busy    map[string]struct{} // guarded by mu: the keys of the batches in flight
+	stall   time.Duration       // guarded by mu; 0: never start a spare batch
 }
 
 // call is one caller's write in a combiner.
@@ -82,11 +93,14 @@ func (c *combiner[T]) do(ctx context.Context, key string, in T) (bool, error) {
 }
 
 // take removes the next batch from the queue: up to max calls, one per
-// key, in arrival order, leaving out the calls nobody waits for. c.mu is
+// key and none of a key in flight, in arrival order, leaving out the
+// calls nobody waits for. It marks the batch's keys in flight. c.mu is
 // held.
 func (c *combiner[T]) take() []*call[T] {
 	var batch, rest []*call[T]
-	var keys map[string]struct{}
+	if c.busy == nil {
+		c.busy = make(map[string]struct{})
+	}
 	for i, w := range c.queue {
 		if len(batch) == c.max {
 			rest = append(rest, c.queue[i:]...)
@@ -97,19 +111,11 @@ func (c *combiner[T]) take() []*call[T] {
 			close(w.done)
 			continue
 		}
-		if len(batch) > 0 {
-			if keys == nil {
-				keys = make(map[string]struct{}, len(c.queue))
-				for _, b := range batch {
-					keys[b.key] = struct{}{}
-				}
-			}
-			if _, dup := keys[w.key]; dup {
-				rest = append(rest, w)
-				continue
-			}
-			keys[w.key] = struct{}{}
+		if _, dup := c.busy[w.key]; dup {
+			rest = append(rest, w)
+			continue
 		}
+		c.busy[w.key] = struct{}{}
 		batch = append(batch, w)
 	}
 	clear(c.queue)
@@ -118,16 +124,60 @@ func (c *combiner[T]) take() []*call[T] {
 }
 
 // loop writes batch, then every batch queued meanwhile, and returns when
-// the queue is empty.
+// the queue is empty, or after a batch that ended with more than limit in
+// flight (the others go on with the queue).
 func (c *combiner[T]) loop(batch []*call[T]) {
 	for len(batch) > 0 {
+		var stalled *time.Timer // guarded by c.mu, as is ended
+		ended := false
+		c.mu.Lock()
+		if c.stall > 0 {
+			stalled = time.AfterFunc(c.stall, func() { c.stalled(&stalled, &ended) })
+		}
+		c.mu.Unlock()
 		c.run(batch)
 		c.mu.Lock()
-		batch = c.take()
+		if stalled != nil {
+			ended = true
+			stalled.Stop()
+		}
+		for _, w := range batch {
+			delete(c.busy, w.key)
+		}
+		batch = nil
+		if c.running <= c.limit {
+			batch = c.take()
+		}
 		if len(batch) == 0 {
 			c.running--
 		}
 		c.mu.Unlock()
+	}
+}
+
+// stalled runs each c.stall that a batch stays in flight: it starts a
+// spare batch with the writes queued meanwhile, if there is room for one,
+// and looks again after another stall. Once the batch has ended (ended,
+// set under c.mu) it does nothing.
+func (c *combiner[T]) stalled(t **time.Timer, ended *bool) {
+	c.mu.Lock()
+	if *ended {
+		c.mu.Unlock()
+		return
+	}
+	var batch []*call[T]
+	if c.running < c.limit+c.spare {
+		batch = c.take()
+	}
+	if len(batch) > 0 {
+		c.running++
+	}
+	if c.stall > 0 {
+		(*t).Reset(c.stall)
+	}
+	c.mu.Unlock()
+	if len(batch) > 0 {
+		go c.loop(batch)
 	}
 }
 
@@ -160,9 +210,16 @@ func (c *combiner[T]) run(batch []*call[T]) {
 // notices are serialized by PostgreSQL anyway, so a second batch in
 // flight only splits the rows that would have gone together
 // (bench/BENCHMARKS.md).
+//
+// A batch in flight for batchStall lets another start with the writes
+// queued behind it, up to batchSpare more: a statement takes 1 to 2 ms
+// here, so only a batch that waits on a lock, or on a database that
+// stalls, takes that long.
 const (
 	batchLimit = 1
 	batchMax   = 256
+	batchStall = 20 * time.Millisecond
+	batchSpare = 3
 )
 
 // groupWrite is one InsertTask or one TransitionTask, checked, for group
@@ -338,6 +395,17 @@ func Queued(s *Store) int {
 		return 0
 	}
 	return s.writes.queued()
+}
+
+// SetStall sets how long a batch of s stays in flight before another may
+// start beside it (0: never), for tests that need writes to gather
+// behind a batch held on purpose.
+func SetStall(s *Store, d time.Duration) {
+	if s.writes != nil {
+		s.writes.mu.Lock()
+		s.writes.stall = d
+		s.writes.mu.Unlock()
+	}
 }
 
 func (c *combiner[T]) queued() int {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // recorder is a combiner's exec that records each batch's keys, answers
@@ -215,4 +216,135 @@ func TestCombinerBatchEndsWhenEveryCallerLeft(t *testing.T) {
 		}
 		r.mu.Unlock()
 	})
+}
+
+// holder is a combiner's exec that holds a batch holding a key of held
+// until that key's channel closes, and records each batch.
+type holder struct {
+	mu      sync.Mutex
+	held    map[string]chan struct{}
+	batches [][]string
+}
+
+func (h *holder) exec(ctx context.Context, batch []*call[int]) {
+	h.mu.Lock()
+	keys := make([]string, len(batch))
+	var wait []chan struct{}
+	for i, w := range batch {
+		keys[i] = w.key
+		if ch := h.held[w.key]; ch != nil {
+			wait = append(wait, ch)
+		}
+	}
+	h.batches = append(h.batches, keys)
+	h.mu.Unlock()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	for _, w := range batch {
+		w.ok = true
+	}
+}
+
+func (h *holder) seen() [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.batches)
+}
+
+// A batch in flight for the stall time lets the writes queued behind it
+// go in a spare batch, never one of a key still in flight; a spare batch
+// leaves the queue to the others when it ends; and once the stuck batch
+// ends its timer stops (the bubble would not end otherwise).
+func TestCombinerStalledBatchLetsQueuedWritesPass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := &holder{held: map[string]chan struct{}{"stuck": release}}
+		c := &combiner[int]{limit: 1, max: 8, spare: 1, stall: 20 * time.Millisecond, exec: h.exec}
+		var wg sync.WaitGroup
+		answered := make(chan string, 8)
+		// next is the key answered since the last look; the stall timer
+		// keeps the bubble's clock going, so a missing answer must fail
+		// here rather than block.
+		next := func() string {
+			select {
+			case key := <-answered:
+				return key
+			default:
+				return "nothing"
+			}
+		}
+		do := func(key string) {
+			wg.Go(func() {
+				if ok, err := c.do(context.Background(), key, 0); !ok || err != nil {
+					t.Errorf("%s: do = %v, %v", key, ok, err)
+				}
+				answered <- key
+			})
+			synctest.Wait()
+		}
+		do("stuck")
+		do("a")
+		do("stuck") // the same key as the batch in flight: never beside it
+		synctest.Wait()
+		if got := h.seen(); !slices.EqualFunc(got, [][]string{{"stuck"}}, slices.Equal) {
+			t.Fatalf("before the stall: batches = %v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		if got := next(); got != "a" {
+			t.Fatalf("answered %q first, want a", got)
+		}
+		do("b")
+		time.Sleep(20 * time.Millisecond) // the next stall
+		synctest.Wait()
+		if got := next(); got != "b" {
+			t.Fatalf("answered %q, want b", got)
+		}
+		want := [][]string{{"stuck"}, {"a"}, {"b"}}
+		if got := h.seen(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("batches = %v, want %v", got, want)
+		}
+		h.mu.Lock()
+		delete(h.held, "stuck")
+		h.mu.Unlock()
+		close(release)
+		wg.Wait()
+		want = append(want, []string{"stuck"})
+		if got := h.seen(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("batches = %v, want %v", got, want)
+		}
+		c.mu.Lock()
+		if c.running != 0 || len(c.busy) != 0 || len(c.queue) != 0 {
+			t.Errorf("after the last batch: running %d, busy %v, queued %d", c.running, c.busy, len(c.queue))
+		}
+		c.mu.Unlock()
+	})
+}
+
+// A stall timer whose batch has ended, but which fired as it ended (and
+// so was not stopped in time), starts nothing and does not re-arm: the
+// loop that ended the batch goes on with the queue itself.
+func TestCombinerStallAfterTheBatchEndedDoesNothing(t *testing.T) {
+	h := &holder{}
+	c := &combiner[int]{limit: 1, max: 8, spare: 1, stall: time.Hour, exec: h.exec}
+	w := &call[int]{ctx: context.Background(), key: "a", done: make(chan struct{})}
+	c.queue = append(c.queue, w)
+	c.running = 1
+	timer := time.AfterFunc(time.Hour, func() {})
+	timer.Stop()
+	ended := true
+	c.stalled(&timer, &ended)
+	if timer.Stop() {
+		t.Error("the timer was armed again")
+	}
+	if len(c.queue) != 1 || c.running != 1 || len(c.busy) != 0 {
+		t.Errorf("queued %d, running %d, busy %v; want the queue untouched", len(c.queue), c.running, c.busy)
+	}
+	if got := h.seen(); len(got) != 0 {
+		t.Errorf("batches = %v, want none", got)
+	}
 }

@@ -167,7 +167,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 		},
 	}
 	if st.q.writeMany != "" {
-		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, exec: st.writeMany}
+		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.writeMany}
 	}
 	return st, nil
 }
