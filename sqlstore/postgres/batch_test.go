@@ -256,14 +256,15 @@ func TestGroupCommitStuckWriteDoesNotHoldBackOthers(t *testing.T) {
 	}
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
-	stuck := make(chan error, 1)
-	go func() {
-		ok, err := s.TransitionTask(ctx, "u::stuck", "run-1", from, running)
+	start := func(id string) error {
+		ok, err := s.TransitionTask(ctx, id, "run-1", from, running)
 		if err == nil && !ok {
-			err = errors.New("fenced off")
+			err = errors.New(id + ": fenced off")
 		}
-		stuck <- err
-	}()
+		return err
+	}
+	stuck := make(chan error, 1)
+	go func() { stuck <- start("u::stuck") }()
 	waitFor(t, func() bool {
 		var n int
 		err := sc.pool.QueryRow(ctx,
@@ -274,13 +275,7 @@ func TestGroupCommitStuckWriteDoesNotHoldBackOthers(t *testing.T) {
 	// Both arrive while the stuck batch is in flight, and no write
 	// arrives after them.
 	done := make(chan error, 2)
-	go func() {
-		ok, err := s.TransitionTask(ctx, "u::free", "run-1", from, running)
-		if err == nil && !ok {
-			err = errors.New("fenced off")
-		}
-		done <- err
-	}()
+	go func() { done <- start("u::free") }()
 	go func() { done <- s.InsertTask(ctx, rec("u::new")) }()
 	for range 2 {
 		select {
