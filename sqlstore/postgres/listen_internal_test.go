@@ -1,6 +1,11 @@
 package postgres
 
 import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,6 +44,28 @@ func TestDataError(t *testing.T) {
 	} {
 		if got := dialect.DataError(&pgconn.PgError{Code: code}); got != want {
 			t.Errorf("DataError(SQLSTATE %s) = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// TestConnLost: a backend the server ended and a connection that failed
+// or was cut are lost connections, so a read goes again; a refusal of
+// the statement is not.
+func TestConnLost(t *testing.T) {
+	for err, want := range map[error]bool{
+		&pgconn.PgError{Code: "57P01"}:              true, // admin shutdown (pg_terminate_backend)
+		&pgconn.PgError{Code: "57P02"}:              true, // crash shutdown
+		&pgconn.PgError{Code: "08006"}:              true, // connection failure
+		fmt.Errorf("read: %w", io.ErrUnexpectedEOF): true,
+		fmt.Errorf("query: %w", driver.ErrBadConn):  true,
+		&pgconn.PgError{Code: "22P05"}:              false, // a data error
+		&pgconn.PgError{Code: "40001"}:              false, // serialization failure
+		&pgconn.PgError{Code: "57014"}:              false, // query cancelled
+		errors.New("something else"):                false,
+		context.DeadlineExceeded:                    false,
+	} {
+		if got := dialect.ConnLost(err); got != want {
+			t.Errorf("ConnLost(%v) = %v, want %v", err, got, want)
 		}
 	}
 }

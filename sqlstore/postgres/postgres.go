@@ -45,6 +45,12 @@
 // lost connection fails every write in it, each of which the runtime then
 // treats as possibly landed, as it treats a lone write.
 //
+// A read (GetTask, ListTasks) whose pooled connection the server ended
+// (a restart, a failover, pg_terminate_backend) is made again on another,
+// until the pool dials a new one, so a restart costs no caller an error;
+// a write is not, since it may have landed, and the runtime's own
+// handling of a write that failed that way applies.
+//
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
 // clocks disagree still agree on who is alive. A record whose run belongs
@@ -99,9 +105,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -131,6 +140,18 @@ var dialect = &sqlcore.Dialect{
 	// outside a transaction means it rolled back; a FATAL one, such as
 	// an administrator terminating the backend, may come after the
 	// commit.
+	// A backend ended by the server (pg_terminate_backend, a shutdown or
+	// a restart: SQLSTATE 57P01 to 57P03), a connection exception (class
+	// 08), or a connection the driver found closed or cut.
+	ConnLost: func(err error) bool {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+		}
+		var ne *net.OpError
+		return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			errors.Is(err, io.EOF) || errors.As(err, &ne)
+	},
 	Refused: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && cmp.Or(pe.SeverityUnlocalized, pe.Severity) == "ERROR"
@@ -238,6 +259,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// A read that finds its connection ended goes again, until a new one.
+	o.ReadAttempts = int(pool.Config().MaxConns) + 1
 	db := stdlib.OpenDBFromPool(pool)
 	core, err := sqlcore.New(dialect, db, db, o.Config)
 	if err != nil {

@@ -64,6 +64,12 @@ type Dialect struct {
 	// write goes alone.
 	WriteMany string
 
+	// ConnLost, if set, reports whether err says the connection a
+	// statement went on was gone: ended by the server (an operator, a
+	// restart) or by the network. GetTask and ListTasks try such a read
+	// again, on another connection, up to Config.ReadAttempts times.
+	ConnLost func(err error) bool
+
 	// Refused, if set, reports whether err is the database's answer that
 	// a statement failed, so that nothing of it was committed; after any
 	// other error (a connection lost on the way) it may have been. Group
@@ -106,6 +112,11 @@ type Config struct {
 	Schema string
 	// Prefix begins every table and index name.
 	Prefix string
+	// ReadAttempts bounds the tries of a read whose connection was lost
+	// (Dialect.ConnLost); 0 or 1 tries once. Each lost connection is
+	// dropped from the pool, so one more than the pool's connections
+	// reaches a new one however many the server ended.
+	ReadAttempts int
 }
 
 // DefaultPrefix is the table prefix of a store configured with none.

@@ -172,9 +172,26 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	return st, nil
 }
 
+// read runs the read fn, again on a lost connection, up to
+// Config.ReadAttempts times: a database that restarts or fails over
+// leaves every idle connection of the pool dead, each found out only when
+// used, and a read can safely be made again.
+func (s *Store) read(ctx context.Context, fn func() error) error {
+	for i := 1; ; i++ {
+		err := fn()
+		if err == nil || i >= s.cfg.ReadAttempts || s.d.ConnLost == nil || !s.d.ConnLost(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
 // GetTask implements workers.Store: one primary-key lookup.
 func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) {
-	rec, err := scanRecord(s.r.QueryRowContext(ctx, s.q.get, id))
+	var rec workers.Record
+	err := s.read(ctx, func() (err error) {
+		rec, err = scanRecord(s.r.QueryRowContext(ctx, s.q.get, id))
+		return err
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return workers.Record{}, workers.ErrNotFound
 	}
@@ -350,20 +367,24 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 // only that user's rows, through the owner and watcher indexes.
 func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
 	q, args := s.listQuery(f)
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, s.wrap("list tasks", err)
-	}
-	defer rows.Close()
 	var out []workers.Record
-	for rows.Next() {
-		rec, err := scanRecord(rows)
+	err := s.read(ctx, func() error {
+		out = nil
+		rows, err := s.r.QueryContext(ctx, q, args...)
 		if err != nil {
-			return nil, s.wrap("list tasks", err)
+			return err
 		}
-		out = append(out, rec)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			rec, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, s.wrap("list tasks", err)
 	}
 	return out, nil

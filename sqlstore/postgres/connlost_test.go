@@ -1,0 +1,77 @@
+package postgres_test
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// A read that finds its pooled connection ended by the server (as a
+// restart or an operator ends every idle backend) is made again on
+// another: GetTask and ListTasks answer, where they used to fail once per
+// dead connection.
+func TestReadsRideOutEndedConnections(t *testing.T) {
+	sc := newScratchT(t)
+	app := "workers-connlost-" + strconv.FormatUint(rand.Uint64(), 36)
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pending := workers.State{Status: workers.StatusPending}
+	if err := s.InsertTask(ctx, workers.Record{ID: "u::t", RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: pending}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		// Open several connections and leave them idle.
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if _, err := s.ListTasks(ctx, workers.Filter{}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		var ended int
+		if err := sc.pool.QueryRow(ctx,
+			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&ended); err != nil {
+			t.Fatal(err)
+		}
+		if ended == 0 {
+			t.Fatalf("round %d: no connection of the store to end", round)
+		}
+		waitFor(t, func() bool {
+			var n int
+			err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+			return err == nil && n == 0
+		})
+		if round%2 == 0 {
+			if _, err := s.GetTask(ctx, "u::t"); err != nil {
+				t.Fatalf("round %d, %d connections ended: GetTask: %v", round, ended, err)
+			}
+		} else if recs, err := s.ListTasks(ctx, workers.Filter{VisibleTo: "u"}); err != nil || len(recs) != 1 {
+			t.Fatalf("round %d, %d connections ended: ListTasks = %d records, %v", round, ended, len(recs), err)
+		}
+	}
+}
