@@ -31,6 +31,11 @@
 // current snapshot; one whose last event was the end is answered 204, so
 // that an EventSource stops reconnecting. A comment line is sent as a
 // heartbeat while nothing changes.
+//
+// GET /events begins with the caller's live tasks, then carries their
+// changes and those of every task after. Its subscription starts as the
+// response opens, on a goroutine of its own, so a task that ends in that
+// instant may not show: a client that must see an end reads the task.
 package workershttp
 
 import (

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -374,13 +375,34 @@ func TestAllEventsRouteShowsOnlyCallersTasks(t *testing.T) {
 	res, events, _ := openSSE(t, f, "/events", "alice", "")
 	require.Equal(t, 200, res.StatusCode)
 	ctx := context.Background()
-	_, err := f.rt.Submit(ctx, "b", func(context.Context, *workers.Task) (any, error) { return nil, nil }, bob)
+	nop := func(context.Context, *workers.Task) (any, error) { return nil, nil }
+	// The stream carries the changes after its subscription, which may
+	// come just after the response opens: submit probes until one shows.
+	probes := 0
+	for live := false; !live; {
+		_, err := f.rt.Submit(ctx, "probe-"+strconv.Itoa(probes), nop, alice)
+		require.NoError(t, err)
+		probes++
+		select {
+		case ev, ok := <-events:
+			require.True(t, ok)
+			var tk workershttp.Task
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &tk))
+			require.True(t, strings.HasPrefix(tk.ID, "alice::probe-"), "only alice's tasks: %s", tk.ID)
+			live = true
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	_, err := f.rt.Submit(ctx, "b", nop, bob)
 	require.NoError(t, err)
-	sub, err := f.rt.Submit(ctx, "a", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	sub, err := f.rt.Submit(ctx, "a", nop, alice)
 	require.NoError(t, err)
 	for {
 		_, tk, ok := next(t, events)
 		require.True(t, ok)
+		if strings.HasPrefix(tk.ID, "alice::probe-") {
+			continue
+		}
 		require.Equal(t, sub.ID, tk.ID, "only alice's tasks")
 		if tk.Status.Terminal() {
 			break
