@@ -232,10 +232,20 @@ func TestGroupCommitInserts(t *testing.T) {
 
 // A write stuck on a row lock that another transaction holds does not
 // hold back the store's other writes: after the stall time, they go in a
-// batch of their own, and the stuck write lands once the lock is gone.
+// batch of their own. The stuck write lands once the lock is gone; or,
+// if its backend is ended while it waits, it fails having written
+// nothing, and the same write made again lands.
 func TestGroupCommitStuckWriteDoesNotHoldBackOthers(t *testing.T) {
+	for _, terminate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "LockReleased", true: "BackendEnded"}[terminate], func(t *testing.T) {
+			stuckWrite(t, terminate)
+		})
+	}
+}
+
+func stuckWrite(t *testing.T, terminate bool) {
 	sc := newScratchT(t)
-	s := sc.store(t)
+	s, app := sc.namedStore(t, "workers-stuck")
 	ctx := t.Context()
 	rec := func(id string) workers.Record {
 		return workers.Record{ID: id, RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
@@ -265,10 +275,10 @@ func TestGroupCommitStuckWriteDoesNotHoldBackOthers(t *testing.T) {
 	}
 	stuck := make(chan error, 1)
 	go func() { stuck <- start("u::stuck") }()
+	const waiting = `FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`
 	waitFor(t, func() bool {
 		var n int
-		err := sc.pool.QueryRow(ctx,
-			`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema).Scan(&n)
+		err := sc.pool.QueryRow(ctx, `SELECT count(*) `+waiting, app).Scan(&n)
 		return err == nil && n > 0
 	})
 
@@ -296,6 +306,18 @@ func TestGroupCommitStuckWriteDoesNotHoldBackOthers(t *testing.T) {
 	case err := <-stuck:
 		t.Fatalf("the stuck write ended while the lock was held: %v", err)
 	default:
+	}
+	if terminate {
+		if _, err := sc.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) `+waiting, app); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-stuck; err == nil {
+			t.Fatal("the stuck write whose backend was ended reported success")
+		}
+		if got, err := s.GetTask(ctx, "u::stuck"); err != nil || got.Status != workers.StatusPending {
+			t.Fatalf("u::stuck = %v, %v; want PENDING: the ended write landed nothing", got.Status, err)
+		}
+		go func() { stuck <- start("u::stuck") }() // made again, behind the lock
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)

@@ -1,15 +1,11 @@
 package postgres_test
 
 import (
-	"math/rand/v2"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/taskgate/workers"
-	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // A read that finds its pooled connection ended by the server (as a
@@ -18,26 +14,8 @@ import (
 // dead connection.
 func TestReadsRideOutEndedConnections(t *testing.T) {
 	sc := newScratchT(t)
-	app := "workers-connlost-" + strconv.FormatUint(rand.Uint64(), 36)
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, app := sc.namedStore(t, "workers-connlost")
 	ctx := t.Context()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	pending := workers.State{Status: workers.StatusPending}
 	if err := s.InsertTask(ctx, workers.Record{ID: "u::t", RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: pending}); err != nil {
 		t.Fatal(err)

@@ -7,14 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/taskgate/workers"
-	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // TestStoreFaults runs a few hundred short tasks while the database drops
@@ -56,23 +53,7 @@ func TestStoreFaults(t *testing.T) {
 // checks the records.
 func storeFaults(t *testing.T, fault func(sc scratch, app string), every time.Duration) {
 	sc := newScratchT(t)
-	sc.store(t) // migrated
-	app := "workers-faults-" + strings.ToLower(strconv.FormatUint(rand.Uint64(), 36))
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, app := sc.namedStore(t, "workers-faults")
 	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: 100 * time.Millisecond})
 
 	stop, once := make(chan struct{}), make(chan struct{})

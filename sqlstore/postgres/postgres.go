@@ -28,8 +28,8 @@
 // statements is in flight wait for it, then go together as the next: one
 // statement (an INSERT of the new records and their watchers and an
 // UPDATE ... FROM of the transitions, each row with its own condition),
-// one round trip and one commit for all of them. Each caller is told its own
-// outcome: inserted or ErrConflict, moved or fenced off. A write that
+// one round trip and one commit for all of them. Each caller is told its
+// own outcome: inserted or ErrConflict, moved or fenced off. A write that
 // finds nothing in flight goes at once, alone, as the single-row
 // statements above, so a lone submission waits for no tick. A batch holds
 // at most one write per task id and 256 rows; one batch is in flight at a
@@ -136,10 +136,6 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
-	// An ERROR (not FATAL: the session goes on) for a statement run
-	// outside a transaction means it rolled back; a FATAL one, such as
-	// an administrator terminating the backend, may come after the
-	// commit.
 	// A backend ended by the server (pg_terminate_backend, a shutdown or
 	// a restart: SQLSTATE 57P01 to 57P03), a connection exception (class
 	// 08), or a connection the driver found closed or cut.
@@ -152,6 +148,10 @@ var dialect = &sqlcore.Dialect{
 		return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
 			errors.Is(err, io.EOF) || errors.As(err, &ne)
 	},
+	// An ERROR (not FATAL: the session goes on) for a statement run
+	// outside a transaction means it rolled back; a FATAL one, such as
+	// an administrator terminating the backend, may come after the
+	// commit.
 	Refused: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && cmp.Or(pe.SeverityUnlocalized, pe.Severity) == "ERROR"

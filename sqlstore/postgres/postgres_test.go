@@ -93,6 +93,34 @@ func (sc scratch) store(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	return s
 }
 
+// namedStore returns a migrated store in sc's schema over a pool of its
+// own, whose connections carry the application name it returns (name and
+// a random suffix), so that a test can find and end them; both are
+// closed in t's cleanup.
+func (sc scratch) namedStore(t testing.TB, name string) (*postgres.Store, string) {
+	t.Helper()
+	app := name + "-" + strings.ToLower(rand.Text())
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s, app
+}
+
 // newStore returns a migrated store in a schema of its own.
 func newStore(t testing.TB) *postgres.Store {
 	t.Helper()
