@@ -93,18 +93,19 @@ func (sc scratch) store(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	return s
 }
 
-// namedStore returns a migrated store in sc's schema over a pool of its
-// own, whose connections carry the application name it returns (name and
-// a random suffix), so that a test can find and end them; both are
-// closed in t's cleanup.
-func (sc scratch) namedStore(t testing.TB, name string) (*postgres.Store, string) {
+// ownStore returns a store in sc's schema over a pool of its own, as
+// another process would have, whose connections carry the application
+// name app if it is not empty; both are closed in t's cleanup. It does
+// not migrate.
+func (sc scratch) ownStore(t testing.TB, app string) *postgres.Store {
 	t.Helper()
-	app := name + "-" + strings.ToLower(rand.Text())
 	cfg, err := pgxpool.ParseConfig(testDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	if app != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	}
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +116,16 @@ func (sc scratch) namedStore(t testing.TB, name string) (*postgres.Store, string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// namedStore returns a migrated ownStore whose connections carry the
+// application name it returns (name and a random suffix), so that a test
+// can find and end them.
+func (sc scratch) namedStore(t testing.TB, name string) (*postgres.Store, string) {
+	t.Helper()
+	app := name + "-" + strings.ToLower(rand.Text())
+	s := sc.ownStore(t, app)
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -184,18 +195,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	sc := newScratchT(t)
 	var stores []*postgres.Store
 	for range 4 {
-		// A pool each, as separate processes would have.
-		pool, err := pgxpool.New(t.Context(), testDSN(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		stores = append(stores, s)
+		stores = append(stores, sc.ownStore(t, "")) // a pool each, as separate processes would have
 	}
 	sqltest.MigrateConcurrently(t, stores)
 	var n, top int
