@@ -30,15 +30,7 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 	if err != nil {
 		return nil, err
 	}
-	recs, err := rt.store.ListTasks(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Snapshot, len(recs))
-	for i := range recs {
-		out[i] = rt.snapshot(&recs[i], c.system)
-	}
-	return out, nil
+	return rt.listSnapshots(ctx, f, c.system)
 }
 
 // ListPage returns one page of the tasks List would return: at most
@@ -58,20 +50,49 @@ func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...
 		size = DefaultPageSize
 	}
 	f.Limit = size + 1 // one more tells whether a next page exists
-	recs, err := rt.store.ListTasks(ctx, f)
+	tasks, err := rt.listSnapshots(ctx, f, c.system)
 	if err != nil {
 		return Page{}, err
 	}
 	var p Page
-	if len(recs) > size {
-		recs = recs[:size]
-		p.Next = encodeCursor(f.Order, PositionOf(&recs[size-1]))
+	if len(tasks) > size {
+		tasks = tasks[:size]
+		last := &tasks[size-1]
+		p.Next = encodeCursor(f.Order, &Position{CreatedAt: last.CreatedAt, ID: last.ID})
 	}
-	p.Tasks = make([]Snapshot, len(recs))
-	for i := range recs {
-		p.Tasks[i] = rt.snapshot(&recs[i], c.system)
-	}
+	p.Tasks = tasks
 	return p, nil
+}
+
+// listSnapshots returns the snapshots of the records the store lists for
+// f, with live progress where this runtime runs the task. Over a MemStore
+// itself (not a type that embeds one, whose ListTasks may differ) the
+// snapshots are made straight from the stored records, without copying
+// the records first.
+func (rt *Runtime[S]) listSnapshots(ctx context.Context, f Filter, system bool) ([]Snapshot, error) {
+	var out []Snapshot
+	if m, ok := any(rt.store).(*MemStore); ok {
+		var err error
+		if out, err = m.listSnapshots(ctx, f, system); err != nil {
+			return nil, err
+		}
+	} else {
+		recs, err := rt.store.ListTasks(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = make([]Snapshot, len(recs))
+		for i := range recs {
+			out[i].fromRecord(&recs[i], system)
+		}
+	}
+	if out == nil {
+		out = []Snapshot{} // an empty list, not a null one, in JSON
+	}
+	for i := range out {
+		rt.live(&out[i])
+	}
+	return out, nil
 }
 
 // listFilter builds the store filter of a listing.

@@ -1,9 +1,12 @@
 package workers
 
 import (
+	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,4 +101,150 @@ func TestCursorRoundTrips(t *testing.T) {
 			assert.Equal(t, p.ID, got.ID)
 		}
 	}
+}
+
+// hiddenLister is a MemStore inside another type, as a user's wrapper
+// would hold it: listings take its ListTasks, not the MemStore's own
+// snapshot path.
+type hiddenLister struct {
+	*MemStore
+	lists *atomic.Int64
+}
+
+func (h hiddenLister) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
+	h.lists.Add(1)
+	return h.MemStore.ListTasks(ctx, f)
+}
+
+// A MemStore renders a listing's snapshots straight from its records; they
+// must be the very snapshots ListTasks' records give, for every filter,
+// order, cursor and reader, live progress included.
+func TestMemStoreListingMatchesListTasks(t *testing.T) {
+	t.Parallel()
+	store := NewMemStore()
+	direct := newRuntime[Store](t, store, Config{})
+	lists := new(atomic.Int64)
+	viaStore := newRuntime[Store](t, hiddenLister{store, lists}, Config{})
+
+	base := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	statuses := []Status{StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+	for i := range 40 {
+		owner := []string{"alice", "bob"}[i%2]
+		st := fullState(t, statuses[i%len(statuses)])
+		switch i % 4 {
+		case 0:
+			st.Result = nil
+		case 1:
+			st.Result = json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))
+		}
+		rec := Record{ID: fmt.Sprintf("%s::k%02d", owner, i), RunID: fmt.Sprintf("i.%d", i), Queue: []string{"", "q"}[i%3%2],
+			Watchers: []string{owner, "carol"}[:1+i%2], CreatedAt: base.Add(time.Duration(i%7) * time.Second), State: st}
+		require.NoError(t, store.InsertTask(ctx, rec))
+	}
+	filters := map[string][]ListOption{
+		"all":       nil,
+		"oldest":    {WithOrder(OldestFirst)},
+		"statuses":  {WithStatus(StatusRunning, StatusCompleted)},
+		"queue":     {WithQueue("q")},
+		"limit":     {WithLimit(3)},
+		"oldest+q":  {WithOrder(OldestFirst), WithQueue("q"), WithLimit(4)},
+		"none left": {WithStatus(StatusRunning), WithQueue("nowhere")},
+		"after":     {WithCursor(encodeCursor(NewestFirst, &Position{CreatedAt: base.Add(3 * time.Second), ID: "alice::k10"}))},
+	}
+	for name, opts := range filters {
+		for _, who := range []TaskAuthority{alice, bob, MustOwner("carol"), MustOwner("dave"), System} {
+			want, err := viaStore.List(ctx, who, opts...)
+			require.NoError(t, err)
+			got, err := direct.List(ctx, who, opts...)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%s, as %v", name, who)
+			require.Positive(t, lists.Swap(0), "a wrapper's own ListTasks serves its listings")
+
+			// Page by page, cursors included, both ways to the end.
+			for cursor, pages := "", 0; pages == 0 || cursor != ""; pages++ {
+				require.Less(t, pages, 20, "%s, as %v: the pages never end", name, who)
+				popts := append(slices.Clone(opts), WithLimit(4))
+				if cursor != "" {
+					popts = append(popts, WithCursor(cursor))
+				}
+				wantPage, err := viaStore.ListPage(ctx, who, popts...)
+				require.NoError(t, err)
+				gotPage, err := direct.ListPage(ctx, who, popts...)
+				require.NoError(t, err)
+				require.Equal(t, wantPage, gotPage, "%s, as %v, page %d", name, who, pages)
+				cursor = gotPage.Next
+			}
+		}
+	}
+
+	// Each runtime shows the live progress of its own runs.
+	for i, rt := range []*Runtime[Store]{direct, viaStore} {
+		who := MustOwner(fmt.Sprintf("erin%d", i))
+		started, release := make(chan struct{}), make(chan struct{})
+		sub, err := rt.Submit(ctx, "live", func(ctx context.Context, t *Task) (any, error) {
+			t.SetProgress(42)
+			close(started)
+			<-release
+			return nil, nil
+		}, who)
+		require.NoError(t, err)
+		<-started
+		list, err := rt.List(ctx, who)
+		close(release)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		assert.Equal(t, sub.ID, list[0].ID)
+		assert.Equal(t, 42, list[0].Progress, "a run of this runtime shows its live progress")
+	}
+}
+
+// The results of a listing's snapshots share one buffer: each is its own
+// part of it, so that changing one, even appending to it, changes neither
+// another snapshot nor the store.
+func TestListingResultsDoNotAlias(t *testing.T) {
+	t.Parallel()
+	store := NewMemStore()
+	rt := newRuntime(t, store, Config{})
+	base := now()
+	for i := range 3 {
+		rec := Record{ID: fmt.Sprintf("alice::k%d", i), RunID: "r", CreatedAt: base.Add(time.Duration(i) * time.Second),
+			State: State{Status: StatusCompleted, CompletedAt: base, Result: json.RawMessage(fmt.Sprintf(`"r%d"`, i))}}
+		require.NoError(t, store.InsertTask(ctx, rec))
+	}
+	list, err := rt.List(ctx, alice, WithOrder(OldestFirst))
+	require.NoError(t, err)
+	require.Len(t, list, 3)
+	list[0].Result = append(list[0].Result, "XXXX"...)
+	list[1].Result[1] = 'Z'
+	assert.Equal(t, `"r0"XXXX`, string(list[0].Result))
+	assert.Equal(t, `"Z1"`, string(list[1].Result))
+	assert.Equal(t, `"r2"`, string(list[2].Result), "an append to one result does not run into the next")
+	again, err := rt.List(ctx, alice, WithOrder(OldestFirst))
+	require.NoError(t, err)
+	for i, s := range again {
+		assert.Equal(t, fmt.Sprintf(`"r%d"`, i), string(s.Result), "the store keeps its own")
+	}
+}
+
+// A page over a MemStore allocates the same whatever its size: nothing
+// per record.
+func TestListPageAllocatesPerPageNotPerRecord(t *testing.T) {
+	store := NewMemStore()
+	rt := newRuntime(t, store, Config{})
+	base := now()
+	for i := range 200 {
+		rec := Record{ID: fmt.Sprintf("alice::k%03d", i), RunID: "r", Watchers: []string{"alice", "bob"}, CreatedAt: base.Add(time.Duration(i) * time.Millisecond),
+			State: State{Status: StatusCompleted, CompletedAt: base, Result: json.RawMessage(`"done"`)}}
+		require.NoError(t, store.InsertTask(ctx, rec))
+	}
+	page := func(n int) float64 {
+		return testing.AllocsPerRun(50, func() {
+			p, err := rt.ListPage(ctx, alice, WithLimit(n))
+			if err != nil || len(p.Tasks) != n || p.Next == "" {
+				t.Fatal(len(p.Tasks), err)
+			}
+		})
+	}
+	small, large := page(5), page(100)
+	assert.LessOrEqual(t, large, small+2, "a page of 100 allocates about what a page of 5 does (%v vs %v)", large, small)
 }

@@ -197,26 +197,78 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	idx := &s.all
-	if f.VisibleTo != "" {
-		idx = s.byUser[f.VisibleTo]
-		if idx == nil {
-			return nil, nil
-		}
-	}
 	var out []Record
-	if f.Limit > 0 {
-		out = make([]Record, 0, min(f.Limit, len(idx.recs)))
-	}
-	var v Record
-	idx.walk(f, func(r *memRecord) bool {
-		if r.fill(&v); f.Match(&v) {
-			v.detach()
-			out = append(out, v)
-		}
-		return f.Limit <= 0 || len(out) < f.Limit
+	s.matches(f, func(n int) { out = make([]Record, 0, n) }, func(v *Record) {
+		v.detach()
+		out = append(out, *v)
 	})
 	return out, nil
+}
+
+// listSnapshots returns the snapshots of the records ListTasks(ctx, f)
+// returns, as Runtime.snapshot renders them but for live progress. It
+// spares a listing the records' copies: the results are copied into one
+// buffer that the snapshots share, each its own capped part of it, and
+// nothing else is allocated per record.
+func (s *MemStore) listSnapshots(ctx context.Context, f Filter, system bool) ([]Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Snapshot
+	var results []byte // a full one is left to the parts taken of it
+	s.matches(f, func(n int) { out = make([]Snapshot, 0, n) }, func(v *Record) {
+		if len(v.Result) == 0 {
+			v.Result = v.Result[:0:0]
+		} else {
+			if results == nil && cap(out) > len(out) {
+				// Room for the rest of the page, if its results are
+				// of this one's size, within reason.
+				results = make([]byte, 0, max(len(v.Result), min(len(v.Result)*(cap(out)-len(out)), maxResultsGuess)))
+			}
+			at := len(results)
+			results = append(results, v.Result...)
+			v.Result = results[at:len(results):len(results)]
+		}
+		out = append(out, Snapshot{})
+		out[len(out)-1].fromRecord(v, system)
+	})
+	return out, nil
+}
+
+// maxResultsGuess bounds the buffer listSnapshots makes for a page's
+// results before it has seen them all.
+const maxResultsGuess = 64 << 10
+
+// matches calls each with the records f selects, in f's order, up to
+// f.Limit; first, if f sets a limit, it calls size with the most there
+// can be. The record each is given aliases the stored one's watchers and
+// result, and is reused for the next. mu is held.
+func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
+	idx := &s.all
+	if f.VisibleTo != "" {
+		if idx = s.byUser[f.VisibleTo]; idx == nil {
+			return
+		}
+		// A user's index holds exactly the records the user may see
+		// (see index and AddWatcher), so Match need not check again:
+		// the check would read each record's id and watchers, which at
+		// a million records are cache misses.
+		f.VisibleTo = ""
+	}
+	if f.Limit > 0 {
+		size(min(f.Limit, len(idx.recs)))
+	}
+	var v Record
+	n := 0
+	idx.walk(f, func(r *memRecord) bool {
+		if r.fill(&v); f.Match(&v) {
+			each(&v)
+			n++
+		}
+		return f.Limit <= 0 || n < f.Limit
+	})
 }
 
 // DeleteFinished implements Store.

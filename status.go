@@ -146,16 +146,20 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 // snapshot renders a record, with live progress when this runtime runs it;
 // the stack of a panic is shown to System only.
 func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
-	s := snapshotOf(rec)
-	if system {
-		s.Stack = rec.Stack
-	}
-	if rec.Status == StatusRunning {
-		if t := rt.handle(rec.ID, rec.RunID); t != nil {
+	var s Snapshot
+	s.fromRecord(rec, system)
+	rt.live(&s)
+	return s
+}
+
+// live sets s's progress and attempt from the run, when this runtime runs
+// it.
+func (rt *Runtime[S]) live(s *Snapshot) {
+	if s.Status == StatusRunning {
+		if t := rt.handle(s.ID, s.RunID); t != nil {
 			s.Progress, s.Attempt = t.Progress(), t.Attempt()
 		}
 	}
-	return s
 }
 
 // visibleRecord reads id's record durably and returns it if auth may see

@@ -339,8 +339,10 @@ func (s Snapshot) Err() error {
 	return &TaskError{ID: s.ID, Status: s.Status, Message: s.Error, cause: causeOf(s.Cause, s.Error)}
 }
 
-func snapshotOf(r *Record) Snapshot {
-	s := Snapshot{
+// fromRecord sets s to the snapshot of r for a reader: the stack of a
+// panic is shown to System only.
+func (s *Snapshot) fromRecord(r *Record, system bool) {
+	*s = Snapshot{
 		ID:           r.ID,
 		RunID:        r.RunID,
 		CreatedAt:    r.CreatedAt,
@@ -348,7 +350,9 @@ func snapshotOf(r *Record) Snapshot {
 		WatcherCount: len(r.Watchers),
 	}
 	s.setState(&r.State)
-	return s
+	if system {
+		s.Stack = r.Stack
+	}
 }
 
 // setState copies the fields a State holds into s.
