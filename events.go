@@ -151,6 +151,7 @@ type subscriber struct {
 	id   string        // Watch's task id; "" for Subscribe
 	f    Filter        // Subscribe's filter (VisibleTo unused)
 	wake chan struct{} // capacity 1: something is pending
+	gone bool          // guarded by hub.mu: removed from the hub
 
 	mu     sync.Mutex
 	slots  map[string]*slot    // guarded by mu: undelivered changes per id
@@ -192,8 +193,14 @@ func (h *hub) add(s *subscriber) {
 	h.mu.Unlock()
 }
 
+// remove takes s out of the hub; once is enough, and more does nothing.
 func (h *hub) remove(s *subscriber) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.gone {
+		return
+	}
+	s.gone = true
 	if s.id == "" {
 		delete(h.all, s)
 	} else if m := h.byID[s.id]; m != nil {
@@ -202,7 +209,6 @@ func (h *hub) remove(s *subscriber) {
 		}
 	}
 	h.n.Add(-1)
-	h.mu.Unlock()
 }
 
 // each calls f for every subscriber that follows task id, or every
@@ -565,22 +571,51 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // Changes made by this runtime need no store read; tasks run by other
 // processes are followed through the store's notices, or by reading the
 // live tasks every second.
+//
+// The subscription starts when Subscribe is called, not when the range
+// begins: a change made between the two is yielded all the same, so a
+// caller may subscribe, announce that it listens (an HTTP stream's
+// headers, say), and only then range. It ends when the first range over
+// the iterator ends or ctx does, whichever comes first; a later range
+// subscribes anew, from its own start. An iterator never ranged holds its
+// subscription, bounded in memory, until ctx ends.
 func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ...ListOption) iter.Seq2[Snapshot, error] {
-	return func(yield func(Snapshot, error) bool) {
-		c, err := resolve(auth)
-		if err == nil {
-			err = rt.ensureLease(ctx)
-		}
-		if err != nil {
-			yield(Snapshot{}, err)
-			return
-		}
-		var o listOptions
-		for _, opt := range opts {
+	var o listOptions
+	for _, opt := range opts {
+		if opt != nil {
 			opt(&o)
 		}
-		f := o.f
-		s := rt.subscribe(c, "", f)
+	}
+	f := o.f
+	c, err := resolve(auth)
+	var early *subscriber // the subscription the call starts, for the first range
+	var taken atomic.Bool
+	stop := func() bool { return false }
+	if err == nil && ctx.Err() == nil {
+		early = rt.subscribe(c, "", f)
+		stop = context.AfterFunc(ctx, func() { rt.hub.remove(early) })
+	}
+	return func(yield func(Snapshot, error) bool) {
+		s := early
+		if s == nil || taken.Swap(true) {
+			s = nil // a later range, or none started at the call
+		} else {
+			defer stop()
+		}
+		failed := err
+		if failed == nil {
+			failed = rt.ensureLease(ctx)
+		}
+		if failed != nil {
+			if s != nil {
+				rt.hub.remove(s)
+			}
+			yield(Snapshot{}, failed)
+			return
+		}
+		if s == nil {
+			s = rt.subscribe(c, "", f)
+		}
 		defer rt.hub.remove(s)
 		_, notices := any(rt.store).(Notifier)
 		// tracked is the last snapshot yielded of each live task.

@@ -167,6 +167,48 @@ func TestSubscribeShowsOnlyVisibleTasks(t *testing.T) {
 	}
 }
 
+// Subscribe's subscription starts at the call: a task that starts and
+// ends before the range begins is still yielded, end included. A second
+// range subscribes anew and sees only what is live by then.
+func TestSubscribeStartsAtTheCall(t *testing.T) {
+	rt := memRuntime(t)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	seq := rt.Subscribe(sctx, alice)
+	sub, err := rt.Submit(ctx, "early", returns(1, nil), alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	var seen []Status
+	for s, err := range seq {
+		require.NoError(t, err, "the task's end was not yielded")
+		require.Equal(t, sub.ID, s.ID)
+		if seen = append(seen, s.Status); s.Status.Terminal() {
+			break
+		}
+	}
+	assert.Equal(t, StatusCompleted, seen[len(seen)-1])
+	assert.Zero(t, rt.hub.n.Load(), "the range's end ends the subscription")
+
+	// Ranged again: a new subscription, from now on.
+	g := newGate()
+	live, err := rt.Submit(ctx, "live", g.fn, alice)
+	require.NoError(t, err)
+	defer g.open()
+	for s, err := range seq {
+		require.NoError(t, err)
+		assert.Equal(t, live.ID, s.ID, "the ended task is not live: only the live one shows")
+		break
+	}
+
+	// One never ranged holds its subscription until ctx ends.
+	actx, stop := context.WithCancel(ctx)
+	_ = rt.Subscribe(actx, alice)
+	assert.Equal(t, int32(1), rt.hub.n.Load(), "the call subscribes")
+	stop()
+	require.Eventually(t, func() bool { return rt.hub.n.Load() == 0 }, 5*time.Second, time.Millisecond,
+		"ctx's end ends a subscription never ranged")
+}
+
 func TestStalledSubscriberGetsLatestNotBacklog(t *testing.T) {
 	rt := memRuntime(t)
 	g := newGate()

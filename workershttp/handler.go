@@ -33,9 +33,9 @@
 // heartbeat while nothing changes.
 //
 // GET /events begins with the caller's live tasks, then carries their
-// changes and those of every task after. Its subscription starts as the
-// response opens, on a goroutine of its own, so a task that ends in that
-// instant may not show: a client that must see an end reads the task.
+// changes and those of every task after. Its subscription starts before
+// the response opens, so every change made once the client has the
+// response's headers shows.
 package workershttp
 
 import (
