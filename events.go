@@ -573,12 +573,16 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // live tasks every second.
 //
 // The subscription starts when Subscribe is called, not when the range
-// begins: a change made between the two is yielded all the same, so a
-// caller may subscribe, announce that it listens (an HTTP stream's
-// headers, say), and only then range. It ends when the first range over
-// the iterator ends or ctx does, whichever comes first; a later range
-// subscribes anew, from its own start. An iterator never ranged holds its
-// subscription, bounded in memory, until ctx ends.
+// begins, so a caller may subscribe, announce that it listens (an HTTP
+// stream's headers, say), and only then range. A change made between the
+// two is yielded all the same if this runtime made it, or heard of it
+// from a Notifier store's notices, which it does once its listener runs
+// (from Start, or from its first submission or range). A task of another
+// process that ended before then, or over a store without notices, is not
+// seen: the range begins with what is live. The subscription ends when
+// the first range over the iterator ends or ctx does, whichever comes
+// first; a later range subscribes anew, from its own start. An iterator
+// never ranged holds its subscription, bounded in memory, until ctx ends.
 func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ...ListOption) iter.Seq2[Snapshot, error] {
 	var o listOptions
 	for _, opt := range opts {

@@ -209,6 +209,34 @@ func TestSubscribeStartsAtTheCall(t *testing.T) {
 		"ctx's end ends a subscription never ranged")
 }
 
+// Over a shared store, a runtime whose listener runs hears of another's
+// runs from the call on as well: a task another runtime ends between the
+// call and the range is yielded.
+func TestSubscribeStartsAtTheCallAcrossRuntimes(t *testing.T) {
+	store := NewMemStore()
+	a, b := newRuntime(t, store, Config{}), newRuntime(t, store, Config{})
+	require.NoError(t, a.Start(ctx))
+	require.NoError(t, b.Start(ctx))
+	require.Eventually(t, func() bool {
+		ls := store.listeners.Load()
+		return ls != nil && len(*ls) == 2
+	}, 5*time.Second, time.Millisecond, "both runtimes listen")
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	seq := b.Subscribe(sctx, alice)
+	sub, err := a.Submit(ctx, "elsewhere", returns(1, nil), alice)
+	require.NoError(t, err)
+	settled(t, a, sub.ID)
+	for s, err := range seq {
+		require.NoError(t, err, "the end of the other runtime's task was not yielded")
+		require.Equal(t, sub.ID, s.ID)
+		if s.Status.Terminal() {
+			assert.Equal(t, StatusCompleted, s.Status)
+			break
+		}
+	}
+}
+
 func TestStalledSubscriberGetsLatestNotBacklog(t *testing.T) {
 	rt := memRuntime(t)
 	g := newGate()

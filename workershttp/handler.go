@@ -34,8 +34,9 @@
 //
 // GET /events begins with the caller's live tasks, then carries their
 // changes and those of every task after. Its subscription starts before
-// the response opens, so every change made once the client has the
-// response's headers shows.
+// the response opens, so every change the runtime makes, or hears of
+// through its store's notices once it runs (see Runtime.Start), after the
+// client has the response's headers shows.
 package workershttp
 
 import (
