@@ -30,7 +30,8 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 	if err != nil {
 		return nil, err
 	}
-	return rt.listSnapshots(ctx, f, c.system)
+	tasks, _, err := rt.listSnapshots(ctx, f, c.system, false)
+	return tasks, err
 }
 
 // ListPage returns one page of the tasks List would return: at most
@@ -50,17 +51,15 @@ func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...
 		size = DefaultPageSize
 	}
 	f.Limit = size + 1 // one more tells whether a next page exists
-	tasks, err := rt.listSnapshots(ctx, f, c.system)
+	tasks, more, err := rt.listSnapshots(ctx, f, c.system, true)
 	if err != nil {
 		return Page{}, err
 	}
-	var p Page
-	if len(tasks) > size {
-		tasks = tasks[:size]
-		last := &tasks[size-1]
+	p := Page{Tasks: tasks}
+	if more {
+		last := &tasks[len(tasks)-1]
 		p.Next = encodeCursor(f.Order, &Position{CreatedAt: last.CreatedAt, ID: last.ID})
 	}
-	p.Tasks = tasks
 	return p, nil
 }
 
@@ -68,18 +67,21 @@ func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...
 // f, with live progress where this runtime runs the task. Over a MemStore
 // itself (not a type that embeds one, whose ListTasks may differ) the
 // snapshots are made straight from the stored records, without copying
-// the records first.
-func (rt *Runtime[S]) listSnapshots(ctx context.Context, f Filter, system bool) ([]Snapshot, error) {
-	var out []Snapshot
+// the records first. With peek (and f.Limit set) the last of the
+// f.Limit records is only looked for, not returned: more reports that it
+// exists.
+func (rt *Runtime[S]) listSnapshots(ctx context.Context, f Filter, system, peek bool) (out []Snapshot, more bool, err error) {
 	if m, ok := any(rt.store).(*MemStore); ok {
-		var err error
-		if out, err = m.listSnapshots(ctx, f, system); err != nil {
-			return nil, err
+		if out, more, err = m.listSnapshots(ctx, f, system, peek); err != nil {
+			return nil, false, err
 		}
 	} else {
 		recs, err := rt.store.ListTasks(ctx, f)
 		if err != nil {
-			return nil, err
+			return nil, false, err
+		}
+		if peek && len(recs) == f.Limit {
+			recs, more = recs[:f.Limit-1], true
 		}
 		out = make([]Snapshot, len(recs))
 		for i := range recs {
@@ -92,7 +94,7 @@ func (rt *Runtime[S]) listSnapshots(ctx context.Context, f Filter, system bool) 
 	for i := range out {
 		rt.live(&out[i])
 	}
-	return out, nil
+	return out, more, nil
 }
 
 // listFilter builds the store filter of a listing.

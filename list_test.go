@@ -277,6 +277,10 @@ func TestListPageAllocatesPerPageNotPerRecord(t *testing.T) {
 			}
 		})
 	}
+	p, err := rt.ListPage(ctx, alice, WithLimit(10))
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Next)
+	assert.Equal(t, 10, cap(p.Tasks), "the record that tells a next page exists is looked for, not rendered")
 	small, large := page(5), page(100)
 	assert.LessOrEqual(t, large, small+2, "a page of 100 allocates about what a page of 5 does (%v vs %v)", large, small)
 }

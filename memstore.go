@@ -209,16 +209,25 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 // returns, as Runtime.snapshot renders them but for live progress. It
 // spares a listing the records' copies: the results are copied into one
 // buffer that the snapshots share, each its own capped part of it, and
-// nothing else is allocated per record.
-func (s *MemStore) listSnapshots(ctx context.Context, f Filter, system bool) ([]Snapshot, error) {
+// nothing else is allocated per record. With peek (and f.Limit set), the
+// last record of the f.Limit is only looked for: more reports that it
+// exists, and it is not rendered.
+func (s *MemStore) listSnapshots(ctx context.Context, f Filter, system, peek bool) (out []Snapshot, more bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []Snapshot
+	keep := f.Limit
+	if peek {
+		keep--
+	}
 	var results []byte // a full one is left to the parts taken of it
-	s.matches(f, func(n int) { out = make([]Snapshot, 0, n) }, func(v *Record) {
+	s.matches(f, func(n int) { out = make([]Snapshot, 0, min(n, keep)) }, func(v *Record) {
+		if peek && len(out) == keep {
+			more = true
+			return
+		}
 		if len(v.Result) == 0 {
 			v.Result = v.Result[:0:0]
 		} else {
@@ -234,7 +243,7 @@ func (s *MemStore) listSnapshots(ctx context.Context, f Filter, system bool) ([]
 		out = append(out, Snapshot{})
 		out[len(out)-1].fromRecord(v, system)
 	})
-	return out, nil
+	return out, more, nil
 }
 
 // maxResultsGuess bounds the buffer listSnapshots makes for a page's
