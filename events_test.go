@@ -172,21 +172,7 @@ func TestSubscribeShowsOnlyVisibleTasks(t *testing.T) {
 // range subscribes anew and sees only what is live by then.
 func TestSubscribeStartsAtTheCall(t *testing.T) {
 	rt := memRuntime(t)
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	seq := rt.Subscribe(sctx, alice)
-	sub, err := rt.Submit(ctx, "early", returns(1, nil), alice)
-	require.NoError(t, err)
-	settled(t, rt, sub.ID)
-	var seen []Status
-	for s, err := range seq {
-		require.NoError(t, err, "the task's end was not yielded")
-		require.Equal(t, sub.ID, s.ID)
-		if seen = append(seen, s.Status); s.Status.Terminal() {
-			break
-		}
-	}
-	assert.Equal(t, StatusCompleted, seen[len(seen)-1])
+	seq := subscribeThenEnd(t, rt, rt, "early")
 	assert.Zero(t, rt.hub.n.Load(), "the range's end ends the subscription")
 
 	// Ranged again: a new subscription, from now on.
@@ -221,20 +207,30 @@ func TestSubscribeStartsAtTheCallAcrossRuntimes(t *testing.T) {
 		ls := store.listeners.Load()
 		return ls != nil && len(*ls) == 2
 	}, 5*time.Second, time.Millisecond, "both runtimes listen")
+	subscribeThenEnd(t, b, a, "elsewhere")
+}
+
+// subscribeThenEnd subscribes alice on watcher, submits key as alice on
+// runner and waits for its end, and only then ranges: the task's end
+// must come. It returns the iterator, for a later range.
+func subscribeThenEnd[S Store](t *testing.T, watcher, runner *Runtime[S], key string) iter.Seq2[Snapshot, error] {
+	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	seq := b.Subscribe(sctx, alice)
-	sub, err := a.Submit(ctx, "elsewhere", returns(1, nil), alice)
+	t.Cleanup(cancel)
+	seq := watcher.Subscribe(sctx, alice)
+	sub, err := runner.Submit(ctx, key, returns(1, nil), alice)
 	require.NoError(t, err)
-	settled(t, a, sub.ID)
+	settled(t, runner, sub.ID)
 	for s, err := range seq {
-		require.NoError(t, err, "the end of the other runtime's task was not yielded")
+		require.NoError(t, err, "the task's end was not yielded")
 		require.Equal(t, sub.ID, s.ID)
 		if s.Status.Terminal() {
 			assert.Equal(t, StatusCompleted, s.Status)
-			break
+			return seq
 		}
 	}
+	t.Fatal("the stream ended before the task did")
+	return nil
 }
 
 func TestStalledSubscriberGetsLatestNotBacklog(t *testing.T) {
