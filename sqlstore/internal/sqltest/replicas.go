@@ -59,7 +59,10 @@ func replica(t *testing.T, open Opener, cfg workers.Config, wrap func(workers.St
 // and A shuts down with 5 s: every task ends COMPLETED within A's grace,
 // none is lost or left live, and B can read them all.
 func rollingDeploy(t *testing.T, open Opener) {
-	cfg := workers.Config{LeaseInterval: 50 * time.Millisecond}
+	// The drain is what is tested here, not the lease: a TTL of seconds,
+	// so that a database slowed by the other tests sharing it does not
+	// cost A its lease (and its runs) in the middle of the deploy.
+	cfg := workers.Config{LeaseInterval: 50 * time.Millisecond, LeaseTTL: 3 * time.Second}
 	a := replica(t, open, cfg, nil)
 	alice := workers.MustOwner("alice")
 	var ids []string
