@@ -39,6 +39,7 @@ func TestLimitsBoundRunningAndEveryTaskCompletes(t *testing.T) {
 		var all highWater
 		per := make([]highWater, owners)
 		var done atomic.Int64
+		allDone := make(chan struct{})
 		var wg sync.WaitGroup
 		for o := range owners {
 			owner := MustOwner(fmt.Sprint("owner-", o))
@@ -48,7 +49,9 @@ func TestLimitsBoundRunningAndEveryTaskCompletes(t *testing.T) {
 				time.Sleep(time.Millisecond) // the work
 				per[o].leave()
 				all.leave()
-				done.Add(1)
+				if done.Add(1) == owners*each {
+					close(allDone)
+				}
 				return nil, nil
 			}
 			wg.Go(func() {
@@ -61,11 +64,8 @@ func TestLimitsBoundRunningAndEveryTaskCompletes(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		synctest.Wait()
-		for done.Load() < owners*each {
-			time.Sleep(time.Millisecond)
-			synctest.Wait()
-		}
+		<-allDone       // the bubble's clock runs the work meanwhile
+		synctest.Wait() // and the last outcomes are written
 		assert.LessOrEqual(t, all.max.Load(), int64(8), "callbacks executing at once")
 		assert.Equal(t, int64(8), all.max.Load(), "the cap is reached: the test saturates it")
 		for o := range per {
@@ -115,9 +115,13 @@ func TestFairDispatchAcrossOwners(t *testing.T) {
 		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: limit}})
 		var mu sync.Mutex
 		var started []string
+		allDone := make(chan struct{})
 		fn := func(_ context.Context, tk *Task) (any, error) {
 			mu.Lock()
 			started = append(started, tk.ID())
+			if len(started) == 1002 {
+				defer close(allDone)
+			}
 			mu.Unlock()
 			time.Sleep(time.Millisecond)
 			return nil, nil
@@ -131,14 +135,11 @@ func TestFairDispatchAcrossOwners(t *testing.T) {
 		require.NoError(t, err)
 		sys, err := rt.Submit(ctx, "sys", fn, System)
 		require.NoError(t, err)
-		for {
-			st, err := rt.Stats(ctx, System)
-			require.NoError(t, err)
-			if st.Running+st.Waiting == 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		<-allDone       // the last has started; the bubble's clock runs the work
+		synctest.Wait() // and every callback has returned
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		require.Zero(t, st.Running+st.Waiting, "every task ran")
 		require.Len(t, started, 1002)
 		// Three owners wait (alice, bob, System): one round is three
 		// dispatches, and it begins with the first of the next limit
