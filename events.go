@@ -593,17 +593,16 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 	f := o.f
 	c, err := resolve(auth)
 	var early *subscriber // the subscription the call starts, for the first range
+	var stop func() bool  // ends the removal of early when ctx ends
 	var taken atomic.Bool
-	stop := func() bool { return false }
 	if err == nil && ctx.Err() == nil {
 		early = rt.subscribe(c, "", f)
 		stop = context.AfterFunc(ctx, func() { rt.hub.remove(early) })
 	}
 	return func(yield func(Snapshot, error) bool) {
-		s := early
-		if s == nil || taken.Swap(true) {
-			s = nil // a later range, or none started at the call
-		} else {
+		var s *subscriber // nil for a later range: it subscribes anew below
+		if early != nil && !taken.Swap(true) {
+			s = early
 			defer stop()
 		}
 		failed := err
