@@ -1,34 +1,37 @@
 package workers
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
 // memRecord is how a MemStore keeps a record. What every record has sits
 // inline; what a waiting record lacks (its start, its outcome, an error)
 // sits apart in a memRest made when first needed, so that a PENDING
-// record, the most numerous kind in a long queue, stays small. The first
-// watcher has room inline.
+// record, the most numerous kind in a long queue, stays small. Times are
+// microseconds (see memTime), and the first watcher has room inline.
 //
-// The watcher slice is never appended to in place (AddWatcher makes a new
-// one), and a clone copies rest's fields out, so nothing handed out
-// aliases what a later write changes.
+// Watchers are never appended to in place (AddWatcher makes a new slice),
+// and a clone copies rest's fields out, so nothing handed out aliases what
+// a later write changes.
 type memRecord struct {
 	id, runID, queue string
-	watchers         []string
-	created          time.Time
-	progress         int
-	attempt          int
-	rest             *memRest // nil while all of its fields are zero
-	first            [1]string
+	first            [1]string // the only watcher; empty when there is none or more is set
+	more             *[]string // every watcher, when first cannot hold them
+	rest             *memRest  // nil while all of its fields are zero
+	created          memTime
+	attempt          int32 // CheckState bounds Progress and Attempt
+	progress         uint8
 	status           uint8 // an index in memStatuses
 }
 
 // memRest is the part of a record that a PENDING one lacks.
 type memRest struct {
-	startedAt, completedAt time.Time
+	startedAt, completedAt memTime
 	result                 json.RawMessage
 	cause                  Cause
 	errText                string
@@ -44,6 +47,53 @@ type memRecordWithRest struct {
 	rest memRest
 }
 
+// memTime is a time as a MemStore keeps it: microseconds since the zero
+// time (January 1, year 1, UTC), so that the zero time is 0. It holds no
+// pointer and no location, and orders as the times do.
+type memTime int64
+
+// memTimeLimit bounds, in seconds either side of the zero time (about
+// 285,000 years), the times a memTime holds.
+const memTimeLimit = 9e12
+
+// zeroUnix is the zero time in Unix seconds.
+const zeroUnix = -62135596800
+
+// toMemTime returns t to the microsecond, or false when t lies beyond
+// memTimeLimit.
+func toMemTime(t time.Time) (memTime, bool) {
+	s := t.Unix() - zeroUnix
+	if s < -memTimeLimit || s > memTimeLimit {
+		return 0, false
+	}
+	return memTime(s*1e6 + int64(t.Nanosecond()/1e3)), true
+}
+
+// mustMemTime is toMemTime for a time checkMemTimes has passed.
+func mustMemTime(t time.Time) memTime {
+	m, _ := toMemTime(t)
+	return m
+}
+
+// time returns m as a time in UTC.
+func (m memTime) time() time.Time {
+	if m == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(int64(m) + zeroUnix*1e6).UTC()
+}
+
+// checkMemTimes reports the first time a MemStore cannot keep, with
+// ErrInvalidData.
+func checkMemTimes(ts ...time.Time) error {
+	for _, t := range ts {
+		if _, ok := toMemTime(t); !ok {
+			return fmt.Errorf("%w: time %v is too far from year 1 for a MemStore", ErrInvalidData, t)
+		}
+	}
+	return nil
+}
+
 // memStatuses are the statuses, indexed by memRecord.status.
 var memStatuses = [...]Status{StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
 
@@ -52,10 +102,11 @@ func statusCode(s Status) uint8 {
 	return uint8(slices.Index(memStatuses[:], s))
 }
 
-// restOf returns the fields of st that a memRest keeps.
+// restOf returns the fields of st that a memRest keeps; st has passed
+// checkMemTimes.
 func restOf(st *State) memRest {
 	return memRest{
-		startedAt: st.StartedAt, completedAt: st.CompletedAt,
+		startedAt: mustMemTime(st.StartedAt), completedAt: mustMemTime(st.CompletedAt),
 		result: st.Result, cause: st.Cause, errText: st.Error,
 		cancelledBy: st.CancelledBy, cancelReason: st.CancelReason, stack: st.Stack,
 	}
@@ -63,13 +114,13 @@ func restOf(st *State) memRest {
 
 // zero reports whether every field of m is zero.
 func (m *memRest) zero() bool {
-	return m.startedAt == time.Time{} && m.completedAt == time.Time{} && m.result == nil &&
+	return m.startedAt == 0 && m.completedAt == 0 && m.result == nil &&
 		m.cause == "" && m.errText == "" && m.cancelledBy == "" && m.cancelReason == "" && m.stack == ""
 }
 
-// newMemRecord returns the stored copy of rec, which has been checked and
-// whose Result the store owns: one allocation for the common record,
-// watchers included.
+// newMemRecord returns the stored copy of rec, which has passed
+// checkRecord and checkMemTimes and whose Result the store owns: one
+// allocation for the common record, its one watcher included.
 func newMemRecord(rec *Record) *memRecord {
 	var r *memRecord
 	if rest := restOf(&rec.State); rest.zero() {
@@ -79,18 +130,42 @@ func newMemRecord(rec *Record) *memRecord {
 		r = &w.memRecord
 		r.rest = &w.rest
 	}
-	r.id, r.runID, r.queue, r.created = rec.ID, rec.RunID, rec.Queue, rec.CreatedAt
-	r.status, r.progress, r.attempt = statusCode(rec.Status), rec.Progress, rec.Attempt
-	if len(rec.Watchers) > 0 {
-		r.watchers = append(r.first[:0:len(r.first)], rec.Watchers...)
-	}
+	r.id, r.runID, r.queue, r.created = rec.ID, rec.RunID, rec.Queue, mustMemTime(rec.CreatedAt)
+	r.status, r.progress, r.attempt = statusCode(rec.Status), uint8(rec.Progress), int32(rec.Attempt)
+	r.setWatchers(rec.Watchers)
 	return r
 }
 
-// setState writes st, which has passed checkState and whose Result the
-// store owns. rest is written in place: clones copy its fields out.
+// watchers returns the record's watchers, which the caller must not
+// modify.
+func (r *memRecord) watchers() []string {
+	switch {
+	case r.more != nil:
+		return *r.more
+	case r.first[0] != "":
+		return r.first[:]
+	}
+	return nil
+}
+
+// setWatchers stores a copy of w: one watcher inline, more in a slice
+// of their own.
+func (r *memRecord) setWatchers(w []string) {
+	r.first[0], r.more = "", nil
+	switch {
+	case len(w) == 1 && w[0] != "":
+		r.first[0] = w[0]
+	case len(w) > 0:
+		all := slices.Clone(w)
+		r.more = &all
+	}
+}
+
+// setState writes st, which has passed checkState and checkMemTimes and
+// whose Result the store owns. rest is written in place: clones copy its
+// fields out.
 func (r *memRecord) setState(st *State) {
-	r.status, r.progress, r.attempt = statusCode(st.Status), st.Progress, st.Attempt
+	r.status, r.progress, r.attempt = statusCode(st.Status), uint8(st.Progress), int32(st.Attempt)
 	rest := restOf(st)
 	switch {
 	case rest.zero():
@@ -110,10 +185,10 @@ func (r *memRecord) Status() Status { return memStatuses[r.status] }
 // the caller reads v under the store's lock and keeps none of it, or
 // detaches it. Every field of v is written.
 func (r *memRecord) fill(v *Record) {
-	*v = Record{ID: r.id, RunID: r.runID, Queue: r.queue, Watchers: r.watchers, CreatedAt: r.created,
-		State: State{Status: r.Status(), Progress: r.progress, Attempt: r.attempt}}
+	*v = Record{ID: r.id, RunID: r.runID, Queue: r.queue, Watchers: r.watchers(), CreatedAt: r.created.time(),
+		State: State{Status: r.Status(), Progress: int(r.progress), Attempt: int(r.attempt)}}
 	if m := r.rest; m != nil {
-		v.StartedAt, v.CompletedAt, v.Result, v.Cause = m.startedAt, m.completedAt, m.result, m.cause
+		v.StartedAt, v.CompletedAt, v.Result, v.Cause = m.startedAt.time(), m.completedAt.time(), m.result, m.cause
 		v.Error, v.CancelledBy, v.CancelReason, v.Stack = m.errText, m.cancelledBy, m.cancelReason, m.stack
 	}
 }
@@ -123,10 +198,13 @@ func (r *memRecord) completedAt() time.Time {
 	if r.rest == nil {
 		return time.Time{}
 	}
-	return r.rest.completedAt
+	return r.rest.completedAt.time()
 }
 
 // compareMem orders records as CompareRecords does.
 func compareMem(a, b *memRecord) int {
-	return compareKeys(a.created, a.id, b.created, b.id)
+	if c := cmp.Compare(a.created, b.created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
 }

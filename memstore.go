@@ -11,7 +11,9 @@ import (
 
 // MemStore is the volatile, in-memory Store, and the default. It is safe
 // for concurrent use. Records are copied in and out, so nothing a caller
-// holds aliases stored state; times are kept at full precision. Like a SQL
+// holds aliases stored state. Times are kept to the microsecond, as
+// PostgreSQL keeps them, and read back in UTC; a time more than about
+// 285,000 years from year 1 is refused with ErrInvalidData. Like a SQL
 // store, it fails a call whose context is already done. Its records
 // live as long as the process, so it implements RecordClearer.
 //
@@ -99,6 +101,9 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 	if err := checkState(&rec.State); err != nil {
 		return err
 	}
+	if err := checkMemTimes(rec.StartedAt, rec.CompletedAt); err != nil {
+		return err
+	}
 	st := rec.State
 	st.Result = slices.Clone(st.Result)
 	s.mu.Lock()
@@ -145,6 +150,9 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 	if err := checkState(&next); err != nil {
 		return false, err
 	}
+	if err := checkMemTimes(next.StartedAt, next.CompletedAt); err != nil {
+		return false, err
+	}
 	next.Result = slices.Clone(next.Result)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,11 +185,11 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	if r.runID != runID {
 		return false, ErrConflict
 	}
-	if slices.Contains(r.watchers, watcher) {
+	if slices.Contains(r.watchers(), watcher) {
 		return false, nil
 	}
 	// A fresh slice, so a clone handed out earlier never sees the append.
-	r.watchers = append(slices.Clip(r.watchers), watcher)
+	r.setWatchers(append(slices.Clip(r.watchers()), watcher))
 	s.indexUser(watcher, r)
 	s.notify(ctx, r)
 	return true, nil
@@ -329,6 +337,9 @@ func prepare(ctx context.Context, rec Record) (*memRecord, error) {
 	if err := checkRecord(&rec); err != nil {
 		return nil, err
 	}
+	if err := checkMemTimes(rec.CreatedAt, rec.StartedAt, rec.CompletedAt); err != nil {
+		return nil, err
+	}
 	rec.Result = slices.Clone(rec.Result)
 	return newMemRecord(&rec), nil
 }
@@ -336,7 +347,7 @@ func prepare(ctx context.Context, rec Record) (*memRecord, error) {
 // index adds r to the listing indexes; mu must be held.
 func (s *MemStore) index(r *memRecord) {
 	s.all.add(r)
-	for _, w := range r.watchers {
+	for _, w := range r.watchers() {
 		s.indexUser(w, r)
 	}
 	if o, ok := ownerOfStored(r.id); ok {
@@ -363,7 +374,7 @@ func (s *MemStore) unindex(r *memRecord) {
 			}
 		}
 	}
-	for _, w := range r.watchers {
+	for _, w := range r.watchers() {
 		drop(w)
 	}
 	if o, ok := ownerOfStored(r.id); ok {
@@ -406,14 +417,19 @@ func (o *ordered) remove(r *memRecord) {
 // walk calls yield with the records f's order visits, starting after
 // f.After, until yield returns false.
 func (o *ordered) walk(f Filter, yield func(*memRecord) bool) {
-	var at *memRecord
+	// at is where f.After falls: the index of the first record not
+	// before it, compared at the cursor's full precision.
+	at := 0
+	var found bool
 	if f.After != nil {
-		at = &memRecord{id: f.After.ID, created: f.After.CreatedAt}
+		at, found = slices.BinarySearchFunc(o.recs, f.After, func(r *memRecord, p *Position) int {
+			return compareKeys(r.created.time(), r.id, p.CreatedAt, p.ID)
+		})
 	}
 	if f.Order == NewestFirst {
 		end := len(o.recs)
-		if at != nil {
-			end, _ = slices.BinarySearchFunc(o.recs, at, compareMem)
+		if f.After != nil {
+			end = at
 		}
 		for i := end - 1; i >= 0; i-- {
 			if !yield(o.recs[i]) {
@@ -422,12 +438,9 @@ func (o *ordered) walk(f Filter, yield func(*memRecord) bool) {
 		}
 		return
 	}
-	start := 0
-	if at != nil {
-		var found bool
-		if start, found = slices.BinarySearchFunc(o.recs, at, compareMem); found {
-			start++
-		}
+	start := at
+	if found {
+		start++
 	}
 	for _, r := range o.recs[start:] {
 		if !yield(r) {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,7 +127,7 @@ func TestMemStoreNoticesCoalesceAndStayBounded(t *testing.T) {
 func fullState(t *testing.T, status Status) State {
 	st := State{Status: status}
 	v := reflect.ValueOf(&st).Elem()
-	at := time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)
+	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
 	for i := range v.NumField() {
 		f := v.Field(i)
 		switch {
@@ -136,8 +138,10 @@ func fullState(t *testing.T, status Status) State {
 			f.SetBytes([]byte(`{"n":1}`))
 		case f.Kind() == reflect.String:
 			f.SetString(fmt.Sprintf("text %d", i))
-		case f.Kind() == reflect.Int:
-			f.SetInt(int64(1<<40 + i)) // beyond int32: kept whole
+		case v.Type().Field(i).Name == "Progress":
+			f.SetInt(100) // the largest CheckState allows, kept whole
+		case v.Type().Field(i).Name == "Attempt":
+			f.SetInt(math.MaxInt32)
 		default:
 			t.Fatalf("fullState does not know State.%s (%s)", v.Type().Field(i).Name, f.Type())
 		}
@@ -152,7 +156,7 @@ func TestMemStoreCompactRecordKeepsEveryField(t *testing.T) {
 	s := NewMemStore()
 	full := fullState(t, StatusFailed)
 	rec := Record{ID: "alice::k", RunID: "i.1", Queue: "q", Watchers: []string{"alice", "bob", "carol"},
-		CreatedAt: time.Date(2026, 12, 3, 9, 0, 0, 1, time.UTC), State: full}
+		CreatedAt: time.Date(2026, 12, 3, 9, 0, 0, 1000, time.UTC), State: full}
 	require.NoError(t, s.InsertTask(ctx, rec))
 	got, err := s.GetTask(ctx, rec.ID)
 	require.NoError(t, err)
@@ -187,7 +191,7 @@ func TestMemStoreCompactRecordKeepsEveryField(t *testing.T) {
 // the budgets BenchmarkQueued's bytes per task rest on.
 func TestWaitingItemFootprint(t *testing.T) {
 	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(208), "a Task fits the 208-byte size class")
-	assert.LessOrEqual(t, unsafe.Sizeof(memRecord{}), uintptr(144), "a PENDING record fits the 144-byte size class")
+	assert.LessOrEqual(t, unsafe.Sizeof(memRecord{}), uintptr(96), "a PENDING record fits the 96-byte size class")
 
 	s := NewMemStore()
 	ids := make([]string, 200)
@@ -210,4 +214,86 @@ func TestWaitingItemFootprint(t *testing.T) {
 	r := s.recs["alice::7"]
 	require.NotNil(t, r)
 	assert.Nil(t, r.rest, "a PENDING record has nothing apart")
+}
+
+// A MemStore keeps times to the microsecond and gives them back in UTC,
+// the zero time and times before 1970 included, and refuses a time it
+// cannot hold without writing anything.
+func TestMemStoreKeepsTimesToTheMicrosecond(t *testing.T) {
+	s := NewMemStore()
+	east := time.FixedZone("east", 5*3600)
+	for i, at := range []time.Time{
+		time.Date(2026, 12, 4, 9, 0, 0, 123456789, east),
+		time.Date(1500, 2, 3, 4, 5, 6, 999, time.UTC),
+		{},
+	} {
+		rec := Record{ID: fmt.Sprintf("alice::t%d", i), RunID: "i.1", CreatedAt: at,
+			State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
+		require.NoError(t, s.InsertTask(ctx, rec))
+		got, err := s.GetTask(ctx, rec.ID)
+		require.NoError(t, err)
+		want := at.Truncate(time.Microsecond).UTC()
+		if at.IsZero() {
+			want = time.Time{}
+		}
+		assert.Equal(t, want, got.CreatedAt, "CreatedAt of %v", at)
+		assert.Equal(t, want, got.StartedAt, "StartedAt of %v", at)
+	}
+
+	kept := Record{ID: "alice::kept", RunID: "i.1", CreatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		State: State{Status: StatusPending}}
+	require.NoError(t, s.InsertTask(ctx, kept))
+	for _, far := range []time.Time{time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-300000, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		rec := Record{ID: "alice::far", RunID: "i.1", CreatedAt: far, State: State{Status: StatusPending}}
+		assert.ErrorIs(t, s.InsertTask(ctx, rec), ErrInvalidData, "CreatedAt %v", far)
+		st := State{Status: StatusRunning, Attempt: 1, StartedAt: far}
+		_, err := s.TransitionTask(ctx, kept.ID, kept.RunID, []Status{StatusPending}, st)
+		assert.ErrorIs(t, err, ErrInvalidData, "StartedAt %v", far)
+		kept2 := kept
+		kept2.State = State{Status: StatusFailed, CompletedAt: far}
+		assert.ErrorIs(t, s.SetTask(ctx, kept2), ErrInvalidData, "CompletedAt %v", far)
+		assert.ErrorIs(t, s.ReplaceTask(ctx, rec, kept.RunID), ErrInvalidData, "CreatedAt %v", far)
+	}
+	_, err := s.GetTask(ctx, "alice::far")
+	assert.ErrorIs(t, err, ErrNotFound)
+	got, err := s.GetTask(ctx, kept.ID)
+	require.NoError(t, err)
+	assert.Equal(t, kept, got, "a refused write leaves the record as it was")
+}
+
+// A cursor finer than a microsecond pages exactly as Filter.Match says,
+// in either order: the records a MemStore keeps to the microsecond sit
+// strictly on one side of it.
+func TestMemStorePagesFromACursorFinerThanItsTimes(t *testing.T) {
+	s := NewMemStore()
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	var all []Record
+	for i, id := range []string{"alice::a", "alice::b", "alice::c", "alice::d"} {
+		rec := Record{ID: id, RunID: "i.1", Watchers: []string{"alice"},
+			CreatedAt: at.Add(time.Duration(i/2) * time.Microsecond), State: State{Status: StatusPending}}
+		require.NoError(t, s.InsertTask(ctx, rec))
+		all = append(all, rec)
+	}
+	for _, order := range []Order{OldestFirst, NewestFirst} {
+		for _, user := range []string{"", "alice"} {
+			for _, cursor := range []Position{
+				{CreatedAt: at.Add(500 * time.Nanosecond), ID: "alice::a"},
+				{CreatedAt: at.Add(500 * time.Nanosecond), ID: "alice::z"},
+				{CreatedAt: at.Add(-500 * time.Nanosecond), ID: "alice::c"},
+				{CreatedAt: at, ID: "alice::a"},
+			} {
+				f := Filter{VisibleTo: user, Order: order, After: &cursor}
+				var want []Record
+				for _, r := range all {
+					if f.Match(&r) {
+						want = append(want, r)
+					}
+				}
+				slices.SortFunc(want, func(a, b Record) int { return f.Compare(&a, &b) })
+				got, err := s.ListTasks(ctx, f)
+				require.NoError(t, err)
+				assert.Equal(t, want, got, "order %v, user %q, after %v", order, user, cursor)
+			}
+		}
+	}
 }

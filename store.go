@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -413,6 +414,12 @@ func checkState(st *State) error {
 			return fmt.Errorf("%w: %s holds a NUL byte or invalid UTF-8", ErrInvalidData, f.name)
 		}
 	}
+	if st.Progress < 0 || st.Progress > 100 {
+		return fmt.Errorf("%w: progress %d outside 0 to 100", ErrInvalidData, st.Progress)
+	}
+	if st.Attempt < 0 || st.Attempt > math.MaxInt32 {
+		return fmt.Errorf("%w: attempt %d outside 0 to %d", ErrInvalidData, st.Attempt, math.MaxInt32)
+	}
 	if st.Result != nil && !json.Valid(st.Result) {
 		return fmt.Errorf("%w: result is not valid JSON", ErrResultEncoding)
 	}
@@ -430,8 +437,10 @@ func CheckRecord(rec Record) error { return checkRecord(&rec) }
 // it: a known status (ErrInvalidOption), text fields that are valid UTF-8
 // without NUL bytes (ErrInvalidData: no store need hold what PostgreSQL's
 // text type refuses; the runtime cleans what it writes with the same
-// rule), and a Result that is nil or valid JSON (ErrResultEncoding). A
-// Result is stored byte for byte, escapes such as \u0000 included.
+// rule), a Progress from 0 to 100 and an Attempt from 0 to math.MaxInt32
+// (ErrInvalidData: the runtime writes nothing else, and every store can
+// hold them), and a Result that is nil or valid JSON (ErrResultEncoding).
+// A Result is stored byte for byte, escapes such as \u0000 included.
 func CheckState(st State) error { return checkState(&st) }
 
 // atomicFunc is a function value behind an atomic pointer.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -69,10 +70,12 @@ var unstorable = []struct{ name, text string }{
 	{"invalid UTF-8", "bad\xfftext"},
 }
 
-func (*suite) textRefused(t *testing.T, s workers.Store) {
-	kept := record("alice::kept", "run-1")
-	kept.State = ended()
-	insert(t, s, kept)
+// unstorableStates are the states CheckState refuses with ErrInvalidData:
+// each text field holding unstorable text, and numbers out of range.
+func unstorableStates() []struct {
+	name string
+	st   workers.State
+} {
 	fields := []struct {
 		name string
 		set  func(st *workers.State, text string)
@@ -83,29 +86,54 @@ func (*suite) textRefused(t *testing.T, s workers.Store) {
 		{"Stack", func(st *workers.State, x string) { st.Stack = x }},
 		{"Cause", func(st *workers.State, x string) { st.Cause = workers.Cause(x) }},
 	}
+	var bad []struct {
+		name string
+		st   workers.State
+	}
+	add := func(name string, set func(*workers.State)) {
+		st := ended()
+		set(&st)
+		bad = append(bad, struct {
+			name string
+			st   workers.State
+		}{name, st})
+	}
 	for _, f := range fields {
 		for _, u := range unstorable {
-			st := ended()
-			f.set(&st, u.text)
-			call := func(m string) string { return m + " with " + u.name + " in " + f.name }
-			wantErr(t, "CheckState with "+u.name+" in "+f.name, workers.CheckState(st), workers.ErrInvalidData)
-
-			r := record("alice::refused", "run-9")
-			r.State = st
-			wantErr(t, call("InsertTask"), s.InsertTask(t.Context(), r), workers.ErrInvalidData)
-			wantMissing(t, s, r.ID)
-
-			w := kept
-			w.State = st
-			wantErr(t, call("SetTask"), s.SetTask(t.Context(), w), workers.ErrInvalidData)
-			wantErr(t, call("ReplaceTask"), s.ReplaceTask(t.Context(), workers.Record{ID: kept.ID, RunID: "run-2", CreatedAt: epoch, State: st}, kept.RunID), workers.ErrInvalidData)
-			ok, err := s.TransitionTask(t.Context(), kept.ID, kept.RunID, allStatuses, st)
-			if ok {
-				t.Errorf("%s reported true", call("TransitionTask"))
-			}
-			wantErr(t, call("TransitionTask"), err, workers.ErrInvalidData)
-			wantStored(t, s, kept)
+			add(u.name+" in "+f.name, func(st *workers.State) { f.set(st, u.text) })
 		}
+	}
+	add("Progress -1", func(st *workers.State) { st.Progress = -1 })
+	add("Progress 101", func(st *workers.State) { st.Progress = 101 })
+	add("Attempt -1", func(st *workers.State) { st.Attempt = -1 })
+	add("Attempt 2^31", func(st *workers.State) { st.Attempt = math.MaxInt32 + 1 })
+	return bad
+}
+
+func (*suite) unstorableRefused(t *testing.T, s workers.Store) {
+	kept := record("alice::kept", "run-1")
+	kept.State = ended()
+	insert(t, s, kept)
+	for _, b := range unstorableStates() {
+		st := b.st
+		call := func(m string) string { return m + " with " + b.name }
+		wantErr(t, call("CheckState"), workers.CheckState(st), workers.ErrInvalidData)
+
+		r := record("alice::refused", "run-9")
+		r.State = st
+		wantErr(t, call("InsertTask"), s.InsertTask(t.Context(), r), workers.ErrInvalidData)
+		wantMissing(t, s, r.ID)
+
+		w := kept
+		w.State = st
+		wantErr(t, call("SetTask"), s.SetTask(t.Context(), w), workers.ErrInvalidData)
+		wantErr(t, call("ReplaceTask"), s.ReplaceTask(t.Context(), workers.Record{ID: kept.ID, RunID: "run-2", CreatedAt: epoch, State: st}, kept.RunID), workers.ErrInvalidData)
+		ok, err := s.TransitionTask(t.Context(), kept.ID, kept.RunID, allStatuses, st)
+		if ok {
+			t.Errorf("%s reported true", call("TransitionTask"))
+		}
+		wantErr(t, call("TransitionTask"), err, workers.ErrInvalidData)
+		wantStored(t, s, kept)
 	}
 }
 

@@ -281,9 +281,9 @@ var cases = []testCase{
 	{"RoundTrip/EndingFields",
 		"the State fields of how a run ended (Cause, CancelledBy, CancelReason, Stack) come back as written through InsertTask, TransitionTask and SetTask, and ReplaceTask clears them with the rest of the state.",
 		(*suite).roundTripEndingFields},
-	{"State/UnstorableTextRefused",
-		"InsertTask, SetTask, ReplaceTask and TransitionTask refuse, with ErrInvalidData, a state whose text fields hold a NUL byte or invalid UTF-8, as CheckState does, and write nothing.",
-		(*suite).textRefused},
+	{"State/UnstorableRefused",
+		"InsertTask, SetTask, ReplaceTask and TransitionTask refuse, with ErrInvalidData, a state whose text fields hold a NUL byte or invalid UTF-8, or whose Progress lies outside 0 to 100 or Attempt outside 0 to math.MaxInt32, as CheckState does, and write nothing.",
+		(*suite).unstorableRefused},
 
 	{"Lease/RenewCreatesThenExtends",
 		"a Leaser's first RenewLease of an instance creates its lease (extended = false) and makes it live; a renewal of a live lease reports extended = true; LiveInstances lists every live instance.",
