@@ -269,7 +269,7 @@ func (h *hub) publish(c *change) {
 // someone subscribes: it never blocks on a subscriber, and queues a run
 // at most once until the pump has taken it.
 func (h *hub) poke(t *Task) {
-	if t.poked.Swap(true) {
+	if !t.claim(runPoked) {
 		return
 	}
 	h.pokeMu.Lock()
@@ -295,7 +295,7 @@ func (h *hub) pumpProgress(ctx context.Context) {
 		h.poked, h.spare = h.spare[:0], nil
 		h.pokeMu.Unlock()
 		for i, t := range batch {
-			t.poked.Store(false)
+			t.flags.And(^runPoked)
 			h.progress(t)
 			batch[i] = nil
 		}
@@ -320,12 +320,12 @@ func (h *hub) progress(t *Task) {
 		ev.snap = *v
 	} else {
 		// Running since before anyone subscribed: what the run holds.
-		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
+		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.opts.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
 		if t.stateMu.TryLock() {
 			running := t.running()
 			var started time.Time
 			if running {
-				started = t.state.StartedAt
+				started = t.lastState().StartedAt
 			}
 			t.stateMu.Unlock()
 			if !running {

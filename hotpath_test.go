@@ -80,7 +80,7 @@ func TestRunSubmittedAfterRunnersStoppedStillRuns(t *testing.T) {
 
 func TestDoneChannelMadeOnDemand(t *testing.T) {
 	tk := memRuntime(t).newRun(ctx, "alice::k", "", caller{userID: "alice"}, submitOptions{}, noop)
-	require.Nil(t, tk.done, "no channel until someone waits")
+	require.Nil(t, tk.run.Load().done, "no channel until someone waits")
 	early := tk.doneChan()
 	select {
 	case <-early:
@@ -109,9 +109,9 @@ func TestRunContextKeepsValuesNotCancellation(t *testing.T) {
 func TestQueueItemStateMadeWhenItStarts(t *testing.T) {
 	rt := memRuntime(t)
 	queued := rt.newRun(ctx, "alice::q", "q", caller{userID: "alice"}, submitOptions{}, noop)
-	require.Nil(t, queued.state, "a waiting queue item holds no state")
+	require.Nil(t, queued.run.Load(), "a waiting queue item holds no state")
 	async := rt.newRun(ctx, "alice::a", "", caller{userID: "alice"}, submitOptions{}, noop)
-	require.NotNil(t, async.state, "an async run's state comes with its Task")
+	require.NotNil(t, async.run.Load(), "an async run's state comes with its Task")
 
 	g := newGate()
 	sub, err := rt.SubmitSequential(ctx, "q", "k", g.fn, alice)
@@ -129,7 +129,7 @@ func TestQueueItemContextMadeWhenItStarts(t *testing.T) {
 	rt := memRuntime(t)
 	parent := context.WithValue(context.Background(), runCtxKey{}, "v")
 	tk := rt.newRun(parent, "alice::q", "q", caller{userID: "alice"}, submitOptions{}, noop)
-	require.Nil(t, tk.stop, "a waiting queue item holds no context of its own")
+	require.Nil(t, tk.run.Load(), "a waiting queue item holds no context, nor anything else of its run")
 	require.Equal(t, "v", tk.context().Value(runCtxKey{}), "the submission's values are kept meanwhile")
 	require.NoError(t, tk.context().Err())
 	require.NoError(t, tk.CancelReason())

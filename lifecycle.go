@@ -277,7 +277,7 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 	causeOutcome(ErrShutdown).apply(&st, now())
 	for _, t := range items {
 		t.cancel(ErrShutdown)
-		t.finishing.Store(true)
+		t.mark(runFinishing)
 		w := st
 		rt.write(opAbandon, t, StatusPending, &w, nil)
 		rt.settle(t)

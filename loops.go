@@ -371,7 +371,7 @@ func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 	rt.mu.RLock()
 	t := rt.handles[c.ID]
 	rt.mu.RUnlock()
-	if t == nil || t.cause() != nil || t.finishing.Load() {
+	if t == nil || t.cause() != nil || t.has(runFinishing) {
 		return false
 	}
 	return (c.RunID != "" && c.RunID != t.runID) || c.Status == "" || c.Status.Terminal()
@@ -440,14 +440,14 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		t.stateMu.Unlock()
 		// The run's own outcome will be fenced out: the end its record
 		// already holds is the run's finished event.
-		if rec.RunID == t.runID && rec.Status.Terminal() && t.endSeen.CompareAndSwap(false, true) {
-			rt.emit(&change{kind: changeFinished, id: t.id, runID: t.runID, queue: t.queue, task: t, created: rec.CreatedAt, state: rec.State})
+		if rec.RunID == t.runID && rec.Status.Terminal() && t.claim(runEndSeen) {
+			rt.emit(&change{kind: changeFinished, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
 		}
 	}
 }
 
 // syncProgress stores t's live progress if it changed since the run's
-// last write. It builds the write from t.state within one hold of
+// last write. It builds the write from its last state within one hold of
 // t.stateMu, so no write of the run's own can land in between; a run
 // busy with a write of its own is skipped. A progress write is tried
 // once: the next sync stores it if this one fails. It reports whether the
@@ -460,23 +460,24 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 		t.stateMu.Unlock()
 		return false, false
 	}
+	last := t.lastState()
 	p := t.Progress()
-	if p == t.state.Progress {
+	if p == last.Progress {
 		t.stateMu.Unlock()
 		return true, false
 	}
-	st := *t.state
+	st := *last
 	st.Progress = p
 	ok, err := rt.store.TransitionTask(rt.life, t.id, t.runID, fromRunning, st)
 	if ok {
-		*t.state = st
+		*last = st
 	}
 	t.stateMu.Unlock()
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		rt.logRunError("workers: progress write failed", opProgress, t, err)
 	}
 	if ok {
-		rt.emit(&change{kind: changeProgress, id: t.id, runID: t.runID, queue: t.queue, task: t, state: st})
+		rt.emit(&change{kind: changeProgress, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: st})
 	}
 	return true, ok
 }

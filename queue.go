@@ -11,6 +11,7 @@ import (
 // Limits.QueueConcurrency at once (one by default).
 type queue struct {
 	name string
+	opts runOptions // shared by its runs submitted without options
 
 	mu       sync.Mutex
 	items    []*Task // guarded by mu: registered runs waiting, in order
@@ -41,6 +42,7 @@ func (rt *Runtime[S]) queue(name string) *queue {
 		}
 		q = &queue{
 			name:   name,
+			opts:   runOptions{queue: name, hub: &rt.hub},
 			wake:   make(chan struct{}, 1),
 			exited: make(chan struct{}),
 		}

@@ -32,7 +32,7 @@ func (rt *Runtime[S]) execute(t *Task) {
 		// with the submission: only observers hear of the start again.
 		st = t.registeredStart()
 		if len(rt.cfg.Observers) > 0 {
-			rt.observe(&change{kind: changeStarted, id: t.id, runID: t.runID, queue: t.queue, task: t, state: st})
+			rt.observe(&change{kind: changeStarted, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: st})
 		}
 	} else {
 		// A run-start is a durable, fenced read: if it does not land,
@@ -79,7 +79,7 @@ func (rt *Runtime[S]) executeInOrder(t *Task, begun chan<- struct{}) {
 func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		t.attempt.Store(int32(attempt))
+		t.run.Load().attempt.Store(int32(attempt))
 		if attempt > 1 {
 			st.Attempt, st.Progress = attempt, t.Progress()
 			if !rt.write(opRetry, t, StatusRunning, st, lastErr) || st.Status != StatusRunning {
@@ -183,7 +183,7 @@ func invoke(t *Task, mw []Middleware) (res any, err error) {
 func (rt *Runtime[S]) panicked(t *Task, st *State, pe *PanicError, err error) {
 	rt.cfg.Logger.Error("workers: task panicked", "task", t.id, "run", t.runID, "attempt", st.Attempt,
 		"panic", pe.Value, "stack", string(pe.Stack))
-	rt.emit(&change{kind: changePanicked, id: t.id, runID: t.runID, queue: t.queue, task: t, state: *st, err: err})
+	rt.emit(&change{kind: changePanicked, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: *st, err: err})
 }
 
 // encodeResult marshals a callback's result. A panicking MarshalJSON is
@@ -255,7 +255,7 @@ func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st *State, err error
 
 // finish writes a run's terminal record.
 func (rt *Runtime[S]) finish(t *Task, from Status, st *State, o outcome, err error) {
-	t.finishing.Store(true)
+	t.mark(runFinishing)
 	o.apply(st, now())
 	st.Progress = t.Progress()
 	rt.write(opFinish, t, from, st, err)
@@ -313,7 +313,7 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 		if st.Status.Terminal() {
 			op = opFinish
 		}
-		rt.emit(&change{kind: runOps[op].change, id: t.id, runID: t.runID, queue: t.queue, task: t, state: *st, err: err})
+		rt.emit(&change{kind: runOps[op].change, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: *st, err: err})
 	}
 	return ok
 }

@@ -147,7 +147,7 @@ type Runtime[S Store] struct {
 	runners *runners   // the goroutines that execute async runs
 	bells   bells      // wakes Wait when a task changes
 	hub     hub        // feeds Watch and Subscribe
-	noOpts  runOptions // every run submitted without options shares it; never written after NewRuntime
+	noOpts  runOptions // every async run submitted without options shares it; never written after NewRuntime
 
 	lease  leaseState   // this instance's lease, over a Leaser store
 	gaveUp atomic.Int64 // run writes given up because the runtime was ending
@@ -345,7 +345,7 @@ func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, f
 	return rt.submit(ctx, queue, key, fn, auth, opts)
 }
 
-func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts []SubmitOption) (Submission, error) {
+func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, auth TaskAuthority, opts []SubmitOption) (Submission, error) {
 	c, err := resolve(auth)
 	if err != nil {
 		return Submission{}, err
@@ -361,8 +361,8 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 	if err != nil {
 		return Submission{}, err
 	}
-	if !c.system && !allowQueue(rt.store, cmp.Or(queue, DefaultQueue), c.userID) {
-		return Submission{}, &AuthorizationError{Op: "submit", Queue: cmp.Or(queue, DefaultQueue), UserID: c.userID}
+	if !c.system && !allowQueue(rt.store, cmp.Or(qname, DefaultQueue), c.userID) {
+		return Submission{}, &AuthorizationError{Op: "submit", Queue: cmp.Or(qname, DefaultQueue), UserID: c.userID}
 	}
 
 	if !rt.gate.enter() {
@@ -372,37 +372,45 @@ func (rt *Runtime[S]) submit(ctx context.Context, queue, key string, fn Func, au
 	if err := rt.ensureLease(ctx); err != nil {
 		return Submission{}, err
 	}
+	var q *queue
+	base := &rt.noOpts
+	if qname != "" {
+		if q = rt.queue(qname); q == nil {
+			return Submission{}, ErrClosed // Shutdown began since the gate
+		}
+		base = &q.opts
+	}
 	var adm *admit
 	var refused error
 	if rt.adm != nil {
 		// Admission comes before any write; a refused submission may
 		// still join a live run, which costs no quota.
-		if adm, refused = rt.adm.reserve(ctx, c, queue != ""); adm == nil {
+		if adm, refused = rt.adm.reserve(ctx, c, qname != ""); adm == nil {
 			return Submission{}, refused
 		}
 	}
-	t, sub, err := rt.register(ctx, id, runID, queue, c, o, fn, adm, refused)
+	t, sub, err := rt.register(ctx, id, runID, base, c, o, fn, adm, refused)
 	if err != nil || t == nil {
 		if adm != nil {
 			rt.adm.release(adm) // a join or a failure takes no place
 		}
 		return sub, err
 	}
-	rt.dispatch(t)
+	rt.dispatch(t, q)
 	return sub, nil
 }
 
-// dispatch hands a registered run to a goroutine or its queue. A run
-// registered while Shutdown began (it waits only so long for submissions
-// in progress) is cancelled with ErrShutdown and executed at once, which
-// records it CANCELLED.
-func (rt *Runtime[S]) dispatch(t *Task) {
+// dispatch hands a registered run to a goroutine or to q, its queue. A
+// run registered while Shutdown began (it waits only so long for
+// submissions in progress) is cancelled with ErrShutdown and executed at
+// once, which records it CANCELLED.
+func (rt *Runtime[S]) dispatch(t *Task, q *queue) {
 	if rt.gate.isClosed() {
 		t.cancel(ErrShutdown)
 		go rt.execute(t)
 		return
 	}
-	if t.queue == "" {
+	if q == nil {
 		if t.adm != nil && t.adm.waits {
 			if rt.adm.enqueue(t.adm) {
 				return // admission starts it when its turn comes
@@ -412,7 +420,7 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 		rt.run(t)
 		return
 	}
-	if q := rt.queue(t.queue); q == nil || !q.push(t) {
+	if !q.push(t) {
 		t.cancel(ErrShutdown) // the queue drained since the check
 		go rt.execute(t)
 	}
@@ -423,9 +431,9 @@ func (rt *Runtime[S]) dispatch(t *Task) {
 // For a new run it returns the registered Task, its handle published; for
 // a join it returns a nil Task. The change it made is reported once the
 // lock is released.
-func (rt *Runtime[S]) register(ctx context.Context, id, runID, queue string, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
+func (rt *Runtime[S]) register(ctx context.Context, id, runID string, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
 	l := rt.keys.lock(id)
-	t, sub, ch, err := rt.decide(ctx, id, runID, queue, c, o, fn, adm, refused)
+	t, sub, ch, err := rt.decide(ctx, id, runID, base, c, o, fn, adm, refused)
 	rt.keys.unlock(id, l)
 	if ch.kind != 0 {
 		rt.emit(&ch)
@@ -439,8 +447,9 @@ func (rt *Runtime[S]) register(ctx context.Context, id, runID, queue string, c c
 // record is read only when one exists. A submission that admission
 // refused (refused is its *QuotaError) may only join: it reads first,
 // and returns refused wherever it would have written.
-func (rt *Runtime[S]) decide(ctx context.Context, id, runID, queue string, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, change, error) {
-	t := rt.newRunAs(ctx, id, runID, queue, c, o, fn)
+func (rt *Runtime[S]) decide(ctx context.Context, id, runID string, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, change, error) {
+	t := rt.newRunAs(ctx, id, runID, base, c, o, fn)
+	queue := base.queue
 	if adm != nil {
 		t.adm, adm.t = adm, t
 	}
@@ -557,25 +566,32 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 // context keeps the values of the submission's context, never its
 // cancellation or deadline.
 func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
-	return rt.newRunAs(ctx, id, rt.newRunID(), queue, c, o, fn)
+	base := &rt.noOpts
+	if queue != "" {
+		base = &runOptions{queue: queue, hub: &rt.hub}
+	}
+	return rt.newRunAs(ctx, id, rt.newRunID(), base, c, o, fn)
 }
 
-// newRunAs is newRun with the run id given.
-func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID, queue string, c caller, o submitOptions, fn Func) *Task {
+// newRunAs is newRun with the run id given, and base, the options of the
+// run's queue (the runtime's noOpts for the async path), which it shares
+// unless o sets a timeout or a retry policy.
+func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID string, base *runOptions, c caller, o submitOptions, fn Func) *Task {
 	var t *Task
-	if queue == "" {
+	if base.queue == "" {
 		a := new(asyncTask)
 		t = &a.Task
-		t.state, a.vals.parent = &a.st, ctx
-		t.ctx, t.stop = context.WithCancelCause(&a.vals) // it starts at once
+		t.ctx = ctx
+		t.run.Store(&a.runState)
+		t.makeContext(&a.runState) // it starts at once
 	} else {
 		t = new(Task)
 		t.ctx = ctx // until it starts: see begin
 	}
-	t.id, t.runID, t.queue = id, runID, queue
-	t.opts, t.fn, t.created = &rt.noOpts, fn, now().UnixMicro()
+	t.id, t.runID = id, runID
+	t.opts, t.fn, t.created = base, fn, now().UnixMicro()
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
-		t.opts = &runOptions{timeout: o.timeout, retry: o.retry, hub: &rt.hub}
+		t.opts = &runOptions{queue: base.queue, timeout: o.timeout, retry: o.retry, hub: &rt.hub}
 	}
 	var w []string
 	if !c.system {
@@ -639,7 +655,7 @@ func (t *Task) record() Record {
 	return Record{
 		ID:        t.id,
 		RunID:     t.runID,
-		Queue:     t.queue,
+		Queue:     t.opts.queue,
 		Watchers:  t.watcherList(),
 		CreatedAt: t.createdAt(),
 		State:     st,

@@ -255,7 +255,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 					go rt.execute(t) // it never starts: this settles it
 				}
 			}
-			if t == nil || t.endSeen.CompareAndSwap(false, true) {
+			if t == nil || t.claim(runEndSeen) {
 				rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
 			}
 			return nil

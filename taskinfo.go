@@ -27,23 +27,21 @@ type Func func(ctx context.Context, t *Task) (any, error)
 type Task struct {
 	id    string
 	runID string
-	queue string
-	opts  *runOptions // the runtime's shared noOpts when the submission set none
+	opts  *runOptions // its queue's, shared, when the submission set none
 	fn    Func
 
-	// ctx is this run's own context, whose parent (a valuesOnly) carries
-	// the submission's context's values and never its cancellation or
-	// deadline. An async run's is made with the Task; a queue item's when
-	// it starts (begin), so that items waiting in a queue stay small:
-	// until then ctx holds the submission's context itself, stop is nil,
-	// and a cancel is kept in early and applied when ctx is made. ctx and
-	// stop are written under mu; the run's own goroutine reads ctx freely
-	// after begin, others through cause.
-	ctx  context.Context
-	stop context.CancelCauseFunc // private to the runtime: see cancel
+	// ctx is this run's own context, whose parent (its runState's vals)
+	// carries the submission's context's values and never its
+	// cancellation or deadline. An async run's is made with the Task; a
+	// queue item's when it starts (begin) or is cancelled, so that items
+	// waiting in a queue stay small: until then ctx holds the
+	// submission's context itself. ctx is written under mu; the run's
+	// own goroutine reads it freely after begin, others through cause.
+	ctx context.Context
 
-	progress atomic.Int32
-	attempt  atomic.Int32
+	// run is what the run holds from its start; nil while a queue item
+	// waits (see runState). It is set once, under mu.
+	run atomic.Pointer[runState]
 
 	// watchers is the record's watchers, for QueueStatus and events: nil
 	// while they are the ones the run was registered with, which are
@@ -52,46 +50,86 @@ type Task struct {
 	watchers atomic.Pointer[[]string]
 	first    [1]string
 
-	finishing atomic.Bool // set before the run writes its own outcome
-	// endSeen is set by whoever reports the end of a run that another
-	// writer ended (a Cancel here, or a record found ended elsewhere), so
-	// the run's finished event is reported once.
-	endSeen atomic.Bool
-	poked   atomic.Bool // queued for the hub's progress pump
+	flags atomic.Uint32 // runFinishing, runEndSeen and runPoked
 
 	// startsRegistered is set for a run registered RUNNING (an async run
 	// admitted at once), whose start needs no write of its own.
 	startsRegistered bool
 	settled          bool // guarded by mu
 
-	stateMu sync.Mutex // serializes the run's store writes
-	// state is the state the run last wrote, guarded by stateMu; nil
-	// until its first write. An async run's sits in the allocation of its
-	// Task; a queue item's is made when it starts, so that items waiting
-	// in a queue stay small.
-	state *State
+	stateMu sync.Mutex // serializes the run's store writes; taken before mu
 
 	adm *admit // its standing with admission; nil without Config.Limits
 
 	created int64 // when the run was registered: now(), in Unix microseconds
 
-	mu    sync.Mutex
-	early error         // guarded by mu: the first cancel's cause while ctx is not made
-	done  chan struct{} // guarded by mu: made on first demand, closed once settled
+	mu sync.Mutex
 
 	view atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
 }
 
-// cancel cancels the run's context with cause, or, before the context is
-// made, keeps cause for it. The first cause sticks.
+// runState is what a run holds from its start, apart from its Task so
+// that a queue item, which may wait long, stays small until then. An
+// async run's sits in the allocation of its Task (see asyncTask); a
+// queue item's is made when it begins, or earlier if it is cancelled,
+// written to, or waited for while it waits.
+type runState struct {
+	vals valuesOnly              // the parent of the run's context
+	stop context.CancelCauseFunc // guarded by Task.mu: private to the runtime, see cancel; nil until ctx is made
+	done chan struct{}           // guarded by Task.mu: made on first demand, closed once settled
+
+	progress atomic.Int32
+	attempt  atomic.Int32
+
+	// st is the state the run last wrote, guarded by Task.stateMu; its
+	// Status is empty until the first write.
+	st State
+}
+
+// The bits of Task.flags.
+const (
+	runFinishing uint32 = 1 << iota // set before the run writes its own outcome
+	// runEndSeen is set by whoever reports the end of a run that another
+	// writer ended (a Cancel here, or a record found ended elsewhere), so
+	// the run's finished event is reported once.
+	runEndSeen
+	runPoked // queued for the hub's progress pump
+)
+
+// has reports whether flag is set.
+func (t *Task) has(flag uint32) bool { return t.flags.Load()&flag != 0 }
+
+// mark sets flag.
+func (t *Task) mark(flag uint32) { t.flags.Or(flag) }
+
+// claim sets flag and reports whether it was clear: true for one caller.
+func (t *Task) claim(flag uint32) bool { return t.flags.Or(flag)&flag == 0 }
+
+// state returns the run's runState, making it if the run has none yet;
+// mu is held.
+func (t *Task) state() *runState {
+	r := t.run.Load()
+	if r == nil {
+		r = new(runState)
+		t.run.Store(r)
+	}
+	return r
+}
+
+// cancel cancels the run's context with cause, making it first if the
+// run has not begun. The first cause sticks.
 func (t *Task) cancel(cause error) {
 	if cause == nil {
 		cause = context.Canceled
 	}
 	t.mu.Lock()
-	stop := t.stop
-	if stop == nil && t.early == nil {
-		t.early = cause
+	r := t.state()
+	stop := r.stop
+	if stop == nil {
+		// Made here, the context is nobody's yet: cancelled under mu, it
+		// holds this cause before any other cancel can reach it.
+		t.makeContext(r)
+		r.stop(cause)
 	}
 	t.mu.Unlock()
 	if stop != nil {
@@ -99,15 +137,19 @@ func (t *Task) cancel(cause error) {
 	}
 }
 
+// makeContext makes the run's context, whose parent is r.vals; mu is
+// held, or t is not yet shared.
+func (t *Task) makeContext(r *runState) {
+	r.vals.parent = t.ctx
+	t.ctx, r.stop = context.WithCancelCause(&r.vals)
+}
+
 // cause returns the cause the run was cancelled with, or nil while it
 // has not been.
 func (t *Task) cause() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stop == nil {
-		return t.early
-	}
-	if t.ctx.Err() == nil {
+	if r := t.run.Load(); r == nil || r.stop == nil || t.ctx.Err() == nil {
 		return nil
 	}
 	return context.Cause(t.ctx)
@@ -118,31 +160,19 @@ func (t *Task) cause() error {
 func (t *Task) context() context.Context {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stop != nil {
+	if r := t.run.Load(); r != nil && r.stop != nil {
 		return t.ctx
 	}
 	return &valuesOnly{t.ctx}
 }
 
-// begin makes the run's context if it is not made yet, cancelled at once
-// with the cause of a cancel that came first, and gives a queue item room
-// for its state in the same allocation. stateMu is taken first, as the
-// run's writes take it before mu.
+// begin makes the run's state and context, unless a cancel made them
+// first, in one allocation.
 func (t *Task) begin() {
-	t.stateMu.Lock()
-	defer t.stateMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stop != nil {
-		return
-	}
-	r := &queueRun{vals: valuesOnly{t.ctx}}
-	if t.state == nil {
-		t.state = &r.st
-	}
-	t.ctx, t.stop = context.WithCancelCause(&r.vals)
-	if t.early != nil {
-		t.stop(t.early)
+	if r := t.state(); r.stop == nil {
+		t.makeContext(r)
 	}
 }
 
@@ -150,37 +180,47 @@ func (t *Task) begin() {
 // A run that was never begun (one retired before it ran) makes room for
 // it here.
 func (t *Task) setState(st *State) {
-	if t.state == nil {
-		t.state = new(State)
+	r := t.run.Load()
+	if r == nil {
+		t.mu.Lock()
+		r = t.state()
+		t.mu.Unlock()
 	}
-	*t.state = *st
+	r.st = *st
+}
+
+// lastState returns the state the run last wrote, or nil before its
+// first write; stateMu is held.
+func (t *Task) lastState() *State {
+	if r := t.run.Load(); r != nil && r.st.Status != "" {
+		return &r.st
+	}
+	return nil
 }
 
 // running reports whether the run's last write left it RUNNING; stateMu
 // is held.
-func (t *Task) running() bool { return t.state != nil && t.state.Status == StatusRunning }
+func (t *Task) running() bool {
+	st := t.lastState()
+	return st != nil && st.Status == StatusRunning
+}
 
 // createdAt returns when the run was registered.
 func (t *Task) createdAt() time.Time { return time.UnixMicro(t.created).UTC() }
 
-// asyncTask is an async run's Task with room for what a run that starts
-// at once needs: one allocation where a queue item, which may wait long,
-// makes its queueRun when it starts.
+// asyncTask is an async run's Task with its runState: one allocation
+// where a queue item makes its runState when it begins.
 type asyncTask struct {
 	Task
-	queueRun
+	runState
 }
 
-// queueRun is what a run holds from its start: the parent of its context
-// and the state it last wrote.
-type queueRun struct {
-	vals valuesOnly
-	st   State
-}
-
-// runOptions are the submit options a run consults while it executes,
-// and the runtime's hub, which SetProgress tells.
+// runOptions are what a run consults while it executes: its queue, the
+// submit options, and the runtime's hub, which SetProgress tells. The
+// runs of one queue (or the async path) submitted without options share
+// one.
 type runOptions struct {
+	queue   string // the sequential queue, or "" for the async path
 	timeout time.Duration
 	retry   RetryPolicy
 	hub     *hub
@@ -191,13 +231,14 @@ type runOptions struct {
 func (t *Task) doneChan() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.done == nil {
-		if t.settled {
-			return closedChan // a queue's processor asks after nearly every run
-		}
-		t.done = make(chan struct{})
+	if t.settled {
+		return closedChan // a queue's processor asks after nearly every run
 	}
-	return t.done
+	r := t.state()
+	if r.done == nil {
+		r.done = make(chan struct{})
+	}
+	return r.done
 }
 
 // closedChan is the done channel of every run asked for it once settled.
@@ -211,8 +252,8 @@ var closedChan = func() chan struct{} {
 func (t *Task) markSettled() {
 	t.mu.Lock()
 	t.settled = true
-	if t.done != nil {
-		close(t.done)
+	if r := t.run.Load(); r != nil && r.done != nil {
+		close(r.done)
 	}
 	t.mu.Unlock()
 }
@@ -239,10 +280,15 @@ func (t *Task) RunID() string { return t.runID }
 
 // Queue returns the sequential queue the run belongs to, or "" for the
 // async path.
-func (t *Task) Queue() string { return t.queue }
+func (t *Task) Queue() string { return t.opts.queue }
 
 // Attempt returns the current attempt number, starting at 1.
-func (t *Task) Attempt() int { return int(t.attempt.Load()) }
+func (t *Task) Attempt() int {
+	if r := t.run.Load(); r != nil {
+		return int(r.attempt.Load())
+	}
+	return 0
+}
 
 // SetProgress records progress on a 0 to 100 scale, clamping values
 // outside it. It is the only way to write progress, and it is cheap: the
@@ -255,7 +301,7 @@ func (t *Task) Attempt() int { return int(t.attempt.Load()) }
 // reuses its buffers).
 func (t *Task) SetProgress(p int) {
 	v := int32(min(max(p, 0), 100))
-	if t.progress.Swap(v) != v {
+	if r := t.run.Load(); r != nil && r.progress.Swap(v) != v {
 		if h := t.opts.hub; h != nil && h.n.Load() > 0 {
 			h.poke(t)
 		}
@@ -263,7 +309,12 @@ func (t *Task) SetProgress(p int) {
 }
 
 // Progress returns the last value passed to SetProgress.
-func (t *Task) Progress() int { return int(t.progress.Load()) }
+func (t *Task) Progress() int {
+	if r := t.run.Load(); r != nil {
+		return int(r.progress.Load())
+	}
+	return 0
+}
 
 // CancelReason returns the cause the run's context was cancelled with, or
 // nil while it has not been. The first cause is the one that sticks.
