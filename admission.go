@@ -551,7 +551,7 @@ func (rt *Runtime[S]) Stats(ctx context.Context, auth TaskAuthority) (Stats, err
 	for _, q := range rt.queues {
 		queues = append(queues, q)
 	}
-	live := len(rt.handles) + len(rt.others)
+	live := rt.handles.len() + len(rt.others)
 	rt.mu.RUnlock()
 	queued := 0
 	for _, q := range queues {

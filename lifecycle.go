@@ -303,10 +303,10 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 
 	rt.mu.Lock()
 	inflight := rt.liveRuns()
-	for _, t := range rt.handles {
+	for t := range rt.handles.all() {
 		rt.others[t] = struct{}{} // still tracked until it settles
 	}
-	clear(rt.handles)
+	rt.handles.clear()
 	rt.mu.Unlock()
 	for _, t := range inflight {
 		t.cancel(ErrShutdown)

@@ -493,8 +493,7 @@ func TestShutdownDoesNotManufactureZombies(t *testing.T) {
 	assert.Equal(t, StatusCompleted, mustStatus(t, rt, sub.ID).Status)
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
-	assert.Empty(t, rt.handles, "the run released its own handle")
-	assert.Empty(t, rt.handles)
+	assert.Zero(t, rt.handles.len(), "the run released its own handle")
 	assert.Empty(t, rt.others)
 }
 

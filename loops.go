@@ -369,7 +369,7 @@ func (rt *Runtime[S]) ownNotice(c Change) bool {
 // run, or to a terminal status this runtime did not write.
 func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 	rt.mu.RLock()
-	t := rt.handles[c.ID]
+	t, _ := rt.handles.get(c.ID)
 	rt.mu.RUnlock()
 	if t == nil || t.cause() != nil || t.has(runFinishing) {
 		return false
@@ -395,7 +395,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 	} else {
 		// In proportion to the notices, not to the runs held here.
 		for id := range ids {
-			if t := rt.handles[id]; t != nil {
+			if t, _ := rt.handles.get(id); t != nil {
 				runs = append(runs, t)
 			}
 		}

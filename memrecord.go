@@ -136,6 +136,9 @@ func newMemRecord(rec *Record) *memRecord {
 	return r
 }
 
+// taskID returns the record's id, which keys it in the store's idMap.
+func (r *memRecord) taskID() string { return r.id }
+
 // watchers returns the record's watchers, which the caller must not
 // modify.
 func (r *memRecord) watchers() []string {

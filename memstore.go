@@ -29,9 +29,9 @@ type MemStore struct {
 	Authorizers
 
 	mu     sync.RWMutex
-	recs   map[string]*memRecord // guarded by mu
-	all    ordered               // guarded by mu: every record, in listing order
-	byUser map[string]*ordered   // guarded by mu: user id -> the records visible to it, in listing order
+	recs   *idMap[*memRecord]  // guarded by mu
+	all    ordered             // guarded by mu: every record, in listing order
+	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
 
 	// listeners is the current Listen calls, replaced whole (copy on
 	// write) under lmu; a writer loads it while holding mu, so that
@@ -53,7 +53,7 @@ var (
 // NewMemStore returns an empty MemStore with no authorizers set.
 func NewMemStore() *MemStore {
 	return &MemStore{
-		recs:   make(map[string]*memRecord),
+		recs:   newIDMap[*memRecord](),
 		byUser: make(map[string]*ordered),
 		leases: make(map[string]time.Time),
 	}
@@ -66,7 +66,7 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	r, ok := s.recs[id]
+	r, ok := s.recs.get(id)
 	if !ok {
 		return Record{}, ErrNotFound
 	}
@@ -84,10 +84,10 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.recs[r.id]; ok {
+	if _, ok := s.recs.get(r.id); ok {
 		return ErrConflict
 	}
-	s.recs[r.id] = r
+	s.recs.set(r)
 	s.index(r)
 	s.notifyFrom(InstanceOf(r.runID), r)
 	return nil
@@ -108,7 +108,7 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 	st.Result = slices.Clone(st.Result)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs[rec.ID]
+	r, ok := s.recs.get(rec.ID)
 	if !ok {
 		return ErrNotFound
 	}
@@ -125,7 +125,7 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs[rec.ID]
+	r, ok := s.recs.get(rec.ID)
 	if !ok {
 		return ErrNotFound
 	}
@@ -133,7 +133,7 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 		return ErrConflict
 	}
 	s.unindex(r)
-	s.recs[nr.id] = nr
+	s.recs.set(nr)
 	s.index(nr)
 	s.notifyFrom(InstanceOf(nr.runID), nr)
 	return nil
@@ -156,7 +156,7 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 	next.Result = slices.Clone(next.Result)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs[id]
+	r, ok := s.recs.get(id)
 	if !ok {
 		return false, ErrNotFound
 	}
@@ -178,7 +178,7 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs[id]
+	r, ok := s.recs.get(id)
 	if !ok {
 		return false, ErrNotFound
 	}
@@ -296,15 +296,18 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for id, r := range s.recs {
+	for r := range s.recs.all() {
 		if r.Status().Terminal() && r.completedAt().Before(cutoff) {
-			delete(s.recs, id)
+			s.recs.delete(r.id)
 			n++
 		}
 	}
 	if n > 0 {
 		// One pass per index rather than a removal per record.
-		gone := func(r *memRecord) bool { return s.recs[r.id] != r }
+		gone := func(r *memRecord) bool {
+			kept, ok := s.recs.get(r.id)
+			return !ok || kept != r
+		}
 		s.all.recs = slices.DeleteFunc(s.all.recs, gone)
 		for u, idx := range s.byUser {
 			if idx.recs = slices.DeleteFunc(idx.recs, gone); len(idx.recs) == 0 {
@@ -322,7 +325,7 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	clear(s.recs)
+	s.recs.clear()
 	clear(s.byUser)
 	s.all.recs = nil
 	return nil

@@ -211,7 +211,7 @@ func TestWaitingItemFootprint(t *testing.T) {
 	// Beyond the record, the indexes and the map grow by amortized
 	// appends.
 	assert.LessOrEqual(t, allocs, 1.2, "a PENDING record costs one allocation")
-	r := s.recs["alice::7"]
+	r, _ := s.recs.get("alice::7")
 	require.NotNil(t, r)
 	assert.Nil(t, r.rest, "a PENDING record has nothing apart")
 }

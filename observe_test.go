@@ -202,7 +202,7 @@ func TestObserverSeesJoinCancelAndRecovery(t *testing.T) {
 func (rt *Runtime[S]) handleDone(t *testing.T, id string) <-chan struct{} {
 	t.Helper()
 	rt.mu.RLock()
-	tk := rt.handles[id]
+	tk, _ := rt.handles.get(id)
 	rt.mu.RUnlock()
 	if tk == nil {
 		ch := make(chan struct{})

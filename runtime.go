@@ -154,7 +154,7 @@ type Runtime[S Store] struct {
 
 	mu sync.RWMutex
 	// Every registered run not yet settled is in handles or in others.
-	handles map[string]*Task   // guarded by mu: task id -> the run holding its handle
+	handles *idMap[*Task]      // guarded by mu: task id -> the run holding its handle
 	others  map[*Task]struct{} // guarded by mu: the rest: superseded, retired, or let go by Reset
 	queues  map[string]*queue  // guarded by mu
 	started bool               // guarded by mu
@@ -194,7 +194,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		endLife:  endLife,
 		keys:     newKeyLocks(),
 		runners:  newRunners(),
-		handles:  make(map[string]*Task),
+		handles:  newIDMap[*Task](),
 		others:   make(map[*Task]struct{}),
 		queues:   make(map[string]*queue),
 	}
@@ -673,8 +673,7 @@ func (t *Task) registeredStart() State {
 // cancelled as superseded (a no-op if it already has a cause).
 func (rt *Runtime[S]) publish(t *Task) {
 	rt.mu.Lock()
-	old := rt.handles[t.id]
-	rt.handles[t.id] = t
+	old, _ := rt.handles.set(t)
 	if old != nil {
 		rt.others[old] = struct{}{} // settled runs leave handles: old has not
 	}
@@ -686,8 +685,8 @@ func (rt *Runtime[S]) publish(t *Task) {
 
 // liveRuns returns every registered run not yet settled; mu is held.
 func (rt *Runtime[S]) liveRuns() []*Task {
-	runs := make([]*Task, 0, len(rt.handles)+len(rt.others))
-	for _, t := range rt.handles {
+	runs := make([]*Task, 0, rt.handles.len()+len(rt.others))
+	for t := range rt.handles.all() {
 		runs = append(runs, t)
 	}
 	for t := range rt.others {
@@ -699,7 +698,7 @@ func (rt *Runtime[S]) liveRuns() []*Task {
 // noteWatcher updates the live copy of a run's watchers after a join.
 func (rt *Runtime[S]) noteWatcher(id, runID string, watchers []string) {
 	rt.mu.RLock()
-	t := rt.handles[id]
+	t, _ := rt.handles.get(id)
 	rt.mu.RUnlock()
 	if t != nil && t.runID == runID {
 		t.setWatchers(watchers)
@@ -709,7 +708,7 @@ func (rt *Runtime[S]) noteWatcher(id, runID string, watchers []string) {
 // handle returns the run holding id's handle if it is the run runID.
 func (rt *Runtime[S]) handle(id, runID string) *Task {
 	rt.mu.RLock()
-	t := rt.handles[id]
+	t, _ := rt.handles.get(id)
 	rt.mu.RUnlock()
 	if t != nil && t.runID == runID {
 		return t
@@ -721,8 +720,8 @@ func (rt *Runtime[S]) handle(id, runID string) *Task {
 // handle removes it: a successor's handle is never touched.
 func (rt *Runtime[S]) settle(t *Task) {
 	rt.mu.Lock()
-	if rt.handles[t.id] == t {
-		delete(rt.handles, t.id)
+	if h, _ := rt.handles.get(t.id); h == t {
+		rt.handles.delete(t.id)
 	} else {
 		delete(rt.others, t)
 	}

@@ -272,6 +272,10 @@ func (valuesOnly) Err() error                  { return nil }
 func (v *valuesOnly) Value(key any) any        { return v.parent.Value(key) }
 func (v *valuesOnly) String() string           { return "workers.runContext" }
 
+// taskID returns the run's task id, which keys it in the runtime's
+// idMap of handles.
+func (t *Task) taskID() string { return t.id }
+
 // ID returns the scoped task id.
 func (t *Task) ID() string { return t.id }
 

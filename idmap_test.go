@@ -1,0 +1,81 @@
+package workers
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// idVal is a value that carries its id, as runs and records do.
+type idVal struct {
+	id string
+	n  int
+}
+
+func (v *idVal) taskID() string { return v.id }
+
+// An idMap behaves as a map keyed by the ids themselves, also when most
+// hashes clash: with a mask of two bits, ids share four hashes.
+func TestIDMapMatchesAMapByID(t *testing.T) {
+	for _, mask := range []uint64{^uint64(0), 3, 0} {
+		t.Run(fmt.Sprintf("mask=%#x", mask), func(t *testing.T) {
+			m := newIDMap[*idVal]()
+			m.mask = mask
+			want := map[string]*idVal{}
+			r := rand.New(rand.NewPCG(1, mask))
+			for i := range 20000 {
+				id := fmt.Sprint("k", r.IntN(64))
+				switch op := r.IntN(10); {
+				case op < 5:
+					v := &idVal{id: id, n: i}
+					old, replaced := m.set(v)
+					prev, had := want[id]
+					require.Equal(t, had, replaced, "set %s: replaced", id)
+					require.Same(t, prev, old, "set %s: the value replaced", id)
+					want[id] = v
+				case op < 8:
+					got, ok := m.get(id)
+					w, had := want[id]
+					require.Equal(t, had, ok, "get %s", id)
+					require.Same(t, w, got, "get %s", id)
+				case op < 9:
+					_, had := want[id]
+					require.Equal(t, had, m.delete(id), "delete %s", id)
+					delete(want, id)
+				default:
+					if r.IntN(50) == 0 {
+						m.clear()
+						clear(want)
+					}
+				}
+				require.Equal(t, len(want), m.len(), "len after op %d", i)
+			}
+			got := slices.Collect(m.all())
+			require.ElementsMatch(t, slices.Collect(maps.Values(want)), got, "every value once")
+		})
+	}
+}
+
+// Deleting during the walk, as DeleteFinished does, removes exactly the
+// values deleted, clashing ones included.
+func TestIDMapDeleteWhileWalking(t *testing.T) {
+	m := newIDMap[*idVal]()
+	m.mask = 1
+	for i := range 100 {
+		m.set(&idVal{id: fmt.Sprint("k", i), n: i})
+	}
+	for v := range m.all() {
+		if v.n%3 == 0 {
+			require.True(t, m.delete(v.id))
+		}
+	}
+	require.Equal(t, 66, m.len())
+	for i := range 100 {
+		_, ok := m.get(fmt.Sprint("k", i))
+		require.Equal(t, i%3 != 0, ok, "k%d", i)
+	}
+}
