@@ -125,7 +125,7 @@ func TestQueueItemStateMadeWhenItStarts(t *testing.T) {
 	settled(t, rt, sub.ID)
 }
 
-func TestQueueItemContextMadeWhenItStarts(t *testing.T) {
+func TestQueueItemContextMadeWhenItStartsOrIsCancelled(t *testing.T) {
 	rt := memRuntime(t)
 	parent := context.WithValue(context.Background(), runCtxKey{}, "v")
 	tk := rt.newRun(parent, "alice::q", "q", caller{userID: "alice"}, submitOptions{}, noop)
@@ -135,6 +135,8 @@ func TestQueueItemContextMadeWhenItStarts(t *testing.T) {
 	require.NoError(t, tk.CancelReason())
 
 	tk.cancel(ErrCancelled)
+	require.NotNil(t, tk.run.Load(), "a cancel makes what the run holds")
+	require.ErrorIs(t, tk.ctx.Err(), context.Canceled, "a cancel makes the context, cancelled")
 	tk.cancel(ErrShutdown)
 	require.ErrorIs(t, tk.CancelReason(), ErrCancelled, "a cancel before the start is kept, the first cause sticks")
 	tk.begin()

@@ -303,6 +303,35 @@ func TestQueueStatusReportsRunningPendingAndLoad(t *testing.T) {
 	}, "queue to go idle")
 }
 
+// A queue and its processor are made by the queue's first registered
+// run: a submission refused, or one that joins a run, makes none.
+func TestOnlyARegisteredRunCreatesItsQueue(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	hasQueue := func(name string) bool {
+		rt.mu.RLock()
+		defer rt.mu.RUnlock()
+		return rt.queues[name] != nil
+	}
+	g := newGate()
+	sub, err := rt.Submit(ctx, "shared", g.fn, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	_, err = rt.SubmitSequential(ctx, "refused", "shared", noop, bob, WithScope(ScopeGlobal))
+	require.ErrorIs(t, err, ErrUnauthorized)
+	joined, err := rt.SubmitSequential(ctx, "joined", "shared", noop, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	require.True(t, joined.Joined)
+	assert.False(t, hasQueue("refused"), "a refused submission makes no queue")
+	assert.False(t, hasQueue("joined"), "a join makes no queue")
+
+	first, err := rt.SubmitSequential(ctx, "made", "k", noop, alice)
+	require.NoError(t, err)
+	assert.True(t, hasQueue("made"), "the first registered run makes its queue")
+	assert.Equal(t, StatusCompleted, settled(t, rt, first.ID).Status)
+	g.open()
+	settled(t, rt, sub.ID)
+}
+
 func TestQueueStatusQueuedBeforeTheProcessorFetches(t *testing.T) {
 	t.Parallel()
 	rt := memRuntime(t)

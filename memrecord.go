@@ -15,9 +15,10 @@ import (
 // record, the most numerous kind in a long queue, stays small. Times are
 // microseconds (see memTime), and the first watcher has room inline.
 //
-// Watchers are never appended to in place (AddWatcher makes a new slice),
-// and a clone copies rest's fields out, so nothing handed out aliases what
-// a later write changes.
+// A later write changes first and rest in place, and replaces more: the
+// readers that are handed a record's watchers or result without a copy
+// (fill) read them under the store's lock, and every other reader gets a
+// detached copy.
 type memRecord struct {
 	id, runID, queue string
 	first            [1]string // the only watcher; empty when there is none or more is set
@@ -60,13 +61,15 @@ const memTimeLimit = 9e12
 const zeroUnix = -62135596800
 
 // toMemTime returns t to the microsecond, or false when t lies beyond
-// memTimeLimit.
+// memTimeLimit or within the zero time's microsecond without being the
+// zero time, which would read back as zero.
 func toMemTime(t time.Time) (memTime, bool) {
 	s := t.Unix() - zeroUnix
 	if s < -memTimeLimit || s > memTimeLimit {
 		return 0, false
 	}
-	return memTime(s*1e6 + int64(t.Nanosecond()/1e3)), true
+	m := memTime(s*1e6 + int64(t.Nanosecond()/1e3))
+	return m, m != 0 || t.IsZero()
 }
 
 // mustMemTime is toMemTime for a time checkMemTimes has passed.
@@ -88,7 +91,7 @@ func (m memTime) time() time.Time {
 func checkMemTimes(ts ...time.Time) error {
 	for _, t := range ts {
 		if _, ok := toMemTime(t); !ok {
-			return fmt.Errorf("%w: time %v is too far from year 1 for a MemStore", ErrInvalidData, t)
+			return fmt.Errorf("%w: a MemStore cannot keep time %v", ErrInvalidData, t)
 		}
 	}
 	return nil

@@ -188,8 +188,8 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	if slices.Contains(r.watchers(), watcher) {
 		return false, nil
 	}
-	// A fresh slice, so a clone handed out earlier never sees the append.
-	r.setWatchers(append(slices.Clip(r.watchers()), watcher))
+	var buf [8]string // setWatchers keeps a copy
+	r.setWatchers(append(append(buf[:0], r.watchers()...), watcher))
 	s.indexUser(watcher, r)
 	s.notify(ctx, r)
 	return true, nil

@@ -216,6 +216,34 @@ func TestWaitingItemFootprint(t *testing.T) {
 	assert.Nil(t, r.rest, "a PENDING record has nothing apart")
 }
 
+// A record's one watcher, kept inline, becomes a list of its own with a
+// join; what was handed out before is unchanged.
+func TestMemStoreWatcherJoinsKeepHandedOutRecords(t *testing.T) {
+	s := NewMemStore()
+	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, State: State{Status: StatusRunning, Attempt: 1}}
+	require.NoError(t, s.InsertTask(ctx, rec))
+	one, err := s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	for _, w := range []string{"bob", "carol"} {
+		added, err := s.AddWatcher(ctx, rec.ID, rec.RunID, w)
+		require.NoError(t, err)
+		require.True(t, added)
+	}
+	again, err := s.AddWatcher(ctx, rec.ID, rec.RunID, "bob")
+	require.NoError(t, err)
+	require.False(t, again, "a watcher is added once")
+	all, err := s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"alice", "bob", "carol"}, all.Watchers)
+	assert.Equal(t, []string{"alice"}, one.Watchers, "a record handed out before the joins")
+	for _, u := range []string{"alice", "bob", "carol"} {
+		listed, err := s.ListTasks(ctx, Filter{VisibleTo: u})
+		require.NoError(t, err)
+		require.Len(t, listed, 1, "%s's listing", u)
+		assert.Equal(t, all, listed[0])
+	}
+}
+
 // A MemStore keeps times to the microsecond and gives them back in UTC,
 // the zero time and times before 1970 included, and refuses a time it
 // cannot hold without writing anything.
@@ -252,8 +280,14 @@ func TestMemStoreKeepsTimesToTheMicrosecond(t *testing.T) {
 		kept2 := kept
 		kept2.State = State{Status: StatusFailed, CompletedAt: far}
 		assert.ErrorIs(t, s.SetTask(ctx, kept2), ErrInvalidData, "CompletedAt %v", far)
-		assert.ErrorIs(t, s.ReplaceTask(ctx, rec, kept.RunID), ErrInvalidData, "CreatedAt %v", far)
+		replacement := rec
+		replacement.ID = kept.ID
+		assert.ErrorIs(t, s.ReplaceTask(ctx, replacement, kept.RunID), ErrInvalidData, "CreatedAt %v", far)
 	}
+	// A time within the zero time's microsecond would read back as the
+	// zero time: refused too.
+	nearZero := Record{ID: "alice::far", RunID: "i.1", CreatedAt: time.Time{}.Add(time.Nanosecond), State: State{Status: StatusPending}}
+	assert.ErrorIs(t, s.InsertTask(ctx, nearZero), ErrInvalidData)
 	_, err := s.GetTask(ctx, "alice::far")
 	assert.ErrorIs(t, err, ErrNotFound)
 	got, err := s.GetTask(ctx, kept.ID)

@@ -23,6 +23,24 @@ type queue struct {
 	exited chan struct{} // closed when the processor and its runs have returned
 }
 
+// queueOptions returns the options that the named queue's runs share
+// when submitted without options of their own (the runtime's noOpts for
+// the async path, ""); before the queue's first run, options of the
+// run's own, so that a submission that registers nothing creates no
+// queue.
+func (rt *Runtime[S]) queueOptions(name string) *runOptions {
+	if name == "" {
+		return &rt.noOpts
+	}
+	rt.mu.RLock()
+	q := rt.queues[name]
+	rt.mu.RUnlock()
+	if q != nil {
+		return &q.opts
+	}
+	return &runOptions{queue: name, hub: &rt.hub}
+}
+
 // queue returns the named queue, creating it and starting its processor
 // on first use, or nil once Shutdown has begun and the queue does not
 // exist. Creation and the closed check share rt.mu with Shutdown's

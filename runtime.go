@@ -372,14 +372,7 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 	if err := rt.ensureLease(ctx); err != nil {
 		return Submission{}, err
 	}
-	var q *queue
-	base := &rt.noOpts
-	if qname != "" {
-		if q = rt.queue(qname); q == nil {
-			return Submission{}, ErrClosed // Shutdown began since the gate
-		}
-		base = &q.opts
-	}
+	base := rt.queueOptions(qname)
 	var adm *admit
 	var refused error
 	if rt.adm != nil {
@@ -396,21 +389,21 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		}
 		return sub, err
 	}
-	rt.dispatch(t, q)
+	rt.dispatch(t)
 	return sub, nil
 }
 
-// dispatch hands a registered run to a goroutine or to q, its queue. A
-// run registered while Shutdown began (it waits only so long for
-// submissions in progress) is cancelled with ErrShutdown and executed at
-// once, which records it CANCELLED.
-func (rt *Runtime[S]) dispatch(t *Task, q *queue) {
+// dispatch hands a registered run to a goroutine or its queue, which it
+// creates on the queue's first run. A run registered while Shutdown began
+// (it waits only so long for submissions in progress) is cancelled with
+// ErrShutdown and executed at once, which records it CANCELLED.
+func (rt *Runtime[S]) dispatch(t *Task) {
 	if rt.gate.isClosed() {
 		t.cancel(ErrShutdown)
 		go rt.execute(t)
 		return
 	}
-	if q == nil {
+	if t.opts.queue == "" {
 		if t.adm != nil && t.adm.waits {
 			if rt.adm.enqueue(t.adm) {
 				return // admission starts it when its turn comes
@@ -420,7 +413,7 @@ func (rt *Runtime[S]) dispatch(t *Task, q *queue) {
 		rt.run(t)
 		return
 	}
-	if !q.push(t) {
+	if q := rt.queue(t.opts.queue); q == nil || !q.push(t) {
 		t.cancel(ErrShutdown) // the queue drained since the check
 		go rt.execute(t)
 	}
@@ -566,11 +559,7 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 // context keeps the values of the submission's context, never its
 // cancellation or deadline.
 func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
-	base := &rt.noOpts
-	if queue != "" {
-		base = &runOptions{queue: queue, hub: &rt.hub}
-	}
-	return rt.newRunAs(ctx, id, rt.newRunID(), base, c, o, fn)
+	return rt.newRunAs(ctx, id, rt.newRunID(), rt.queueOptions(queue), c, o, fn)
 }
 
 // newRunAs is newRun with the run id given, and base, the options of the

@@ -39,8 +39,9 @@ type Task struct {
 	// own goroutine reads it freely after begin, others through cause.
 	ctx context.Context
 
-	// run is what the run holds from its start; nil while a queue item
-	// waits (see runState). It is set once, under mu.
+	// run is what the run holds from its start (see runState): an async
+	// run's is set before the Task is shared, a queue item's once, under
+	// mu, when it begins or first needs it.
 	run atomic.Pointer[runState]
 
 	// watchers is the record's watchers, for QueueStatus and events: nil
@@ -116,6 +117,17 @@ func (t *Task) state() *runState {
 	return r
 }
 
+// ensureState is state for a caller that does not hold mu: it takes mu
+// only to make the state.
+func (t *Task) ensureState() *runState {
+	if r := t.run.Load(); r != nil {
+		return r
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state()
+}
+
 // cancel cancels the run's context with cause, making it first if the
 // run has not begun. The first cause sticks.
 func (t *Task) cancel(cause error) {
@@ -166,8 +178,8 @@ func (t *Task) context() context.Context {
 	return &valuesOnly{t.ctx}
 }
 
-// begin makes the run's state and context, unless a cancel made them
-// first, in one allocation.
+// begin makes the run's state, unless something made it first, and its
+// context, unless a cancel made it first.
 func (t *Task) begin() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -177,16 +189,9 @@ func (t *Task) begin() {
 }
 
 // setState records st as the state the run last wrote; stateMu is held.
-// A run that was never begun (one retired before it ran) makes room for
-// it here.
+// It makes the run's state if nothing made it before.
 func (t *Task) setState(st *State) {
-	r := t.run.Load()
-	if r == nil {
-		t.mu.Lock()
-		r = t.state()
-		t.mu.Unlock()
-	}
-	r.st = *st
+	t.ensureState().st = *st
 }
 
 // lastState returns the state the run last wrote, or nil before its
@@ -305,7 +310,7 @@ func (t *Task) Attempt() int {
 // reuses its buffers).
 func (t *Task) SetProgress(p int) {
 	v := int32(min(max(p, 0), 100))
-	if r := t.run.Load(); r != nil && r.progress.Swap(v) != v {
+	if t.ensureState().progress.Swap(v) != v {
 		if h := t.opts.hub; h != nil && h.n.Load() > 0 {
 			h.poke(t)
 		}

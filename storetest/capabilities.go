@@ -106,7 +106,9 @@ func unstorableStates() []struct {
 	add("Progress -1", func(st *workers.State) { st.Progress = -1 })
 	add("Progress 101", func(st *workers.State) { st.Progress = 101 })
 	add("Attempt -1", func(st *workers.State) { st.Attempt = -1 })
-	add("Attempt 2^31", func(st *workers.State) { st.Attempt = math.MaxInt32 + 1 })
+	if over := int64(math.MaxInt32) + 1; int64(int(over)) == over { // not where an int is 32 bits
+		add("Attempt 2^31", func(st *workers.State) { st.Attempt = int(over) })
+	}
 	return bad
 }
 
