@@ -556,7 +556,7 @@ func (rt *Runtime[S]) Stats(ctx context.Context, auth TaskAuthority) (Stats, err
 	queued := 0
 	for _, q := range queues {
 		q.mu.Lock()
-		l := QueueLoad{Name: q.name, Running: len(q.running), Waiting: len(q.items)}
+		l := QueueLoad{Name: q.name, Running: len(q.running), Waiting: q.items.len()}
 		if q.next != nil {
 			l.Waiting++
 		}

@@ -340,7 +340,8 @@ func TestQueueStatusQueuedBeforeTheProcessorFetches(t *testing.T) {
 	waiting := rt.newRun(ctx, "x", "q", caller{system: true}, submitOptions{}, noop)
 	cancelled := rt.newRun(ctx, "y", "q", caller{system: true}, submitOptions{}, noop)
 	cancelled.cancel(ErrCancelled)
-	q.items = []*Task{waiting, cancelled}
+	q.items.push(waiting)
+	q.items.push(cancelled)
 	info, err := rt.QueueStatus(ctx, "q", System)
 	require.NoError(t, err)
 	assert.Equal(t, QueueQueued, info.State)

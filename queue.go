@@ -14,10 +14,10 @@ type queue struct {
 	opts runOptions // shared by its runs submitted without options
 
 	mu       sync.Mutex
-	items    []*Task // guarded by mu: registered runs waiting, in order
-	next     *Task   // guarded by mu: the run taken off items, waiting for an admission slot
-	running  []*Task // guarded by mu: the runs executing now, in start order
-	draining bool    // guarded by mu: set once by Shutdown; never cleared
+	items    fifo[*Task] // guarded by mu: registered runs waiting, in order
+	next     *Task       // guarded by mu: the run taken off items, waiting for an admission slot
+	running  []*Task     // guarded by mu: the runs executing now, in start order
+	draining bool        // guarded by mu: set once by Shutdown; never cleared
 
 	wake   chan struct{} // capacity 1: an item was pushed or a run settled
 	exited chan struct{} // closed when the processor and its runs have returned
@@ -79,7 +79,7 @@ func (q *queue) push(t *Task) bool {
 		q.mu.Unlock()
 		return false
 	}
-	q.items = append(q.items, t)
+	q.items.push(t)
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -105,14 +105,12 @@ func (rt *Runtime[S]) process(q *queue) {
 			q.mu.Unlock()
 			return
 		}
-		if len(q.items) == 0 || len(q.running) >= width {
+		if q.items.len() == 0 || len(q.running) >= width {
 			q.mu.Unlock()
 			<-q.wake
 			continue
 		}
-		t := q.items[0]
-		q.items[0] = nil
-		q.items = q.items[1:]
+		t, _ := q.items.pop()
 		if t.adm == nil || t.cause() != nil {
 			q.running = append(q.running, t)
 			q.mu.Unlock()
@@ -169,8 +167,7 @@ func (q *queue) settled(t *Task, wake bool) {
 func (q *queue) drain() []*Task {
 	q.mu.Lock()
 	q.draining = true
-	items := q.items
-	q.items = nil
+	items := q.items.takeAll()
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -183,8 +180,7 @@ func (q *queue) drain() []*Task {
 // processor.
 func (q *queue) take() []*Task {
 	q.mu.Lock()
-	items := q.items
-	q.items = nil
+	items := q.items.takeAll()
 	q.mu.Unlock()
 	return items
 }
@@ -220,7 +216,7 @@ func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAut
 	}
 	q.mu.Lock()
 	running := slices.Clone(q.running)
-	items := slices.Clone(q.items)
+	items := slices.Collect(q.items.all())
 	if q.next != nil {
 		items = slices.Insert(items, 0, q.next)
 	}
