@@ -248,10 +248,13 @@ func (h *hub) publish(c *change) {
 	if c.state.Status == StatusRunning {
 		ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(c.state.Attempt, t.Attempt())
 	}
+	// A queue item reported before it began keeps its view in a state
+	// made for it now, before hub.mu is taken.
+	r := t.ensureState()
 	h.mu.Lock()
 	// Writes of one run land in order but may be reported out of it; the
 	// end is final, so a late report of an earlier write is dropped.
-	if v := t.view.Load(); v != nil && v.Status.Terminal() {
+	if v := r.view.Load(); v != nil && v.Status.Terminal() {
 		h.mu.Unlock()
 		return
 	} else if v != nil && c.kind == changeJoined {
@@ -260,7 +263,7 @@ func (h *hub) publish(c *change) {
 		ev.snap = *v
 		ev.snap.WatcherCount = len(ev.watchers)
 	}
-	t.view.Store(&ev.snap)
+	r.view.Store(&ev.snap)
 	h.each(c.id, func(s *subscriber) { s.offer(ev) })
 	h.mu.Unlock()
 }
@@ -310,10 +313,14 @@ func (h *hub) progress(t *Task) {
 	if h.n.Load() == 0 {
 		return
 	}
+	r := t.run.Load()
+	if r == nil {
+		return // not begun
+	}
 	ev := &event{watchers: t.watcherList()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if v := t.view.Load(); v != nil {
+	if v := r.view.Load(); v != nil {
 		if v.Status != StatusRunning {
 			return // not started as far as anyone was told, or ended
 		}
@@ -321,13 +328,13 @@ func (h *hub) progress(t *Task) {
 	} else {
 		// Running since before anyone subscribed: what the run holds.
 		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.opts.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
-		if t.stateMu.TryLock() {
+		if r.writeMu.TryLock() {
 			running := t.running()
 			var started time.Time
 			if running {
 				started = t.lastState().StartedAt
 			}
-			t.stateMu.Unlock()
+			r.writeMu.Unlock()
 			if !running {
 				return
 			}

@@ -15,7 +15,7 @@ func TestFIFOMatchesASlice(t *testing.T) {
 	var want []int
 	r := rand.New(rand.NewPCG(2, 3))
 	next := 0
-	for i := range 50000 {
+	for i := range 5000 {
 		switch op := r.IntN(100); {
 		case op < 55:
 			for range r.IntN(3 * fifoBlockLen / 2) {

@@ -118,9 +118,10 @@ func TestQueueItemStateMadeWhenItStarts(t *testing.T) {
 	require.NoError(t, err)
 	wait(t, g.started, "the item to start")
 	tk := g.task.Load()
-	tk.stateMu.Lock()
+	r := tk.run.Load()
+	r.writeMu.Lock()
 	require.True(t, tk.running(), "the start write made the item's state")
-	tk.stateMu.Unlock()
+	r.writeMu.Unlock()
 	g.open()
 	settled(t, rt, sub.ID)
 }

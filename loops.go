@@ -360,7 +360,11 @@ func (rt *Runtime[S]) ownNotice(c Change) bool {
 	if t == nil {
 		return false
 	}
-	v := t.view.Load()
+	r := t.run.Load()
+	if r == nil {
+		return false // nothing was published
+	}
+	v := r.view.Load()
 	return v != nil && v.Status == c.Status
 }
 
@@ -433,11 +437,13 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		default:
 			continue
 		}
-		t.stateMu.Lock()
-		if t.running() {
-			t.cancel(cause)
+		if r := t.run.Load(); r != nil { // without it, the run never wrote
+			r.writeMu.Lock()
+			if t.running() {
+				t.cancel(cause)
+			}
+			r.writeMu.Unlock()
 		}
-		t.stateMu.Unlock()
 		// The run's own outcome will be fenced out: the end its record
 		// already holds is the run's finished event.
 		if rec.RunID == t.runID && rec.Status.Terminal() && t.claim(runEndSeen) {
@@ -448,22 +454,23 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 
 // syncProgress stores t's live progress if it changed since the run's
 // last write. It builds the write from its last state within one hold of
-// t.stateMu, so no write of the run's own can land in between; a run
+// its writeMu, so no write of the run's own can land in between; a run
 // busy with a write of its own is skipped. A progress write is tried
 // once: the next sync stores it if this one fails. It reports whether the
 // run's last write left it RUNNING, and whether it stored.
 func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
-	if !t.stateMu.TryLock() {
+	r := t.run.Load()
+	if r == nil || !r.writeMu.TryLock() {
 		return false, false
 	}
 	if !t.running() {
-		t.stateMu.Unlock()
+		r.writeMu.Unlock()
 		return false, false
 	}
 	last := t.lastState()
 	p := t.Progress()
 	if p == last.Progress {
-		t.stateMu.Unlock()
+		r.writeMu.Unlock()
 		return true, false
 	}
 	st := *last
@@ -472,7 +479,7 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	if ok {
 		*last = st
 	}
-	t.stateMu.Unlock()
+	r.writeMu.Unlock()
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		rt.logRunError("workers: progress write failed", opProgress, t, err)
 	}

@@ -190,7 +190,7 @@ func TestMemStoreCompactRecordKeepsEveryField(t *testing.T) {
 // MemStore keeps in one small allocation, watchers included. These are
 // the budgets BenchmarkQueued's bytes per task rest on.
 func TestWaitingItemFootprint(t *testing.T) {
-	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(144), "a Task fits the 144-byte size class")
+	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(128), "a Task fits the 128-byte size class")
 	assert.LessOrEqual(t, unsafe.Sizeof(memRecord{}), uintptr(96), "a PENDING record fits the 96-byte size class")
 
 	s := NewMemStore()

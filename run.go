@@ -306,9 +306,10 @@ const (
 // retried, becomes that terminal write too, so st.Status tells the caller
 // what landed. err is the callback's error, reported with the change.
 func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error) bool {
-	t.stateMu.Lock()
+	r := t.ensureState()
+	r.writeMu.Lock()
 	ok := rt.writeLocked(op, t, from, st)
-	t.stateMu.Unlock()
+	r.writeMu.Unlock()
 	if ok {
 		if st.Status.Terminal() {
 			op = opFinish
@@ -318,7 +319,7 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 	return ok
 }
 
-// writeLocked is write with t.stateMu held.
+// writeLocked is write with the run's writeMu held.
 func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) bool {
 	var failed error // the last attempt's error: it may have landed
 	backoff := writeBackoffMin

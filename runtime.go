@@ -455,9 +455,10 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, runID string, base *runOpt
 		st := State{Status: StatusPending}
 		if t.startsRegistered {
 			st = t.registeredStart()
-			t.stateMu.Lock()
+			r := t.run.Load() // an async run's, made with it
+			r.writeMu.Lock()
 			t.setState(&st)
-			t.stateMu.Unlock()
+			r.writeMu.Unlock()
 		}
 		rt.publish(t)
 		return t, Submission{ID: id, RunID: t.runID}, change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: st}, nil

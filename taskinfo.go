@@ -58,15 +58,11 @@ type Task struct {
 	startsRegistered bool
 	settled          bool // guarded by mu
 
-	stateMu sync.Mutex // serializes the run's store writes; taken before mu
-
 	adm *admit // its standing with admission; nil without Config.Limits
 
 	created int64 // when the run was registered: now(), in Unix microseconds
 
 	mu sync.Mutex
-
-	view atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
 }
 
 // runState is what a run holds from its start, apart from its Task so
@@ -82,9 +78,12 @@ type runState struct {
 	progress atomic.Int32
 	attempt  atomic.Int32
 
-	// st is the state the run last wrote, guarded by Task.stateMu; its
-	// Status is empty until the first write.
+	writeMu sync.Mutex // serializes the run's store writes; taken before Task.mu
+	// st is the state the run last wrote, guarded by writeMu; its Status
+	// is empty until the first write.
 	st State
+
+	view atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
 }
 
 // The bits of Task.flags.
@@ -188,14 +187,12 @@ func (t *Task) begin() {
 	}
 }
 
-// setState records st as the state the run last wrote; stateMu is held.
-// It makes the run's state if nothing made it before.
-func (t *Task) setState(st *State) {
-	t.ensureState().st = *st
-}
+// setState records st as the state the run last wrote; its writeMu is
+// held.
+func (t *Task) setState(st *State) { t.run.Load().st = *st }
 
 // lastState returns the state the run last wrote, or nil before its
-// first write; stateMu is held.
+// first write; its writeMu is held, if it has a state.
 func (t *Task) lastState() *State {
 	if r := t.run.Load(); r != nil && r.st.Status != "" {
 		return &r.st
@@ -203,8 +200,8 @@ func (t *Task) lastState() *State {
 	return nil
 }
 
-// running reports whether the run's last write left it RUNNING; stateMu
-// is held.
+// running reports whether the run's last write left it RUNNING; its
+// writeMu is held, if it has a state.
 func (t *Task) running() bool {
 	st := t.lastState()
 	return st != nil && st.Status == StatusRunning
