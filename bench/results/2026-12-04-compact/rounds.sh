@@ -1,8 +1,9 @@
 #!/bin/sh
-# Alternates the tree before the compact waiting item (old, a worktree of
-# 076a736) and after it (new), six rounds: in the bench module, the
-# queued backlog and the async and sequential paths; in the root module,
-# the retained-records benchmark.
+# Alternates two trees (old: a worktree of 076a736, before the compact
+# waiting item; new: a worktree of the commit measured), six rounds: in
+# the bench module, the queued backlog and the async and sequential
+# paths; in the root module, the retained-records benchmark. The files it
+# writes are kept here with the new commit's id in their names.
 set -e
 old=${1:?old tree} new=${2:?new tree} out=${3:-.}
 for i in 1 2 3 4 5 6; do
