@@ -149,12 +149,19 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			return
 		case err != nil:
 			rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
-			if !lost && time.Since(renewed) >= rt.cfg.LeaseTTL {
-				lost = true
-				rt.abandonRuns("the lease could not be renewed for its whole TTL")
+			if time.Since(renewed) >= rt.cfg.LeaseTTL {
+				// Until a renewal succeeds, every failed one abandons the
+				// runs registered since the last: they run on a lease
+				// that may have been declared dead.
+				if !lost {
+					lost = true
+					rt.logAbandon("the lease could not be renewed for its whole TTL")
+				}
+				rt.abandonRuns()
 			}
 		case !extended && !lost:
-			rt.abandonRuns("the lease had expired")
+			rt.logAbandon("the lease had expired")
+			rt.abandonRuns()
 			fallthrough
 		default:
 			// Counted from the answer: the database computed the expiry
@@ -166,9 +173,14 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 	}
 }
 
-// abandonRuns cancels every run of this runtime with ErrAbandoned.
-func (rt *Runtime[S]) abandonRuns(why string) {
+// logAbandon logs that the lease was lost, and why.
+func (rt *Runtime[S]) logAbandon(why string) {
 	rt.cfg.Logger.Error("workers: instance lease lost; abandoning its runs", "instance", rt.instance, "why", why)
+}
+
+// abandonRuns cancels every run of this runtime with ErrAbandoned; a run
+// it cancelled before keeps its cause.
+func (rt *Runtime[S]) abandonRuns() {
 	rt.mu.RLock()
 	runs := rt.liveRuns()
 	rt.mu.RUnlock()

@@ -274,6 +274,41 @@ func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 	})
 }
 
+// While renewals keep failing past the lease's end, a run registered
+// after the lease was found lost is abandoned too, at the next failed
+// renewal, not left running on a lease that may have been declared dead.
+func TestRunsRegisteredWhileTheLeaseIsLostAreAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var failing atomic.Bool
+		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+			if failing.Load() {
+				return false, errors.New("connection refused")
+			}
+			return true, nil
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		untilCancelled := func(ctx context.Context, _ *Task) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}
+		first, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		failing.Store(true)
+		time.Sleep(4 * time.Second) // past the lease's end
+		synctest.Wait()
+		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "the run of the lost lease")
+
+		later, err := rt.Submit(ctx, "later", untilCancelled, alice)
+		require.NoError(t, err)
+		time.Sleep(time.Second) // the next failed renewal
+		synctest.Wait()
+		snap := mustStatus(t, rt, later.ID)
+		assert.Equal(t, StatusFailed, snap.Status, "a run registered while the lease is lost")
+		assert.Equal(t, CauseAbandoned, snap.Cause)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
 // flakyReads is a MemStore whose GetTask fails, as a dropped connection
 // would, on the calls numbered from failFrom to failTo (counting from 1).
 // It hides MemStore's notices, whose listener would read too.
