@@ -186,7 +186,8 @@ func TestMemStoreCompactRecordKeepsEveryField(t *testing.T) {
 	require.Equal(t, []Record{rec}, listed)
 }
 
-// A waiting queue item holds little: its Task, and a PENDING record the
+// A waiting queue item holds little: its Task (and, only once someone
+// subscribes to events, its runState), and a PENDING record the
 // MemStore keeps in one small allocation, watchers included. These are
 // the budgets BenchmarkQueued's bytes per task rest on.
 func TestWaitingItemFootprint(t *testing.T) {

@@ -68,8 +68,9 @@ type Task struct {
 // runState is what a run holds from its start, apart from its Task so
 // that a queue item, which may wait long, stays small until then. An
 // async run's sits in the allocation of its Task (see asyncTask); a
-// queue item's is made when it begins, or earlier if it is cancelled,
-// written to, or waited for while it waits.
+// queue item's is made when it begins, or earlier if, while it waits, it
+// is cancelled, written to, waited for, given progress, or reported to a
+// subscriber.
 type runState struct {
 	vals valuesOnly              // the parent of the run's context
 	stop context.CancelCauseFunc // guarded by Task.mu: private to the runtime, see cancel; nil until ctx is made
