@@ -2,31 +2,39 @@ package workers
 
 import "iter"
 
-// fifo is a first-in, first-out list in blocks of fifoBlockLen items:
-// it grows without copying what it holds, and gives back a block's
-// memory once the block has been read, so a long backlog costs its items
-// and little more, while it fills and while it drains. The zero value is
-// an empty list. It is not safe for concurrent use.
+// fifo is a first-in, first-out list in blocks: the first holds
+// fifoMinBlock items, each next one twice its predecessor's up to
+// fifoBlockLen. It grows without copying what it holds, and gives back a
+// block's memory once the block has been read, so a long backlog costs
+// its items and little more, while it fills and while it drains; an
+// emptied list keeps a small block only. The zero value is an empty
+// list. It is not safe for concurrent use.
 type fifo[T any] struct {
 	head, tail *fifoBlock[T]
 	first      int // the index of the first item in head
 	n          int
 }
 
-// fifoBlockLen is how many items a block holds: a block of pointers is
-// 2 KiB.
-const fifoBlockLen = 256
+// The sizes of a fifo's blocks: a block of 256 pointers is 2 KiB.
+const (
+	fifoMinBlock = 8
+	fifoBlockLen = 256
+)
 
 type fifoBlock[T any] struct {
-	items [fifoBlockLen]T
+	items []T
 	n     int // how many items were written to the block
 	next  *fifoBlock[T]
 }
 
 // push appends v.
 func (f *fifo[T]) push(v T) {
-	if f.tail == nil || f.tail.n == fifoBlockLen {
-		b := new(fifoBlock[T])
+	if f.tail == nil || f.tail.n == len(f.tail.items) {
+		size := fifoMinBlock
+		if f.tail != nil {
+			size = min(2*len(f.tail.items), fifoBlockLen)
+		}
+		b := &fifoBlock[T]{items: make([]T, size)}
 		if f.tail == nil {
 			f.head = b
 		} else {
@@ -51,15 +59,17 @@ func (f *fifo[T]) pop() (T, bool) {
 	b.items[f.first] = zero
 	f.first++
 	f.n--
-	if f.first == b.n {
-		// The block is read: the next one leads, or, if it was the last,
-		// it is written again from the start.
-		f.first = 0
-		if b.next != nil {
-			f.head = b.next
-		} else {
-			b.n = 0
+	switch {
+	case f.n == 0:
+		// Emptied (b is the last block): a small block is written again
+		// from the start, a large one let go.
+		if len(b.items) > fifoMinBlock {
+			f.head, f.tail = nil, nil
 		}
+		b.n, f.first = 0, 0
+	case f.first == b.n:
+		// The block is read, and the next one leads.
+		f.head, f.first = b.next, 0
 	}
 	return v, true
 }

@@ -42,24 +42,37 @@ func TestFIFOMatchesASlice(t *testing.T) {
 	}
 }
 
-// A read block is let go, and a list that empties keeps one block to
-// write again.
+// Blocks grow from fifoMinBlock to fifoBlockLen; a read block is let
+// go; a list that empties keeps only a small block, which one item at a
+// time reuses.
 func TestFIFOLetsReadBlocksGo(t *testing.T) {
 	var f fifo[*int]
 	for i := range 3 * fifoBlockLen {
 		f.push(&i)
 	}
+	var sizes []int
+	for b := f.head; b != nil; b = b.next {
+		sizes = append(sizes, len(b.items))
+	}
+	require.Equal(t, []int{8, 16, 32, 64, 128, 256, 256, 256}, sizes)
 	first := f.head
-	for range fifoBlockLen {
+	for range fifoMinBlock {
 		f.pop()
 	}
 	require.NotSame(t, first, f.head, "the read block is no longer the head")
-	require.Nil(t, first.items[fifoBlockLen-1], "a popped item is not kept")
-	for range 2 * fifoBlockLen {
+	require.Nil(t, first.items[fifoMinBlock-1], "a popped item is not kept")
+	for f.len() > 0 {
 		f.pop()
 	}
-	require.Same(t, f.head, f.tail, "an empty list keeps one block")
+	require.Nil(t, f.head, "an emptied list lets its large last block go")
+
 	f.push(new(int))
+	small := f.head
+	require.Len(t, small.items, fifoMinBlock)
+	for range 100 {
+		f.pop()
+		f.push(new(int))
+	}
+	require.Same(t, small, f.head, "one item at a time reuses the small block")
 	require.Equal(t, 1, f.len())
-	require.Same(t, f.head, f.tail)
 }

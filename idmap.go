@@ -92,8 +92,9 @@ func (m *idMap[V]) delete(id string) bool {
 // len returns the number of values.
 func (m *idMap[V]) len() int { return len(m.byHash) + len(m.clash) }
 
-// all yields every value, in no particular order. The map may be changed
-// during the walk as a Go map may.
+// all yields every value, in no particular order. Values may be deleted
+// during the walk; a value set during it may be missed, even one whose id
+// was there before (it may move between the two maps).
 func (m *idMap[V]) all() iter.Seq[V] {
 	return func(yield func(V) bool) {
 		for _, v := range m.byHash {
