@@ -348,6 +348,8 @@ func TestQueueConcurrencyKeepsStartOrder(t *testing.T) {
 		rt := newRuntime(t, s, Config{Limits: Limits{QueueConcurrency: 3}})
 		var hw highWater
 		ids := make([]string, 30)
+		var finished atomic.Int32
+		allDone := make(chan struct{}) // closed by the last callback
 		for i := range ids {
 			sub, err := rt.SubmitSequential(ctx, "q", strconv.Itoa(i), func(context.Context, *Task) (any, error) {
 				hw.enter()
@@ -358,6 +360,9 @@ func TestQueueConcurrencyKeepsStartOrder(t *testing.T) {
 					}
 				}
 				time.Sleep(time.Duration(30-i) * time.Millisecond) // later items are shorter
+				if finished.Add(1) == int32(len(ids)) {
+					close(allDone)
+				}
 				return nil, nil
 			}, alice)
 			require.NoError(t, err)
@@ -368,8 +373,8 @@ func TestQueueConcurrencyKeepsStartOrder(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 3, info.RunningCount)
 		assert.Equal(t, 27, info.PendingCount)
-		time.Sleep(time.Second)
-		synctest.Wait()
+		<-allDone       // the bubble's clock runs the work meanwhile
+		synctest.Wait() // and the last outcomes land
 		assert.Equal(t, int64(3), hw.max.Load())
 		for _, id := range ids {
 			assert.Equal(t, StatusCompleted, mustStatus(t, rt, id).Status)
