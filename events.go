@@ -329,10 +329,10 @@ func (h *hub) progress(t *Task) {
 		// Running since before anyone subscribed: what the run holds.
 		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.opts.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
 		if r.writeMu.TryLock() {
-			running := t.running()
+			running := r.running()
 			var started time.Time
 			if running {
-				started = t.lastState().StartedAt
+				started = r.st.StartedAt
 			}
 			r.writeMu.Unlock()
 			if !running {

@@ -120,7 +120,7 @@ func TestQueueItemStateMadeWhenItStarts(t *testing.T) {
 	tk := g.task.Load()
 	r := tk.run.Load()
 	r.writeMu.Lock()
-	require.True(t, tk.running(), "the start write made the item's state")
+	require.True(t, r.running(), "the start write made the item's state")
 	r.writeMu.Unlock()
 	g.open()
 	settled(t, rt, sub.ID)

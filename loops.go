@@ -451,7 +451,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		}
 		if r := t.run.Load(); r != nil { // without it, the run never wrote
 			r.writeMu.Lock()
-			if t.running() {
+			if r.running() {
 				t.cancel(cause)
 			}
 			r.writeMu.Unlock()
@@ -475,21 +475,20 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	if r == nil || !r.writeMu.TryLock() {
 		return false, false
 	}
-	if !t.running() {
+	if !r.running() {
 		r.writeMu.Unlock()
 		return false, false
 	}
-	last := t.lastState()
 	p := t.Progress()
-	if p == last.Progress {
+	if p == r.st.Progress {
 		r.writeMu.Unlock()
 		return true, false
 	}
-	st := *last
+	st := r.st
 	st.Progress = p
 	ok, err := rt.store.TransitionTask(rt.life, t.id, t.runID, fromRunning, st)
 	if ok {
-		*last = st
+		r.st = st
 	}
 	r.writeMu.Unlock()
 	if err != nil && !errors.Is(err, ErrNotFound) {

@@ -192,21 +192,9 @@ func (t *Task) begin() {
 // held.
 func (t *Task) setState(st *State) { t.run.Load().st = *st }
 
-// lastState returns the state the run last wrote, or nil before its
-// first write; its writeMu is held, if it has a state.
-func (t *Task) lastState() *State {
-	if r := t.run.Load(); r != nil && r.st.Status != "" {
-		return &r.st
-	}
-	return nil
-}
-
-// running reports whether the run's last write left it RUNNING; its
-// writeMu is held, if it has a state.
-func (t *Task) running() bool {
-	st := t.lastState()
-	return st != nil && st.Status == StatusRunning
-}
+// running reports whether the run's last write left it RUNNING; writeMu
+// is held.
+func (r *runState) running() bool { return r.st.Status == StatusRunning }
 
 // createdAt returns when the run was registered.
 func (t *Task) createdAt() time.Time { return time.UnixMicro(t.created).UTC() }
