@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,9 +71,28 @@ func (l *loops) halt() []chan struct{} {
 
 // leaseState is this instance's lease over a Leaser store.
 type leaseState struct {
-	held     atomic.Bool // the lease was taken: the fast path of ensureLease
+	held     atomic.Bool // the lease was taken and the loops started: the fast path of ensureLease
 	released atomic.Bool // Shutdown released it: a later Shutdown does not again
-	mu       sync.Mutex  // serializes taking it
+
+	// turn is held by the one renewal in flight, by the renewal loop or a
+	// submission; a channel of capacity 1, so that a submission waiting
+	// for it can give up when its context ends.
+	turn chan struct{}
+
+	// base is the start of the clock until counts on: until is the
+	// monotonic time, in nanoseconds since base, at which the lease last
+	// renewed ends, and 0 while none is known to be held. A run registers
+	// before until without asking the store; after it, its submission
+	// renews the lease first.
+	base  time.Time
+	until atomic.Int64
+	epoch atomic.Uint64 // counts the times the lease was found lost; bumped before the runs are abandoned
+	tries atomic.Uint64 // renewals answered, by the store or by their timeout
+
+	// Guarded by turn.
+	renewed time.Time // when the last renewal that succeeded was answered
+	lost    bool      // no lease is held: none was taken yet, or it was found lost since the last renewal
+	lastErr error     // the error of the last renewal answered, nil if it succeeded
 
 	// live caches the instances last read live, for register's question
 	// "is this run's instance alive": a hit younger than LeaseInterval is
@@ -86,6 +106,21 @@ type liveSet struct {
 	ids  map[string]struct{}
 }
 
+// clock is the lease's monotonic clock reading at t.
+func (ls *leaseState) clock(t time.Time) int64 { return int64(t.Sub(ls.base)) }
+
+// take waits for the lease's turn, or for ctx to end.
+func (ls *leaseState) take(ctx context.Context) error {
+	select {
+	case ls.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (ls *leaseState) give() { <-ls.turn }
+
 // ensureLease takes this instance's lease before its first run is
 // registered, and starts the loops that keep runs in step with the store
 // and need no Start: lease renewal, the notice listener and the sync loop,
@@ -94,18 +129,21 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if rt.lease.held.Load() {
 		return nil
 	}
-	rt.lease.mu.Lock()
-	defer rt.lease.mu.Unlock()
+	if err := rt.lease.take(ctx); err != nil {
+		return err
+	}
+	defer rt.lease.give()
 	if rt.lease.held.Load() {
 		return nil
 	}
-	if l, ok := any(rt.store).(Leaser); ok {
-		if _, err := l.RenewLease(ctx, rt.instance, rt.cfg.LeaseTTL); err != nil {
+	l, leased := any(rt.store).(Leaser)
+	if leased {
+		if err := rt.renew(ctx, l); err != nil {
 			return err
 		}
 	}
 	rt.mu.Lock()
-	if l, ok := any(rt.store).(Leaser); ok {
+	if leased {
 		rt.loops.goroutine(func(ctx context.Context) { rt.renewLease(ctx, l) })
 	}
 	if n, ok := any(rt.store).(Notifier); ok {
@@ -117,60 +155,118 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	return nil
 }
 
-// renewLease renews the lease every LeaseInterval until ctx ends. When
-// the store says the lease had expired, or renewals have failed for a
-// whole LeaseTTL, the instance may have been declared dead and its runs
-// recovered by another: it cancels them all with ErrAbandoned, and their
-// late writes are fenced out wherever a recovery got there first.
+// leaseForRun is ensureLease for a submission about to register a run:
+// a run is registered only under a lease this runtime knows to be live.
+// Once the last renewal's LeaseTTL has passed, or the lease was found
+// lost, the submission renews it itself, or fails with the renewal's
+// error and registers nothing; submissions that wait while a renewal is
+// in flight share its answer, so a store that is down costs them one
+// call between them. It returns the lease's epoch, for dispatch to see
+// whether the lease was found lost while the run registered.
+func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
+	if err := rt.ensureLease(ctx); err != nil {
+		return 0, err
+	}
+	ls := &rt.lease
+	epoch := ls.epoch.Load()
+	if rt.leaser == nil || ls.clock(time.Now()) < ls.until.Load() {
+		return epoch, nil
+	}
+	seen := ls.tries.Load()
+	if err := ls.take(ctx); err != nil {
+		return 0, err
+	}
+	defer ls.give()
+	switch {
+	case ls.clock(time.Now()) < ls.until.Load():
+		// renewed while this submission waited
+	case ls.tries.Load() != seen && ls.lastErr != nil:
+		return 0, fmt.Errorf("workers: renewing the instance lease: %w", ls.lastErr)
+	default:
+		if err := rt.renew(ctx, rt.leaser); err != nil {
+			return 0, fmt.Errorf("workers: renewing the instance lease: %w", err)
+		}
+	}
+	return ls.epoch.Load(), nil
+}
+
+// renewLease renews the lease every LeaseInterval until ctx ends.
 func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 	tick := time.NewTicker(rt.cfg.LeaseInterval)
 	defer tick.Stop()
-	renewed := time.Now()
-	lost := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		// A slow renewal may take what is left of the lease, and no more:
-		// a call that hangs is cut off by the lease's end, so a stalled
-		// store cannot hide that the lease ran out. Once it has run out,
-		// a renewal (which creates a new lease) gets one interval.
-		bound := rt.cfg.LeaseTTL - time.Since(renewed)
-		if bound <= 0 {
-			bound = rt.cfg.LeaseInterval
-		}
-		call, cancel := context.WithTimeout(ctx, bound)
-		extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
+		if rt.lease.take(ctx) != nil {
 			return
-		case err != nil:
-			rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
-			if time.Since(renewed) >= rt.cfg.LeaseTTL {
-				// Until a renewal succeeds, every failed one abandons the
-				// runs registered since the last: they run on a lease
-				// that may have been declared dead.
-				if !lost {
-					lost = true
-					rt.logAbandon("the lease could not be renewed for its whole TTL")
-				}
-				rt.abandonRuns()
-			}
-		case !extended && !lost:
-			rt.logAbandon("the lease had expired")
-			rt.abandonRuns()
-			fallthrough
-		default:
-			// Counted from the answer: the database computed the expiry
-			// at some point during the call, and if that was early, a
-			// peer may recover a run a little before this runtime learns
-			// of it at its next renewal. Fencing makes that harmless.
-			renewed, lost = time.Now(), false
 		}
+		rt.renew(ctx, l) //nolint:errcheck // renew logs it, and the next tick tries again
+		rt.lease.give()
 	}
+}
+
+// renew renews the lease once; the caller holds its turn. When the store
+// says the lease had expired, or a renewal fails a whole LeaseTTL after
+// the last one that succeeded, the instance may have been
+// declared dead and its runs recovered by another: the lease is lost,
+// and every run is cancelled with ErrAbandoned, its late writes fenced
+// out wherever a recovery got there first. The runs are abandoned once
+// per loss: none registers until a renewal succeeds again.
+//
+// A slow renewal may take what is left of the lease, and no more: a call
+// that hangs is cut off by the lease's end, so a stalled store cannot
+// hide that the lease ran out. Once it has run out, a renewal (which
+// creates a new lease) gets one interval.
+func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
+	ls := &rt.lease
+	sent := time.Now()
+	bound := rt.cfg.LeaseTTL - sent.Sub(ls.renewed)
+	if bound <= 0 {
+		bound = rt.cfg.LeaseInterval
+	}
+	call, cancel := context.WithTimeout(ctx, bound)
+	extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		return err // the caller gave up: the call says nothing of the store
+	}
+	defer ls.tries.Add(1)
+	ls.lastErr = err
+	if err != nil {
+		rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
+		if !ls.lost && time.Since(ls.renewed) >= rt.cfg.LeaseTTL {
+			rt.loseLease("the lease could not be renewed for its whole TTL")
+		}
+		return err
+	}
+	if !extended && !ls.lost {
+		rt.loseLease("the lease had expired")
+	}
+	// The store set the expiry at some point during the call. Runs
+	// register without asking only until the earliest end that allows,
+	// counted from the call's start. The loop counts from the answer: if
+	// the expiry was set early, a peer may recover a run a little before
+	// this runtime learns of it at its next renewal, and fencing makes
+	// that harmless; renewals that are slow but land keep the lease.
+	ls.renewed, ls.lost = time.Now(), false
+	ls.until.Store(ls.clock(sent) + int64(rt.cfg.LeaseTTL))
+	return nil
+}
+
+// loseLease records that the lease is lost, and why, and abandons every
+// run; the caller holds the lease's turn. The epoch is bumped before the
+// runs are listed: a run whose handle the list missed was published
+// after it, and its dispatch sees the new epoch.
+func (rt *Runtime[S]) loseLease(why string) {
+	ls := &rt.lease
+	ls.lost = true
+	ls.until.Store(0)
+	ls.epoch.Add(1)
+	rt.logAbandon(why)
+	rt.abandonRuns()
 }
 
 // logAbandon logs that the lease was lost, and why.

@@ -274,36 +274,139 @@ func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 	})
 }
 
-// While renewals keep failing past the lease's end, a run registered
-// after the lease was found lost is abandoned too, at the next failed
-// renewal, not left running on a lease that may have been declared dead.
-func TestRunsRegisteredWhileTheLeaseIsLostAreAbandoned(t *testing.T) {
+// untilCancelled is a callback that runs until its context ends.
+func untilCancelled(ctx context.Context, _ *Task) (any, error) {
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
+}
+
+// Once the lease is lost, a submission registers nothing on it: it
+// renews the lease first and fails with the renewal's error, and once
+// the store heals it renews and runs at once, without waiting for the
+// renewal loop's next tick.
+func TestSubmitRenewsALostLeaseBeforeRegistering(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var failing atomic.Bool
+		var calls atomic.Int32
 		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+			calls.Add(1)
 			if failing.Load() {
 				return false, errors.New("connection refused")
 			}
 			return true, nil
 		}}
 		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		untilCancelled := func(ctx context.Context, _ *Task) (any, error) {
-			<-ctx.Done()
-			return nil, context.Cause(ctx)
-		}
 		first, err := rt.Submit(ctx, "first", untilCancelled, alice)
 		require.NoError(t, err)
 		failing.Store(true)
-		time.Sleep(4 * time.Second) // past the lease's end
+		time.Sleep(3500 * time.Millisecond) // past the lease's end
 		synctest.Wait()
 		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "the run of the lost lease")
 
-		later, err := rt.Submit(ctx, "later", untilCancelled, alice)
+		before := calls.Load()
+		_, err = rt.Submit(ctx, "later", untilCancelled, alice)
+		assert.ErrorContains(t, err, "connection refused")
+		assert.Equal(t, before+1, calls.Load(), "the submission renewed the lease itself")
+		_, err = rt.Status(ctx, "later", alice)
+		assert.ErrorIs(t, err, ErrNotFound, "nothing registered on a lost lease")
+
+		failing.Store(false)
+		healed, err := rt.Submit(ctx, "healed", untilCancelled, alice)
 		require.NoError(t, err)
-		time.Sleep(time.Second) // the next failed renewal
+		time.Sleep(5 * time.Second) // renewals succeed again
 		synctest.Wait()
-		snap := mustStatus(t, rt, later.ID)
-		assert.Equal(t, StatusFailed, snap.Status, "a run registered while the lease is lost")
+		assert.Equal(t, StatusRunning, mustStatus(t, rt, healed.ID).Status, "a run on the renewed lease")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// Submissions that find the lease lost while a renewal is in flight wait
+// for it and share its answer: a store that is down costs them one call.
+func TestSubmissionsShareALeaseRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			healthy = iota
+			down
+			hanging // down, and each renewal waits for answer
+		)
+		var mode, calls atomic.Int32
+		answer := make(chan struct{})
+		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+			switch mode.Load() {
+			case healthy:
+				return true, nil
+			case hanging:
+				calls.Add(1)
+				<-answer
+			}
+			return false, errors.New("connection refused")
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		mode.Store(down)
+		time.Sleep(3500 * time.Millisecond) // past the lease's end
+		synctest.Wait()
+		mode.Store(hanging)
+		errs := make(chan error, 3)
+		for _, key := range []string{"a", "b", "c"} {
+			go func() {
+				_, err := rt.Submit(ctx, key, untilCancelled, alice)
+				errs <- err
+			}()
+		}
+		synctest.Wait() // one renewal hangs; two submissions wait for it
+		close(answer)
+		for range 3 {
+			assert.ErrorContains(t, <-errs, "connection refused")
+		}
+		assert.Equal(t, int32(1), calls.Load(), "one renewal for three submissions")
+		mode.Store(healthy)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// insertHeld is a lapsing store whose insert of the key held waits for
+// release: a submission caught between its lease check and its handle.
+type insertHeld struct {
+	*renewing
+	held    string
+	release chan struct{}
+}
+
+func (s *insertHeld) InsertTask(ctx context.Context, rec Record) error {
+	if rec.ID == s.held {
+		<-s.release
+	}
+	return s.renewing.InsertTask(ctx, rec)
+}
+
+// A run that registers while the lease is found lost, too late for the
+// sweep that abandons the runs, is abandoned as it is dispatched.
+func TestARunRegisteringAsTheLeaseIsLostIsAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner, lapsed := lapsing()
+		s := &insertHeld{renewing: inner, held: "alice::racer", release: make(chan struct{})}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		first, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		submitted := make(chan Submission, 1)
+		go func() {
+			sub, err := rt.Submit(ctx, "racer", untilCancelled, alice)
+			assert.NoError(t, err)
+			submitted <- sub
+		}()
+		synctest.Wait() // the racer's insert waits
+		lapsed.Store(true)
+		time.Sleep(time.Second) // the renewal finds the lease expired
+		synctest.Wait()
+		lapsed.Store(false)
+		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "swept")
+		close(s.release)
+		racer := <-submitted
+		synctest.Wait()
+		snap := mustStatus(t, rt, racer.ID)
+		assert.Equal(t, StatusFailed, snap.Status, "registered as the lease was lost")
 		assert.Equal(t, CauseAbandoned, snap.Cause)
 		require.NoError(t, rt.Shutdown(ctx))
 	})

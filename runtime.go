@@ -47,7 +47,10 @@ type Config struct {
 	// exceed LeaseInterval; a few missed renewals are tolerated by
 	// design. A runtime that has not managed to renew for LeaseTTL, or
 	// that finds its lease expired, cancels its own runs with
-	// ErrAbandoned. Defaults to 15 seconds.
+	// ErrAbandoned. It registers no run on a lease that may have ended:
+	// once LeaseTTL has passed since the start of its last successful
+	// renewal, a submission renews the lease itself before it registers,
+	// or fails with the renewal's error. Defaults to 15 seconds.
 	LeaseTTL time.Duration
 
 	// RecoverInterval is how often the recovery loop, started by Start
@@ -150,6 +153,7 @@ type Runtime[S Store] struct {
 	noOpts  runOptions // every async run submitted without options shares it; never written after NewRuntime
 
 	lease  leaseState   // this instance's lease, over a Leaser store
+	leaser Leaser       // the store as a Leaser, nil if it is not one
 	gaveUp atomic.Int64 // run writes given up because the runtime was ending
 
 	mu sync.RWMutex
@@ -199,6 +203,9 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		queues:   make(map[string]*queue),
 	}
 	rt.noOpts.hub = &rt.hub
+	rt.leaser, _ = any(store).(Leaser)
+	rt.lease.turn = make(chan struct{}, 1)
+	rt.lease.base, rt.lease.lost = time.Now(), true
 	if cfg.Limits.set() {
 		rt.adm = newAdmission(cfg.Limits, func(t *Task) { go rt.execute(t) })
 	}
@@ -316,7 +323,9 @@ type Submission struct {
 // *AuthorizationError (ErrUnauthorized), a *QuotaError
 // (ErrQuotaExceeded), the error of Limits.OwnerLimits (wrapped),
 // ErrClosed, ErrConflict (wrapped) when other processes kept changing the
-// record, or a store error.
+// record, or a store error: over a store with leases, that of renewing
+// the instance lease (wrapped) when it may have ended (see
+// Config.LeaseTTL).
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
@@ -369,7 +378,8 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		return Submission{}, ErrClosed
 	}
 	defer rt.gate.leave()
-	if err := rt.ensureLease(ctx); err != nil {
+	epoch, err := rt.leaseForRun(ctx)
+	if err != nil {
 		return Submission{}, err
 	}
 	base := rt.queueOptions(qname)
@@ -389,17 +399,25 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		}
 		return sub, err
 	}
-	rt.dispatch(t)
+	rt.dispatch(t, epoch)
 	return sub, nil
 }
 
 // dispatch hands a registered run to a goroutine or its queue, which it
 // creates on the queue's first run. A run registered while Shutdown began
 // (it waits only so long for submissions in progress) is cancelled with
-// ErrShutdown and executed at once, which records it CANCELLED.
-func (rt *Runtime[S]) dispatch(t *Task) {
+// ErrShutdown and executed at once, which records it CANCELLED. So is a
+// run registered while the lease was found lost (its epoch, from
+// leaseForRun, is behind), with ErrAbandoned, which the loss's sweep of
+// the runs may have missed.
+func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 	if rt.gate.isClosed() {
 		t.cancel(ErrShutdown)
+		go rt.execute(t)
+		return
+	}
+	if rt.lease.epoch.Load() != epoch {
+		t.cancel(ErrAbandoned)
 		go rt.execute(t)
 		return
 	}
