@@ -2,6 +2,8 @@ package workers
 
 import (
 	"context"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +55,30 @@ func TestRunnersParkedAreBounded(t *testing.T) {
 		settled(t, rt, id)
 	}
 	eventually(t, func() bool { live, _ := runnerCounts(rt.runners); return live == maxIdleRunners }, "surplus runners to end")
+}
+
+// growStack leaves its goroutine a stack with room for a run: the
+// compiler kept its frame.
+func TestGrowStackMakesRoomForARun(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a GC would shrink the idle stacks
+	const n = 64
+	var grown sync.WaitGroup
+	release := make(chan struct{})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	grown.Add(n)
+	for range n {
+		go func() {
+			growStack(0)
+			grown.Done()
+			<-release
+		}()
+	}
+	grown.Wait()
+	runtime.ReadMemStats(&after)
+	close(release)
+	perGoroutine := (int64(after.StackInuse) - int64(before.StackInuse)) / n
+	require.GreaterOrEqual(t, perGoroutine, int64(runStack), "stack bytes per goroutine after growStack")
 }
 
 func TestShutdownEndsParkedRunners(t *testing.T) {
