@@ -245,10 +245,13 @@ func (a *admission) forget(o *ownerLoad) {
 }
 
 // enqueue queues a registered async run that must wait for a slot, and
-// reports false once the runtime drains (the caller then ends the run).
+// reports false once the runtime drains, or when the run was cancelled
+// already (the caller then ends the run). A run cancelled later is taken
+// out by whoever cancelled it (cancelWaiting, takeCancelled), whose
+// check is serialized with this one by mu.
 func (a *admission) enqueue(r *admit) bool {
 	a.mu.Lock()
-	if a.draining {
+	if a.draining || r.t.cause() != nil {
 		a.mu.Unlock()
 		return false
 	}

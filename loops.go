@@ -139,7 +139,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	l, leased := any(rt.store).(Leaser)
 	if leased {
 		if err := rt.renew(ctx, l); err != nil {
-			return err
+			return fmt.Errorf("workers: taking the instance lease: %w", err)
 		}
 	}
 	rt.mu.Lock()
@@ -168,7 +168,12 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	ls := &rt.lease
+	// The epoch is read before the lease's end: a loss declared between
+	// the two reads then shows at dispatch.
 	epoch := ls.epoch.Load()
+	if h := rt.hooks; h != nil && h.leaseRead != nil {
+		h.leaseRead()
+	}
 	if rt.leaser == nil || ls.clock(time.Now()) < ls.until.Load() {
 		return epoch, nil
 	}
@@ -219,17 +224,23 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 // A slow renewal may take what is left of the lease, and no more: a call
 // that hangs is cut off by the lease's end, so a stalled store cannot
 // hide that the lease ran out. Once it has run out, a renewal (which
-// creates a new lease) gets one interval.
+// creates a new lease) gets one interval. The first, which takes the
+// lease, is bounded by ctx alone.
 func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 	ls := &rt.lease
 	sent := time.Now()
-	bound := rt.cfg.LeaseTTL - sent.Sub(ls.renewed)
-	if bound <= 0 {
-		bound = rt.cfg.LeaseInterval
+	call, cancel := ctx, context.CancelFunc(nil)
+	if !ls.renewed.IsZero() { // the first is bounded by ctx alone
+		bound := rt.cfg.LeaseTTL - sent.Sub(ls.renewed)
+		if bound <= 0 {
+			bound = rt.cfg.LeaseInterval
+		}
+		call, cancel = context.WithTimeout(ctx, bound)
 	}
-	call, cancel := context.WithTimeout(ctx, bound)
 	extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	if err != nil && ctx.Err() != nil {
 		return err // the caller gave up: the call says nothing of the store
 	}
@@ -265,6 +276,9 @@ func (rt *Runtime[S]) loseLease(why string) {
 	ls.lost = true
 	ls.until.Store(0)
 	ls.epoch.Add(1)
+	if h := rt.hooks; h != nil && h.leaseLost != nil {
+		h.leaseLost()
+	}
 	rt.logAbandon(why)
 	rt.abandonRuns()
 }

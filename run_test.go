@@ -412,6 +412,204 @@ func TestARunRegisteringAsTheLeaseIsLostIsAbandoned(t *testing.T) {
 	})
 }
 
+// A submission whose goroutine stalls between its reads of the lease's
+// epoch and of its end, while a loss is declared, sees the loss: it
+// renews the lease, and fails with the renewal's error, registering
+// nothing on the lost lease.
+func TestASubmissionStalledAcrossALossRegistersNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var failing atomic.Bool
+		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+			if failing.Load() {
+				return false, errors.New("connection refused")
+			}
+			return true, nil
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		_, err := rt.Submit(ctx, "first", untilCancelled, alice) // takes the lease
+		require.NoError(t, err)
+		stalled, resume := make(chan struct{}), make(chan struct{})
+		rt.hooks = &hooks{leaseRead: func() { close(stalled); <-resume }}
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := rt.Submit(ctx, "stalled", untilCancelled, alice)
+			submitted <- err
+		}()
+		<-stalled
+		failing.Store(true)
+		time.Sleep(3500 * time.Millisecond) // the loop declares the lease lost
+		synctest.Wait()
+		rt.hooks = nil
+		close(resume)
+		assert.ErrorContains(t, <-submitted, "connection refused")
+		_, err = rt.Status(ctx, "stalled", alice)
+		assert.ErrorIs(t, err, ErrNotFound, "nothing registered on the lost lease")
+		failing.Store(false)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// A run that passed its lease check before a loss, and is published and
+// dispatched while the loss is declared, is abandoned whether or not the
+// sweep of the runs lists it: the epoch moves before the sweep.
+func TestARunDispatchedDuringALossIsAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner, lapsed := lapsing()
+		s := &insertHeld{renewing: inner, held: "alice::racer", release: make(chan struct{})}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		submitted := make(chan Submission, 1)
+		go func() {
+			sub, err := rt.Submit(ctx, "racer", untilCancelled, alice)
+			assert.NoError(t, err)
+			submitted <- sub
+		}()
+		synctest.Wait() // the racer's insert waits
+		var racer Submission
+		rt.hooks = &hooks{leaseLost: func() {
+			close(s.release)
+			racer = <-submitted // published and dispatched
+		}}
+		lapsed.Store(true)
+		time.Sleep(time.Second) // the renewal finds the lease expired
+		synctest.Wait()
+		lapsed.Store(false)
+		rt.hooks = nil
+		snap := mustStatus(t, rt, racer.ID)
+		assert.Equal(t, StatusFailed, snap.Status, "dispatched while the lease was found lost")
+		assert.Equal(t, CauseAbandoned, snap.Cause)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// A run that waits for admission, cancelled by a lost lease between its
+// dispatch's check and its joining the wait (the sweep then finds it in
+// no wait list), is not left PENDING until a slot frees: it ends at once.
+func TestARunCancelledBeforeItWaitsForASlotEndsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, lapsed := lapsing()
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Limits: Limits{MaxRunning: 1}})
+		release := make(chan struct{})
+		_, err := rt.Submit(ctx, "holder", func(context.Context, *Task) (any, error) {
+			<-release // holds the only slot, whatever its context says
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		waiting, resume := make(chan struct{}), make(chan struct{})
+		rt.hooks = &hooks{enqueue: func() { close(waiting); <-resume }}
+		submitted := make(chan Submission, 1)
+		go func() {
+			sub, err := rt.Submit(ctx, "waiter", untilCancelled, alice)
+			assert.NoError(t, err)
+			submitted <- sub
+		}()
+		<-waiting
+		lapsed.Store(true)
+		time.Sleep(time.Second) // the loss cancels every run
+		synctest.Wait()
+		lapsed.Store(false)
+		rt.hooks = nil
+		close(resume)
+		sub := <-submitted
+		synctest.Wait()
+		snap := mustStatus(t, rt, sub.ID)
+		assert.Equal(t, StatusFailed, snap.Status, "ended while the slot is still held")
+		assert.Equal(t, CauseAbandoned, snap.Cause)
+		close(release)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// A submission that finds the lease's end passed renews it itself; when
+// the store answers that the lease had expired, the runs of the old
+// lease are abandoned, and the submission's run goes on, on the new one.
+func TestASubmissionThatFindsTheLeaseExpiredRunsOnTheNewOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		var expired atomic.Bool
+		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+			switch n := calls.Add(1); {
+			case n == 2:
+				time.Sleep(500 * time.Millisecond) // a slow renewal that lands
+			case n > 2 && !expired.Load():
+				return false, errors.New("connection refused")
+			}
+			return !expired.Load(), nil
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		first, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		// Renewals: 1 s, sent 1 s, landed 1.5 s (the lease ends at 4 s at
+		// the earliest); 2.5 s and 3.5 s fail, short of a TTL after the
+		// answer. At 4.2 s the lease's end has passed, but the loop has not
+		// declared it lost.
+		time.Sleep(4200 * time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, StatusRunning, mustStatus(t, rt, first.ID).Status, "not yet declared lost")
+		expired.Store(true)
+		before := calls.Load()
+		later, err := rt.Submit(ctx, "later", untilCancelled, alice)
+		require.NoError(t, err)
+		assert.Equal(t, before+1, calls.Load(), "the submission renewed the lease")
+		synctest.Wait()
+		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "a run of the expired lease")
+		assert.Equal(t, StatusRunning, mustStatus(t, rt, later.ID).Status, "the run on the new lease")
+		expired.Store(false)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// The lease is trusted until a TTL after its last renewal was sent, not
+// answered: a submission past that point waits for the renewal in
+// flight, and registers on its answer without a renewal of its own.
+func TestASubmissionWaitsForTheRenewalInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+			if calls.Add(1) > 1 {
+				time.Sleep(2 * time.Second) // slow, and within the TTL
+			}
+			return true, nil
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: 2500 * time.Millisecond, LeaseTTL: 3 * time.Second})
+		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		// Renewals are sent at 2.5 s (landing at 4.5 s: trusted until
+		// 5.5 s) and at 5 s (landing at 7 s; the next is sent at 7.5 s).
+		time.Sleep(6 * time.Second)
+		before, start := calls.Load(), time.Now()
+		_, err = rt.Submit(ctx, "later", untilCancelled, alice)
+		require.NoError(t, err)
+		assert.Equal(t, time.Second, time.Since(start), "waited for the renewal sent at 5 s")
+		assert.Equal(t, before, calls.Load(), "no renewal of its own")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// The renewal that takes the lease is bounded by the submission's
+// context alone, not by LeaseInterval: a store slow to answer the first
+// call (a cold connection) does not fail the first submission.
+func TestTheFirstRenewalIsBoundedByTheCallerAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+			if calls.Add(1) == 1 {
+				select {
+				case <-time.After(3 * time.Second):
+				case <-ctx.Done():
+					return false, ctx.Err()
+				}
+			}
+			return true, nil
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 5 * time.Second})
+		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
 // flakyReads is a MemStore whose GetTask fails, as a dropped connection
 // would, on the calls numbered from failFrom to failTo (counting from 1).
 // It hides MemStore's notices, whose listener would read too.

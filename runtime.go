@@ -154,6 +154,7 @@ type Runtime[S Store] struct {
 
 	lease  leaseState   // this instance's lease, over a Leaser store
 	leaser Leaser       // the store as a Leaser, nil if it is not one
+	hooks  *hooks       // nil outside tests
 	gaveUp atomic.Int64 // run writes given up because the runtime was ending
 
 	mu sync.RWMutex
@@ -423,10 +424,13 @@ func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 	}
 	if t.opts.queue == "" {
 		if t.adm != nil && t.adm.waits {
+			if h := rt.hooks; h != nil && h.enqueue != nil {
+				h.enqueue()
+			}
 			if rt.adm.enqueue(t.adm) {
 				return // admission starts it when its turn comes
 			}
-			t.cancel(ErrShutdown) // admission drained since the check
+			t.cancel(ErrShutdown) // cancelled already, or admission drained since the check
 		}
 		rt.run(t)
 		return
@@ -435,6 +439,14 @@ func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 		t.cancel(ErrShutdown) // the queue drained since the check
 		go rt.execute(t)
 	}
+}
+
+// hooks are test hooks: each stops a goroutine at a point where it races
+// another, for a test to run the other in between.
+type hooks struct {
+	leaseRead func() // leaseForRun: between its reads of the epoch and of the lease's end
+	leaseLost func() // loseLease: between the epoch's bump and the sweep of the runs
+	enqueue   func() // dispatch: before a run that waits for admission joins its wait
 }
 
 // register decides, under the task's lock, whether the submission joins
