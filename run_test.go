@@ -280,31 +280,63 @@ func untilCancelled(ctx context.Context, _ *Task) (any, error) {
 	return nil, context.Cause(ctx)
 }
 
+// leasedRuntime returns a runtime over s that renews its lease every
+// second with a TTL of three, and the submission of a first run, which
+// took the lease and runs until cancelled. Call it inside a bubble.
+func leasedRuntime[S Store](t *testing.T, s S) (*Runtime[S], Submission) {
+	t.Helper()
+	rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+	first, err := rt.Submit(ctx, "first", untilCancelled, alice)
+	require.NoError(t, err)
+	return rt, first
+}
+
+// failingRenewals returns a store whose renewals fail, as a database out
+// of reach would, while failing is set, and calls, which counts them.
+func failingRenewals() (s *renewing, failing *atomic.Bool, calls *atomic.Int32) {
+	failing, calls = new(atomic.Bool), new(atomic.Int32)
+	s = &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+		calls.Add(1)
+		if failing.Load() {
+			return false, errors.New("connection refused")
+		}
+		return true, nil
+	}}
+	return s, failing, calls
+}
+
+// lapseOnce lets a lapsing store's next renewal, one second away in the
+// bubble, find the lease expired.
+func lapseOnce(lapsed *atomic.Bool) {
+	lapsed.Store(true)
+	time.Sleep(time.Second)
+	synctest.Wait()
+	lapsed.Store(false)
+}
+
+// assertAbandoned asserts that id's record ended FAILED as abandoned.
+func assertAbandoned[S Store](t *testing.T, rt *Runtime[S], id, msg string) {
+	t.Helper()
+	snap := mustStatus(t, rt, id)
+	assert.Equal(t, StatusFailed, snap.Status, msg)
+	assert.Equal(t, CauseAbandoned, snap.Cause, msg)
+}
+
 // Once the lease is lost, a submission registers nothing on it: it
 // renews the lease first and fails with the renewal's error, and once
 // the store heals it renews and runs at once, without waiting for the
 // renewal loop's next tick.
 func TestSubmitRenewsALostLeaseBeforeRegistering(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var failing atomic.Bool
-		var calls atomic.Int32
-		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
-			calls.Add(1)
-			if failing.Load() {
-				return false, errors.New("connection refused")
-			}
-			return true, nil
-		}}
-		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		first, err := rt.Submit(ctx, "first", untilCancelled, alice)
-		require.NoError(t, err)
+		s, failing, calls := failingRenewals()
+		rt, first := leasedRuntime(t, s)
 		failing.Store(true)
 		time.Sleep(3500 * time.Millisecond) // past the lease's end
 		synctest.Wait()
 		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "the run of the lost lease")
 
 		before := calls.Load()
-		_, err = rt.Submit(ctx, "later", untilCancelled, alice)
+		_, err := rt.Submit(ctx, "later", untilCancelled, alice)
 		assert.ErrorContains(t, err, "connection refused")
 		assert.Equal(t, before+1, calls.Load(), "the submission renewed the lease itself")
 		_, err = rt.Status(ctx, "later", alice)
@@ -341,9 +373,7 @@ func TestSubmissionsShareALeaseRenewal(t *testing.T) {
 			}
 			return false, errors.New("connection refused")
 		}}
-		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
-		require.NoError(t, err)
+		rt, _ := leasedRuntime(t, s)
 		mode.Store(down)
 		time.Sleep(3500 * time.Millisecond) // past the lease's end
 		synctest.Wait()
@@ -381,33 +411,35 @@ func (s *insertHeld) InsertTask(ctx context.Context, rec Record) error {
 	return s.renewing.InsertTask(ctx, rec)
 }
 
+// racerHeldInItsInsert returns a runtime over a lapsing store with a
+// first run, and the submission of the key "racer" waiting in its insert
+// for s.release: it has passed its lease check and is not yet published.
+// Its Submission arrives on submitted. Call it inside a bubble.
+func racerHeldInItsInsert(t *testing.T) (rt *Runtime[*insertHeld], s *insertHeld, lapsed *atomic.Bool, first Submission, submitted chan Submission) {
+	inner, lapsed := lapsing()
+	s = &insertHeld{renewing: inner, held: "alice::racer", release: make(chan struct{})}
+	rt, first = leasedRuntime(t, s)
+	submitted = make(chan Submission, 1)
+	go func() {
+		sub, err := rt.Submit(ctx, "racer", untilCancelled, alice)
+		assert.NoError(t, err)
+		submitted <- sub
+	}()
+	synctest.Wait() // the racer's insert waits
+	return rt, s, lapsed, first, submitted
+}
+
 // A run that registers while the lease is found lost, too late for the
 // sweep that abandons the runs, is abandoned as it is dispatched.
 func TestARunRegisteringAsTheLeaseIsLostIsAbandoned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		inner, lapsed := lapsing()
-		s := &insertHeld{renewing: inner, held: "alice::racer", release: make(chan struct{})}
-		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		first, err := rt.Submit(ctx, "first", untilCancelled, alice)
-		require.NoError(t, err)
-		submitted := make(chan Submission, 1)
-		go func() {
-			sub, err := rt.Submit(ctx, "racer", untilCancelled, alice)
-			assert.NoError(t, err)
-			submitted <- sub
-		}()
-		synctest.Wait() // the racer's insert waits
-		lapsed.Store(true)
-		time.Sleep(time.Second) // the renewal finds the lease expired
-		synctest.Wait()
-		lapsed.Store(false)
+		rt, s, lapsed, first, submitted := racerHeldInItsInsert(t)
+		lapseOnce(lapsed)
 		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "swept")
 		close(s.release)
 		racer := <-submitted
 		synctest.Wait()
-		snap := mustStatus(t, rt, racer.ID)
-		assert.Equal(t, StatusFailed, snap.Status, "registered as the lease was lost")
-		assert.Equal(t, CauseAbandoned, snap.Cause)
+		assertAbandoned(t, rt, racer.ID, "registered as the lease was lost")
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
@@ -418,16 +450,8 @@ func TestARunRegisteringAsTheLeaseIsLostIsAbandoned(t *testing.T) {
 // nothing on the lost lease.
 func TestASubmissionStalledAcrossALossRegistersNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var failing atomic.Bool
-		s := &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
-			if failing.Load() {
-				return false, errors.New("connection refused")
-			}
-			return true, nil
-		}}
-		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		_, err := rt.Submit(ctx, "first", untilCancelled, alice) // takes the lease
-		require.NoError(t, err)
+		s, failing, _ := failingRenewals()
+		rt, _ := leasedRuntime(t, s)
 		stalled, resume := make(chan struct{}), make(chan struct{})
 		rt.hooks = &hooks{leaseRead: func() { close(stalled); <-resume }}
 		submitted := make(chan error, 1)
@@ -442,7 +466,7 @@ func TestASubmissionStalledAcrossALossRegistersNothing(t *testing.T) {
 		rt.hooks = nil
 		close(resume)
 		assert.ErrorContains(t, <-submitted, "connection refused")
-		_, err = rt.Status(ctx, "stalled", alice)
+		_, err := rt.Status(ctx, "stalled", alice)
 		assert.ErrorIs(t, err, ErrNotFound, "nothing registered on the lost lease")
 		failing.Store(false)
 		require.NoError(t, rt.Shutdown(ctx))
@@ -454,31 +478,15 @@ func TestASubmissionStalledAcrossALossRegistersNothing(t *testing.T) {
 // sweep of the runs lists it: the epoch moves before the sweep.
 func TestARunDispatchedDuringALossIsAbandoned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		inner, lapsed := lapsing()
-		s := &insertHeld{renewing: inner, held: "alice::racer", release: make(chan struct{})}
-		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
-		require.NoError(t, err)
-		submitted := make(chan Submission, 1)
-		go func() {
-			sub, err := rt.Submit(ctx, "racer", untilCancelled, alice)
-			assert.NoError(t, err)
-			submitted <- sub
-		}()
-		synctest.Wait() // the racer's insert waits
+		rt, s, lapsed, _, submitted := racerHeldInItsInsert(t)
 		var racer Submission
 		rt.hooks = &hooks{leaseLost: func() {
 			close(s.release)
 			racer = <-submitted // published and dispatched
 		}}
-		lapsed.Store(true)
-		time.Sleep(time.Second) // the renewal finds the lease expired
-		synctest.Wait()
-		lapsed.Store(false)
+		lapseOnce(lapsed)
 		rt.hooks = nil
-		snap := mustStatus(t, rt, racer.ID)
-		assert.Equal(t, StatusFailed, snap.Status, "dispatched while the lease was found lost")
-		assert.Equal(t, CauseAbandoned, snap.Cause)
+		assertAbandoned(t, rt, racer.ID, "dispatched while the lease was found lost")
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
@@ -505,17 +513,12 @@ func TestARunCancelledBeforeItWaitsForASlotEndsAtOnce(t *testing.T) {
 			submitted <- sub
 		}()
 		<-waiting
-		lapsed.Store(true)
-		time.Sleep(time.Second) // the loss cancels every run
-		synctest.Wait()
-		lapsed.Store(false)
+		lapseOnce(lapsed)
 		rt.hooks = nil
 		close(resume)
 		sub := <-submitted
 		synctest.Wait()
-		snap := mustStatus(t, rt, sub.ID)
-		assert.Equal(t, StatusFailed, snap.Status, "ended while the slot is still held")
-		assert.Equal(t, CauseAbandoned, snap.Cause)
+		assertAbandoned(t, rt, sub.ID, "ended while the slot is still held")
 		close(release)
 		require.NoError(t, rt.Shutdown(ctx))
 	})
@@ -537,9 +540,7 @@ func TestASubmissionThatFindsTheLeaseExpiredRunsOnTheNewOne(t *testing.T) {
 			}
 			return !expired.Load(), nil
 		}}
-		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		first, err := rt.Submit(ctx, "first", untilCancelled, alice)
-		require.NoError(t, err)
+		rt, first := leasedRuntime(t, s)
 		// Renewals: 1 s, sent 1 s, landed 1.5 s (the lease ends at 4 s at
 		// the earliest); 2.5 s and 3.5 s fail, short of a TTL after the
 		// answer. At 4.2 s the lease's end has passed, but the loop has not
