@@ -208,7 +208,7 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 		if rt.lease.take(ctx) != nil {
 			return
 		}
-		rt.renew(ctx, l) //nolint:errcheck // renew logs it, and the next tick tries again
+		_ = rt.renew(ctx, l) // renew logs a failure; the next tick tries again
 		rt.lease.give()
 	}
 }
@@ -230,8 +230,9 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 	ls := &rt.lease
 	sent := time.Now()
 	call, cancel := ctx, context.CancelFunc(nil)
+	var bound time.Duration
 	if !ls.renewed.IsZero() { // the first is bounded by ctx alone
-		bound := rt.cfg.LeaseTTL - sent.Sub(ls.renewed)
+		bound = rt.cfg.LeaseTTL - sent.Sub(ls.renewed)
 		if bound <= 0 {
 			bound = rt.cfg.LeaseInterval
 		}
@@ -241,8 +242,13 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 	if cancel != nil {
 		cancel()
 	}
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
 		return err // the caller gave up: the call says nothing of the store
+	case errors.Is(call.Err(), context.DeadlineExceeded):
+		// The bound's, not the caller's: not context.DeadlineExceeded.
+		err = fmt.Errorf("workers: the store did not answer a lease renewal within %v", bound)
 	}
 	defer ls.tries.Add(1)
 	ls.lastErr = err

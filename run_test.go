@@ -274,6 +274,33 @@ func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 	})
 }
 
+// A submission whose renewal of a lost lease hangs fails once the
+// renewal's bound passes, with an error that says so and is not the
+// caller's own deadline.
+func TestAHungRenewalFailsTheSubmissionWithItsOwnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+			if calls.Add(1) > 1 {
+				<-ctx.Done() // every later renewal hangs
+				return false, ctx.Err()
+			}
+			return true, nil
+		}}
+		rt, _ := leasedRuntime(t, s)
+		time.Sleep(3500 * time.Millisecond) // the lease ran out: lost
+		start := time.Now()
+		_, err := rt.Submit(ctx, "later", untilCancelled, alice)
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller's context did not end")
+		assert.ErrorContains(t, err, "did not answer a lease renewal within 1s")
+		assert.LessOrEqual(t, time.Since(start), 2*time.Second, "one interval, after any renewal in flight")
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(sctx))
+	})
+}
+
 // untilCancelled is a callback that runs until its context ends.
 func untilCancelled(ctx context.Context, _ *Task) (any, error) {
 	<-ctx.Done()
