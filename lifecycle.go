@@ -176,6 +176,7 @@ type intake struct {
 	closed bool          // guarded by mu
 	inside int           // guarded by mu
 	idle   chan struct{} // guarded by mu: made by close, closed when inside reaches 0
+	shut   chan struct{} // closed by the first close: a submission stops waiting for the lease
 }
 
 // enter admits a submission, or reports false once the gate is closed.
@@ -201,9 +202,12 @@ func (g *intake) leave() {
 
 // isClosed reports whether close was called.
 func (g *intake) isClosed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.closed
+	select {
+	case <-g.shut:
+		return true
+	default:
+		return false
+	}
 }
 
 // close closes the gate and returns a channel closed once no submission
@@ -211,7 +215,10 @@ func (g *intake) isClosed() bool {
 func (g *intake) close() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.closed = true
+	if !g.closed {
+		g.closed = true
+		close(g.shut)
+	}
 	ch := make(chan struct{})
 	if g.inside == 0 {
 		close(ch)

@@ -109,13 +109,16 @@ type liveSet struct {
 // clock is the lease's monotonic clock reading at t.
 func (ls *leaseState) clock(t time.Time) int64 { return int64(t.Sub(ls.base)) }
 
-// take waits for the lease's turn, or for ctx to end.
-func (ls *leaseState) take(ctx context.Context) error {
+// take waits for the lease's turn, or for ctx to end, or for shut to
+// close (ErrClosed).
+func (ls *leaseState) take(ctx context.Context, shut <-chan struct{}) error {
 	select {
 	case ls.turn <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
+	case <-shut:
+		return ErrClosed
 	}
 }
 
@@ -129,7 +132,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if rt.lease.held.Load() {
 		return nil
 	}
-	if err := rt.lease.take(ctx); err != nil {
+	if err := rt.lease.take(ctx, nil); err != nil {
 		return err
 	}
 	defer rt.lease.give()
@@ -178,7 +181,9 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 		return epoch, nil
 	}
 	seen := ls.tries.Load()
-	if err := ls.take(ctx); err != nil {
+	// Shutdown waits for the submissions inside: this one stops waiting
+	// for a renewal in flight once Shutdown has begun.
+	if err := ls.take(ctx, rt.gate.shut); err != nil {
 		return 0, err
 	}
 	defer ls.give()
@@ -205,7 +210,7 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			return
 		case <-tick.C:
 		}
-		if rt.lease.take(ctx) != nil {
+		if rt.lease.take(ctx, nil) != nil {
 			return
 		}
 		_ = rt.renew(ctx, l) // renew logs a failure; the next tick tries again

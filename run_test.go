@@ -301,6 +301,38 @@ func TestAHungRenewalFailsTheSubmissionWithItsOwnError(t *testing.T) {
 	})
 }
 
+// A submission waiting for a renewal in flight stops waiting when
+// Shutdown begins (ErrClosed), so Shutdown is not held up by the hung
+// store for as long as the renewal's bound.
+func TestShutdownEndsASubmissionsWaitForTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+			if calls.Add(1) > 1 {
+				<-ctx.Done() // every later renewal hangs
+				return false, ctx.Err()
+			}
+			return true, nil
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: 10 * time.Second, LeaseTTL: 30 * time.Second})
+		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		require.NoError(t, err)
+		// The renewal sent at 10 s is cut off at 30 s, the lease's end:
+		// lost. The next, sent at 30 s, hangs until 40 s.
+		time.Sleep(31 * time.Second)
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := rt.Submit(ctx, "later", untilCancelled, alice)
+			submitted <- err
+		}()
+		time.Sleep(time.Second) // the submission waits for the renewal
+		start := time.Now()
+		require.NoError(t, rt.Shutdown(ctx))
+		assert.Zero(t, time.Since(start), "Shutdown did not wait for the renewal")
+		assert.ErrorIs(t, <-submitted, ErrClosed)
+	})
+}
+
 // untilCancelled is a callback that runs until its context ends.
 func untilCancelled(ctx context.Context, _ *Task) (any, error) {
 	<-ctx.Done()

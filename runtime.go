@@ -205,6 +205,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	}
 	rt.noOpts.hub = &rt.hub
 	rt.leaser, _ = any(store).(Leaser)
+	rt.gate.shut = make(chan struct{})
 	rt.lease.turn = make(chan struct{}, 1)
 	rt.lease.base, rt.lease.lost = time.Now(), true
 	if cfg.Limits.set() {
