@@ -246,9 +246,9 @@ func (a *admission) forget(o *ownerLoad) {
 
 // enqueue queues a registered async run that must wait for a slot, and
 // reports false once the runtime drains, or when the run was cancelled
-// already (the caller then ends the run). A run cancelled later is taken
-// out by whoever cancelled it (cancelWaiting, takeCancelled), whose
-// check is serialized with this one by mu.
+// already (the caller then ends the run). A run that Cancel or a lost
+// lease cancels later is taken out by its canceller (cancelWaiting,
+// takeCancelled), whose check is serialized with this one by mu.
 func (a *admission) enqueue(r *admit) bool {
 	a.mu.Lock()
 	if a.draining || r.t.cause() != nil {
@@ -342,8 +342,9 @@ func (a *admission) launch(ready []*admit) {
 }
 
 // acquire waits for a queue item's running slot. It reports false when
-// the runtime began draining first; an item cancelled meanwhile may be
-// let through without a slot, since it ends without starting.
+// the runtime began draining first, or the item was cancelled before it
+// could wait; an item cancelled meanwhile may be let through without a
+// slot, since it ends without starting.
 func (a *admission) acquire(r *admit) bool {
 	if !a.enqueue(r) {
 		return false

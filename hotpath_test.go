@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -60,6 +61,9 @@ func TestRunnersParkedAreBounded(t *testing.T) {
 // growStack leaves its goroutine a stack with room for a run: the
 // compiler kept its frame.
 func TestGrowStackMakesRoomForARun(t *testing.T) {
+	if strings.Contains(os.Getenv("GODEBUG"), "adaptivestackstart=1") {
+		t.Skip("new goroutines may start with a stack as large as growStack's; the measure would say nothing")
+	}
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a GC would shrink the idle stacks
 	const n = 64
 	var grown sync.WaitGroup

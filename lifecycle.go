@@ -19,7 +19,8 @@ const shutdownSlack = 100 * time.Millisecond
 // ends. In order, it:
 //
 //  1. closes the runtime to submissions (submit calls return ErrClosed
-//     from then on) and waits, within ctx, for submissions already
+//     from then on, and so do those still waiting for the instance
+//     lease) and waits, within ctx, for submissions already
 //     registering; one that registers later is cancelled at once;
 //  2. stops every sequential queue fetching, and admission dispatching
 //     (see Limits), and records each item that never started, queued or
@@ -42,7 +43,8 @@ const shutdownSlack = 100 * time.Millisecond
 // is cut off then. It returns nil when everything settled, and otherwise
 // an error wrapping ctx.Err() that says what was left: runs whose
 // callbacks still execute (they keep their handles, and release them
-// when they return, but can no longer write: their records stay live)
+// when they return, but can no longer write: their records stay live),
+// submissions still registering (a store call that ignores its context)
 // and records that could not be written in time (a queue item still
 // PENDING, a run still RUNNING). Such records belong to this runtime's
 // instance: once its lease expires (it is no longer renewed), any
@@ -68,7 +70,8 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	}()
 	grace := rt.gracePoint(ctx)
 
-	waitAll(ctx, []<-chan struct{}{rt.gate.close()})
+	submitting := []<-chan struct{}{rt.gate.close()}
+	waitAll(ctx, submitting)
 
 	queues, backlog := rt.emptyQueues((*queue).drain)
 	if rt.adm != nil {
@@ -115,6 +118,9 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		loopsCtx = rt.life
 	}
 	open += waitAll(loopsCtx, waits)
+	// A submission still inside, its store call ignoring its context, is
+	// a goroutine executing too: it may yet register a run.
+	open += waitAll(ctx, submitting)
 
 	unwritten := rt.unwritten()
 	// The lease is released once, by the Shutdown that settled
@@ -176,7 +182,25 @@ type intake struct {
 	closed bool          // guarded by mu
 	inside int           // guarded by mu
 	idle   chan struct{} // guarded by mu: made by close, closed when inside reaches 0
-	shut   chan struct{} // closed by the first close: a submission stops waiting for the lease
+
+	// shutCtx ends at the first close, and shut is its Done channel: a
+	// submission's wait for the lease, and its renewal, end with it.
+	shutCtx context.Context
+	endShut context.CancelFunc
+	shut    <-chan struct{}
+}
+
+func (g *intake) init() {
+	g.shutCtx, g.endShut = context.WithCancel(context.Background())
+	g.shut = g.shutCtx.Done()
+}
+
+// bind returns ctx, ended also when the gate closes (cause ErrClosed),
+// and the function that releases it.
+func (g *intake) bind(ctx context.Context) (context.Context, func()) {
+	c, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(g.shutCtx, func() { cancel(ErrClosed) })
+	return c, func() { stop(); cancel(nil) }
 }
 
 // enter admits a submission, or reports false once the gate is closed.
@@ -217,7 +241,7 @@ func (g *intake) close() <-chan struct{} {
 	defer g.mu.Unlock()
 	if !g.closed {
 		g.closed = true
-		close(g.shut)
+		g.endShut()
 	}
 	ch := make(chan struct{})
 	if g.inside == 0 {

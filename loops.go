@@ -109,6 +109,9 @@ type liveSet struct {
 // clock is the lease's monotonic clock reading at t.
 func (ls *leaseState) clock(t time.Time) int64 { return int64(t.Sub(ls.base)) }
 
+// errRenewalCutOff is the cause of a renewal's own deadline.
+var errRenewalCutOff = errors.New("workers: lease renewal cut off")
+
 // take waits for the lease's turn, or for ctx to end, or for shut to
 // close (ErrClosed).
 func (ls *leaseState) take(ctx context.Context, shut <-chan struct{}) error {
@@ -132,7 +135,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if rt.lease.held.Load() {
 		return nil
 	}
-	if err := rt.lease.take(ctx, nil); err != nil {
+	if err := rt.lease.take(ctx, rt.gate.shut); err != nil {
 		return err
 	}
 	defer rt.lease.give()
@@ -141,7 +144,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	}
 	l, leased := any(rt.store).(Leaser)
 	if leased {
-		if err := rt.renew(ctx, l); err != nil {
+		if err := rt.renewUnlessShut(ctx, l); err != nil {
 			return fmt.Errorf("workers: taking the instance lease: %w", err)
 		}
 	}
@@ -174,7 +177,7 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	// The epoch is read before the lease's end: a loss declared between
 	// the two reads then shows at dispatch.
 	epoch := ls.epoch.Load()
-	if h := rt.hooks; h != nil && h.leaseRead != nil {
+	if h := rt.hooks.Load(); h != nil && h.leaseRead != nil {
 		h.leaseRead()
 	}
 	if rt.leaser == nil || ls.clock(time.Now()) < ls.until.Load() {
@@ -193,11 +196,24 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	case ls.tries.Load() != seen && ls.lastErr != nil:
 		return 0, fmt.Errorf("workers: renewing the instance lease: %w", ls.lastErr)
 	default:
-		if err := rt.renew(ctx, rt.leaser); err != nil {
+		if err := rt.renewUnlessShut(ctx, rt.leaser); err != nil {
 			return 0, fmt.Errorf("workers: renewing the instance lease: %w", err)
 		}
 	}
 	return ls.epoch.Load(), nil
+}
+
+// renewUnlessShut is renew for a caller outside the loops: a submission,
+// or a first Wait or Watch. Shutdown's start cuts its call off, and it
+// then returns ErrClosed.
+func (rt *Runtime[S]) renewUnlessShut(ctx context.Context, l Leaser) error {
+	c, release := rt.gate.bind(ctx)
+	defer release()
+	err := rt.renew(c, l)
+	if err != nil && ctx.Err() == nil && rt.gate.isClosed() {
+		return ErrClosed
+	}
+	return err
 }
 
 // renewLease renews the lease every LeaseInterval until ctx ends.
@@ -230,30 +246,30 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 // that hangs is cut off by the lease's end, so a stalled store cannot
 // hide that the lease ran out. Once it has run out, a renewal (which
 // creates a new lease) gets one interval. The first, which takes the
-// lease, is bounded by ctx alone.
+// lease, gets a whole LeaseTTL: a cold connection may be slow.
 func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 	ls := &rt.lease
 	sent := time.Now()
-	call, cancel := ctx, context.CancelFunc(nil)
-	var bound time.Duration
-	if !ls.renewed.IsZero() { // the first is bounded by ctx alone
-		bound = rt.cfg.LeaseTTL - sent.Sub(ls.renewed)
+	bound := rt.cfg.LeaseTTL // the first, which takes the lease
+	if !ls.renewed.IsZero() {
+		bound -= sent.Sub(ls.renewed)
 		if bound <= 0 {
 			bound = rt.cfg.LeaseInterval
 		}
-		call, cancel = context.WithTimeout(ctx, bound)
 	}
+	call, cancel := context.WithTimeoutCause(ctx, bound, errRenewalCutOff)
 	extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
-	if cancel != nil {
-		cancel()
-	}
+	cutOff := context.Cause(call) == errRenewalCutOff
+	cancel()
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return err // the caller gave up: the call says nothing of the store
-	case errors.Is(call.Err(), context.DeadlineExceeded):
-		// The bound's, not the caller's: not context.DeadlineExceeded.
-		err = fmt.Errorf("workers: the store did not answer a lease renewal within %v", bound)
+	case cutOff:
+		// The bound's deadline, not the caller's: not
+		// context.DeadlineExceeded, which the caller would take for its
+		// own.
+		err = fmt.Errorf("workers: the store did not answer a lease renewal within %v (%v)", bound, err)
 	}
 	defer ls.tries.Add(1)
 	ls.lastErr = err
@@ -287,7 +303,7 @@ func (rt *Runtime[S]) loseLease(why string) {
 	ls.lost = true
 	ls.until.Store(0)
 	ls.epoch.Add(1)
-	if h := rt.hooks; h != nil && h.leaseLost != nil {
+	if h := rt.hooks.Load(); h != nil && h.leaseLost != nil {
 		h.leaseLost()
 	}
 	rt.logAbandon(why)

@@ -118,8 +118,8 @@ func (rt *Runtime[S]) process(q *queue) {
 			q.next = t
 			q.mu.Unlock()
 			if !rt.adm.acquire(t.adm) {
-				// The runtime is draining: it never starts, and records
-				// the shutdown.
+				// Cancelled before it could wait, or the runtime is
+				// draining: it never starts, and records its first cause.
 				t.cancel(ErrShutdown)
 			}
 			q.mu.Lock()

@@ -512,7 +512,7 @@ func TestASubmissionStalledAcrossALossRegistersNothing(t *testing.T) {
 		s, failing, _ := failingRenewals()
 		rt, _ := leasedRuntime(t, s)
 		stalled, resume := make(chan struct{}), make(chan struct{})
-		rt.hooks = &hooks{leaseRead: func() { close(stalled); <-resume }}
+		rt.hooks.Store(&hooks{leaseRead: func() { close(stalled); <-resume }})
 		submitted := make(chan error, 1)
 		go func() {
 			_, err := rt.Submit(ctx, "stalled", untilCancelled, alice)
@@ -522,7 +522,7 @@ func TestASubmissionStalledAcrossALossRegistersNothing(t *testing.T) {
 		failing.Store(true)
 		time.Sleep(3500 * time.Millisecond) // the loop declares the lease lost
 		synctest.Wait()
-		rt.hooks = nil
+		rt.hooks.Store(nil)
 		close(resume)
 		assert.ErrorContains(t, <-submitted, "connection refused")
 		_, err := rt.Status(ctx, "stalled", alice)
@@ -539,12 +539,12 @@ func TestARunDispatchedDuringALossIsAbandoned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, s, lapsed, _, submitted := racerHeldInItsInsert(t)
 		var racer Submission
-		rt.hooks = &hooks{leaseLost: func() {
+		rt.hooks.Store(&hooks{leaseLost: func() {
 			close(s.release)
 			racer = <-submitted // published and dispatched
-		}}
+		}})
 		lapseOnce(lapsed)
-		rt.hooks = nil
+		rt.hooks.Store(nil)
 		assertAbandoned(t, rt, racer.ID, "dispatched while the lease was found lost")
 		require.NoError(t, rt.Shutdown(ctx))
 	})
@@ -564,7 +564,7 @@ func TestARunCancelledBeforeItWaitsForASlotEndsAtOnce(t *testing.T) {
 		}, alice)
 		require.NoError(t, err)
 		waiting, resume := make(chan struct{}), make(chan struct{})
-		rt.hooks = &hooks{enqueue: func() { close(waiting); <-resume }}
+		rt.hooks.Store(&hooks{enqueue: func() { close(waiting); <-resume }})
 		submitted := make(chan Submission, 1)
 		go func() {
 			sub, err := rt.Submit(ctx, "waiter", untilCancelled, alice)
@@ -573,7 +573,7 @@ func TestARunCancelledBeforeItWaitsForASlotEndsAtOnce(t *testing.T) {
 		}()
 		<-waiting
 		lapseOnce(lapsed)
-		rt.hooks = nil
+		rt.hooks.Store(nil)
 		close(resume)
 		sub := <-submitted
 		synctest.Wait()
@@ -647,26 +647,80 @@ func TestASubmissionWaitsForTheRenewalInFlight(t *testing.T) {
 	})
 }
 
-// The renewal that takes the lease is bounded by the submission's
-// context alone, not by LeaseInterval: a store slow to answer the first
-// call (a cold connection) does not fail the first submission.
-func TestTheFirstRenewalIsBoundedByTheCallerAlone(t *testing.T) {
+// The renewal that takes the lease gets a whole LeaseTTL, not one
+// LeaseInterval: a store slow to answer the first call (a cold
+// connection) does not fail the first submission. One that never
+// answers fails it once the TTL has passed.
+func TestTheFirstRenewalGetsAWholeTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int32
 		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
 			if calls.Add(1) == 1 {
-				select {
-				case <-time.After(3 * time.Second):
-				case <-ctx.Done():
-					return false, ctx.Err()
-				}
+				<-ctx.Done() // the first never answers
+				return false, ctx.Err()
+			}
+			select {
+			case <-time.After(3 * time.Second): // the second is slow
+			case <-ctx.Done():
+				return false, ctx.Err()
 			}
 			return true, nil
 		}}
 		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 5 * time.Second})
+		start := time.Now()
 		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
+		assert.ErrorContains(t, err, "did not answer a lease renewal within 5s")
+		assert.Equal(t, 5*time.Second, time.Since(start))
+		_, err = rt.Submit(ctx, "first", untilCancelled, alice)
 		require.NoError(t, err)
 		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// Shutdown ends the submissions that wait to take the lease, or take it,
+// from a store that does not answer (ErrClosed), and returns; none is
+// left behind.
+func TestShutdownEndsSubmissionsTakingTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+			<-ctx.Done() // never answers
+			return false, ctx.Err()
+		}}
+		rt := NewRuntime(s, Config{})
+		errs := make(chan error, 2)
+		for _, key := range []string{"a", "b"} {
+			go func() {
+				_, err := rt.Submit(context.Background(), key, untilCancelled, alice)
+				errs <- err
+			}()
+		}
+		synctest.Wait() // one renews, the other waits for its turn
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		require.NoError(t, rt.Shutdown(sctx))
+		assert.Zero(t, time.Since(start))
+		for range 2 {
+			assert.ErrorIs(t, <-errs, ErrClosed)
+		}
+	})
+}
+
+// A submission still inside when Shutdown's deadline passes (its store
+// call ignores its context) counts as work left executing: Shutdown
+// reports it instead of returning nil.
+func TestShutdownCountsASubmissionStillInside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, s, _, _, submitted := racerHeldInItsInsert(t)
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err := rt.Shutdown(sctx)
+		// The wait for the submission took all of ctx: the first run,
+		// cancelled only then, has not settled either.
+		assert.ErrorContains(t, err, "left 2 runs or goroutines executing", "the first run, and the submission")
+		close(s.release)
+		<-submitted
+		synctest.Wait()
 	})
 }
 

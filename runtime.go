@@ -152,10 +152,10 @@ type Runtime[S Store] struct {
 	hub     hub        // feeds Watch and Subscribe
 	noOpts  runOptions // every async run submitted without options shares it; never written after NewRuntime
 
-	lease  leaseState   // this instance's lease, over a Leaser store
-	leaser Leaser       // the store as a Leaser, nil if it is not one
-	hooks  *hooks       // nil outside tests
-	gaveUp atomic.Int64 // run writes given up because the runtime was ending
+	lease  leaseState            // this instance's lease, over a Leaser store
+	leaser Leaser                // the store as a Leaser, nil if it is not one
+	hooks  atomic.Pointer[hooks] // nil outside tests
+	gaveUp atomic.Int64          // run writes given up because the runtime was ending
 
 	mu sync.RWMutex
 	// Every registered run not yet settled is in handles or in others.
@@ -205,7 +205,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	}
 	rt.noOpts.hub = &rt.hub
 	rt.leaser, _ = any(store).(Leaser)
-	rt.gate.shut = make(chan struct{})
+	rt.gate.init()
 	rt.lease.turn = make(chan struct{}, 1)
 	rt.lease.base, rt.lease.lost = time.Now(), true
 	if cfg.Limits.set() {
@@ -425,7 +425,7 @@ func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 	}
 	if t.opts.queue == "" {
 		if t.adm != nil && t.adm.waits {
-			if h := rt.hooks; h != nil && h.enqueue != nil {
+			if h := rt.hooks.Load(); h != nil && h.enqueue != nil {
 				h.enqueue()
 			}
 			if rt.adm.enqueue(t.adm) {
