@@ -250,14 +250,7 @@ func TestLostLeaseFencesTheLateResult(t *testing.T) {
 // when the interval is longer than what is left of the lease.
 func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var calls atomic.Int32
-		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
-			if calls.Add(1) == 1 {
-				return true, nil
-			}
-			<-ctx.Done() // every later renewal hangs
-			return false, ctx.Err()
-		}}
+		s := hangingAfterFirst()
 		rt := NewRuntime(s, Config{LeaseInterval: 3 * time.Second, LeaseTTL: 4 * time.Second})
 		start := time.Now()
 		abandoned := make(chan time.Duration, 1)
@@ -268,9 +261,7 @@ func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 		}, alice)
 		require.NoError(t, err)
 		assert.Equal(t, 4*time.Second, <-abandoned)
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		require.NoError(t, rt.Shutdown(sctx))
+		shutdownWithin(t, rt, time.Second)
 	})
 }
 
@@ -279,14 +270,7 @@ func TestHungRenewalAbandonsRunsByTheLeasesEnd(t *testing.T) {
 // caller's own deadline.
 func TestAHungRenewalFailsTheSubmissionWithItsOwnError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var calls atomic.Int32
-		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
-			if calls.Add(1) > 1 {
-				<-ctx.Done() // every later renewal hangs
-				return false, ctx.Err()
-			}
-			return true, nil
-		}}
+		s := hangingAfterFirst()
 		rt, _ := leasedRuntime(t, s)
 		time.Sleep(3500 * time.Millisecond) // the lease ran out: lost
 		start := time.Now()
@@ -295,9 +279,7 @@ func TestAHungRenewalFailsTheSubmissionWithItsOwnError(t *testing.T) {
 		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller's context did not end")
 		assert.ErrorContains(t, err, "did not answer a lease renewal within 1s")
 		assert.LessOrEqual(t, time.Since(start), 2*time.Second, "one interval, after any renewal in flight")
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		require.NoError(t, rt.Shutdown(sctx))
+		shutdownWithin(t, rt, time.Second)
 	})
 }
 
@@ -306,14 +288,7 @@ func TestAHungRenewalFailsTheSubmissionWithItsOwnError(t *testing.T) {
 // store for as long as the renewal's bound.
 func TestShutdownEndsASubmissionsWaitForTheLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var calls atomic.Int32
-		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
-			if calls.Add(1) > 1 {
-				<-ctx.Done() // every later renewal hangs
-				return false, ctx.Err()
-			}
-			return true, nil
-		}}
+		s := hangingAfterFirst()
 		rt := NewRuntime(s, Config{LeaseInterval: 10 * time.Second, LeaseTTL: 30 * time.Second})
 		_, err := rt.Submit(ctx, "first", untilCancelled, alice)
 		require.NoError(t, err)
@@ -331,6 +306,27 @@ func TestShutdownEndsASubmissionsWaitForTheLease(t *testing.T) {
 		assert.Zero(t, time.Since(start), "Shutdown did not wait for the renewal")
 		assert.ErrorIs(t, <-submitted, ErrClosed)
 	})
+}
+
+// hangingAfterFirst returns a store whose first renewal, which takes
+// the lease, succeeds, and every later one hangs until its context ends.
+func hangingAfterFirst() *renewing {
+	var calls atomic.Int32
+	return &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+		if calls.Add(1) == 1 {
+			return true, nil
+		}
+		<-ctx.Done()
+		return false, ctx.Err()
+	}}
+}
+
+// shutdownWithin shuts rt down and requires it to settle within d.
+func shutdownWithin[S Store](t *testing.T, rt *Runtime[S], d time.Duration) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	require.NoError(t, rt.Shutdown(sctx))
 }
 
 // untilCancelled is a callback that runs until its context ends.
