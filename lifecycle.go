@@ -44,8 +44,8 @@ const shutdownSlack = 100 * time.Millisecond
 // an error wrapping ctx.Err() that says what was left: runs whose
 // callbacks still execute (they keep their handles, and release them
 // when they return, but can no longer write: their records stay live),
-// submissions still registering (a store call that ignores its context)
-// and records that could not be written in time (a queue item still
+// submissions still registering (each in a store call that ignores its
+// context) and records that could not be written in time (a queue item still
 // PENDING, a run still RUNNING). Such records belong to this runtime's
 // instance: once its lease expires (it is no longer renewed), any
 // runtime's recovery ends them as abandoned; over a store without leases,
@@ -120,7 +120,9 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	open += waitAll(loopsCtx, waits)
 	// A submission still inside, its store call ignoring its context, is
 	// a goroutine executing too: it may yet register a run.
-	open += waitAll(ctx, submitting)
+	if waitAll(ctx, submitting) > 0 {
+		open += rt.gate.count()
+	}
 
 	unwritten := rt.unwritten()
 	// The lease is released once, by the Shutdown that settled
@@ -222,6 +224,13 @@ func (g *intake) leave() {
 		close(g.idle)
 		g.idle = nil
 	}
+}
+
+// count returns the number of submissions inside.
+func (g *intake) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inside
 }
 
 // isClosed reports whether close was called.

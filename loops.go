@@ -145,7 +145,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	l, leased := any(rt.store).(Leaser)
 	if leased {
 		if err := rt.renewUnlessShut(ctx, l); err != nil {
-			return fmt.Errorf("workers: taking the instance lease: %w", err)
+			return leaseError("taking", err)
 		}
 	}
 	rt.mu.Lock()
@@ -194,13 +194,22 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	case ls.clock(time.Now()) < ls.until.Load():
 		// renewed while this submission waited
 	case ls.tries.Load() != seen && ls.lastErr != nil:
-		return 0, fmt.Errorf("workers: renewing the instance lease: %w", ls.lastErr)
+		return 0, leaseError("renewing", ls.lastErr)
 	default:
 		if err := rt.renewUnlessShut(ctx, rt.leaser); err != nil {
-			return 0, fmt.Errorf("workers: renewing the instance lease: %w", err)
+			return 0, leaseError("renewing", err)
 		}
 	}
 	return ls.epoch.Load(), nil
+}
+
+// leaseError says what failed of taking or renewing the lease; ErrClosed
+// (Shutdown began) goes as it is, as for any submission after it.
+func leaseError(doing string, err error) error {
+	if err == ErrClosed {
+		return err
+	}
+	return fmt.Errorf("workers: %s the instance lease: %w", doing, err)
 }
 
 // renewUnlessShut is renew for a caller outside the loops: a submission,

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -304,7 +305,7 @@ func TestShutdownEndsASubmissionsWaitForTheLease(t *testing.T) {
 		start := time.Now()
 		require.NoError(t, rt.Shutdown(ctx))
 		assert.Zero(t, time.Since(start), "Shutdown did not wait for the renewal")
-		assert.ErrorIs(t, <-submitted, ErrClosed)
+		assert.Equal(t, ErrClosed, <-submitted, "ErrClosed itself, as for any submission after Shutdown")
 	})
 }
 
@@ -451,8 +452,9 @@ func TestSubmissionsShareALeaseRenewal(t *testing.T) {
 	})
 }
 
-// insertHeld is a lapsing store whose insert of the key held waits for
-// release: a submission caught between its lease check and its handle.
+// insertHeld is a lapsing store whose inserts of the ids that start with
+// held wait for release, whatever their context says: a submission
+// caught between its lease check and its handle.
 type insertHeld struct {
 	*renewing
 	held    string
@@ -460,7 +462,7 @@ type insertHeld struct {
 }
 
 func (s *insertHeld) InsertTask(ctx context.Context, rec Record) error {
-	if rec.ID == s.held {
+	if strings.HasPrefix(rec.ID, s.held) {
 		<-s.release
 	}
 	return s.renewing.InsertTask(ctx, rec)
@@ -697,25 +699,32 @@ func TestShutdownEndsSubmissionsTakingTheLease(t *testing.T) {
 		require.NoError(t, rt.Shutdown(sctx))
 		assert.Zero(t, time.Since(start))
 		for range 2 {
-			assert.ErrorIs(t, <-errs, ErrClosed)
+			assert.Equal(t, ErrClosed, <-errs, "ErrClosed itself, as for any submission after Shutdown")
 		}
 	})
 }
 
-// A submission still inside when Shutdown's deadline passes (its store
-// call ignores its context) counts as work left executing: Shutdown
-// reports it instead of returning nil.
-func TestShutdownCountsASubmissionStillInside(t *testing.T) {
+// Submissions still inside when Shutdown's deadline passes (in a store
+// call that ignores its context) count as work left executing, each of
+// them: Shutdown reports them instead of returning nil.
+func TestShutdownCountsTheSubmissionsStillInside(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, s, _, _, submitted := racerHeldInItsInsert(t)
+		second := make(chan error, 1)
+		go func() {
+			_, err := rt.Submit(ctx, "racer2", untilCancelled, alice) // held in its insert too
+			second <- err
+		}()
+		synctest.Wait()
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		err := rt.Shutdown(sctx)
-		// The wait for the submission took all of ctx: the first run,
+		// The wait for the submissions took all of ctx: the first run,
 		// cancelled only then, has not settled either.
-		assert.ErrorContains(t, err, "left 2 runs or goroutines executing", "the first run, and the submission")
+		assert.ErrorContains(t, err, "left 3 runs or goroutines executing", "the first run, and the two submissions")
 		close(s.release)
 		<-submitted
+		<-second
 		synctest.Wait()
 	})
 }

@@ -50,7 +50,11 @@ type Config struct {
 	// ErrAbandoned. It registers no run on a lease that may have ended:
 	// once LeaseTTL has passed since the start of its last successful
 	// renewal, a submission renews the lease itself before it registers,
-	// or fails with the renewal's error. Defaults to 15 seconds.
+	// or fails with the renewal's error. Such a renewal is bounded by the
+	// submission's context and by what is left of LeaseTTL (LeaseInterval
+	// once that has passed; a whole LeaseTTL for the first, which takes
+	// the lease); submissions waiting meanwhile share its answer, and
+	// Shutdown ends their wait with ErrClosed. Defaults to 15 seconds.
 	LeaseTTL time.Duration
 
 	// RecoverInterval is how often the recovery loop, started by Start
@@ -325,9 +329,11 @@ type Submission struct {
 // *AuthorizationError (ErrUnauthorized), a *QuotaError
 // (ErrQuotaExceeded), the error of Limits.OwnerLimits (wrapped),
 // ErrClosed, ErrConflict (wrapped) when other processes kept changing the
-// record, or a store error: over a store with leases, that of renewing
-// the instance lease (wrapped) when it may have ended (see
-// Config.LeaseTTL).
+// record, or a store error: over a store with leases, that of taking
+// the instance lease, or of renewing it when it may have ended (both
+// wrapped; see Config.LeaseTTL). A renewal the store does not answer in
+// time fails with an error that says so, not context.DeadlineExceeded,
+// which would read as ctx's own.
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
