@@ -503,8 +503,9 @@ func faultJoinWatcher(t *testing.T, newStore func(*testing.T) workers.Store) {
 // Every lease renewal fails, before it reaches the store or after it
 // extended the lease: the runtime cannot tell that its lease lives, so
 // once a TTL has passed it abandons its runs, which end FAILED as
-// abandoned instead of staying live; once the store heals, the key runs
-// again. Skipped for a store without leases.
+// abandoned instead of staying live, and a submission, whose own renewal
+// fails, registers nothing; once the store heals, the keys run. Skipped
+// for a store without leases.
 func faultLeaseRenewal(t *testing.T, newStore func(*testing.T) workers.Store) {
 	if _, ok := newStore(t).(workers.Leaser); !ok {
 		t.Skip("the store does not implement workers.Leaser")
@@ -522,8 +523,17 @@ func faultLeaseRenewal(t *testing.T, newStore func(*testing.T) workers.Store) {
 			snap := e.wait(sub.ID)
 			assert.Equal(t, workers.StatusFailed, snap.Status)
 			assert.ErrorIs(t, snap.Err(), workers.ErrAbandoned)
+			// The lease is lost: a submission renews it first, that renewal
+			// fails too (landed or not), and nothing is registered.
+			_, err = e.rt.Submit(context.Background(), "during", result("done"), owner)
+			assert.ErrorContains(t, err, "renewing the instance lease")
+			id, err := workers.ScopedTaskKey("during", owner)
+			require.NoError(t, err)
+			_, err = e.mem.GetTask(context.Background(), id)
+			assert.ErrorIs(t, err, workers.ErrNotFound, "registered on a lost lease")
 			e.f.Heal()
 			e.completes("k")
+			e.completes("during")
 		})
 	}
 }
