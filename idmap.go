@@ -75,6 +75,49 @@ func (m *idMap[V]) set(v V) (old V, replaced bool) {
 	return old, replaced
 }
 
+// add stores v unless its id has a value already, and reports whether
+// it did: one hash and one lookup where get and then set take two.
+func (m *idMap[V]) add(v V) bool {
+	id := v.taskID()
+	h := m.hash(id)
+	cur, ok := m.byHash[h]
+	switch {
+	case ok && cur.taskID() == id:
+		return false
+	case ok:
+		// Another id holds the hash: v goes by its id.
+		if _, ok := m.clash[id]; ok {
+			return false
+		}
+		if m.clash == nil {
+			m.clash = make(map[string]V)
+		}
+		m.clash[id] = v
+	default:
+		if _, ok := m.clash[id]; ok {
+			return false // kept by id since another id held the hash
+		}
+		m.byHash[h] = v
+	}
+	return true
+}
+
+// deleteValue removes v if it is the value for its id, and reports
+// whether it was.
+func (m *idMap[V]) deleteValue(v V) bool {
+	id := v.taskID()
+	h := m.hash(id)
+	if cur, ok := m.byHash[h]; ok && cur == v {
+		delete(m.byHash, h)
+		return true
+	}
+	if cur, ok := m.clash[id]; ok && cur == v {
+		delete(m.clash, id)
+		return true
+	}
+	return false
+}
+
 // delete removes id's value and reports whether there was one.
 func (m *idMap[V]) delete(id string) bool {
 	h := m.hash(id)

@@ -29,20 +29,37 @@ func TestIDMapMatchesAMapByID(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, mask))
 			for i := range 20000 {
 				id := fmt.Sprint("k", r.IntN(64))
-				switch op := r.IntN(10); {
-				case op < 5:
+				switch op := r.IntN(12); {
+				case op < 4:
 					v := &idVal{id: id, n: i}
 					old, replaced := m.set(v)
 					prev, had := want[id]
 					require.Equal(t, had, replaced, "set %s: replaced", id)
 					require.Same(t, prev, old, "set %s: the value replaced", id)
 					want[id] = v
+				case op < 5:
+					v := &idVal{id: id, n: i}
+					_, had := want[id]
+					require.Equal(t, !had, m.add(v), "add %s", id)
+					if !had {
+						want[id] = v
+					}
+				case op < 6:
+					v := want[id] // the value for id, or one that is not
+					if v == nil || r.IntN(2) == 0 {
+						v = &idVal{id: id, n: -i}
+					}
+					deleted := want[id] == v
+					require.Equal(t, deleted, m.deleteValue(v), "deleteValue %s", id)
+					if deleted {
+						delete(want, id)
+					}
 				case op < 8:
 					got, ok := m.get(id)
 					w, had := want[id]
 					require.Equal(t, had, ok, "get %s", id)
 					require.Same(t, w, got, "get %s", id)
-				case op < 9:
+				case op < 11:
 					_, had := want[id]
 					require.Equal(t, had, m.delete(id), "delete %s", id)
 					delete(want, id)

@@ -84,10 +84,9 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.recs.get(r.id); ok {
+	if !s.recs.add(r) {
 		return ErrConflict
 	}
-	s.recs.set(r)
 	s.index(r)
 	s.notifyFrom(InstanceOf(r.runID), r)
 	return nil

@@ -747,9 +747,7 @@ func (rt *Runtime[S]) handle(id, runID string) *Task {
 // handle removes it: a successor's handle is never touched.
 func (rt *Runtime[S]) settle(t *Task) {
 	rt.mu.Lock()
-	if h, _ := rt.handles.get(t.id); h == t {
-		rt.handles.delete(t.id)
-	} else {
+	if !rt.handles.deleteValue(t) {
 		delete(rt.others, t)
 	}
 	rt.mu.Unlock()
