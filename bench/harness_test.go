@@ -48,9 +48,12 @@ func TestLatenciesOnePerTask(t *testing.T) {
 
 func TestQueuedCostCountsTheBacklog(t *testing.T) {
 	for _, r := range []runner{pond1, workersSeq} {
-		heap, _ := queuedCost(t, r, 2000)
-		if heap <= 0 {
-			t.Errorf("%s: %v heap bytes per queued task; the backlog must show", r.name, heap)
+		c := queuedCost(t, r, 2000)
+		if c.heap <= 0 {
+			t.Errorf("%s: %v heap bytes per queued task; the backlog must show", r.name, c.heap)
+		}
+		if c.fill <= 0 || c.drain <= 0 {
+			t.Errorf("%s: fill %v ns, drain %v ns per task; both phases take time", r.name, c.fill, c.drain)
 		}
 	}
 }

@@ -6,15 +6,22 @@ import (
 	"runtime/debug"
 	"sync"
 	"testing"
+	"time"
 )
 
 var queued = flag.Int("queued", 1_000_000, "tasks BenchmarkQueued puts in one sequential queue")
 
+// queueCost is what queuedCost measured, per queued task.
+type queueCost struct {
+	heap, rss   float64 // bytes: live heap growth after a collection, resident set growth
+	fill, drain float64 // nanoseconds: submitting, and running once released
+}
+
 // queuedCost fills one sequential queue with n tasks behind a task that
 // blocks the queue's worker, measures what the waiting tasks hold, then
-// lets them run and waits for the last. It returns the growth of the live
-// heap (after a collection) and of the resident set per queued task.
-func queuedCost(tb testing.TB, r runner, n int) (heapPerTask, rssPerTask float64) {
+// lets them run and waits for the last. The collections that measure the
+// heap fall between the two timed phases.
+func queuedCost(tb testing.TB, r runner, n int) queueCost {
 	var wg sync.WaitGroup
 	release := make(chan struct{})
 	var once sync.Once
@@ -26,17 +33,25 @@ func queuedCost(tb testing.TB, r runner, n int) (heapPerTask, rssPerTask float64
 	ks := keys(n + 1)
 	heap0, rss0 := liveHeap(), rssBytes()
 	wg.Add(n + 1)
+	start := time.Now()
 	for _, k := range ks {
 		submit(k)
 	}
+	fill := time.Since(start)
 	rss1 := rssBytes()
 	heap1 := liveHeap()
+	start = time.Now()
 	close(release)
 	wg.Wait()
+	drain := time.Since(start)
 	// The keys are the caller's, alive throughout: they are counted
 	// before the submissions and not charged to the queue.
 	runtime.KeepAlive(ks)
-	return float64(heap1-heap0) / float64(n), float64(rss1-rss0) / float64(n)
+	per := func(x float64) float64 { return x / float64(n) }
+	return queueCost{
+		heap: per(float64(heap1 - heap0)), rss: per(float64(rss1 - rss0)),
+		fill: per(float64(fill.Nanoseconds())), drain: per(float64(drain.Nanoseconds())),
+	}
 }
 
 // liveHeap collects garbage and returns the bytes in use by the heap.
@@ -51,19 +66,26 @@ func liveHeap() int64 {
 // BenchmarkQueued puts -queued tasks (10^6 unless told) into one
 // sequential queue and runs them: the time per op is the whole batch, and
 // the metrics say what each waiting task held (heap-B/task: live heap
-// after a collection; rss-B/task: resident set growth). For this library
-// a queued task includes its MemStore record. Run it with -benchtime=1x.
+// after a collection; rss-B/task: resident set growth) and how long the
+// two phases took (fill-ns/task: the submissions; drain-ns/task: the runs,
+// once released). For this library a queued task includes its MemStore
+// record. Run it with -benchtime=1x.
 func BenchmarkQueued(b *testing.B) {
 	for _, r := range []runner{pond1, workersSeq} {
 		b.Run("impl="+r.name, func(b *testing.B) {
-			var heap, rss float64
+			var sum queueCost
 			for range b.N {
-				h, r := queuedCost(b, r, *queued)
-				heap += h
-				rss += r
+				c := queuedCost(b, r, *queued)
+				sum.heap += c.heap
+				sum.rss += c.rss
+				sum.fill += c.fill
+				sum.drain += c.drain
 			}
-			b.ReportMetric(heap/float64(b.N), "heap-B/task")
-			b.ReportMetric(rss/float64(b.N), "rss-B/task")
+			n := float64(b.N)
+			b.ReportMetric(sum.heap/n, "heap-B/task")
+			b.ReportMetric(sum.rss/n, "rss-B/task")
+			b.ReportMetric(sum.fill/n, "fill-ns/task")
+			b.ReportMetric(sum.drain/n, "drain-ns/task")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(*queued), "ns/task")
 		})
 	}
