@@ -137,7 +137,13 @@ func TestReopenedFileStrandsNothing(t *testing.T) {
 	})
 
 	alice := workers.MustOwner("alice")
-	const tasks = 200
+	// At least 200 tasks, and submissions until the file was reopened
+	// a few times: on a fast machine 200 tasks end before the first
+	// reopen, and the test would prove nothing.
+	const tasks, reopens = 200, 3
+	more := func(i int) bool {
+		return i <= tasks || (reopened.Load() < reopens && ctx.Err() == nil)
+	}
 	var (
 		mu            sync.Mutex
 		acked, nacked []string
@@ -146,7 +152,7 @@ func TestReopenedFileStrandsNothing(t *testing.T) {
 	)
 	for range 8 {
 		subs.Go(func() {
-			for i := int(next.Add(1)); i <= tasks; i = int(next.Add(1)) {
+			for i := int(next.Add(1)); more(i); i = int(next.Add(1)) {
 				work := time.Duration(1+rand.IntN(10)) * time.Millisecond
 				sub, err := rt.Submit(ctx, "fault-"+strconv.Itoa(i), func(ctx context.Context, _ *workers.Task) (any, error) {
 					// The task's work, simulated: it takes a few ms.
