@@ -332,7 +332,7 @@ func (h *hub) progress(t *Task) {
 			running := r.running()
 			var started time.Time
 			if running {
-				started = r.st.StartedAt
+				started = r.last.startedAt
 			}
 			r.writeMu.Unlock()
 			if !running {

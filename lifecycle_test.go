@@ -842,8 +842,8 @@ func TestSyncLoopPublishesRunningProgress(t *testing.T) {
 }
 
 // A progress write is built from the state the run last wrote, so it
-// never undoes a retry's attempt number.
-func TestSyncLoopProgressKeepsTheAttempt(t *testing.T) {
+// never undoes a retry's attempt number, nor loses the run's start.
+func TestSyncLoopProgressKeepsTheAttemptAndStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := bareStore{NewMemStore()} // the polling path: no notices
 		rt := newRuntime(t, s, Config{SyncInterval: time.Second})
@@ -859,12 +859,16 @@ func TestSyncLoopProgressKeepsTheAttempt(t *testing.T) {
 			return nil, nil
 		}, alice, WithRetry(RetryPolicy{MaxAttempts: 2, InitialBackoff: 1500 * time.Millisecond}))
 		require.NoError(t, err)
+		started, err := s.GetTask(ctx, sub.ID)
+		require.NoError(t, err)
+		require.False(t, started.StartedAt.IsZero())
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		rec, err := s.GetTask(ctx, sub.ID)
 		require.NoError(t, err)
 		assert.Equal(t, 2, rec.Attempt)
 		assert.Equal(t, 20, rec.Progress)
+		assert.Equal(t, started.StartedAt, rec.StartedAt, "the progress write keeps the start")
 		close(release)
 	})
 }

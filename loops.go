@@ -626,15 +626,15 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 		return false, false
 	}
 	p := t.Progress()
-	if p == r.st.Progress {
+	if p == int(r.last.progress) {
 		r.writeMu.Unlock()
 		return true, false
 	}
-	st := r.st
+	st := r.last.state()
 	st.Progress = p
 	ok, err := rt.store.TransitionTask(rt.life, t.id, t.runID, fromRunning, st)
 	if ok {
-		r.st = st
+		r.last.progress = int32(p)
 	}
 	r.writeMu.Unlock()
 	if err != nil && !errors.Is(err, ErrNotFound) {

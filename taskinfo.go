@@ -80,11 +80,25 @@ type runState struct {
 	attempt  atomic.Int32
 
 	writeMu sync.Mutex // serializes the run's store writes; taken before Task.mu
-	// st is the state the run last wrote, guarded by writeMu; its Status
-	// is empty until the first write.
-	st State
+	last    lastWrite  // guarded by writeMu
 
 	view atomic.Pointer[Snapshot] // guarded by hub.mu for writes: the snapshot last published
+}
+
+// lastWrite is what a run's last write left in its record, as far as
+// its later writes and its subscribers read it: whether the run was left
+// RUNNING, and then the rest of that state, since a RUNNING state holds
+// nothing else. It keeps a run's state small: a State is three times its
+// size.
+type lastWrite struct {
+	startedAt         time.Time
+	progress, attempt int32
+	running           bool // false until the first write, and after a terminal one
+}
+
+// state returns the RUNNING state the run last wrote; running is set.
+func (w *lastWrite) state() State {
+	return State{Status: StatusRunning, Progress: int(w.progress), Attempt: int(w.attempt), StartedAt: w.startedAt}
 }
 
 // The bits of Task.flags.
@@ -190,11 +204,18 @@ func (t *Task) begin() {
 
 // setState records st as the state the run last wrote; its writeMu is
 // held.
-func (t *Task) setState(st *State) { t.run.Load().st = *st }
+func (t *Task) setState(st *State) {
+	w := &t.run.Load().last
+	if st.Status != StatusRunning {
+		*w = lastWrite{}
+		return
+	}
+	*w = lastWrite{startedAt: st.StartedAt, progress: int32(st.Progress), attempt: int32(st.Attempt), running: true}
+}
 
 // running reports whether the run's last write left it RUNNING; writeMu
 // is held.
-func (r *runState) running() bool { return r.st.Status == StatusRunning }
+func (r *runState) running() bool { return r.last.running }
 
 // createdAt returns when the run was registered.
 func (t *Task) createdAt() time.Time { return time.UnixMicro(t.created).UTC() }
