@@ -10,20 +10,23 @@ import (
 )
 
 // memRecord is how a MemStore keeps a record. What every record has sits
-// inline; what a waiting record lacks (its start, its outcome, an error)
-// sits apart in a memRest made when first needed, so that a PENDING
-// record, the most numerous kind in a long queue, stays small. Times are
-// microseconds (see memTime), and the first watcher has room inline.
+// inline; what a waiting record lacks (its start and end) sits apart in
+// a memRest made when first needed, so that a PENDING record, the most
+// numerous kind in a long queue, stays small; and what a run that
+// completed plainly lacks (a result, an error, a cause other than
+// completed) sits apart again, so that the most numerous kind of ended
+// record stays small too. Times are microseconds (see memTime), and the
+// first watcher has room inline.
 //
-// A later write changes first and rest in place, and replaces more: the
-// readers that are handed a record's watchers or result without a copy
-// (fill) read them under the store's lock, and every other reader gets a
-// detached copy.
+// A later write changes first, rest and rest.outcome in place, and
+// replaces more: the readers that are handed a record's watchers or
+// result without a copy (fill) read them under the store's lock, and
+// every other reader gets a detached copy.
 type memRecord struct {
 	id, runID, queue string
 	first            [1]string // the only watcher; empty when there is none or more is set
 	more             *[]string // every watcher, when first cannot hold them
-	rest             *memRest  // nil while all of its fields are zero
+	rest             *memRest  // nil while the record has no start and no end
 	created          memTime
 	attempt          int32 // CheckState bounds Progress and Attempt
 	progress         uint8
@@ -33,16 +36,22 @@ type memRecord struct {
 // memRest is the part of a record that a PENDING one lacks.
 type memRest struct {
 	startedAt, completedAt memTime
-	result                 json.RawMessage
-	cause                  Cause
-	errText                string
-	cancelledBy            string
-	cancelReason           string
-	stack                  string
+	outcome                *memOutcome // nil while its fields are what the status implies
 }
 
-// memRecordWithRest is a record inserted with a start or an outcome
-// already (a run registered RUNNING): both parts in one allocation.
+// memOutcome is the part of an ended record that a plainly completed
+// one lacks.
+type memOutcome struct {
+	result       json.RawMessage
+	cause        Cause
+	errText      string
+	cancelledBy  string
+	cancelReason string
+	stack        string
+}
+
+// memRecordWithRest is a record inserted with a start or an end already
+// (a run registered RUNNING): both parts in one allocation.
 type memRecordWithRest struct {
 	memRecord
 	rest memRest
@@ -105,20 +114,27 @@ func statusCode(s Status) uint8 {
 	return uint8(slices.Index(memStatuses[:], s))
 }
 
-// restOf returns the fields of st that a memRest keeps; st has passed
-// checkMemTimes.
-func restOf(st *State) memRest {
-	return memRest{
-		startedAt: mustMemTime(st.StartedAt), completedAt: mustMemTime(st.CompletedAt),
-		result: st.Result, cause: st.Cause, errText: st.Error,
-		cancelledBy: st.CancelledBy, cancelReason: st.CancelReason, stack: st.Stack,
+// impliedCause is the cause a record of status s holds unless it says
+// otherwise: completed for a COMPLETED one, none for any other.
+func impliedCause(s Status) Cause {
+	if s == StatusCompleted {
+		return CauseCompleted
 	}
+	return CauseNone
 }
 
-// zero reports whether every field of m is zero.
-func (m *memRest) zero() bool {
-	return m.startedAt == 0 && m.completedAt == 0 && m.result == nil &&
-		m.cause == "" && m.errText == "" && m.cancelledBy == "" && m.cancelReason == "" && m.stack == ""
+// plainOutcome reports whether st's outcome fields are what its status
+// implies, so that no memOutcome need keep them.
+func plainOutcome(st *State) bool {
+	return st.Result == nil && st.Cause == impliedCause(st.Status) && st.Error == "" &&
+		st.CancelledBy == "" && st.CancelReason == "" && st.Stack == ""
+}
+
+// hasRest reports whether st, which has passed checkMemTimes, needs a
+// memRest: it has a start or an end, or says more than its status
+// implies.
+func hasRest(st *State) bool {
+	return !st.StartedAt.IsZero() || !st.CompletedAt.IsZero() || !plainOutcome(st)
 }
 
 // newMemRecord returns the stored copy of rec, which has passed
@@ -126,15 +142,15 @@ func (m *memRest) zero() bool {
 // allocation for the common record, its one watcher included.
 func newMemRecord(rec *Record) *memRecord {
 	var r *memRecord
-	if rest := restOf(&rec.State); rest.zero() {
-		r = new(memRecord)
-	} else {
-		w := &memRecordWithRest{rest: rest}
+	if hasRest(&rec.State) {
+		w := new(memRecordWithRest)
 		r = &w.memRecord
 		r.rest = &w.rest
+	} else {
+		r = new(memRecord)
 	}
 	r.id, r.runID, r.queue, r.created = rec.ID, rec.RunID, rec.Queue, mustMemTime(rec.CreatedAt)
-	r.status, r.progress, r.attempt = statusCode(rec.Status), uint8(rec.Progress), int32(rec.Attempt)
+	r.setState(&rec.State)
 	r.setWatchers(rec.Watchers)
 	return r
 }
@@ -168,19 +184,29 @@ func (r *memRecord) setWatchers(w []string) {
 }
 
 // setState writes st, which has passed checkState and checkMemTimes and
-// whose Result the store owns. rest is written in place: clones copy its
-// fields out.
+// whose Result the store owns. rest and its outcome are written in
+// place, made when first needed: clones copy their fields out.
 func (r *memRecord) setState(st *State) {
 	r.status, r.progress, r.attempt = statusCode(st.Status), uint8(st.Progress), int32(st.Attempt)
-	rest := restOf(st)
-	switch {
-	case rest.zero():
+	if !hasRest(st) {
 		r.rest = nil
-	case r.rest == nil:
+		return
+	}
+	if r.rest == nil {
 		r.rest = new(memRest)
-		fallthrough
-	default:
-		*r.rest = rest
+	}
+	m := r.rest
+	m.startedAt, m.completedAt = mustMemTime(st.StartedAt), mustMemTime(st.CompletedAt)
+	if plainOutcome(st) {
+		m.outcome = nil
+		return
+	}
+	if m.outcome == nil {
+		m.outcome = new(memOutcome)
+	}
+	*m.outcome = memOutcome{
+		result: st.Result, cause: st.Cause, errText: st.Error,
+		cancelledBy: st.CancelledBy, cancelReason: st.CancelReason, stack: st.Stack,
 	}
 }
 
@@ -192,10 +218,15 @@ func (r *memRecord) Status() Status { return memStatuses[r.status] }
 // detaches it. Every field of v is written.
 func (r *memRecord) fill(v *Record) {
 	*v = Record{ID: r.id, RunID: r.runID, Queue: r.queue, Watchers: r.watchers(), CreatedAt: r.created.time(),
-		State: State{Status: r.Status(), Progress: int(r.progress), Attempt: int(r.attempt)}}
-	if m := r.rest; m != nil {
-		v.StartedAt, v.CompletedAt, v.Result, v.Cause = m.startedAt.time(), m.completedAt.time(), m.result, m.cause
-		v.Error, v.CancelledBy, v.CancelReason, v.Stack = m.errText, m.cancelledBy, m.cancelReason, m.stack
+		State: State{Status: r.Status(), Progress: int(r.progress), Attempt: int(r.attempt), Cause: impliedCause(r.Status())}}
+	m := r.rest
+	if m == nil {
+		return
+	}
+	v.StartedAt, v.CompletedAt = m.startedAt.time(), m.completedAt.time()
+	if o := m.outcome; o != nil {
+		v.Result, v.Cause, v.Error = o.result, o.cause, o.errText
+		v.CancelledBy, v.CancelReason, v.Stack = o.cancelledBy, o.cancelReason, o.stack
 	}
 }
 

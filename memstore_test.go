@@ -186,6 +186,52 @@ func TestMemStoreCompactRecordKeepsEveryField(t *testing.T) {
 	require.Equal(t, []Record{rec}, listed)
 }
 
+// A run that completed plainly (no result, no error, the cause its
+// status implies) keeps only its times apart from its record: its start
+// and its end cost no allocation once the record has room for its times,
+// and every field still comes back as written, a cause that differs from
+// its status's included.
+func TestMemStorePlainOutcomeKeepsOnlyItsTimes(t *testing.T) {
+	s := NewMemStore()
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
+		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
+	require.NoError(t, s.InsertTask(ctx, rec))
+	r, _ := s.recs.get(rec.ID)
+	require.NotNil(t, r.rest)
+	require.Nil(t, r.rest.outcome, "a RUNNING record keeps no outcome")
+
+	running, completed := []Status{StatusRunning}, []Status{StatusCompleted}
+	done := State{Status: StatusCompleted, Attempt: 1, Progress: 100, StartedAt: at, CompletedAt: at.Add(time.Second), Cause: CauseCompleted}
+	allocs := testing.AllocsPerRun(20, func() {
+		ok, err := s.TransitionTask(ctx, rec.ID, rec.RunID, running, done)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = s.TransitionTask(ctx, rec.ID, rec.RunID, completed, rec.State)
+		require.NoError(t, err)
+		require.True(t, ok)
+	})
+	assert.Zero(t, allocs, "a plain end and a start keep their times in place")
+
+	for _, st := range []State{
+		done,
+		{Status: StatusCompleted, Attempt: 1, StartedAt: at, CompletedAt: at, Cause: CauseCompleted, Result: json.RawMessage(`{"n":1}`)},
+		{Status: StatusCompleted, Attempt: 1, StartedAt: at, CompletedAt: at}, // a cause other than its status implies
+		fullState(t, StatusFailed),
+		done,
+	} {
+		from := []Status{StatusRunning, StatusCompleted, StatusFailed}
+		ok, err := s.TransitionTask(ctx, rec.ID, rec.RunID, from, st)
+		require.NoError(t, err)
+		require.True(t, ok)
+		got, err := s.GetTask(ctx, rec.ID)
+		require.NoError(t, err)
+		require.Equal(t, st, got.State)
+		plain := st.Result == nil && st.Cause == CauseCompleted && st.Error == ""
+		assert.Equal(t, plain, r.rest.outcome == nil, "an outcome is kept apart only when it says more than its status: %+v", st)
+	}
+}
+
 // A waiting queue item holds little: its Task (and, only once someone
 // subscribes to events, its runState), and a PENDING record the
 // MemStore keeps in one small allocation, watchers included. These are
