@@ -208,7 +208,7 @@ func TestRunCancelledBeforeItStartsNeverCallsBack(t *testing.T) {
 	tk.cancel(ErrShutdown)
 	rt.execute(tk)
 	assert.False(t, called.Load())
-	snap := mustStatus(t, rt, tk.id)
+	snap := mustStatus(t, rt, tk.ID())
 	assert.Equal(t, StatusCancelled, snap.Status)
 	assert.ErrorIs(t, snap.Err(), ErrShutdown)
 }

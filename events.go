@@ -234,7 +234,7 @@ func (h *hub) each(id string, f func(*subscriber)) {
 // of another process's run) is marked for a store read instead.
 func (h *hub) publish(c *change) {
 	t := c.task
-	if t == nil || t.runID != c.runID {
+	if t == nil || t.RunID() != c.runID {
 		h.mu.Lock()
 		h.each(c.id, func(s *subscriber) { s.markStale(c.id) })
 		h.mu.Unlock()
@@ -327,7 +327,7 @@ func (h *hub) progress(t *Task) {
 		ev.snap = *v
 	} else {
 		// Running since before anyone subscribed: what the run holds.
-		ev.snap = Snapshot{ID: t.id, RunID: t.runID, Queue: t.opts.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
+		ev.snap = Snapshot{ID: t.ID(), RunID: t.RunID(), Queue: t.opts.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
 		if r.writeMu.TryLock() {
 			running := r.running()
 			var started time.Time
@@ -343,7 +343,7 @@ func (h *hub) progress(t *Task) {
 	}
 	ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(ev.snap.Attempt, t.Attempt())
 	ev.snap.WatcherCount = len(ev.watchers)
-	h.each(t.id, func(s *subscriber) { s.offer(ev) })
+	h.each(t.ID(), func(s *subscriber) { s.offer(ev) })
 }
 
 // remote marks a notice from another process for the subscribers.

@@ -185,23 +185,35 @@ func TestQueueItemContextMadeWhenItStartsOrIsCancelled(t *testing.T) {
 func TestIDsShareOneAllocation(t *testing.T) {
 	rt := memRuntime(t)
 	c := caller{userID: "alice"}
-	id, runID, err := rt.ids("k", c, ScopeUser)
+	k, err := rt.ids("k", c, ScopeUser)
 	require.NoError(t, err)
 	want, _ := scopedID("k", c, ScopeUser)
-	require.Equal(t, want, id)
-	require.True(t, strings.HasPrefix(runID, rt.instance+"."), runID)
-	_, other, _ := rt.ids("k", c, ScopeUser)
-	require.NotEqual(t, runID, other, "every run id is new")
+	require.Equal(t, want, k.id())
+	require.True(t, strings.HasPrefix(k.runID(), rt.instance+"."), k.runID())
+	other, _ := rt.ids("k", c, ScopeUser)
+	require.NotEqual(t, k.runID(), other.runID(), "every run id is new")
 
-	gid, grun, err := rt.ids("g", caller{system: true}, ScopeGlobal)
+	g, err := rt.ids("g", caller{system: true}, ScopeGlobal)
 	require.NoError(t, err)
-	require.Equal(t, "g", gid)
-	require.True(t, strings.HasPrefix(grun, rt.instance+"."), grun)
-	_, _, err = rt.ids("a::b", caller{system: true}, ScopeGlobal)
+	require.Equal(t, "g", g.id())
+	require.True(t, strings.HasPrefix(g.runID(), rt.instance+"."), g.runID())
+	_, err = rt.ids("a::b", caller{system: true}, ScopeGlobal)
 	require.ErrorIs(t, err, ErrInvalidKey)
 
-	allocs := testing.AllocsPerRun(100, func() { _, _, _ = rt.ids("k", c, ScopeUser) })
-	require.Equal(t, 1.0, allocs, "a user-scoped id and its run id cost one allocation")
+	for _, by := range []struct {
+		c     caller
+		scope Scope
+	}{{c, ScopeUser}, {caller{system: true}, ScopeGlobal}} {
+		allocs := testing.AllocsPerRun(100, func() { _, _ = rt.ids("k", by.c, by.scope) })
+		require.Equal(t, 1.0, allocs, "an id and its run id cost one allocation (%+v)", by.c)
+	}
+
+	// A Task keeps them as one string.
+	tk := rt.newRunAs(ctx, k, &rt.noOpts, c, submitOptions{}, noop)
+	require.Equal(t, k.id(), tk.ID())
+	require.Equal(t, k.runID(), tk.RunID())
+	rec := tk.record()
+	require.Equal(t, [2]string{k.id(), k.runID()}, [2]string{rec.ID, rec.RunID})
 }
 
 // The whole async path, submit to terminal record, allocates five times:

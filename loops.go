@@ -536,7 +536,7 @@ func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 	if t == nil || t.cause() != nil || t.has(runFinishing) {
 		return false
 	}
-	return (c.RunID != "" && c.RunID != t.runID) || c.Status == "" || c.Status.Terminal()
+	return (c.RunID != "" && c.RunID != t.RunID()) || c.Status == "" || c.Status.Terminal()
 }
 
 // syncRuns is the sync loop's work (see Config.SyncInterval): it stores
@@ -562,7 +562,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 			}
 		}
 		for t := range rt.others {
-			if _, ok := ids[t.id]; ok {
+			if _, ok := ids[t.ID()]; ok {
 				runs = append(runs, t)
 			}
 		}
@@ -575,7 +575,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		if running, stored := rt.syncProgress(t); !running || stored {
 			continue // not started yet, finished, busy, or still this run's and RUNNING
 		}
-		rec, err := rt.store.GetTask(ctx, t.id)
+		rec, err := rt.store.GetTask(ctx, t.ID())
 		var cause error
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -585,7 +585,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 				rt.logRunError("workers: sync read failed", opProgress, t, err)
 			}
 			continue
-		case rec.RunID != t.runID:
+		case rec.RunID != t.RunID():
 			cause = ErrSuperseded
 		case rec.Status != StatusRunning:
 			cause = causeOf(rec.Cause, rec.Error)
@@ -604,8 +604,8 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		}
 		// The run's own outcome will be fenced out: the end its record
 		// already holds is the run's finished event.
-		if rec.RunID == t.runID && rec.Status.Terminal() && t.claim(runEndSeen) {
-			rt.emit(&change{kind: changeFinished, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
+		if rec.RunID == t.RunID() && rec.Status.Terminal() && t.claim(runEndSeen) {
+			rt.emit(&change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
 		}
 	}
 }
@@ -632,7 +632,7 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	}
 	st := r.last.state()
 	st.Progress = p
-	ok, err := rt.store.TransitionTask(rt.life, t.id, t.runID, fromRunning, st)
+	ok, err := rt.store.TransitionTask(rt.life, t.ID(), t.RunID(), fromRunning, st)
 	if ok {
 		r.last.progress = int32(p)
 	}
@@ -641,7 +641,7 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 		rt.logRunError("workers: progress write failed", opProgress, t, err)
 	}
 	if ok {
-		rt.emit(&change{kind: changeProgress, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: st})
+		rt.emit(&change{kind: changeProgress, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: st})
 	}
 	return true, ok
 }

@@ -237,7 +237,8 @@ func TestMemStorePlainOutcomeKeepsOnlyItsTimes(t *testing.T) {
 // MemStore keeps in one small allocation, watchers included. These are
 // the budgets BenchmarkQueued's bytes per task rest on.
 func TestWaitingItemFootprint(t *testing.T) {
-	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(128), "a Task fits the 128-byte size class")
+	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(112), "a Task fits the 112-byte size class")
+	assert.LessOrEqual(t, unsafe.Sizeof(asyncTask{}), uintptr(208), "an async Task and its state fit the 208-byte size class")
 	assert.LessOrEqual(t, unsafe.Sizeof(memRecord{}), uintptr(96), "a PENDING record fits the 96-byte size class")
 
 	s := NewMemStore()

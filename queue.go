@@ -229,12 +229,12 @@ func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAut
 	info.Load = len(items) + len(running)
 	for _, t := range items {
 		if t.visibleTo(c) {
-			info.Pending = append(info.Pending, t.id)
+			info.Pending = append(info.Pending, t.ID())
 		}
 	}
 	for _, t := range running {
 		if info.Running == "" && t.visibleTo(c) {
-			info.Running = t.id
+			info.Running = t.ID()
 		}
 	}
 	switch {

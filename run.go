@@ -32,7 +32,7 @@ func (rt *Runtime[S]) execute(t *Task) {
 		// with the submission: only observers hear of the start again.
 		st = t.registeredStart()
 		if len(rt.cfg.Observers) > 0 {
-			rt.observe(&change{kind: changeStarted, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: st})
+			rt.observe(&change{kind: changeStarted, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: st})
 		}
 	} else {
 		// A run-start is a durable, fenced read: if it does not land,
@@ -181,9 +181,9 @@ func invoke(t *Task, mw []Middleware) (res any, err error) {
 //
 //go:noinline
 func (rt *Runtime[S]) panicked(t *Task, st *State, pe *PanicError, err error) {
-	rt.cfg.Logger.Error("workers: task panicked", "task", t.id, "run", t.runID, "attempt", st.Attempt,
+	rt.cfg.Logger.Error("workers: task panicked", "task", t.ID(), "run", t.RunID(), "attempt", st.Attempt,
 		"panic", pe.Value, "stack", string(pe.Stack))
-	rt.emit(&change{kind: changePanicked, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: *st, err: err})
+	rt.emit(&change{kind: changePanicked, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
 }
 
 // encodeResult marshals a callback's result. A panicking MarshalJSON is
@@ -314,7 +314,7 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 		if st.Status.Terminal() {
 			op = opFinish
 		}
-		rt.emit(&change{kind: runOps[op].change, id: t.id, runID: t.runID, queue: t.opts.queue, task: t, state: *st, err: err})
+		rt.emit(&change{kind: runOps[op].change, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
 	}
 	return ok
 }
@@ -384,11 +384,11 @@ const lastWriteTimeout = 5 * time.Second
 // write, made for Shutdown, gets none.
 func (rt *Runtime[S]) transition(op runOp, t *Task, from Status, st *State) (bool, error) {
 	if rt.life.Err() == nil || op == opAbandon {
-		return rt.store.TransitionTask(rt.life, t.id, t.runID, statusSet(from), *st)
+		return rt.store.TransitionTask(rt.life, t.ID(), t.RunID(), statusSet(from), *st)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lastWriteTimeout)
 	defer cancel()
-	return rt.store.TransitionTask(ctx, t.id, t.runID, statusSet(from), *st)
+	return rt.store.TransitionTask(ctx, t.ID(), t.RunID(), statusSet(from), *st)
 }
 
 // errLandedUnknown is the failure of a write whose earlier try may have
@@ -411,10 +411,10 @@ func (rt *Runtime[S]) landed(op runOp, t *Task, st *State) (landed, known bool) 
 	defer cancel()
 	backoff := writeBackoffMin
 	for {
-		rec, err := rt.store.GetTask(ctx, t.id)
+		rec, err := rt.store.GetTask(ctx, t.ID())
 		switch {
 		case err == nil:
-			return wrote(&rec, t.runID, st), true
+			return wrote(&rec, t.RunID(), st), true
 		case errors.Is(err, ErrNotFound):
 			return false, true
 		case ctx.Err() != nil, permanentStoreError(err):
@@ -461,7 +461,7 @@ func jitter(d time.Duration) time.Duration {
 //
 //go:noinline
 func (rt *Runtime[S]) logRunError(msg string, op runOp, t *Task, err error) {
-	rt.cfg.Logger.Error(msg, "op", runOps[op].name, "task", t.id, "run", t.runID, "err", err)
+	rt.cfg.Logger.Error(msg, "op", runOps[op].name, "task", t.ID(), "run", t.RunID(), "err", err)
 }
 
 // fromPending and fromRunning are the from lists of a run's writes,

@@ -374,7 +374,7 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 	if err != nil {
 		return Submission{}, err
 	}
-	id, runID, err := rt.ids(key, c, o.scope)
+	k, err := rt.ids(key, c, o.scope)
 	if err != nil {
 		return Submission{}, err
 	}
@@ -400,7 +400,7 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 			return Submission{}, refused
 		}
 	}
-	t, sub, err := rt.register(ctx, id, runID, base, c, o, fn, adm, refused)
+	t, sub, err := rt.register(ctx, k, base, c, o, fn, adm, refused)
 	if err != nil || t == nil {
 		if adm != nil {
 			rt.adm.release(adm) // a join or a failure takes no place
@@ -461,9 +461,10 @@ type hooks struct {
 // For a new run it returns the registered Task, its handle published; for
 // a join it returns a nil Task. The change it made is reported once the
 // lock is released.
-func (rt *Runtime[S]) register(ctx context.Context, id, runID string, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
+func (rt *Runtime[S]) register(ctx context.Context, k runIDs, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
+	id := k.id()
 	l := rt.keys.lock(id)
-	t, sub, ch, err := rt.decide(ctx, id, runID, base, c, o, fn, adm, refused)
+	t, sub, ch, err := rt.decide(ctx, k, base, c, o, fn, adm, refused)
 	rt.keys.unlock(id, l)
 	if ch.kind != 0 {
 		rt.emit(&ch)
@@ -477,8 +478,9 @@ func (rt *Runtime[S]) register(ctx context.Context, id, runID string, base *runO
 // record is read only when one exists. A submission that admission
 // refused (refused is its *QuotaError) may only join: it reads first,
 // and returns refused wherever it would have written.
-func (rt *Runtime[S]) decide(ctx context.Context, id, runID string, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, change, error) {
-	t := rt.newRunAs(ctx, id, runID, base, c, o, fn)
+func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, change, error) {
+	id := k.id()
+	t := rt.newRunAs(ctx, k, base, c, o, fn)
 	queue := base.queue
 	if adm != nil {
 		t.adm, adm.t = adm, t
@@ -498,7 +500,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, id, runID string, base *runOpt
 			r.writeMu.Unlock()
 		}
 		rt.publish(t)
-		return t, Submission{ID: id, RunID: t.runID}, change{kind: changeSubmitted, id: id, runID: t.runID, queue: queue, task: t, state: st}, nil
+		return t, Submission{ID: id, RunID: t.RunID()}, change{kind: changeSubmitted, id: id, runID: t.RunID(), queue: queue, task: t, state: st}, nil
 	}
 	insert := refused == nil
 	for range registerAttempts {
@@ -597,13 +599,13 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 // context keeps the values of the submission's context, never its
 // cancellation or deadline.
 func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
-	return rt.newRunAs(ctx, id, rt.newRunID(), rt.queueOptions(queue), c, o, fn)
+	return rt.newRunAs(ctx, rt.mint("", id), rt.queueOptions(queue), c, o, fn)
 }
 
-// newRunAs is newRun with the run id given, and base, the options of the
-// run's queue (the runtime's noOpts for the async path), which it shares
-// unless o sets a timeout or a retry policy.
-func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID string, base *runOptions, c caller, o submitOptions, fn Func) *Task {
+// newRunAs is newRun with its ids given (see mint), and base, the
+// options of the run's queue (the runtime's noOpts for the async path),
+// which it shares unless o sets a timeout or a retry policy.
+func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, c caller, o submitOptions, fn Func) *Task {
 	var t *Task
 	if base.queue == "" {
 		a := new(asyncTask)
@@ -615,7 +617,7 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID string, base *runO
 		t = new(Task)
 		t.ctx = ctx // until it starts: see begin
 	}
-	t.id, t.runID = id, runID
+	t.ids, t.idLen = k.s, uint16(k.n)
 	t.opts, t.fn, t.created = base, fn, now().UnixMicro()
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{queue: base.queue, timeout: o.timeout, retry: o.retry, hub: &rt.hub}
@@ -635,41 +637,52 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, id, runID string, base *runO
 	return t
 }
 
-// newRunID mints a run id: the instance id, a dot and a sequence number
-// in base 36, built in one allocation.
-func (rt *Runtime[S]) newRunID() string {
-	var buf [64]byte
-	b := append(buf[:0], rt.instance...)
-	b = append(b, '.')
-	return string(strconv.AppendUint(b, rt.runSeq.Add(1), 36))
+// runIDs is a run's task id and run id, built in one string that the
+// run's Task and record share: the task id, then the run id.
+type runIDs struct {
+	s string
+	n int // the task id's length
 }
 
-// ids validates key and returns its scoped id and a new run id. A
-// user-scoped id and the run id are built in one allocation and share
-// it, as the record that keeps them both does; the run id is minted even
-// when the submission then joins a live run, which costs a number of the
-// sequence and nothing else.
-func (rt *Runtime[S]) ids(key string, c caller, scope Scope) (id, runID string, err error) {
-	owner, err := idOwner(key, c, scope)
-	if err != nil {
-		return "", "", err
-	}
-	if owner == "" {
-		return key, rt.newRunID(), nil
-	}
+// A Task keeps the task id's length in a uint16: this does not compile
+// if the longest id could not fit.
+const _ = uint16(MaxOwnerIDLen + len(scopeSep) + MaxKeyLen)
+
+func (k runIDs) id() string    { return k.s[:k.n] }
+func (k runIDs) runID() string { return k.s[k.n:] }
+
+// mint returns id with a new run id, in one allocation; id is owner's
+// scope separator and key, or key alone when owner is "". The run id is
+// the instance id, a dot and a sequence number in base 36.
+func (rt *Runtime[S]) mint(owner, key string) runIDs {
 	var buf [16]byte
 	seq := strconv.AppendUint(buf[:0], rt.runSeq.Add(1), 36)
-	n := len(owner) + len(scopeSep) + len(key)
+	n := len(key)
+	if owner != "" {
+		n += len(owner) + len(scopeSep)
+	}
 	var b strings.Builder
 	b.Grow(n + len(rt.instance) + 1 + len(seq))
-	b.WriteString(owner)
-	b.WriteString(scopeSep)
+	if owner != "" {
+		b.WriteString(owner)
+		b.WriteString(scopeSep)
+	}
 	b.WriteString(key)
 	b.WriteString(rt.instance)
 	b.WriteByte('.')
 	b.Write(seq)
-	s := b.String()
-	return s[:n], s[n:], nil
+	return runIDs{s: b.String(), n: n}
+}
+
+// ids validates key and returns its scoped id with a new run id (see
+// mint). The run id is minted even when the submission then joins a
+// live run, which costs a number of the sequence and nothing else.
+func (rt *Runtime[S]) ids(key string, c caller, scope Scope) (runIDs, error) {
+	owner, err := idOwner(key, c, scope)
+	if err != nil {
+		return runIDs{}, err
+	}
+	return rt.mint(owner, key), nil
 }
 
 // record is the new record a run is registered with: PENDING, or
@@ -680,8 +693,8 @@ func (t *Task) record() Record {
 		st = t.registeredStart()
 	}
 	return Record{
-		ID:        t.id,
-		RunID:     t.runID,
+		ID:        t.ID(),
+		RunID:     t.RunID(),
 		Queue:     t.opts.queue,
 		Watchers:  t.watcherList(),
 		CreatedAt: t.createdAt(),
@@ -727,7 +740,7 @@ func (rt *Runtime[S]) noteWatcher(id, runID string, watchers []string) {
 	rt.mu.RLock()
 	t, _ := rt.handles.get(id)
 	rt.mu.RUnlock()
-	if t != nil && t.runID == runID {
+	if t != nil && t.RunID() == runID {
 		t.setWatchers(watchers)
 	}
 }
@@ -737,7 +750,7 @@ func (rt *Runtime[S]) handle(id, runID string) *Task {
 	rt.mu.RLock()
 	t, _ := rt.handles.get(id)
 	rt.mu.RUnlock()
-	if t != nil && t.runID == runID {
+	if t != nil && t.RunID() == runID {
 		return t
 	}
 	return nil

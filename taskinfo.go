@@ -25,10 +25,9 @@ type Func func(ctx context.Context, t *Task) (any, error)
 // Task is one run of a task: the live object its callback holds. A re-run
 // of the same id is a new Task. Its methods are safe for concurrent use.
 type Task struct {
-	id    string
-	runID string
-	opts  *runOptions // its queue's, shared, when the submission set none
-	fn    Func
+	ids  string      // the task id, then the run id (see runIDs)
+	opts *runOptions // its queue's, shared, when the submission set none
+	fn   Func
 
 	// ctx is this run's own context, whose parent (its runState's vals)
 	// carries the submission's context's values and never its
@@ -56,7 +55,8 @@ type Task struct {
 	// startsRegistered is set for a run registered RUNNING (an async run
 	// admitted at once), whose start needs no write of its own.
 	startsRegistered bool
-	settled          bool // guarded by mu
+	settled          bool   // guarded by mu
+	idLen            uint16 // the task id's length in ids: at most MaxOwnerIDLen + 2 + MaxKeyLen
 
 	adm *admit // its standing with admission; nil without Config.Limits
 
@@ -286,13 +286,13 @@ func (v *valuesOnly) String() string           { return "workers.runContext" }
 
 // taskID returns the run's task id, which keys it in the runtime's
 // idMap of handles.
-func (t *Task) taskID() string { return t.id }
+func (t *Task) taskID() string { return t.ids[:t.idLen] }
 
 // ID returns the scoped task id.
-func (t *Task) ID() string { return t.id }
+func (t *Task) ID() string { return t.ids[:t.idLen] }
 
 // RunID returns this run's id, unique across processes.
-func (t *Task) RunID() string { return t.runID }
+func (t *Task) RunID() string { return t.ids[t.idLen:] }
 
 // Queue returns the sequential queue the run belongs to, or "" for the
 // async path.
@@ -353,7 +353,7 @@ func (t *Task) watcherList() []string {
 }
 
 func (t *Task) visibleTo(c caller) bool {
-	return c.system || visibleTo(t.id, t.watcherList(), c.userID)
+	return c.system || visibleTo(t.ID(), t.watcherList(), c.userID)
 }
 
 // Snapshot is a point-in-time view of a task, as Runtime.Status and
