@@ -26,7 +26,7 @@ type memRecord struct {
 	id, runID, queue string
 	first            [1]string // the only watcher; empty when there is none or more is set
 	more             *[]string // every watcher, when first cannot hold them
-	rest             *memRest  // nil while the record has no start and no end
+	rest             *memRest  // nil while the record has no start, no end and no outcome beyond its status's
 	created          memTime
 	attempt          int32 // CheckState bounds Progress and Attempt
 	progress         uint8
@@ -39,8 +39,9 @@ type memRest struct {
 	outcome                *memOutcome // nil while its fields are what the status implies
 }
 
-// memOutcome is the part of an ended record that a plainly completed
-// one lacks.
+// memOutcome is what a record says beyond its times and its status: a
+// result, an error, a cause other than the one its status implies (see
+// plainOutcome). A plainly completed record, like a live one, has none.
 type memOutcome struct {
 	result       json.RawMessage
 	cause        Cause
@@ -50,8 +51,9 @@ type memOutcome struct {
 	stack        string
 }
 
-// memRecordWithRest is a record inserted with a start or an end already
-// (a run registered RUNNING): both parts in one allocation.
+// memRecordWithRest is a record inserted with a memRest already (a run
+// registered RUNNING, a record inserted ended): both parts in one
+// allocation.
 type memRecordWithRest struct {
 	memRecord
 	rest memRest

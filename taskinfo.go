@@ -88,8 +88,8 @@ type runState struct {
 // lastWrite is what a run's last write left in its record, as far as
 // its later writes and its subscribers read it: whether the run was left
 // RUNNING, and then the rest of that state, since a RUNNING state holds
-// nothing else. It keeps a run's state small: a State is three times its
-// size.
+// nothing else. It keeps a run's state small: 40 bytes, where a State
+// takes 184.
 type lastWrite struct {
 	startedAt         time.Time
 	progress, attempt int32
@@ -202,8 +202,8 @@ func (t *Task) begin() {
 	}
 }
 
-// setState records st as the state the run last wrote; its writeMu is
-// held.
+// setState records what st, the state the run last wrote, left (see
+// lastWrite); its writeMu is held.
 func (t *Task) setState(st *State) {
 	w := &t.run.Load().last
 	if st.Status != StatusRunning {
