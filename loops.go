@@ -216,6 +216,11 @@ func leaseError(doing string, err error) error {
 // or a first Wait or Watch. Shutdown's start cuts its call off, and it
 // then returns ErrClosed.
 func (rt *Runtime[S]) renewUnlessShut(ctx context.Context, l Leaser) error {
+	if rt.gate.isClosed() {
+		// Shutdown has begun: a call made now would only be cut off, and
+		// bind cuts off after the call has started.
+		return ErrClosed
+	}
 	c, release := rt.gate.bind(ctx)
 	defer release()
 	err := rt.renew(c, l)

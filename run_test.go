@@ -309,6 +309,21 @@ func TestShutdownEndsASubmissionsWaitForTheLease(t *testing.T) {
 	})
 }
 
+// A submission that wins the lease's turn only after Shutdown has begun
+// (its select may pick the turn over Shutdown's start) sends no renewal:
+// it returns ErrClosed without calling the store.
+func TestNoRenewalIsSentOnceShutdownBegan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _, calls := failingRenewals()
+		rt, _ := leasedRuntime(t, s)
+		rt.gate.close() // Shutdown's first step
+		before := calls.Load()
+		assert.Equal(t, ErrClosed, rt.renewUnlessShut(ctx, s))
+		assert.Equal(t, before, calls.Load(), "no call to cut off")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
 // hangingAfterFirst returns a store whose first renewal, which takes
 // the lease, succeeds, and every later one hangs until its context ends.
 func hangingAfterFirst() *renewing {
