@@ -532,8 +532,34 @@ func faultLeaseRenewal(t *testing.T, newStore func(*testing.T) workers.Store) {
 			_, err = e.mem.GetTask(context.Background(), id)
 			assert.ErrorIs(t, err, workers.ErrNotFound, "registered on a lost lease")
 			e.f.Heal()
+			e.leaseRenewed()
 			e.completes("k")
 			e.completes("during")
 		})
+	}
+}
+
+// leaseRenewed waits until a submission finds the instance lease renewed
+// after the store healed. A renewal made once the lease ran out is
+// bounded by one LeaseInterval, a few milliseconds in these tests, which
+// a loaded machine may miss: the submission then fails with the lease's
+// error, and a later one succeeds. The probe's task completes.
+func (e *faultEnv) leaseRenewed() {
+	e.t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for {
+		sub, err := e.rt.Submit(context.Background(), "lease-probe", result("done"), owner)
+		if err == nil {
+			require.Equal(e.t, workers.StatusCompleted, e.wait(sub.ID).Status)
+			return
+		}
+		require.ErrorContains(e.t, err, "the instance lease")
+		select {
+		case <-tick.C:
+		case <-deadline:
+			e.t.Fatalf("the lease was not renewed within 10s of the store healing: %v", err)
+		}
 	}
 }
