@@ -513,7 +513,7 @@ func faultLeaseRenewal(t *testing.T, newStore func(*testing.T) workers.Store) {
 	for _, fault := range bothFaults {
 		t.Run(fault.String(), func(t *testing.T) {
 			t.Parallel()
-			e := newFaultEnv(t, newStore, workers.Config{LeaseInterval: 20 * time.Millisecond})
+			e := newFaultEnv(t, newStore, workers.Config{LeaseInterval: 50 * time.Millisecond})
 			started, release := make(chan struct{}), make(chan struct{})
 			defer close(release)
 			sub, err := e.rt.Submit(context.Background(), "k", blocked(started, release), owner)
@@ -532,34 +532,36 @@ func faultLeaseRenewal(t *testing.T, newStore func(*testing.T) workers.Store) {
 			_, err = e.mem.GetTask(context.Background(), id)
 			assert.ErrorIs(t, err, workers.ErrNotFound, "registered on a lost lease")
 			e.f.Heal()
-			e.leaseRenewed()
-			e.completes("k")
-			e.completes("during")
+			e.completesOnceLeased("k")
+			e.completesOnceLeased("during")
 		})
 	}
 }
 
-// leaseRenewed waits until a submission finds the instance lease renewed
-// after the store healed. A renewal made once the lease ran out is
-// bounded by one LeaseInterval, a few milliseconds in these tests, which
-// a loaded machine may miss: the submission then fails with the lease's
-// error, and a later one succeeds. The probe's task completes.
-func (e *faultEnv) leaseRenewed() {
+// completesOnceLeased is completes for a runtime whose lease may be
+// lost: the store healed, but a renewal made once the lease ran out is
+// bounded by one LeaseInterval, 50 ms in these tests, which
+// a loaded database may miss, and the lease may lapse again. Such a
+// submission fails with the lease's error and registers nothing; key is
+// submitted again until it registers, for at most 10 s.
+func (e *faultEnv) completesOnceLeased(key string) {
 	e.t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Second)
 	for {
-		sub, err := e.rt.Submit(context.Background(), "lease-probe", result("done"), owner)
+		sub, err := e.rt.Submit(context.Background(), key, result("done"), owner)
 		if err == nil {
-			require.Equal(e.t, workers.StatusCompleted, e.wait(sub.ID).Status)
+			require.False(e.t, sub.Joined, "a resubmission joined run %q", sub.RunID)
+			snap := e.wait(sub.ID)
+			require.Equal(e.t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
 			return
 		}
 		require.ErrorContains(e.t, err, "the instance lease")
 		select {
 		case <-tick.C:
 		case <-deadline:
-			e.t.Fatalf("the lease was not renewed within 10s of the store healing: %v", err)
+			e.t.Fatalf("%q did not register within 10s of the store healing: %v", key, err)
 		}
 	}
 }
