@@ -349,14 +349,11 @@ func prepare(ctx context.Context, rec Record) (*memRecord, error) {
 // index adds r to the listing indexes; mu must be held.
 func (s *MemStore) index(r *memRecord) {
 	s.all.add(r)
-	for _, w := range r.watchers() {
-		s.indexUser(w, r)
-	}
-	if o, ok := ownerOfStored(r.id); ok {
-		s.indexUser(o, r)
-	}
+	r.eachUser(func(user string) { s.indexUser(user, r) })
 }
 
+// indexUser adds r to user's index, which it makes if needed; mu must be
+// held.
 func (s *MemStore) indexUser(user string, r *memRecord) {
 	idx := s.byUser[user]
 	if idx == nil {
@@ -369,18 +366,25 @@ func (s *MemStore) indexUser(user string, r *memRecord) {
 // unindex removes r from the listing indexes; mu must be held.
 func (s *MemStore) unindex(r *memRecord) {
 	s.all.remove(r)
-	drop := func(user string) {
+	r.eachUser(func(user string) {
 		if idx := s.byUser[user]; idx != nil {
 			if idx.remove(r); len(idx.recs) == 0 {
 				delete(s.byUser, user)
 			}
 		}
+	})
+}
+
+// eachUser calls f with every user whose index holds r, once each: its
+// watchers, and its owner unless the owner watches it, as it usually
+// does.
+func (r *memRecord) eachUser(f func(user string)) {
+	ws := r.watchers()
+	for _, w := range ws {
+		f(w)
 	}
-	for _, w := range r.watchers() {
-		drop(w)
-	}
-	if o, ok := ownerOfStored(r.id); ok {
-		drop(o)
+	if o, ok := ownerOfStored(r.id); ok && !slices.Contains(ws, o) {
+		f(o)
 	}
 }
 
