@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -274,7 +275,7 @@ func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 		f.VisibleTo = ""
 	}
 	if f.Limit > 0 {
-		size(min(f.Limit, len(idx.recs)))
+		size(min(f.Limit, idx.len()))
 	}
 	var v Record
 	n := 0
@@ -307,9 +308,9 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 			kept, ok := s.recs.get(r.id)
 			return !ok || kept != r
 		}
-		s.all.recs = slices.DeleteFunc(s.all.recs, gone)
+		s.all.deleteFunc(gone)
 		for u, idx := range s.byUser {
-			if idx.recs = slices.DeleteFunc(idx.recs, gone); len(idx.recs) == 0 {
+			if idx.deleteFunc(gone); idx.len() == 0 {
 				delete(s.byUser, u)
 			}
 		}
@@ -326,7 +327,7 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.recs.clear()
 	clear(s.byUser)
-	s.all.recs = nil
+	s.all = ordered{}
 	return nil
 }
 
@@ -368,7 +369,7 @@ func (s *MemStore) unindex(r *memRecord) {
 	s.all.remove(r)
 	r.eachUser(func(user string) {
 		if idx := s.byUser[user]; idx != nil {
-			if idx.remove(r); len(idx.recs) == 0 {
+			if idx.remove(r); idx.len() == 0 {
 				delete(s.byUser, user)
 			}
 		}
@@ -392,66 +393,159 @@ func (r *memRecord) eachUser(f func(user string)) {
 // stored records themselves, whose ID and CreatedAt never change while
 // they are stored (ReplaceTask stores a new record, unindexing the old);
 // new records are the newest, so an insert is nearly always an append.
+//
+// The records sit in chunks of at most orderedChunk, each sorted and
+// each before the next, so that a record inserted or removed anywhere
+// (a re-run leaves its old record's place for the newest) moves at most
+// one chunk's worth, not every record after it; and a growing index
+// never copies what it holds. A chunk is never empty.
 type ordered struct {
-	recs []*memRecord
+	chunks [][]*memRecord
+	n      int // records held
+	max    int // chunk size; orderedChunk when 0 (tests set less)
+}
+
+// orderedChunk is the most records a chunk of an ordered holds.
+const orderedChunk = 512
+
+func (o *ordered) len() int { return o.n }
+
+func (o *ordered) chunkMax() int { return cmp.Or(o.max, orderedChunk) }
+
+// find returns the chunk that holds r or would: the first whose last
+// record does not sort before r, or the last chunk. There is at least
+// one chunk.
+func (o *ordered) find(r *memRecord) int {
+	i, _ := slices.BinarySearchFunc(o.chunks, r, func(c []*memRecord, r *memRecord) int {
+		return compareMem(c[len(c)-1], r)
+	})
+	return min(i, len(o.chunks)-1)
 }
 
 // add inserts r once. A record indexed for its owner and again for the
 // same user as a watcher is found last, without comparing.
 func (o *ordered) add(r *memRecord) {
-	n := len(o.recs)
-	if n > 0 && o.recs[n-1] == r {
+	if len(o.chunks) == 0 {
+		o.chunks = append(o.chunks, []*memRecord{r})
+		o.n++
 		return
 	}
-	if n == 0 || compareMem(o.recs[n-1], r) < 0 {
-		o.recs = append(o.recs, r)
+	last := &o.chunks[len(o.chunks)-1]
+	if tail := (*last)[len(*last)-1]; tail == r {
+		return
+	} else if compareMem(tail, r) < 0 {
+		if len(*last) < o.chunkMax() {
+			*last = append(*last, r)
+		} else {
+			o.chunks = append(o.chunks, []*memRecord{r})
+		}
+		o.n++
 		return
 	}
-	i, found := slices.BinarySearchFunc(o.recs, r, compareMem)
-	if !found {
-		o.recs = slices.Insert(o.recs, i, r)
+	ci := o.find(r)
+	c := o.chunks[ci]
+	i, found := slices.BinarySearchFunc(c, r, compareMem)
+	if found {
+		return
 	}
+	c = slices.Insert(c, i, r)
+	o.n++
+	if len(c) <= o.chunkMax() {
+		o.chunks[ci] = c
+		return
+	}
+	// Full: split in two halves, the second in a slice of its own.
+	half := len(c) / 2
+	second := slices.Clone(c[half:])
+	clear(c[half:]) // the first half's spare room holds no record
+	o.chunks[ci] = c[:half]
+	o.chunks = slices.Insert(o.chunks, ci+1, second)
 }
 
 // remove deletes r if present.
 func (o *ordered) remove(r *memRecord) {
-	if i, found := slices.BinarySearchFunc(o.recs, r, compareMem); found {
-		o.recs = slices.Delete(o.recs, i, i+1)
+	if len(o.chunks) == 0 {
+		return
 	}
+	ci := o.find(r)
+	c := o.chunks[ci]
+	i, found := slices.BinarySearchFunc(c, r, compareMem)
+	if !found {
+		return
+	}
+	o.n--
+	if c = slices.Delete(c, i, i+1); len(c) > 0 {
+		o.chunks[ci] = c
+		return
+	}
+	o.chunks = slices.Delete(o.chunks, ci, ci+1)
+}
+
+// deleteFunc removes every record del reports true for, in one pass.
+func (o *ordered) deleteFunc(del func(*memRecord) bool) {
+	kept := o.chunks[:0]
+	o.n = 0
+	for _, c := range o.chunks {
+		if c = slices.DeleteFunc(c, del); len(c) > 0 {
+			kept = append(kept, c)
+			o.n += len(c)
+		}
+	}
+	clear(o.chunks[len(kept):])
+	o.chunks = kept
 }
 
 // walk calls yield with the records f's order visits, starting after
 // f.After, until yield returns false.
 func (o *ordered) walk(f Filter, yield func(*memRecord) bool) {
-	// at is where f.After falls: the index of the first record not
-	// before it, compared at the cursor's full precision.
-	at := 0
+	if len(o.chunks) == 0 {
+		return
+	}
+	// (ci, at) is where f.After falls: the first record not before it,
+	// compared at the cursor's full precision; found says it is that
+	// record. With no cursor, the first record.
+	ci, at := 0, 0
 	var found bool
 	if f.After != nil {
-		at, found = slices.BinarySearchFunc(o.recs, f.After, func(r *memRecord, p *Position) int {
+		after := func(r *memRecord, p *Position) int {
 			return compareKeys(r.created.time(), r.id, p.CreatedAt, p.ID)
+		}
+		ci, _ = slices.BinarySearchFunc(o.chunks, f.After, func(c []*memRecord, p *Position) int {
+			return after(c[len(c)-1], p)
 		})
+		if ci == len(o.chunks) {
+			ci, at = ci-1, len(o.chunks[ci-1]) // past the last record
+		} else {
+			at, found = slices.BinarySearchFunc(o.chunks[ci], f.After, after)
+		}
 	}
 	if f.Order == NewestFirst {
-		end := len(o.recs)
-		if f.After != nil {
-			end = at
+		if f.After == nil {
+			ci, at = len(o.chunks)-1, len(o.chunks[len(o.chunks)-1])
 		}
-		for i := end - 1; i >= 0; i-- {
-			if !yield(o.recs[i]) {
-				return
+		for ; ci >= 0; ci-- {
+			c := o.chunks[ci]
+			for i := at - 1; i >= 0; i-- {
+				if !yield(c[i]) {
+					return
+				}
+			}
+			if ci > 0 {
+				at = len(o.chunks[ci-1]) // every record of the chunk before
 			}
 		}
 		return
 	}
-	start := at
 	if found {
-		start++
+		at++
 	}
-	for _, r := range o.recs[start:] {
-		if !yield(r) {
-			return
+	for ; ci < len(o.chunks); ci++ {
+		for _, r := range o.chunks[ci][at:] {
+			if !yield(r) {
+				return
+			}
 		}
+		at = 0
 	}
 }
 
