@@ -437,7 +437,10 @@ func (o *ordered) add(r *memRecord) {
 		if len(*last) < o.chunkMax() {
 			*last = append(*last, r)
 		} else {
-			o.chunks = append(o.chunks, []*memRecord{r})
+			// A whole chunk at once: an index this long keeps growing.
+			c := make([]*memRecord, 1, o.chunkMax())
+			c[0] = r
+			o.chunks = append(o.chunks, c)
 		}
 		o.n++
 		return
