@@ -485,6 +485,8 @@ func (o *ordered) remove(r *memRecord) {
 }
 
 // deleteFunc removes every record del reports true for, in one pass.
+// When what is left fills less than a quarter of its chunks, as after
+// pruning most of a long history, it is packed into full chunks again.
 func (o *ordered) deleteFunc(del func(*memRecord) bool) {
 	kept := o.chunks[:0]
 	o.n = 0
@@ -496,6 +498,13 @@ func (o *ordered) deleteFunc(del func(*memRecord) bool) {
 	}
 	clear(o.chunks[len(kept):])
 	o.chunks = kept
+	if max := o.chunkMax(); 4*o.n < len(kept)*max {
+		packed := make([][]*memRecord, 0, (o.n+max-1)/max)
+		for all := slices.Concat(kept...); len(all) > 0; all = all[min(max, len(all)):] {
+			packed = append(packed, slices.Clip(all[:min(max, len(all))]))
+		}
+		o.chunks = packed
+	}
 }
 
 // walk calls yield with the records f's order visits, starting after
