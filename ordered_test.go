@@ -110,3 +110,28 @@ func keysOf(recs []*memRecord) []string {
 	}
 	return out
 }
+
+// Pruning most of a long history packs what is left into full chunks,
+// in order, instead of keeping a chunk for every few records left.
+func TestOrderedPacksAfterPruning(t *testing.T) {
+	o := &ordered{max: 8}
+	var kept []*memRecord
+	for i := range 1000 {
+		r := &memRecord{id: fmt.Sprintf("k%04d", i), created: memTime(i + 1)}
+		o.add(r)
+		if i%20 == 0 {
+			kept = append(kept, r)
+		}
+	}
+	require.Len(t, o.chunks, 125)
+	o.deleteFunc(func(r *memRecord) bool { return !slices.Contains(kept, r) })
+	require.Equal(t, 50, o.len())
+	require.Len(t, o.chunks, 7, "50 records in chunks of 8")
+	var all []*memRecord
+	for _, c := range o.chunks {
+		all = append(all, c...)
+	}
+	require.Equal(t, keysOf(kept), keysOf(all))
+	o.add(&memRecord{id: "k9999", created: 2000}) // and it grows again
+	require.Equal(t, 51, o.len())
+}
