@@ -397,8 +397,9 @@ func (r *memRecord) eachUser(f func(user string)) {
 // The records sit in chunks of at most orderedChunk, each sorted and
 // each before the next, so that a record inserted or removed anywhere
 // (a re-run leaves its old record's place for the newest) moves at most
-// one chunk's worth, not every record after it; and a growing index
-// never copies what it holds. A chunk is never empty.
+// one chunk's worth, not every record after it; and a long index grows a
+// whole chunk at a time instead of copying itself into a bigger array.
+// A chunk is never empty, and each has an array of its own.
 type ordered struct {
 	chunks [][]*memRecord
 	n      int // records held
@@ -422,8 +423,9 @@ func (o *ordered) find(r *memRecord) int {
 	return min(i, len(o.chunks)-1)
 }
 
-// add inserts r once. A record indexed for its owner and again for the
-// same user as a watcher is found last, without comparing.
+// add inserts r unless it is there already (a watcher added who is the
+// record's owner is indexed again); the newest record, the common case,
+// is appended without a search.
 func (o *ordered) add(r *memRecord) {
 	if len(o.chunks) == 0 {
 		o.chunks = append(o.chunks, []*memRecord{r})
@@ -499,16 +501,19 @@ func (o *ordered) deleteFunc(del func(*memRecord) bool) {
 	clear(o.chunks[len(kept):])
 	o.chunks = kept
 	if max := o.chunkMax(); 4*o.n < len(kept)*max {
+		// Each chunk in an array of its own: a chunk that later moves
+		// to a bigger one leaves nothing behind that a neighbour keeps.
 		packed := make([][]*memRecord, 0, (o.n+max-1)/max)
 		for all := slices.Concat(kept...); len(all) > 0; all = all[min(max, len(all)):] {
-			packed = append(packed, slices.Clip(all[:min(max, len(all))]))
+			packed = append(packed, slices.Clone(all[:min(max, len(all))]))
 		}
 		o.chunks = packed
 	}
 }
 
 // walk calls yield with the records f's order visits, starting after
-// f.After, until yield returns false.
+// f.After in that order (for NewestFirst, with the newest record before
+// it), until yield returns false.
 func (o *ordered) walk(f Filter, yield func(*memRecord) bool) {
 	if len(o.chunks) == 0 {
 		return

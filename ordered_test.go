@@ -3,6 +3,7 @@ package workers
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -134,4 +135,44 @@ func TestOrderedPacksAfterPruning(t *testing.T) {
 	require.Equal(t, keysOf(kept), keysOf(all))
 	o.add(&memRecord{id: "k9999", created: 2000}) // and it grows again
 	require.Equal(t, 51, o.len())
+}
+
+// A record removed from an index is not kept alive by it: after a
+// packing pass and a split, the records of the packed chunk that moved
+// are collected once removed.
+func TestOrderedKeepsNoRemovedRecordAlive(t *testing.T) {
+	o := &ordered{max: 8}
+	collected := make(chan struct{}, 64)
+	for i := range 64 {
+		r := &memRecord{id: fmt.Sprintf("k%04d", i+100), created: memTime(i + 100)}
+		runtime.AddCleanup(r, func(struct{}) { collected <- struct{}{} }, struct{}{})
+		o.add(r)
+	}
+	// Keep every fifth: 13 records, packed into chunks of 8 and 5.
+	o.deleteFunc(func(r *memRecord) bool { return r.created%5 != 0 })
+	require.Len(t, o.chunks, 2)
+	// A record before all others splits the first, full chunk.
+	o.add(&memRecord{id: "k0000", created: 1})
+	require.Len(t, o.chunks, 3)
+	// Remove the records the first packed chunk held.
+	first := slices.Clone(o.chunks[0][1:])
+	first = append(first, o.chunks[1]...)
+	require.Len(t, first, 8)
+	for _, r := range first {
+		o.remove(r)
+	}
+	clear(first)
+	first = nil
+	want := 51 + 8 // the records deleted by the pass, and those removed
+	deadline := time.After(10 * time.Second)
+	for got := 0; got < want; {
+		runtime.GC()
+		select {
+		case <-collected:
+			got++
+		case <-deadline:
+			t.Fatalf("%d of the %d records removed were collected", got, want)
+		}
+	}
+	runtime.KeepAlive(o)
 }
