@@ -288,35 +288,59 @@ func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 	})
 }
 
-// DeleteFinished implements Store.
+// DeleteFinished implements Store. It walks the records in listing order
+// pruneBatch at a time, and releases the store's lock between batches,
+// so that a store of millions of records does not stall every other
+// call for the whole walk. A record written between two batches is
+// judged as it is when its batch comes; ctx is checked between batches,
+// and on its end the count deleted so far comes back with its error.
 func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
+	n := 0
+	var after *Position
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		deleted, last := s.pruneBatch(cutoff, after)
+		n += deleted
+		if last == nil {
+			return n, nil
+		}
+		after = &Position{CreatedAt: last.created.time(), ID: last.id}
 	}
+}
+
+// pruneBatch is one batch of DeleteFinished: it deletes the terminal
+// records completed before cutoff among the next pruneBatchSize after
+// after (in listing order), and returns how many it deleted, and the last
+// record it looked at, or nil when no record is left after it.
+func (s *MemStore) pruneBatch(cutoff time.Time, after *Position) (int, *memRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for r := range s.recs.all() {
+	var gone []*memRecord
+	var last *memRecord
+	seen := 0
+	s.all.walk(Filter{After: after}, func(r *memRecord) bool {
 		if r.Status().Terminal() && r.completedAt().Before(cutoff) {
-			s.recs.delete(r.id)
-			n++
+			gone = append(gone, r)
 		}
+		last = r
+		seen++
+		return seen < pruneBatchSize
+	})
+	for _, r := range gone {
+		s.recs.deleteValue(r)
+		s.unindex(r)
 	}
-	if n > 0 {
-		// One pass per index rather than a removal per record.
-		gone := func(r *memRecord) bool {
-			kept, ok := s.recs.get(r.id)
-			return !ok || kept != r
-		}
-		s.all.deleteFunc(gone)
-		for u, idx := range s.byUser {
-			if idx.deleteFunc(gone); idx.len() == 0 {
-				delete(s.byUser, u)
-			}
-		}
+	if seen < pruneBatchSize {
+		last = nil // the walk reached the end
 	}
-	return n, nil
+	return len(gone), last
 }
+
+// pruneBatchSize is how many records DeleteFinished looks at under one
+// hold of the store's lock.
+const pruneBatchSize = 4096
 
 // ClearRecords implements RecordClearer: it deletes every record.
 func (s *MemStore) ClearRecords(ctx context.Context) error {
@@ -399,7 +423,9 @@ func (r *memRecord) eachUser(f func(user string)) {
 // (a re-run leaves its old record's place for the newest) moves at most
 // one chunk's worth, not every record after it; and a long index grows a
 // whole chunk at a time instead of copying itself into a bigger array.
-// A chunk is never empty, and each has an array of its own.
+// A chunk is never empty, and each has an array of its own: a chunk that
+// moves to a bigger one, or joins a neighbour, leaves nothing behind that
+// another chunk keeps alive.
 type ordered struct {
 	chunks [][]*memRecord
 	n      int // records held
@@ -479,35 +505,25 @@ func (o *ordered) remove(r *memRecord) {
 		return
 	}
 	o.n--
-	if c = slices.Delete(c, i, i+1); len(c) > 0 {
-		o.chunks[ci] = c
+	if c = slices.Delete(c, i, i+1); len(c) == 0 {
+		o.chunks = slices.Delete(o.chunks, ci, ci+1)
 		return
 	}
-	o.chunks = slices.Delete(o.chunks, ci, ci+1)
-}
-
-// deleteFunc removes every record del reports true for, in one pass.
-// When what is left fills less than a quarter of its chunks, as after
-// pruning most of a long history, it is packed into full chunks again.
-func (o *ordered) deleteFunc(del func(*memRecord) bool) {
-	kept := o.chunks[:0]
-	o.n = 0
-	for _, c := range o.chunks {
-		if c = slices.DeleteFunc(c, del); len(c) > 0 {
-			kept = append(kept, c)
-			o.n += len(c)
-		}
+	o.chunks[ci] = c
+	// A chunk under a quarter full joins a neighbour when the two fit in
+	// half a chunk, so that an index most of whose records left (a
+	// pruned history) does not keep a chunk for every few.
+	max := o.chunkMax()
+	if 4*len(c) >= max {
+		return
 	}
-	clear(o.chunks[len(kept):])
-	o.chunks = kept
-	if max := o.chunkMax(); 4*o.n < len(kept)*max {
-		// Each chunk in an array of its own: a chunk that later moves
-		// to a bigger one leaves nothing behind that a neighbour keeps.
-		packed := make([][]*memRecord, 0, (o.n+max-1)/max)
-		for all := slices.Concat(kept...); len(all) > 0; all = all[min(max, len(all)):] {
-			packed = append(packed, slices.Clone(all[:min(max, len(all))]))
-		}
-		o.chunks = packed
+	switch {
+	case ci+1 < len(o.chunks) && 2*(len(c)+len(o.chunks[ci+1])) <= max:
+		o.chunks[ci] = append(c, o.chunks[ci+1]...)
+		o.chunks = slices.Delete(o.chunks, ci+1, ci+2)
+	case ci > 0 && 2*(len(c)+len(o.chunks[ci-1])) <= max:
+		o.chunks[ci-1] = append(o.chunks[ci-1], c...)
+		o.chunks = slices.Delete(o.chunks, ci, ci+1)
 	}
 }
 

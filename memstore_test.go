@@ -379,3 +379,63 @@ func TestMemStorePagesFromACursorFinerThanItsTimes(t *testing.T) {
 		}
 	}
 }
+
+// DeleteFinished walks a large store in batches: it deletes exactly the
+// terminal records completed before the cutoff across every batch, and
+// a context that ends between two batches stops it there, with the count
+// deleted so far.
+func TestMemStoreDeleteFinishedInBatches(t *testing.T) {
+	s := NewMemStore()
+	t0 := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	const n = 2*pruneBatchSize + 500
+	statuses := []Status{StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+	old := 0
+	for i := range n {
+		st := State{Status: statuses[i%len(statuses)]}
+		if st.Status.Terminal() {
+			st.StartedAt, st.CompletedAt = t0, t0.Add(time.Duration(i%3)*time.Hour) // 0 h, 1 h, 2 h
+			if i%3 == 0 {
+				old++
+				st.Error = "done" // and not plain: the outcome apart goes too
+			}
+		}
+		rec := Record{ID: fmt.Sprintf("alice::k%05d", i), RunID: "i.1", Watchers: []string{"alice", "bob"}, CreatedAt: t0.Add(-time.Duration(n-i) * time.Second), State: st}
+		require.NoError(t, s.InsertTask(ctx, rec))
+	}
+	cutoff := t0.Add(30 * time.Minute)
+
+	stop := &endsAfter{Context: ctx, checks: 2} // ends before the second batch
+	deleted, err := s.DeleteFinished(stop, cutoff)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Positive(t, deleted)
+	require.Less(t, deleted, old, "stopped after the first batch")
+
+	more, err := s.DeleteFinished(ctx, cutoff)
+	require.NoError(t, err)
+	require.Equal(t, old, deleted+more)
+	left, err := s.ListTasks(ctx, Filter{})
+	require.NoError(t, err)
+	require.Len(t, left, n-old)
+	for _, rec := range left {
+		require.False(t, rec.Status.Terminal() && rec.CompletedAt.Before(cutoff), "%s kept", rec.ID)
+	}
+	for _, u := range []string{"alice", "bob"} {
+		mine, err := s.ListTasks(ctx, Filter{VisibleTo: u})
+		require.NoError(t, err)
+		require.Len(t, mine, n-old, "%s's index", u)
+	}
+}
+
+// endsAfter is a context whose Err is nil for its first checks-1 calls
+// and context.Canceled from then on.
+type endsAfter struct {
+	context.Context
+	checks int
+}
+
+func (c *endsAfter) Err() error {
+	if c.checks--; c.checks > 0 {
+		return nil
+	}
+	return context.Canceled
+}

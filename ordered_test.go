@@ -16,7 +16,7 @@ import (
 // removed anywhere, deleted in a pass, and walked from any cursor in
 // either order, stopping early or not.
 func TestOrderedMatchesASortedSlice(t *testing.T) {
-	for _, max := range []int{1, 2, 3, 8} {
+	for _, max := range []int{1, 2, 3, 8, 16} {
 		t.Run(fmt.Sprint("chunk=", max), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(max), 7))
 			pool := make([]*memRecord, 60)
@@ -39,10 +39,13 @@ func TestOrderedMatchesASortedSlice(t *testing.T) {
 						want = slices.Delete(want, i, i+1)
 					}
 				case op < 8:
-					gone := func(m *memRecord) bool { return m.created == rec.created }
-					o.deleteFunc(gone)
-					want = slices.DeleteFunc(want, gone)
-					require.LessOrEqual(t, len(o.chunks)*max, 4*o.n+4*max, "step %d: chunks left sparse after a deletion pass", step)
+					// Every record of one time leaves, as a prune's do.
+					for _, m := range slices.Clone(want) {
+						if m.created == rec.created {
+							o.remove(m)
+						}
+					}
+					want = slices.DeleteFunc(want, func(m *memRecord) bool { return m.created == rec.created })
 				default:
 					f := Filter{Order: OldestFirst}
 					if r.IntN(2) == 0 {
@@ -112,58 +115,58 @@ func keysOf(recs []*memRecord) []string {
 	return out
 }
 
-// Pruning most of a long history packs what is left into full chunks,
-// in order, instead of keeping a chunk for every few records left.
-func TestOrderedPacksAfterPruning(t *testing.T) {
-	o := &ordered{max: 8}
-	var kept []*memRecord
-	for i := range 1000 {
+// An index most of whose records leave, as a pruned history's do, keeps
+// its chunks at least about an eighth full: a chunk under a quarter full
+// joins a neighbour that leaves room.
+func TestOrderedStaysDenseAsRecordsLeave(t *testing.T) {
+	o := &ordered{max: 16}
+	var all []*memRecord
+	for i := range 1600 {
 		r := &memRecord{id: fmt.Sprintf("k%04d", i), created: memTime(i + 1)}
 		o.add(r)
-		if i%20 == 0 {
-			kept = append(kept, r)
+		all = append(all, r)
+	}
+	require.Len(t, o.chunks, 100)
+	for i, r := range all {
+		if i%20 != 0 {
+			o.remove(r)
 		}
 	}
-	require.Len(t, o.chunks, 125)
-	o.deleteFunc(func(r *memRecord) bool { return !slices.Contains(kept, r) })
-	require.Equal(t, 50, o.len())
-	require.Len(t, o.chunks, 7, "50 records in chunks of 8")
-	var all []*memRecord
+	require.Equal(t, 80, o.len())
+	require.LessOrEqual(t, len(o.chunks), 10, "80 records left in %d chunks of 16", len(o.chunks))
+	var left []*memRecord
 	for _, c := range o.chunks {
-		all = append(all, c...)
+		left = append(left, c...)
 	}
-	require.Equal(t, keysOf(kept), keysOf(all))
-	o.add(&memRecord{id: "k9999", created: 2000}) // and it grows again
-	require.Equal(t, 51, o.len())
+	require.Equal(t, 80, len(left))
+	require.True(t, slices.IsSortedFunc(left, compareMem))
 }
 
-// A record removed from an index is not kept alive by it: after a
-// packing pass and a split, the records of the packed chunk that moved
-// are collected once removed.
+// A record removed from an index is not kept alive by it, whether its
+// chunk stayed, split, emptied or joined a neighbour.
 func TestOrderedKeepsNoRemovedRecordAlive(t *testing.T) {
 	o := &ordered{max: 8}
 	collected := make(chan struct{}, 64)
+	var keep []*memRecord
 	for i := range 64 {
 		r := &memRecord{id: fmt.Sprintf("k%04d", i+100), created: memTime(i + 100)}
-		runtime.AddCleanup(r, func(struct{}) { collected <- struct{}{} }, struct{}{})
+		if i%5 == 0 {
+			keep = append(keep, r)
+		} else {
+			runtime.AddCleanup(r, func(struct{}) { collected <- struct{}{} }, struct{}{})
+		}
 		o.add(r)
 	}
-	// Keep every fifth: 13 records, packed into chunks of 8 and 5.
-	o.deleteFunc(func(r *memRecord) bool { return r.created%5 != 0 })
-	require.Len(t, o.chunks, 2)
-	// A record before all others splits the first, full chunk.
-	o.add(&memRecord{id: "k0000", created: 1})
-	require.Len(t, o.chunks, 3)
-	// Remove the records the first packed chunk held.
-	first := slices.Clone(o.chunks[0][1:])
-	first = append(first, o.chunks[1]...)
-	require.Len(t, first, 8)
-	for _, r := range first {
-		o.remove(r)
+	o.add(&memRecord{id: "k0000", created: 1}) // splits the first chunk
+	for _, c := range slices.Clone(o.chunks) {
+		for _, r := range slices.Clone(c) {
+			if r.created > 1 && !slices.Contains(keep, r) {
+				o.remove(r)
+			}
+		}
 	}
-	clear(first)
-	first = nil
-	want := 51 + 8 // the records deleted by the pass, and those removed
+	require.Equal(t, len(keep)+1, o.len())
+	const want = 64 - 13
 	deadline := time.After(10 * time.Second)
 	for got := 0; got < want; {
 		runtime.GC()
