@@ -289,19 +289,21 @@ func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 }
 
 // DeleteFinished implements Store. It walks the records in listing order
-// pruneBatch at a time, and releases the store's lock between batches,
-// so that a store of millions of records does not stall every other
-// call for the whole walk. A record written between two batches is
-// judged as it is when its batch comes; ctx is checked between batches,
+// pruneBatchSize at a time, and releases the store's lock between
+// batches, so that a store of millions of records does not stall every
+// other call for the whole walk. The walk ends at the record that was
+// the newest when it began; a record written between two batches is
+// judged as it is when its batch comes. ctx is checked between batches,
 // and on its end the count deleted so far comes back with its error.
 func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
 	var after *Position
+	var end *memRecord
 	for {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		deleted, last := s.pruneBatch(cutoff, after)
+		deleted, last := s.pruneBatch(cutoff, after, &end)
 		n += deleted
 		if last == nil {
 			return n, nil
@@ -312,28 +314,44 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 
 // pruneBatch is one batch of DeleteFinished: it deletes the terminal
 // records completed before cutoff among the next pruneBatchSize after
-// after (in listing order), and returns how many it deleted, and the last
-// record it looked at, or nil when no record is left after it.
-func (s *MemStore) pruneBatch(cutoff time.Time, after *Position) (int, *memRecord) {
+// after (in listing order), up to *end, the newest record when the walk
+// began, which the first batch sets. It returns how many it deleted, and
+// the last record it looked at, or nil once the walk is over.
+func (s *MemStore) pruneBatch(cutoff time.Time, after *Position, end **memRecord) (int, *memRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if *end == nil {
+		if *end = s.all.newest(); *end == nil {
+			return 0, nil
+		}
+	}
 	var gone []*memRecord
 	var last *memRecord
+	more := false // records are left for another batch
 	seen := 0
 	s.all.walk(Filter{After: after}, func(r *memRecord) bool {
+		if compareMem(r, *end) > 0 {
+			return false // newer than the walk
+		}
 		if r.Status().Terminal() && r.completedAt().Before(cutoff) {
 			gone = append(gone, r)
 		}
+		if r == *end {
+			return false
+		}
 		last = r
-		seen++
-		return seen < pruneBatchSize
+		if seen++; seen == pruneBatchSize {
+			more = true
+			return false
+		}
+		return true
 	})
 	for _, r := range gone {
 		s.recs.deleteValue(r)
 		s.unindex(r)
 	}
-	if seen < pruneBatchSize {
-		last = nil // the walk reached the end
+	if !more {
+		last = nil
 	}
 	return len(gone), last
 }
@@ -436,6 +454,15 @@ type ordered struct {
 const orderedChunk = 512
 
 func (o *ordered) len() int { return o.n }
+
+// newest returns the last record, or nil when there is none.
+func (o *ordered) newest() *memRecord {
+	if len(o.chunks) == 0 {
+		return nil
+	}
+	c := o.chunks[len(o.chunks)-1]
+	return c[len(c)-1]
+}
 
 func (o *ordered) chunkMax() int { return cmp.Or(o.max, orderedChunk) }
 

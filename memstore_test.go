@@ -439,3 +439,48 @@ func (c *endsAfter) Err() error {
 	}
 	return context.Canceled
 }
+
+// DeleteFinished walks up to the record that was the newest when it
+// began: records written meanwhile, after it, are left for the next call,
+// so a stream of new records cannot keep the walk going.
+func TestMemStoreDeleteFinishedEndsAtTheNewestRecordItFound(t *testing.T) {
+	s := NewMemStore()
+	t0 := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	expired := func(i int) Record {
+		return Record{ID: fmt.Sprintf("alice::k%05d", i), RunID: "i.1", Watchers: []string{"alice"},
+			CreatedAt: t0.Add(time.Duration(i) * time.Second),
+			State:     State{Status: StatusCompleted, Attempt: 1, StartedAt: t0, CompletedAt: t0, Cause: CauseCompleted}}
+	}
+	const n = 2*pruneBatchSize + 10
+	for i := range n {
+		require.NoError(t, s.InsertTask(ctx, expired(i)))
+	}
+	// Between batches, a newer expired record arrives.
+	next := n
+	between := &hookedErr{Context: ctx, hook: func(call int) {
+		if call > 1 {
+			require.NoError(t, s.InsertTask(ctx, expired(next)))
+			next++
+		}
+	}}
+	deleted, err := s.DeleteFinished(between, t0.Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, n, deleted)
+	left, err := s.ListTasks(ctx, Filter{})
+	require.NoError(t, err)
+	require.Len(t, left, next-n, "the records that arrived during the walk")
+}
+
+// hookedErr is a context that calls hook with the call's number each time
+// its Err is checked.
+type hookedErr struct {
+	context.Context
+	hook  func(call int)
+	calls int
+}
+
+func (c *hookedErr) Err() error {
+	c.calls++
+	c.hook(c.calls)
+	return c.Context.Err()
+}
