@@ -292,9 +292,11 @@ func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 // pruneBatchSize at a time, and releases the store's lock between
 // batches, so that a store of millions of records does not stall every
 // other call for the whole walk. The walk ends at the record that was
-// the newest when it began; a record written between two batches is
-// judged as it is when its batch comes. ctx is checked between batches,
-// and on its end the count deleted so far comes back with its error.
+// the newest when it began. A record written between two batches is
+// judged as it is when its batch comes if it sorts after the walk's
+// position, and left to the next call if before. ctx is checked between
+// batches, and on its end the count deleted so far comes back with its
+// error.
 func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
 	n := 0
 	var after *Position
@@ -520,7 +522,8 @@ func (o *ordered) add(r *memRecord) {
 	o.chunks = slices.Insert(o.chunks, ci+1, second)
 }
 
-// remove deletes r if present.
+// remove deletes the record that sorts where r does, if there is one;
+// a chunk it leaves under a quarter full may join a neighbour.
 func (o *ordered) remove(r *memRecord) {
 	if len(o.chunks) == 0 {
 		return

@@ -13,7 +13,7 @@ import (
 
 // An ordered index in small chunks behaves as one sorted slice: records
 // added anywhere (many share a time, as records of one microsecond do),
-// removed anywhere, deleted in a pass, and walked from any cursor in
+// removed anywhere, a time's worth at once, and walked from any cursor in
 // either order, stopping early or not.
 func TestOrderedMatchesASortedSlice(t *testing.T) {
 	for _, max := range []int{1, 2, 3, 8, 16} {

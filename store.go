@@ -309,7 +309,8 @@ type Store interface {
 
 	// DeleteFinished deletes terminal records whose CompletedAt is before
 	// cutoff and returns how many it deleted. PENDING and RUNNING records
-	// are never deleted.
+	// are never deleted. With an error, the count is what was deleted
+	// before it, which may be 0 even when some were.
 	DeleteFinished(ctx context.Context, cutoff time.Time) (int, error)
 
 	// QueueAuthorizer returns the queue authorizer; nil means no queue
