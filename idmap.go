@@ -118,20 +118,6 @@ func (m *idMap[V]) deleteValue(v V) bool {
 	return false
 }
 
-// delete removes id's value and reports whether there was one.
-func (m *idMap[V]) delete(id string) bool {
-	h := m.hash(id)
-	if v, ok := m.byHash[h]; ok && v.taskID() == id {
-		delete(m.byHash, h)
-		return true
-	}
-	if _, ok := m.clash[id]; ok {
-		delete(m.clash, id)
-		return true
-	}
-	return false
-}
-
 // len returns the number of values.
 func (m *idMap[V]) len() int { return len(m.byHash) + len(m.clash) }
 

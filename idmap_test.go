@@ -60,8 +60,12 @@ func TestIDMapMatchesAMapByID(t *testing.T) {
 					require.Equal(t, had, ok, "get %s", id)
 					require.Same(t, w, got, "get %s", id)
 				case op < 11:
-					_, had := want[id]
-					require.Equal(t, had, m.delete(id), "delete %s", id)
+					// The value stored for id, when there is one.
+					v, had := want[id]
+					if !had {
+						v = &idVal{id: id, n: -i}
+					}
+					require.Equal(t, had, m.deleteValue(v), "deleteValue %s", id)
 					delete(want, id)
 				default:
 					if r.IntN(50) == 0 {
@@ -77,7 +81,7 @@ func TestIDMapMatchesAMapByID(t *testing.T) {
 	}
 }
 
-// Deleting during the walk, as DeleteFinished does, removes exactly the
+// Deleting during the walk, as all's doc allows, removes exactly the
 // values deleted, clashing ones included.
 func TestIDMapDeleteWhileWalking(t *testing.T) {
 	m := newIDMap[*idVal]()
@@ -87,7 +91,7 @@ func TestIDMapDeleteWhileWalking(t *testing.T) {
 	}
 	for v := range m.all() {
 		if v.n%3 == 0 {
-			require.True(t, m.delete(v.id))
+			require.True(t, m.deleteValue(v))
 		}
 	}
 	require.Equal(t, 66, m.len())

@@ -133,10 +133,10 @@ func plainOutcome(st *State) bool {
 }
 
 // hasRest reports whether st, which has passed checkMemTimes, needs a
-// memRest: it has a start or an end, or says more than its status
-// implies.
-func hasRest(st *State) bool {
-	return !st.StartedAt.IsZero() || !st.CompletedAt.IsZero() || !plainOutcome(st)
+// memRest: it has a start or an end, or its outcome is not plain (see
+// plainOutcome).
+func hasRest(st *State, plain bool) bool {
+	return !st.StartedAt.IsZero() || !st.CompletedAt.IsZero() || !plain
 }
 
 // newMemRecord returns the stored copy of rec, which has passed
@@ -144,7 +144,7 @@ func hasRest(st *State) bool {
 // allocation for the common record, its one watcher included.
 func newMemRecord(rec *Record) *memRecord {
 	var r *memRecord
-	if hasRest(&rec.State) {
+	if hasRest(&rec.State, plainOutcome(&rec.State)) {
 		w := new(memRecordWithRest)
 		r = &w.memRecord
 		r.rest = &w.rest
@@ -190,7 +190,8 @@ func (r *memRecord) setWatchers(w []string) {
 // place, made when first needed: clones copy their fields out.
 func (r *memRecord) setState(st *State) {
 	r.status, r.progress, r.attempt = statusCode(st.Status), uint8(st.Progress), int32(st.Attempt)
-	if !hasRest(st) {
+	plain := plainOutcome(st)
+	if !hasRest(st, plain) {
 		r.rest = nil
 		return
 	}
@@ -199,7 +200,7 @@ func (r *memRecord) setState(st *State) {
 	}
 	m := r.rest
 	m.startedAt, m.completedAt = mustMemTime(st.StartedAt), mustMemTime(st.CompletedAt)
-	if plainOutcome(st) {
+	if plain {
 		m.outcome = nil
 		return
 	}

@@ -488,9 +488,11 @@ func (o *ordered) add(r *memRecord) {
 		return
 	}
 	last := &o.chunks[len(o.chunks)-1]
-	if tail := (*last)[len(*last)-1]; tail == r {
+	tail := (*last)[len(*last)-1]
+	if tail == r {
 		return
-	} else if compareMem(tail, r) < 0 {
+	}
+	if compareMem(tail, r) < 0 {
 		if len(*last) < o.chunkMax() {
 			*last = append(*last, r)
 		} else {

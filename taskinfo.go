@@ -286,7 +286,7 @@ func (v *valuesOnly) String() string           { return "workers.runContext" }
 
 // taskID returns the run's task id, which keys it in the runtime's
 // idMap of handles.
-func (t *Task) taskID() string { return t.ids[:t.idLen] }
+func (t *Task) taskID() string { return t.ID() }
 
 // ID returns the scoped task id.
 func (t *Task) ID() string { return t.ids[:t.idLen] }
