@@ -11,58 +11,79 @@ import (
 // process's decisions about an id and never stands in for an atomic
 // store write, which is what excludes other processes.
 //
-// Entries exist only while someone holds or waits for them; the map is
-// split into shards so that ids hashing apart do not share a map lock.
+// Ids hash to stripes. A stripe lists the locks of its ids that are held
+// or awaited, usually none or one, and keeps one lock of its own to lend,
+// so that taking an id's lock when no other id of its stripe is held
+// allocates nothing and touches one cache line: the stripe's.
 type keyLocks struct {
-	seed   maphash.Seed
-	shards [keyLockShards]keyShard
+	seed    maphash.Seed
+	stripes *[keyStripes]keyStripe // an array of its own, so that each stripe sits on one cache line
 }
 
-const keyLockShards = 64
+const keyStripes = 64
 
-type keyShard struct {
-	mu sync.Mutex
-	m  map[string]*keyLock // guarded by mu
+// keyStripe is 64 bytes: one cache line.
+type keyStripe struct {
+	mu    sync.Mutex
+	held  *keyLock // guarded by mu: the stripe's locks held or awaited, linked by next
+	spare keyLock  // lent to the first id of the stripe while it is free
+	_     [8]byte
 }
 
+// keyLock is one id's lock while it is held or awaited.
 type keyLock struct {
 	mu   sync.Mutex
-	refs int // guarded by the shard's mu: holders and waiters
+	refs int32    // guarded by the stripe's mu: holders and waiters; 0 when free
+	id   string   // guarded by the stripe's mu
+	next *keyLock // guarded by the stripe's mu
 }
 
-var keyLockPool = sync.Pool{New: func() any { return new(keyLock) }}
+// keyHold is a lock taken by keyLocks.lock, to release with unlock.
+type keyHold struct {
+	s *keyStripe
+	l *keyLock
+}
 
-func newKeyLocks() *keyLocks {
-	k := &keyLocks{seed: maphash.MakeSeed()}
-	for i := range k.shards {
-		k.shards[i].m = make(map[string]*keyLock)
+func newKeyLocks() keyLocks {
+	return keyLocks{seed: maphash.MakeSeed(), stripes: new([keyStripes]keyStripe)}
+}
+
+// stripe returns id's stripe.
+func (k *keyLocks) stripe(id string) *keyStripe {
+	return &k.stripes[maphash.String(k.seed, id)%keyStripes]
+}
+
+// lock takes id's lock.
+func (k *keyLocks) lock(id string) keyHold {
+	s := k.stripe(id)
+	s.mu.Lock()
+	l := s.held
+	for l != nil && l.id != id {
+		l = l.next
 	}
-	return k
-}
-
-// lock takes id's lock and returns what unlock needs.
-func (k *keyLocks) lock(id string) *keyLock {
-	sh := &k.shards[maphash.String(k.seed, id)%keyLockShards]
-	sh.mu.Lock()
-	l := sh.m[id]
 	if l == nil {
-		l = keyLockPool.Get().(*keyLock)
-		sh.m[id] = l
+		if l = &s.spare; l.refs != 0 {
+			l = new(keyLock) // another id of the stripe holds the spare
+		}
+		l.id, l.next, s.held = id, s.held, l
 	}
 	l.refs++
-	sh.mu.Unlock()
+	s.mu.Unlock()
 	l.mu.Lock()
-	return l
+	return keyHold{s, l}
 }
 
-// unlock releases id's lock l, taken by lock.
-func (k *keyLocks) unlock(id string, l *keyLock) {
+// unlock releases the lock.
+func (h keyHold) unlock() {
+	s, l := h.s, h.l
 	l.mu.Unlock()
-	sh := &k.shards[maphash.String(k.seed, id)%keyLockShards]
-	sh.mu.Lock()
+	s.mu.Lock()
 	if l.refs--; l.refs == 0 {
-		delete(sh.m, id)
-		keyLockPool.Put(l)
+		p := &s.held
+		for *p != l {
+			p = &(*p).next
+		}
+		*p, l.next, l.id = l.next, nil, ""
 	}
-	sh.mu.Unlock()
+	s.mu.Unlock()
 }

@@ -428,11 +428,11 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 			// Under the task's lock, a registration's insert and the
 			// publishing of its handle are one step: a run registered
 			// since the list is either seen live here or has another id.
-			lk := rt.keys.lock(rec.ID)
+			h := rt.keys.lock(rec.ID)
 			if rt.handle(rec.ID, rec.RunID) == nil {
 				ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
 			}
-			rt.keys.unlock(rec.ID, lk)
+			h.unlock()
 		} else {
 			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
 		}

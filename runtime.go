@@ -150,7 +150,7 @@ type Runtime[S Store] struct {
 
 	adm *admission // nil without Config.Limits: the unlimited path skips it
 
-	keys    *keyLocks  // the task lock: serializes this process's decisions per id
+	keys    keyLocks   // the task lock: serializes this process's decisions per id
 	runners *runners   // the goroutines that execute async runs
 	bells   bells      // wakes Wait when a task changes
 	hub     hub        // feeds Watch and Subscribe
@@ -463,9 +463,9 @@ type hooks struct {
 // lock is released.
 func (rt *Runtime[S]) register(ctx context.Context, k runIDs, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
 	id := k.id()
-	l := rt.keys.lock(id)
+	h := rt.keys.lock(id)
 	t, sub, ch, err := rt.decide(ctx, k, base, c, o, fn, adm, refused)
-	rt.keys.unlock(id, l)
+	h.unlock()
 	if ch.kind != 0 {
 		rt.emit(&ch)
 	}
