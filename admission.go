@@ -555,8 +555,8 @@ func (rt *Runtime[S]) Stats(ctx context.Context, auth TaskAuthority) (Stats, err
 	for _, q := range rt.queues {
 		queues = append(queues, q)
 	}
-	live := rt.handles.len() + len(rt.others)
 	rt.mu.RUnlock()
+	live := rt.runs.len()
 	queued := 0
 	for _, q := range queues {
 		q.mu.Lock()

@@ -79,9 +79,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	}
 	rt.abandon(backlog)
 
-	rt.mu.RLock()
-	inflight := rt.liveRuns()
-	rt.mu.RUnlock()
+	inflight := rt.runs.all()
 	done := make([]<-chan struct{}, len(inflight))
 	for i, t := range inflight {
 		done[i] = t.doneChan()
@@ -341,13 +339,7 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	}
 	rt.abandon(waiting)
 
-	rt.mu.Lock()
-	inflight := rt.liveRuns()
-	for t := range rt.handles.all() {
-		rt.others[t] = struct{}{} // still tracked until it settles
-	}
-	rt.handles.clear()
-	rt.mu.Unlock()
+	inflight := rt.runs.forget()
 	for _, t := range inflight {
 		t.cancel(ErrShutdown)
 	}

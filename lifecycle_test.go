@@ -521,10 +521,7 @@ func TestShutdownDoesNotManufactureZombies(t *testing.T) {
 	g.open()
 	require.NoError(t, rt.Shutdown(ctx), "a second Shutdown waits for what is left")
 	assert.Equal(t, StatusCompleted, mustStatus(t, rt, sub.ID).Status)
-	rt.mu.RLock()
-	defer rt.mu.RUnlock()
-	assert.Zero(t, rt.handles.len(), "the run released its own handle")
-	assert.Empty(t, rt.others)
+	assert.Zero(t, rt.runs.len(), "the run released its own handle")
 }
 
 func TestShutdownWithDeadlineReportsUnsettledRuns(t *testing.T) {

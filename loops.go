@@ -332,10 +332,7 @@ func (rt *Runtime[S]) logAbandon(why string) {
 // abandonRuns cancels every run of this runtime with ErrAbandoned; a run
 // it cancelled before keeps its cause.
 func (rt *Runtime[S]) abandonRuns() {
-	rt.mu.RLock()
-	runs := rt.liveRuns()
-	rt.mu.RUnlock()
-	for _, t := range runs {
+	for _, t := range rt.runs.all() {
 		t.cancel(ErrAbandoned)
 	}
 	if rt.adm != nil {
@@ -535,9 +532,7 @@ func (rt *Runtime[S]) ownNotice(c Change) bool {
 // here was ended or replaced by someone else: the record moved to another
 // run, or to a terminal status this runtime did not write.
 func (rt *Runtime[S]) endedElsewhere(c Change) bool {
-	rt.mu.RLock()
-	t, _ := rt.handles.get(c.ID)
-	rt.mu.RUnlock()
+	t := rt.runs.get(c.ID)
 	if t == nil || t.cause() != nil || t.has(runFinishing) {
 		return false
 	}
@@ -555,24 +550,12 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil) }
 // cancelled only while it still holds that its last write left it
 // RUNNING, so a run that has just finished is left alone.
 func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
-	rt.mu.RLock()
 	var runs []*Task
 	if ids == nil {
-		runs = rt.liveRuns()
+		runs = rt.runs.all()
 	} else {
-		// In proportion to the notices, not to the runs held here.
-		for id := range ids {
-			if t, _ := rt.handles.get(id); t != nil {
-				runs = append(runs, t)
-			}
-		}
-		for t := range rt.others {
-			if _, ok := ids[t.ID()]; ok {
-				runs = append(runs, t)
-			}
-		}
+		runs = rt.runs.matching(ids) // in proportion to the notices, not to the runs held here
 	}
-	rt.mu.RUnlock()
 	for _, t := range runs {
 		if t.cause() != nil {
 			continue // ending already: its final write carries its state

@@ -201,9 +201,7 @@ func TestObserverSeesJoinCancelAndRecovery(t *testing.T) {
 // a closed channel when none does.
 func (rt *Runtime[S]) handleDone(t *testing.T, id string) <-chan struct{} {
 	t.Helper()
-	rt.mu.RLock()
-	tk, _ := rt.handles.get(id)
-	rt.mu.RUnlock()
+	tk := rt.runs.get(id)
 	if tk == nil {
 		ch := make(chan struct{})
 		close(ch)

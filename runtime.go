@@ -161,13 +161,12 @@ type Runtime[S Store] struct {
 	hooks  atomic.Pointer[hooks] // nil outside tests
 	gaveUp atomic.Int64          // run writes given up because the runtime was ending
 
-	mu sync.RWMutex
-	// Every registered run not yet settled is in handles or in others.
-	handles *idMap[*Task]      // guarded by mu: task id -> the run holding its handle
-	others  map[*Task]struct{} // guarded by mu: the rest: superseded, retired, or let go by Reset
-	queues  map[string]*queue  // guarded by mu
-	started bool               // guarded by mu
-	loops   loops              // guarded by mu: the background goroutines
+	runs *runSet // every registered run not yet settled
+
+	mu      sync.RWMutex
+	queues  map[string]*queue // guarded by mu
+	started bool              // guarded by mu
+	loops   loops             // guarded by mu: the background goroutines
 }
 
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
@@ -203,8 +202,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		endLife:  endLife,
 		keys:     newKeyLocks(),
 		runners:  newRunners(),
-		handles:  newIDMap[*Task](),
-		others:   make(map[*Task]struct{}),
+		runs:     newRunSet(),
 		queues:   make(map[string]*queue),
 	}
 	rt.noOpts.hub = &rt.hub
@@ -589,9 +587,7 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 		return
 	}
 	t.cancel(ErrAbandoned)
-	rt.mu.Lock()
-	rt.others[t] = struct{}{}
-	rt.mu.Unlock()
+	rt.runs.addOther(t)
 	go rt.execute(t)
 }
 
@@ -712,45 +708,21 @@ func (t *Task) registeredStart() State {
 // still executing here is a predecessor whose record was replaced: it is
 // cancelled as superseded (a no-op if it already has a cause).
 func (rt *Runtime[S]) publish(t *Task) {
-	rt.mu.Lock()
-	old, _ := rt.handles.set(t)
-	if old != nil {
-		rt.others[old] = struct{}{} // settled runs leave handles: old has not
-	}
-	rt.mu.Unlock()
-	if old != nil {
+	if old := rt.runs.publish(t); old != nil {
 		old.cancel(ErrSuperseded)
 	}
 }
 
-// liveRuns returns every registered run not yet settled; mu is held.
-func (rt *Runtime[S]) liveRuns() []*Task {
-	runs := make([]*Task, 0, rt.handles.len()+len(rt.others))
-	for t := range rt.handles.all() {
-		runs = append(runs, t)
-	}
-	for t := range rt.others {
-		runs = append(runs, t)
-	}
-	return runs
-}
-
 // noteWatcher updates the live copy of a run's watchers after a join.
 func (rt *Runtime[S]) noteWatcher(id, runID string, watchers []string) {
-	rt.mu.RLock()
-	t, _ := rt.handles.get(id)
-	rt.mu.RUnlock()
-	if t != nil && t.RunID() == runID {
+	if t := rt.runs.get(id); t != nil && t.RunID() == runID {
 		t.setWatchers(watchers)
 	}
 }
 
 // handle returns the run holding id's handle if it is the run runID.
 func (rt *Runtime[S]) handle(id, runID string) *Task {
-	rt.mu.RLock()
-	t, _ := rt.handles.get(id)
-	rt.mu.RUnlock()
-	if t != nil && t.RunID() == runID {
+	if t := rt.runs.get(id); t != nil && t.RunID() == runID {
 		return t
 	}
 	return nil
@@ -759,11 +731,7 @@ func (rt *Runtime[S]) handle(id, runID string) *Task {
 // settle ends a run's life in the runtime. Only the run that holds the
 // handle removes it: a successor's handle is never touched.
 func (rt *Runtime[S]) settle(t *Task) {
-	rt.mu.Lock()
-	if !rt.handles.deleteValue(t) {
-		delete(rt.others, t)
-	}
-	rt.mu.Unlock()
+	rt.runs.settle(t)
 	if t.adm != nil {
 		rt.adm.release(t.adm) // the callback has returned: its slot frees
 	}
