@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,19 +30,70 @@ import (
 type MemStore struct {
 	Authorizers
 
+	// The records are split by id into shards, each with its lock, and
+	// listed by indexes under mu. A write that changes what is listed (an
+	// insert, a replacement, a watcher) holds mu and then the record's
+	// shard lock; a write of a record's state holds only its shard lock,
+	// so that the runs of a runtime writing their starts and ends do not
+	// wait for its submissions' inserts (they did when one lock held
+	// everything, and a sequential queue's processor and its submitter
+	// then took turns on one core). A listing holds mu and every shard's
+	// lock for reading, and a batch of DeleteFinished both for writing, so
+	// each sees the records at one moment. Locks are taken in that order:
+	// mu, then shards by index.
 	mu     sync.RWMutex
-	recs   *idMap[*memRecord]  // guarded by mu
 	all    ordered             // guarded by mu: every record, in listing order
 	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
+	seed   maphash.Seed
+	shards [memShards]memShard
 
 	// listeners is the current Listen calls, replaced whole (copy on
-	// write) under lmu; a writer loads it while holding mu, so that
-	// notices of one task are queued in write order.
+	// write) under lmu; a writer loads it while holding the record's
+	// shard lock, so that notices of one task are queued in write order.
 	listeners atomic.Pointer[[]*memListener]
 	lmu       sync.Mutex
 
 	leaseMu sync.Mutex
 	leases  map[string]time.Time // guarded by leaseMu: instance -> expiry
+}
+
+// memShards is the number of shards of a MemStore's records.
+const memShards = 16
+
+// memShard is a part of a MemStore's records. Its lock guards its map
+// and the state of its records; their ids, run ids and creation times
+// never change, and their watchers change under the store's mu as well.
+type memShard struct {
+	mu   sync.RWMutex
+	recs *idMap[*memRecord] // guarded by mu
+	_    [32]byte           // a shard per cache line
+}
+
+// shard returns the shard of id's record.
+func (s *MemStore) shard(id string) *memShard {
+	return &s.shards[maphash.String(s.seed, id)%memShards]
+}
+
+// lockShards takes every shard's lock, for reading unless write;
+// unlockShards releases them.
+func (s *MemStore) lockShards(write bool) {
+	for i := range s.shards {
+		if write {
+			s.shards[i].mu.Lock()
+		} else {
+			s.shards[i].mu.RLock()
+		}
+	}
+}
+
+func (s *MemStore) unlockShards(write bool) {
+	for i := range s.shards {
+		if write {
+			s.shards[i].mu.Unlock()
+		} else {
+			s.shards[i].mu.RUnlock()
+		}
+	}
 }
 
 var (
@@ -53,11 +105,15 @@ var (
 
 // NewMemStore returns an empty MemStore with no authorizers set.
 func NewMemStore() *MemStore {
-	return &MemStore{
-		recs:   newIDMap[*memRecord](),
+	s := &MemStore{
 		byUser: make(map[string]*ordered),
+		seed:   maphash.MakeSeed(),
 		leases: make(map[string]time.Time),
 	}
+	for i := range s.shards {
+		s.shards[i].recs = newIDMap[*memRecord]()
+	}
+	return s
 }
 
 // GetTask implements Store.
@@ -65,9 +121,10 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	r, ok := s.recs.get(id)
+	sh := s.shard(id)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	r, ok := sh.recs.get(id)
 	if !ok {
 		return Record{}, ErrNotFound
 	}
@@ -83,9 +140,12 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	if err != nil {
 		return err
 	}
+	sh := s.shard(r.id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.recs.add(r) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.recs.add(r) {
 		return ErrConflict
 	}
 	s.index(r)
@@ -106,9 +166,10 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 	}
 	st := rec.State
 	st.Result = slices.Clone(st.Result)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.recs.get(rec.ID)
+	sh := s.shard(rec.ID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.recs.get(rec.ID)
 	if !ok {
 		return ErrNotFound
 	}
@@ -123,9 +184,12 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 	if err != nil {
 		return err
 	}
+	sh := s.shard(nr.id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs.get(rec.ID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.recs.get(rec.ID)
 	if !ok {
 		return ErrNotFound
 	}
@@ -133,7 +197,7 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 		return ErrConflict
 	}
 	s.unindex(r)
-	s.recs.set(nr)
+	sh.recs.set(nr)
 	s.index(nr)
 	s.notifyFrom(InstanceOf(nr.runID), nr)
 	return nil
@@ -154,9 +218,10 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 		return false, err
 	}
 	next.Result = slices.Clone(next.Result)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.recs.get(id)
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.recs.get(id)
 	if !ok {
 		return false, ErrNotFound
 	}
@@ -176,9 +241,12 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	if runID == "" {
 		return false, ErrInvalidRunID
 	}
+	sh := s.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.recs.get(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.recs.get(id)
 	if !ok {
 		return false, ErrNotFound
 	}
@@ -205,6 +273,8 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.lockShards(false)
+	defer s.unlockShards(false)
 	var out []Record
 	s.matches(f, func(n int) { out = make([]Record, 0, n) }, func(v *Record) {
 		v.detach()
@@ -226,6 +296,8 @@ func (s *MemStore) listSnapshots(ctx context.Context, f Filter, system, peek boo
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.lockShards(false)
+	defer s.unlockShards(false)
 	keep := f.Limit
 	if peek {
 		keep--
@@ -261,7 +333,7 @@ const maxResultsGuess = 64 << 10
 // matches calls each with the records f selects, in f's order, up to
 // f.Limit; first, if f sets a limit, it calls size with the most there
 // can be. The record each is given aliases the stored one's watchers and
-// result, and is reused for the next. mu is held.
+// result, and is reused for the next. mu and every shard's lock are held.
 func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 	idx := &s.all
 	if f.VisibleTo != "" {
@@ -322,6 +394,8 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 func (s *MemStore) pruneBatch(cutoff time.Time, after *Position, end **memRecord) (int, *memRecord) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.lockShards(true)
+	defer s.unlockShards(true)
 	if *end == nil {
 		if *end = s.all.newest(); *end == nil {
 			return 0, nil
@@ -349,7 +423,7 @@ func (s *MemStore) pruneBatch(cutoff time.Time, after *Position, end **memRecord
 		return true
 	})
 	for _, r := range gone {
-		s.recs.deleteValue(r)
+		s.shard(r.id).recs.deleteValue(r)
 		s.unindex(r)
 	}
 	if !more {
@@ -369,7 +443,11 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recs.clear()
+	s.lockShards(true)
+	defer s.unlockShards(true)
+	for i := range s.shards {
+		s.shards[i].recs.clear()
+	}
 	clear(s.byUser)
 	s.all = ordered{}
 	return nil

@@ -3,11 +3,13 @@ package workers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"reflect"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,7 +199,7 @@ func TestMemStorePlainOutcomeKeepsOnlyItsTimes(t *testing.T) {
 	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
 		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
 	require.NoError(t, s.InsertTask(ctx, rec))
-	r, _ := s.recs.get(rec.ID)
+	r, _ := s.shard(rec.ID).recs.get(rec.ID)
 	require.NotNil(t, r.rest)
 	require.Nil(t, r.rest.outcome, "a RUNNING record keeps no outcome")
 
@@ -259,7 +261,7 @@ func TestWaitingItemFootprint(t *testing.T) {
 	// Beyond the record, the indexes and the map grow by amortized
 	// appends.
 	assert.LessOrEqual(t, allocs, 1.2, "a PENDING record costs one allocation")
-	r, _ := s.recs.get("alice::7")
+	r, _ := s.shard("alice::7").recs.get("alice::7")
 	require.NotNil(t, r)
 	assert.Nil(t, r.rest, "a PENDING record has nothing apart")
 }
@@ -483,4 +485,98 @@ func (c *hookedErr) Err() error {
 	c.calls++
 	c.hook(c.calls)
 	return c.Context.Err()
+}
+
+// A write of a record's state takes only its shard's lock: an insert
+// (which holds the lock of the listing indexes) does not hold it up.
+func TestMemStoreStateWriteDoesNotWaitForAnInsert(t *testing.T) {
+	s := NewMemStore()
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
+		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
+	require.NoError(t, s.InsertTask(ctx, rec))
+
+	s.mu.Lock() // an insert of another record under way
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.TransitionTask(ctx, rec.ID, rec.RunID, []Status{StatusRunning},
+			State{Status: StatusCompleted, Attempt: 1, Progress: 100, StartedAt: at, CompletedAt: at, Cause: CauseCompleted})
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a state write waited for an insert")
+	}
+	s.mu.Unlock()
+	got, err := s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, got.Status)
+}
+
+// Inserts, state writes, joins, re-runs, reads, listings and pruning run
+// at once (the race detector checks the locking), and what is left reads
+// the same through GetTask and ListTasks.
+func TestMemStoreConcurrentCallsAgree(t *testing.T) {
+	s := NewMemStore()
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	const writers, keys = 4, 256
+	var wg, listers sync.WaitGroup
+	var done atomic.Bool
+	for w := range writers {
+		wg.Go(func() {
+			for i := range keys {
+				id := fmt.Sprintf("alice::%d", (w*keys+i)%(keys*writers/2)) // writers share half the ids
+				run := fmt.Sprintf("i%d.%d", w, i)
+				rec := Record{ID: id, RunID: run, Watchers: []string{"alice"}, CreatedAt: at.Add(time.Duration(i) * time.Microsecond),
+					State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
+				if err := s.InsertTask(ctx, rec); errors.Is(err, ErrConflict) {
+					old, err := s.GetTask(ctx, id)
+					if err != nil {
+						continue // pruned since
+					}
+					if err := s.ReplaceTask(ctx, rec, old.RunID); err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+						t.Error(err)
+					}
+				} else if err != nil {
+					t.Error(err)
+				}
+				if _, err := s.AddWatcher(ctx, id, run, fmt.Sprint("w", w)); err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+					t.Error(err)
+				}
+				if _, err := s.TransitionTask(ctx, id, run, []Status{StatusRunning},
+					State{Status: StatusCompleted, Attempt: 1, Progress: 100, StartedAt: at, CompletedAt: at, Cause: CauseCompleted}); err != nil && !errors.Is(err, ErrNotFound) {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	listers.Go(func() {
+		for !done.Load() {
+			if _, err := s.ListTasks(ctx, Filter{VisibleTo: "alice", Statuses: []Status{StatusCompleted}}); err != nil {
+				t.Error(err)
+			}
+			if _, err := s.DeleteFinished(ctx, at.Add(time.Nanosecond)); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	done.Store(true)
+	listers.Wait()
+
+	listed, err := s.ListTasks(ctx, Filter{})
+	require.NoError(t, err)
+	for _, rec := range listed {
+		got, err := s.GetTask(ctx, rec.ID)
+		require.NoError(t, err)
+		assert.Equal(t, rec, got)
+	}
+	n, err := s.DeleteFinished(ctx, at.Add(time.Nanosecond))
+	require.NoError(t, err)
+	assert.Equal(t, len(listed), n, "every record left had completed")
+	listed, err = s.ListTasks(ctx, Filter{})
+	require.NoError(t, err)
+	assert.Empty(t, listed)
 }
