@@ -33,7 +33,7 @@ type keyStripe struct {
 // keyLock is one id's lock while it is held or awaited.
 type keyLock struct {
 	mu   sync.Mutex
-	refs int32    // guarded by the stripe's mu: holders and waiters; 0 when free
+	refs int32    // guarded by the stripe's mu: holders, waiters, and a releaser until its l.mu.Unlock returned (so unlock drops it only after); 0 when free, and only then lent again
 	id   string   // guarded by the stripe's mu
 	next *keyLock // guarded by the stripe's mu
 }

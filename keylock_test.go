@@ -105,4 +105,6 @@ func TestKeyLockUncontendedAllocatesNothing(t *testing.T) {
 	k := newKeyLocks()
 	assert.Zero(t, testing.AllocsPerRun(100, func() { k.lock("a").unlock() }))
 	assert.EqualValues(t, 64, unsafe.Sizeof(keyStripe{}), "a stripe is one cache line")
+	assert.EqualValues(t, 64, unsafe.Sizeof(runShard{}), "a shard of the runs is one cache line")
+	assert.EqualValues(t, 64, unsafe.Sizeof(memShard{}), "a shard of a MemStore is one cache line")
 }

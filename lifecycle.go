@@ -324,10 +324,10 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 
 // Reset is for tests: it drops the runtime's live state without draining.
 // It records waiting queue items, and tasks waiting for a slot under
-// Config.Limits, CANCELLED as Shutdown does, cancels every
-// run in flight with ErrShutdown without waiting for it, forgets every run
-// handle, and clears the store's records if the store is volatile (it
-// implements RecordClearer). It never deletes durable records. The
+// Config.Limits, CANCELLED as Shutdown does, cancels every run in flight
+// with ErrShutdown without waiting for it, forgets every run handle (a
+// run registered while it does so may keep its own), and clears the
+// store's records if the store is volatile (it implements RecordClearer). It never deletes durable records. The
 // runtime stays open; runs still executing settle on their own, and a
 // later Shutdown waits for them. Since their handles are forgotten, a
 // RecoverZombies after a Reset over a durable store fails them even while

@@ -20,8 +20,8 @@ import (
 //
 // A later write changes first, rest and rest.outcome in place, and
 // replaces more: the readers that are handed a record's watchers or
-// result without a copy (fill) read them under the store's lock, and
-// every other reader gets a detached copy.
+// result without a copy (fill) read them under the record's shard lock
+// (see MemStore), and every other reader gets a detached copy.
 type memRecord struct {
 	id, runID, queue string
 	first            [1]string // the only watcher; empty when there is none or more is set
@@ -217,8 +217,8 @@ func (r *memRecord) setState(st *State) {
 func (r *memRecord) Status() Status { return memStatuses[r.status] }
 
 // fill writes the record into v without copying its watchers or result:
-// the caller reads v under the store's lock and keeps none of it, or
-// detaches it. Every field of v is written.
+// the caller reads v under the record's shard lock and keeps none of
+// it, or detaches it. Every field of v is written.
 func (r *memRecord) fill(v *Record) {
 	*v = Record{ID: r.id, RunID: r.runID, Queue: r.queue, Watchers: r.watchers(), CreatedAt: r.created.time(),
 		State: State{Status: r.Status(), Progress: int(r.progress), Attempt: int(r.attempt), Cause: impliedCause(r.Status())}}

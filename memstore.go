@@ -45,7 +45,7 @@ type MemStore struct {
 	all    ordered             // guarded by mu: every record, in listing order
 	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
 	seed   maphash.Seed
-	shards [memShards]memShard
+	shards *[memShards]memShard // an array of its own, so that each shard sits on one cache line
 
 	// listeners is the current Listen calls, replaced whole (copy on
 	// write) under lmu; a writer loads it while holding the record's
@@ -66,7 +66,7 @@ const memShards = 16
 type memShard struct {
 	mu   sync.RWMutex
 	recs *idMap[*memRecord] // guarded by mu
-	_    [32]byte           // a shard per cache line
+	_    [32]byte           // to 64 bytes: a cache line
 }
 
 // shard returns the shard of id's record.
@@ -108,6 +108,7 @@ func NewMemStore() *MemStore {
 	s := &MemStore{
 		byUser: make(map[string]*ordered),
 		seed:   maphash.MakeSeed(),
+		shards: new([memShards]memShard),
 		leases: make(map[string]time.Time),
 	}
 	for i := range s.shards {
@@ -808,9 +809,9 @@ func (s *MemStore) removeListener(l *memListener) {
 
 // notify queues the notice of a write to r for every listener but the
 // write's origin: the instance in ctx, which a runtime sets on its run
-// writes (its life context), so they never wake its own listener. mu is
-// held, so notices of one task are queued in write order. With nobody
-// listening it costs one atomic load.
+// writes (its life context), so they never wake its own listener. The
+// record's shard lock is held for writing, so notices of one task are
+// queued in write order. With nobody listening it costs one atomic load.
 func (s *MemStore) notify(ctx context.Context, r *memRecord) {
 	if s.listeners.Load() == nil {
 		return

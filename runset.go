@@ -2,6 +2,7 @@ package workers
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 )
 
@@ -16,10 +17,14 @@ import (
 // submitter took turns on one core, each handing the other the lock. All
 // runs of one id share a shard, so a run moves between handle and
 // others in one critical section. A walk over every shard is not one
-// snapshot; every caller of all tolerates that (see its doc).
+// snapshot, which its callers tolerate: Shutdown walks once no
+// submission is left inside its gate, so nothing is published during
+// the walk; a lease loss bumps its epoch before the walk, so a run
+// published behind the walk is cancelled at its dispatch; the sync loop
+// meets a run it missed on its next pass; and Reset is for tests.
 type runSet struct {
 	seed   maphash.Seed
-	shards [runShards]runShard
+	shards *[runShards]runShard // an array of its own, so that each shard sits on one cache line
 }
 
 const runShards = 16
@@ -28,11 +33,11 @@ type runShard struct {
 	mu      sync.RWMutex
 	handles *idMap[*Task]      // guarded by mu: task id -> the run holding its handle
 	others  map[*Task]struct{} // guarded by mu
-	_       [24]byte           // a shard per cache line
+	_       [24]byte           // to 64 bytes: a cache line
 }
 
 func newRunSet() *runSet {
-	s := &runSet{seed: maphash.MakeSeed()}
+	s := &runSet{seed: maphash.MakeSeed(), shards: new([runShards]runShard)}
 	for i := range s.shards {
 		s.shards[i].handles = newIDMap[*Task]()
 		s.shards[i].others = make(map[*Task]struct{})
@@ -118,11 +123,14 @@ func (s *runSet) matching(ids map[string]struct{}) []*Task {
 			runs = append(runs, t)
 		}
 	}
+	held := len(runs)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
 		for t := range sh.others {
-			if _, ok := ids[t.ID()]; ok {
+			// A run found holding its handle may have been replaced
+			// since, and be among the others now: it is listed once.
+			if _, ok := ids[t.ID()]; ok && !slices.Contains(runs[:held], t) {
 				runs = append(runs, t)
 			}
 		}
