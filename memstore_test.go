@@ -194,11 +194,8 @@ func TestMemStoreCompactRecordKeepsEveryField(t *testing.T) {
 // and every field still comes back as written, a cause that differs from
 // its status's included.
 func TestMemStorePlainOutcomeKeepsOnlyItsTimes(t *testing.T) {
-	s := NewMemStore()
-	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
-	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
-		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
-	require.NoError(t, s.InsertTask(ctx, rec))
+	s, rec := storeWithARun(t)
+	at := rec.CreatedAt
 	r, _ := s.shard(rec.ID).recs.get(rec.ID)
 	require.NotNil(t, r.rest)
 	require.Nil(t, r.rest.outcome, "a RUNNING record keeps no outcome")
@@ -490,11 +487,8 @@ func (c *hookedErr) Err() error {
 // A write of a record's state takes only its shard's lock: an insert
 // (which holds the lock of the listing indexes) does not hold it up.
 func TestMemStoreStateWriteDoesNotWaitForAnInsert(t *testing.T) {
-	s := NewMemStore()
-	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
-	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
-		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
-	require.NoError(t, s.InsertTask(ctx, rec))
+	s, rec := storeWithARun(t)
+	at := rec.CreatedAt
 
 	s.mu.Lock() // an insert of another record under way
 	wrote := make(chan error, 1)
@@ -579,4 +573,16 @@ func TestMemStoreConcurrentCallsAgree(t *testing.T) {
 	listed, err = s.ListTasks(ctx, Filter{})
 	require.NoError(t, err)
 	assert.Empty(t, listed)
+}
+
+// storeWithARun returns a MemStore holding one RUNNING record, and the
+// record.
+func storeWithARun(t *testing.T) (*MemStore, Record) {
+	t.Helper()
+	s := NewMemStore()
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
+		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
+	require.NoError(t, s.InsertTask(ctx, rec))
+	return s, rec
 }
