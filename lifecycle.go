@@ -327,11 +327,11 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 // Config.Limits, CANCELLED as Shutdown does, cancels every run in flight
 // with ErrShutdown without waiting for it, forgets every run handle (a
 // run registered while it does so may keep its own), and clears the
-// store's records if the store is volatile (it implements RecordClearer). It never deletes durable records. The
-// runtime stays open; runs still executing settle on their own, and a
-// later Shutdown waits for them. Since their handles are forgotten, a
-// RecoverZombies after a Reset over a durable store fails them even while
-// they execute.
+// store's records if the store is volatile (it implements
+// RecordClearer). It never deletes durable records. The runtime stays
+// open; runs still executing settle on their own, and a later Shutdown
+// waits for them. Since their handles are forgotten, a RecoverZombies
+// after a Reset over a durable store fails them even while they execute.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	_, waiting := rt.emptyQueues((*queue).take)
 	if rt.adm != nil {
