@@ -41,9 +41,6 @@ type MemStore struct {
 	// lock for reading, and a batch of DeleteFinished both for writing, so
 	// each sees the records at one moment. Locks are taken in that order:
 	// mu, then shards by index.
-	mu     sync.RWMutex
-	all    ordered             // guarded by mu: every record, in listing order
-	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
 	seed   maphash.Seed
 	shards *[memShards]memShard // an array of its own, so that each shard sits on one cache line
 
@@ -51,8 +48,15 @@ type MemStore struct {
 	// write) under lmu; a writer loads it while holding the record's
 	// shard lock, so that notices of one task are queued in write order.
 	listeners atomic.Pointer[[]*memListener]
-	lmu       sync.Mutex
 
+	// What every insert writes, a cache line away from what every write
+	// of a state reads (see cacheLinePad).
+	_      cacheLinePad
+	mu     sync.RWMutex
+	all    ordered             // guarded by mu: every record, in listing order
+	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
+
+	lmu     sync.Mutex
 	leaseMu sync.Mutex
 	leases  map[string]time.Time // guarded by leaseMu: instance -> expiry
 }

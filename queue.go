@@ -13,6 +13,9 @@ type queue struct {
 	name string
 	opts runOptions // shared by its runs submitted without options
 
+	// What a submission writes, a cache line away from opts, which the
+	// runs read as they execute (see cacheLinePad).
+	_        cacheLinePad
 	mu       sync.Mutex
 	items    fifo[*Task] // guarded by mu: registered runs waiting, in order
 	next     *Task       // guarded by mu: the run taken off items, waiting for an admission slot

@@ -14,6 +14,9 @@ type runners struct {
 	work chan *Task    // unbuffered: a send lands only with a runner parked in receive
 	quit chan struct{} // closed by stop: parked runners end
 
+	// What a runner writes each time it parks, a cache line away from
+	// work, which every submission reads (see cacheLinePad).
+	_      cacheLinePad
 	mu     sync.Mutex
 	live   int           // guarded by mu: runners started and not ended
 	idle   int           // guarded by mu: runners parked in receive, or about to be

@@ -136,12 +136,10 @@ type Config struct {
 // has shut down cannot be started again: construct a new one over the
 // same store.
 type Runtime[S Store] struct {
+	// What the runs read: set by NewRuntime, or written seldom.
 	store    S
 	cfg      Config
 	instance string // this runtime's instance id: the prefix of its run ids
-	runSeq   atomic.Uint64
-
-	gate intake // intake: closed by Shutdown, counts submissions in progress
 
 	// life ends when Shutdown returns: every store call made on a run's
 	// behalf carries it, so none outlives Shutdown's bound.
@@ -163,11 +161,26 @@ type Runtime[S Store] struct {
 
 	runs *runSet // every registered run not yet settled
 
-	mu      sync.RWMutex
+	// What every submission writes, a cache line away from what the runs
+	// read (see cacheLinePad).
+	_      cacheLinePad
+	runSeq atomic.Uint64
+	gate   intake // intake: closed by Shutdown, counts submissions in progress
+
+	mu      sync.RWMutex      // read-locked by every SubmitSequential
 	queues  map[string]*queue // guarded by mu
 	started bool              // guarded by mu
 	loops   loops             // guarded by mu: the background goroutines
 }
+
+// cacheLinePad keeps the fields before it and those after it off one
+// cache line, where a struct's fields are written by one goroutine and
+// read by another that runs on another core meanwhile: a submitter and
+// the runs it starts, say. Had they shared a line, every write would
+// cost the reader a cache miss, and the cores would pass the line back
+// and forth (false sharing). Two bytes 64 apart never share a line,
+// however the struct is aligned.
+type cacheLinePad [64]byte
 
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
 // Start.
