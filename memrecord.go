@@ -31,6 +31,7 @@ type memRecord struct {
 	attempt          int32 // CheckState bounds Progress and Attempt
 	progress         uint8
 	status           uint8 // an index in memStatuses
+	removed          bool  // guarded by its shard's lock: no longer stored (see MemStore.transition)
 }
 
 // memRest is the part of a record that a PENDING one lacks.

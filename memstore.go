@@ -141,9 +141,16 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 
 // InsertTask implements Store.
 func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
+	_, err := s.insert(ctx, rec)
+	return err
+}
+
+// insert is InsertTask, and returns the record it stored, which a
+// runtime keeps for its run's writes (see transition).
+func (s *MemStore) insert(ctx context.Context, rec Record) (*memRecord, error) {
 	r, err := prepare(ctx, rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sh := s.shard(r.id)
 	s.mu.Lock()
@@ -151,11 +158,11 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !sh.recs.add(r) {
-		return ErrConflict
+		return nil, ErrConflict
 	}
 	s.index(r)
 	s.notifyFrom(InstanceOf(r.runID), r)
-	return nil
+	return r, nil
 }
 
 // SetTask implements Store.
@@ -185,9 +192,15 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 
 // ReplaceTask implements Store.
 func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string) error {
+	_, err := s.replace(ctx, rec, prevRunID)
+	return err
+}
+
+// replace is ReplaceTask, and returns the record it stored (see insert).
+func (s *MemStore) replace(ctx context.Context, rec Record, prevRunID string) (*memRecord, error) {
 	nr, err := prepare(ctx, rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sh := s.shard(nr.id)
 	s.mu.Lock()
@@ -196,20 +209,30 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 	defer sh.mu.Unlock()
 	r, ok := sh.recs.get(rec.ID)
 	if !ok {
-		return ErrNotFound
+		return nil, ErrNotFound
 	}
 	if r.runID != prevRunID {
-		return ErrConflict
+		return nil, ErrConflict
 	}
 	s.unindex(r)
+	r.removed = true
 	sh.recs.set(nr)
 	s.index(nr)
 	s.notifyFrom(InstanceOf(nr.runID), nr)
-	return nil
+	return nr, nil
 }
 
 // TransitionTask implements Store.
 func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	return s.transition(ctx, id, nil, runID, from, next)
+}
+
+// transition is TransitionTask. A runtime passes r, the record its run
+// was registered with (by insert or replace), when it has it: while r is
+// still stored, the write goes to it without looking the id up, which in
+// a store of many records costs a cache miss or two. A record leaves the
+// store only under its shard's lock, which marks it removed.
+func (s *MemStore) transition(ctx context.Context, id string, r *memRecord, runID string, from []Status, next State) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -226,9 +249,11 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	r, ok := sh.recs.get(id)
-	if !ok {
-		return false, ErrNotFound
+	if r == nil || r.removed {
+		var ok bool
+		if r, ok = sh.recs.get(id); !ok {
+			return false, ErrNotFound
+		}
 	}
 	if r.runID != runID || !slices.Contains(from, r.Status()) {
 		return false, nil
@@ -429,6 +454,7 @@ func (s *MemStore) pruneBatch(cutoff time.Time, after *Position, end **memRecord
 	})
 	for _, r := range gone {
 		s.shard(r.id).recs.deleteValue(r)
+		r.removed = true
 		s.unindex(r)
 	}
 	if !more {
@@ -451,6 +477,9 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	s.lockShards(true)
 	defer s.unlockShards(true)
 	for i := range s.shards {
+		for r := range s.shards[i].recs.all() {
+			r.removed = true
+		}
 		s.shards[i].recs.clear()
 	}
 	clear(s.byUser)

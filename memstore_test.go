@@ -236,8 +236,8 @@ func TestMemStorePlainOutcomeKeepsOnlyItsTimes(t *testing.T) {
 // MemStore keeps in one small allocation, watchers included. These are
 // the budgets BenchmarkQueued's bytes per task rest on.
 func TestWaitingItemFootprint(t *testing.T) {
-	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(112), "a Task fits the 112-byte size class")
-	assert.LessOrEqual(t, unsafe.Sizeof(asyncTask{}), uintptr(208), "an async Task and its state fit the 208-byte size class")
+	assert.LessOrEqual(t, unsafe.Sizeof(Task{}), uintptr(128), "a Task fits the 128-byte size class")
+	assert.LessOrEqual(t, unsafe.Sizeof(asyncTask{}), uintptr(224), "an async Task and its state fit the 224-byte size class")
 	assert.LessOrEqual(t, unsafe.Sizeof(memRecord{}), uintptr(96), "a PENDING record fits the 96-byte size class")
 
 	s := NewMemStore()
@@ -507,6 +507,89 @@ func TestMemStoreStateWriteDoesNotWaitForAnInsert(t *testing.T) {
 	got, err := s.GetTask(ctx, rec.ID)
 	require.NoError(t, err)
 	assert.Equal(t, StatusCompleted, got.Status)
+}
+
+// A run's writes go to the record it registered (MemStore.transition)
+// only while the store still holds that record: once it was replaced,
+// pruned or cleared they go by the id, as TransitionTask's do.
+func TestMemStoreWriteToAKeptRecordFollowsTheStore(t *testing.T) {
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	running := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
+		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
+	done := State{Status: StatusCompleted, Attempt: 1, StartedAt: at, CompletedAt: at, Cause: CauseCompleted}
+
+	t.Run("replaced", func(t *testing.T) {
+		s := NewMemStore()
+		r, err := s.insert(ctx, running)
+		require.NoError(t, err)
+		next := running
+		next.RunID, next.State = "i.2", State{Status: StatusPending}
+		nr, err := s.replace(ctx, next, "i.1")
+		require.NoError(t, err)
+
+		ok, err := s.transition(ctx, running.ID, r, "i.1", []Status{StatusRunning}, done)
+		require.NoError(t, err)
+		assert.False(t, ok, "the replaced run is fenced out")
+		ok, err = s.transition(ctx, running.ID, r, "i.2", []Status{StatusPending}, State{Status: StatusRunning, Attempt: 1, StartedAt: at})
+		require.NoError(t, err)
+		assert.True(t, ok, "a write by id finds the record that replaced it")
+		got, err := s.GetTask(ctx, running.ID)
+		require.NoError(t, err)
+		assert.Equal(t, "i.2", got.RunID)
+		assert.Equal(t, StatusRunning, got.Status)
+		assert.Equal(t, StatusRunning, nr.Status(), "the record kept by the new run is the stored one")
+	})
+	t.Run("cleared", func(t *testing.T) {
+		s := NewMemStore()
+		r, err := s.insert(ctx, running)
+		require.NoError(t, err)
+		require.NoError(t, s.ClearRecords(ctx))
+		_, err = s.transition(ctx, running.ID, r, "i.1", []Status{StatusRunning}, done)
+		assert.ErrorIs(t, err, ErrNotFound)
+	})
+	t.Run("pruned", func(t *testing.T) {
+		s := NewMemStore()
+		ended := running
+		ended.State = done
+		r, err := s.insert(ctx, ended)
+		require.NoError(t, err)
+		n, err := s.DeleteFinished(ctx, at.Add(time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		_, err = s.transition(ctx, running.ID, r, "i.1", []Status{StatusCompleted}, done)
+		assert.ErrorIs(t, err, ErrNotFound)
+	})
+}
+
+// A queue item whose record is deleted while it waits never starts,
+// though the run kept the record it registered.
+func TestQueueItemWhoseRecordWasDeletedDoesNotStart(t *testing.T) {
+	s := NewMemStore()
+	rt := newRuntime(t, s, Config{})
+	g := newGate()
+	_, err := rt.SubmitSequential(ctx, "q", "first", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the first item to start")
+	ran := make(chan struct{})
+	_, err = rt.SubmitSequential(ctx, "q", "second", func(context.Context, *Task) (any, error) {
+		close(ran)
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	require.NoError(t, s.ClearRecords(ctx))
+	g.open()
+	eventually(t, func() bool {
+		info, err := rt.QueueStatus(ctx, "q", System)
+		require.NoError(t, err)
+		return info.State == QueueIdle
+	}, "the queue to drain")
+	select {
+	case <-ran:
+		t.Fatal("an item whose record was deleted started")
+	default:
+	}
+	_, err = s.GetTask(ctx, "alice::second")
+	assert.ErrorIs(t, err, ErrNotFound)
 }
 
 // Inserts, state writes, joins, re-runs, reads, listings and pruning run

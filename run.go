@@ -383,11 +383,15 @@ const lastWriteTimeout = 5 * time.Second
 // on its own, since no Shutdown waits for it; a queue item's abandon
 // write, made for Shutdown, gets none.
 func (rt *Runtime[S]) transition(op runOp, t *Task, from Status, st *State) (bool, error) {
-	if rt.life.Err() == nil || op == opAbandon {
-		return rt.store.TransitionTask(rt.life, t.ID(), t.RunID(), statusSet(from), *st)
+	ctx := rt.life
+	if rt.life.Err() != nil && op != opAbandon {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), lastWriteTimeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), lastWriteTimeout)
-	defer cancel()
+	if rt.mem != nil {
+		return rt.mem.transition(ctx, t.ID(), t.rec, t.RunID(), statusSet(from), *st)
+	}
 	return rt.store.TransitionTask(ctx, t.ID(), t.RunID(), statusSet(from), *st)
 }
 

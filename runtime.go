@@ -161,6 +161,8 @@ type Runtime[S Store] struct {
 
 	runs *runSet // every registered run not yet settled
 
+	mem *MemStore // the store, when it is a MemStore, for the writes that skip a lookup
+
 	// What every submission writes, a cache line away from what the runs
 	// read (see cacheLinePad).
 	_      cacheLinePad
@@ -220,6 +222,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	}
 	rt.noOpts.hub = &rt.hub
 	rt.leaser, _ = any(store).(Leaser)
+	rt.mem, _ = any(store).(*MemStore)
 	rt.gate.init()
 	rt.lease.turn = make(chan struct{}, 1)
 	rt.lease.base, rt.lease.lost = time.Now(), true
@@ -519,7 +522,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 			if refused != nil {
 				return nil, Submission{}, change{}, refused // gone since the read: no join
 			}
-			err := rt.store.InsertTask(ctx, t.record())
+			err := rt.insert(ctx, t)
 			if err == nil {
 				return registered()
 			}
@@ -572,7 +575,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 			return nil, Submission{}, change{}, refused // nothing live to join
 		}
 
-		err = rt.store.ReplaceTask(ctx, t.record(), rec.RunID)
+		err = rt.replace(ctx, t, rec.RunID)
 		switch {
 		case err == nil:
 			return registered()
@@ -586,6 +589,25 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 		return nil, Submission{}, change{}, err
 	}
 	return nil, Submission{}, change{}, fmt.Errorf("%w: task %q kept changing during submission", ErrConflict, id)
+}
+
+// insert stores t's new record. Over a MemStore, t keeps the record for
+// its writes; so does replace.
+func (rt *Runtime[S]) insert(ctx context.Context, t *Task) (err error) {
+	if rt.mem != nil {
+		t.rec, err = rt.mem.insert(ctx, t.record())
+		return err
+	}
+	return rt.store.InsertTask(ctx, t.record())
+}
+
+// replace stores t's new record in place of the run prevRunID's.
+func (rt *Runtime[S]) replace(ctx context.Context, t *Task, prevRunID string) (err error) {
+	if rt.mem != nil {
+		t.rec, err = rt.mem.replace(ctx, t.record(), prevRunID)
+		return err
+	}
+	return rt.store.ReplaceTask(ctx, t.record(), prevRunID)
 }
 
 // retire ends a run whose registering write failed. Unless the store

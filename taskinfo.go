@@ -60,6 +60,10 @@ type Task struct {
 
 	adm *admit // its standing with admission; nil without Config.Limits
 
+	// rec is the record the run was registered with, over a MemStore,
+	// which its writes go to without looking it up (MemStore.transition).
+	rec *memRecord
+
 	created int64 // when the run was registered: now(), in Unix microseconds
 
 	mu sync.Mutex
