@@ -78,6 +78,33 @@ func (s *MemStore) shard(id string) *memShard {
 	return &s.shards[maphash.String(s.seed, id)%memShards]
 }
 
+// A record leaves its shard only through replace, remove and clear, with
+// the shard's lock held for writing: each marks what it takes out
+// removed, which a write to a record kept by its run relies on (see
+// MemStore.transition).
+
+// replace stores r in place of the record of its id.
+func (sh *memShard) replace(r *memRecord) {
+	if old, ok := sh.recs.set(r); ok {
+		old.removed = true
+	}
+}
+
+// remove takes r out.
+func (sh *memShard) remove(r *memRecord) {
+	if sh.recs.deleteValue(r) {
+		r.removed = true
+	}
+}
+
+// clear takes every record out.
+func (sh *memShard) clear() {
+	for r := range sh.recs.all() {
+		r.removed = true
+	}
+	sh.recs.clear()
+}
+
 // lockShards takes every shard's lock, for reading unless write;
 // unlockShards releases them.
 func (s *MemStore) lockShards(write bool) {
@@ -215,8 +242,7 @@ func (s *MemStore) replace(ctx context.Context, rec Record, prevRunID string) (*
 		return nil, ErrConflict
 	}
 	s.unindex(r)
-	r.removed = true
-	sh.recs.set(nr)
+	sh.replace(nr)
 	s.index(nr)
 	s.notifyFrom(InstanceOf(nr.runID), nr)
 	return nr, nil
@@ -227,11 +253,13 @@ func (s *MemStore) TransitionTask(ctx context.Context, id, runID string, from []
 	return s.transition(ctx, id, nil, runID, from, next)
 }
 
-// transition is TransitionTask. A runtime passes r, the record its run
-// was registered with (by insert or replace), when it has it: while r is
-// still stored, the write goes to it without looking the id up, which in
-// a store of many records costs a cache miss or two. A record leaves the
-// store only under its shard's lock, which marks it removed.
+// transition is TransitionTask. A runtime passes r, the record of id its
+// run was registered with (by insert or replace), when it has it: while
+// r is still stored, the write goes to it without looking the id up,
+// which in a store of many records costs a cache miss or two. Whatever
+// takes a record out of the store marks it removed, under the lock of its
+// shard held for writing (pruning and clearing take every shard's); a
+// write to a removed record goes by id.
 func (s *MemStore) transition(ctx context.Context, id string, r *memRecord, runID string, from []Status, next State) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -249,7 +277,7 @@ func (s *MemStore) transition(ctx context.Context, id string, r *memRecord, runI
 	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if r == nil || r.removed {
+	if r == nil || r.removed || r.id != id {
 		var ok bool
 		if r, ok = sh.recs.get(id); !ok {
 			return false, ErrNotFound
@@ -453,8 +481,7 @@ func (s *MemStore) pruneBatch(cutoff time.Time, after *Position, end **memRecord
 		return true
 	})
 	for _, r := range gone {
-		s.shard(r.id).recs.deleteValue(r)
-		r.removed = true
+		s.shard(r.id).remove(r)
 		s.unindex(r)
 	}
 	if !more {
@@ -477,10 +504,7 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	s.lockShards(true)
 	defer s.unlockShards(true)
 	for i := range s.shards {
-		for r := range s.shards[i].recs.all() {
-			r.removed = true
-		}
-		s.shards[i].recs.clear()
+		s.shards[i].clear()
 	}
 	clear(s.byUser)
 	s.all = ordered{}

@@ -136,7 +136,8 @@ type Config struct {
 // has shut down cannot be started again: construct a new one over the
 // same store.
 type Runtime[S Store] struct {
-	// What the runs read: set by NewRuntime, or written seldom.
+	// What the runs and the submissions read: set by NewRuntime, or
+	// written seldom (the lease, once an interval).
 	store    S
 	cfg      Config
 	instance string // this runtime's instance id: the prefix of its run ids
@@ -150,8 +151,6 @@ type Runtime[S Store] struct {
 
 	keys    keyLocks   // the task lock: serializes this process's decisions per id
 	runners *runners   // the goroutines that execute async runs
-	bells   bells      // wakes Wait when a task changes
-	hub     hub        // feeds Watch and Subscribe
 	noOpts  runOptions // every async run submitted without options shares it; never written after NewRuntime
 
 	lease  leaseState            // this instance's lease, over a Leaser store
@@ -163,8 +162,15 @@ type Runtime[S Store] struct {
 
 	mem *MemStore // the store, when it is a MemStore, for the writes that skip a lookup
 
+	// What Wait and the subscribers write (their locks, and the count of
+	// those listening, which every change reads), between lines of their
+	// own (see cacheLinePad).
+	_     cacheLinePad
+	bells bells // wakes Wait when a task changes
+	hub   hub   // feeds Watch and Subscribe
+
 	// What every submission writes, a cache line away from what the runs
-	// read (see cacheLinePad).
+	// read.
 	_      cacheLinePad
 	runSeq atomic.Uint64
 	gate   intake // intake: closed by Shutdown, counts submissions in progress
@@ -180,8 +186,10 @@ type Runtime[S Store] struct {
 // read by another that runs on another core meanwhile: a submitter and
 // the runs it starts, say. Had they shared a line, every write would
 // cost the reader a cache miss, and the cores would pass the line back
-// and forth (false sharing). Two bytes 64 apart never share a line,
-// however the struct is aligned.
+// and forth (false sharing). Two bytes 64 apart never share a 64-byte
+// line, however the struct is aligned: the line of amd64 and of most
+// arm64 servers. Where lines are 128 bytes (Apple's arm64), fields 64
+// bytes apart may still share one.
 type cacheLinePad [64]byte
 
 // NewRuntime returns a Runtime over store. It starts no goroutine; see

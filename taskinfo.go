@@ -60,8 +60,11 @@ type Task struct {
 
 	adm *admit // its standing with admission; nil without Config.Limits
 
-	// rec is the record the run was registered with, over a MemStore,
-	// which its writes go to without looking it up (MemStore.transition).
+	// rec is the record the run was registered with over a MemStore, or
+	// nil (over another store, or after a failed insert). The run's own
+	// writes go to it without looking it up while the store holds it,
+	// and by id once it was taken out (MemStore.transition); other
+	// writes, such as a cancellation's, go by id.
 	rec *memRecord
 
 	created int64 // when the run was registered: now(), in Unix microseconds
