@@ -561,6 +561,39 @@ func TestMemStoreWriteToAKeptRecordFollowsTheStore(t *testing.T) {
 	})
 }
 
+// The calls that hand a runtime its record, and the write to a kept
+// record, fail before they land when their context has ended, as the
+// Store methods do: the store is left as it was. (A MemStore call
+// cannot fail after it lands; the fault cases of storetest put the store
+// behind a wrapper, which takes the runtime's path by id.)
+func TestMemStoreKeptRecordCallsFailBeforeLanding(t *testing.T) {
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	running := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"alice"}, CreatedAt: at,
+		State: State{Status: StatusRunning, Attempt: 1, StartedAt: at}}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	s := NewMemStore()
+
+	_, err := s.insert(ended, running)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.GetTask(ctx, running.ID)
+	require.ErrorIs(t, err, ErrNotFound, "a failed insert stores nothing")
+
+	r, err := s.insert(ctx, running)
+	require.NoError(t, err)
+	next := running
+	next.RunID, next.State = "i.2", State{Status: StatusPending}
+	_, err = s.replace(ended, next, "i.1")
+	require.ErrorIs(t, err, context.Canceled)
+	ok, err := s.transition(ended, running.ID, r, "i.1", []Status{StatusRunning},
+		State{Status: StatusCompleted, Attempt: 1, StartedAt: at, CompletedAt: at, Cause: CauseCompleted})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, ok)
+	got, err := s.GetTask(ctx, running.ID)
+	require.NoError(t, err)
+	assert.Equal(t, running, got, "neither the failed replace nor the failed write landed")
+}
+
 // A queue item whose record is deleted while it waits never starts,
 // though the run kept the record it registered.
 func TestQueueItemWhoseRecordWasDeletedDoesNotStart(t *testing.T) {
@@ -576,6 +609,12 @@ func TestQueueItemWhoseRecordWasDeletedDoesNotStart(t *testing.T) {
 		return nil, nil
 	}, alice)
 	require.NoError(t, err)
+	second := rt.runs.get("alice::second")
+	require.NotNil(t, second)
+	kept, err := s.GetTask(ctx, "alice::second")
+	require.NoError(t, err)
+	require.NotNil(t, second.rec, "the run keeps its record")
+	require.Equal(t, kept.RunID, second.rec.runID)
 	require.NoError(t, s.ClearRecords(ctx))
 	g.open()
 	eventually(t, func() bool {
