@@ -632,3 +632,21 @@ func TestSubmitOptionsMayBeSharedAcrossGoroutines(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Status never reports a run's attempt below its record's: a run
+// registered RUNNING is in attempt 1 even before its goroutine begins it.
+// (A live attempt behind the record made Watch yield a second RUNNING
+// snapshot at the same progress once the run began.)
+func TestStatusOfARunRegisteredRunningSaysItsFirstAttempt(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	defer g.open()
+	for i := range 200 {
+		sub, err := rt.Submit(ctx, fmt.Sprint("k", i), g.fn, alice)
+		require.NoError(t, err)
+		snap, err := rt.Status(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		require.Equal(t, StatusRunning, snap.Status)
+		require.Equal(t, 1, snap.Attempt, "submission %d", i)
+	}
+}

@@ -153,11 +153,14 @@ func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 }
 
 // live sets s's progress and attempt from the run, when this runtime runs
-// it.
+// it. The run's attempt is never taken below the record's: a run counts
+// its attempt when it begins it, which may come after the write that
+// recorded it (the registering write of a run registered RUNNING, a
+// queue item's start).
 func (rt *Runtime[S]) live(s *Snapshot) {
 	if s.Status == StatusRunning {
 		if t := rt.handle(s.ID, s.RunID); t != nil {
-			s.Progress, s.Attempt = t.Progress(), t.Attempt()
+			s.Progress, s.Attempt = t.Progress(), max(s.Attempt, t.Attempt())
 		}
 	}
 }
