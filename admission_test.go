@@ -549,10 +549,10 @@ func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
 	rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 2, Owner: OwnerLimits{Running: 1}}})
 	const n = 400
 	var ran sync.Map
-	ids := make(chan string, n)
-	var wg sync.WaitGroup
+	ids := make(chan string, n) // room for every id: a submitter never waits
+	var submitters, canceller sync.WaitGroup
 	for _, who := range []Owner{alice, bob} {
-		wg.Go(func() {
+		submitters.Go(func() {
 			for i := range n / 2 {
 				queue := ""
 				if i%3 == 0 {
@@ -575,7 +575,7 @@ func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
 		})
 	}
 	cancelled := make(map[string]bool)
-	wg.Go(func() {
+	canceller.Go(func() {
 		k := 0
 		for id := range ids {
 			if k++; k%2 == 0 {
@@ -587,7 +587,11 @@ func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
 			}
 		}
 	})
-	// Close ids once the submitters are done: wait for both by count.
+	// Once the submitters have sent every id, the canceller ends with
+	// the last; every task must then end and the counts drain.
+	submitters.Wait()
+	close(ids)
+	canceller.Wait()
 	eventually(t, func() bool {
 		st, err := rt.Stats(ctx, System)
 		require.NoError(t, err)
@@ -595,8 +599,6 @@ func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
 		require.NoError(t, err)
 		return len(snaps) == n && st.Running+st.Waiting == 0
 	}, "every task to end and the counts to drain")
-	close(ids)
-	wg.Wait()
 	snaps, err := rt.List(ctx, System)
 	require.NoError(t, err)
 	for _, s := range snaps {
