@@ -563,6 +563,9 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		if running, stored := rt.syncProgress(t); !running || stored {
 			continue // not started yet, finished, busy, or still this run's and RUNNING
 		}
+		if h := rt.hooks.Load(); h != nil && h.syncRead != nil {
+			h.syncRead()
+		}
 		rec, err := rt.store.GetTask(ctx, t.ID())
 		var cause error
 		switch {
@@ -583,12 +586,18 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		default:
 			continue
 		}
-		if r := t.run.Load(); r != nil { // without it, the run never wrote
-			r.writeMu.Lock()
-			if r.running() {
-				t.cancel(cause)
-			}
-			r.writeMu.Unlock()
+		// The run was RUNNING by its own account at the progress check,
+		// so it has a state. If its own end landed since, that write
+		// reported it, and the record holds it: nothing more to do.
+		r := t.run.Load()
+		r.writeMu.Lock()
+		running := r.running()
+		if running {
+			t.cancel(cause)
+		}
+		r.writeMu.Unlock()
+		if !running {
+			continue
 		}
 		// The run's own outcome will be fenced out: the end its record
 		// already holds is the run's finished event.

@@ -515,3 +515,28 @@ func TestObserverSeesARunEndedElsewhereOnce(t *testing.T) {
 		here = newRuntime(t, s, Config{Observers: []Observer{rec}, SyncInterval: 2 * time.Millisecond})
 	}
 }
+
+// A run that writes its own end while the sync loop checks it is
+// reported finished once: the loop reports an end only for a run it
+// found still running, whose own end will then be fenced out.
+func TestObserverSeesOneEndWhenARunEndsDuringASync(t *testing.T) {
+	rec := &recorder{}
+	rt := newRuntime(t, NewMemStore(), Config{Observers: []Observer{rec}})
+	g := newGate()
+	sub, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rt.hooks.Store(&hooks{syncRead: func() { once.Do(func() { close(paused); <-resume }) }})
+	synced := make(chan struct{})
+	go func() { defer close(synced); rt.syncRuns(ctx) }()
+	wait(t, paused, "the sync to find the run running")
+	g.open()
+	rec.waitKind(t, sub.ID, EventFinished)
+	close(resume)
+	wait(t, synced, "the sync to end")
+	rt.hooks.Store(nil)
+	assert.Equal(t, []EventKind{EventSubmitted, EventStarted, EventFinished}, rec.kinds(sub.ID))
+}

@@ -476,6 +476,7 @@ type hooks struct {
 	leaseRead func() // leaseForRun: between its reads of the epoch and of the lease's end
 	leaseLost func() // loseLease: between the epoch's bump and the sweep of the runs
 	enqueue   func() // dispatch: before a run that waits for admission joins its wait
+	syncRead  func() // checkRuns: between a run's progress check and the read of its record
 }
 
 // register decides, under the task's lock, whether the submission joins
