@@ -531,12 +531,20 @@ func (rt *Runtime[S]) ownNotice(c Change) bool {
 // endedElsewhere reports whether notice c may say that a run executing
 // here was ended or replaced by someone else: the record moved to another
 // run, or to a terminal status this runtime did not write.
+//
+// The run may hold its id's handle, or, over a MemStore, have lost it with
+// its record, replaced by another runtime: a run that was superseded here
+// was cancelled already.
 func (rt *Runtime[S]) endedElsewhere(c Change) bool {
-	t := rt.runs.get(c.ID)
-	if t == nil || t.cause() != nil || t.has(runFinishing) {
-		return false
+	for _, t := range rt.runs.ofID(c.ID) {
+		if t.cause() != nil || t.has(runFinishing) {
+			continue
+		}
+		if (c.RunID != "" && c.RunID != t.RunID()) || c.Status == "" || c.Status.Terminal() {
+			return true
+		}
 	}
-	return (c.RunID != "" && c.RunID != t.RunID()) || c.Status == "" || c.Status.Terminal()
+	return false
 }
 
 // syncRuns is the sync loop's work (see Config.SyncInterval): it stores

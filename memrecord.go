@@ -23,16 +23,25 @@ import (
 // result without a copy (fill) read them under the record's shard lock
 // (see MemStore), and every other reader gets a detached copy.
 type memRecord struct {
-	id, runID, queue string
-	first            [1]string // the only watcher; empty when there is none or more is set
-	more             *[]string // every watcher, when first cannot hold them
-	rest             *memRest  // nil while the record has no start, no end and no outcome beyond its status's
-	created          memTime
-	attempt          int32 // CheckState bounds Progress and Attempt
-	progress         uint8
-	status           uint8 // an index in memStatuses
-	removed          bool  // guarded by its shard's lock: no longer stored (see MemStore.transition)
+	ids      string    // the task id, then the run id: a runtime's run shares its own (see runIDs)
+	queue    string    //
+	first    [1]string // the only watcher; empty when there is none or more is set
+	more     *[]string // every watcher, when first cannot hold them
+	rest     *memRest  // nil while the record has no start, no end and no outcome beyond its status's
+	run      *Task     // guarded by its shard's lock: the run whose handle the record keeps, or nil (see runSet)
+	created  memTime
+	attempt  int32 // CheckState bounds Progress and Attempt
+	idLen    uint16
+	progress uint8
+	status   uint8 // an index in memStatuses
+	removed  bool  // guarded by its shard's lock: no longer stored (see MemStore.transition)
 }
+
+// id returns the record's task id.
+func (r *memRecord) id() string { return r.ids[:r.idLen] }
+
+// runID returns the record's run id.
+func (r *memRecord) runID() string { return r.ids[r.idLen:] }
 
 // memRest is the part of a record that a PENDING one lacks.
 type memRest struct {
@@ -142,8 +151,10 @@ func hasRest(st *State, plain bool) bool {
 
 // newMemRecord returns the stored copy of rec, which has passed
 // checkRecord and checkMemTimes and whose Result the store owns: one
-// allocation for the common record, its one watcher included.
-func newMemRecord(rec *Record) *memRecord {
+// allocation for the common record, its one watcher included. ids is
+// rec's ID then its RunID in one string, as a runtime's run holds them,
+// or "" to have them joined here.
+func newMemRecord(rec *Record, ids string) *memRecord {
 	var r *memRecord
 	if hasRest(&rec.State, plainOutcome(&rec.State)) {
 		w := new(memRecordWithRest)
@@ -152,14 +163,17 @@ func newMemRecord(rec *Record) *memRecord {
 	} else {
 		r = new(memRecord)
 	}
-	r.id, r.runID, r.queue, r.created = rec.ID, rec.RunID, rec.Queue, mustMemTime(rec.CreatedAt)
+	if ids == "" {
+		ids = rec.ID + rec.RunID
+	}
+	r.ids, r.idLen, r.queue, r.created = ids, uint16(len(rec.ID)), rec.Queue, mustMemTime(rec.CreatedAt)
 	r.setState(&rec.State)
 	r.setWatchers(rec.Watchers)
 	return r
 }
 
 // taskID returns the record's id, which keys it in the store's idMap.
-func (r *memRecord) taskID() string { return r.id }
+func (r *memRecord) taskID() string { return r.id() }
 
 // watchers returns the record's watchers, which the caller must not
 // modify.
@@ -221,7 +235,7 @@ func (r *memRecord) Status() Status { return memStatuses[r.status] }
 // the caller reads v under the record's shard lock and keeps none of
 // it, or detaches it. Every field of v is written.
 func (r *memRecord) fill(v *Record) {
-	*v = Record{ID: r.id, RunID: r.runID, Queue: r.queue, Watchers: r.watchers(), CreatedAt: r.created.time(),
+	*v = Record{ID: r.id(), RunID: r.runID(), Queue: r.queue, Watchers: r.watchers(), CreatedAt: r.created.time(),
 		State: State{Status: r.Status(), Progress: int(r.progress), Attempt: int(r.attempt), Cause: impliedCause(r.Status())}}
 	m := r.rest
 	if m == nil {
@@ -247,5 +261,5 @@ func compareMem(a, b *memRecord) int {
 	if c := cmp.Compare(a.created, b.created); c != 0 {
 		return c
 	}
-	return strings.Compare(a.id, b.id)
+	return strings.Compare(a.id(), b.id())
 }

@@ -83,26 +83,81 @@ func (s *MemStore) shard(id string) *memShard {
 // removed, which a write to a record kept by its run relies on (see
 // MemStore.transition).
 
-// replace stores r in place of the record of its id.
-func (sh *memShard) replace(r *memRecord) {
+// replace stores r in place of the record of its id, and returns the run
+// whose handle the replaced record kept, if any.
+func (sh *memShard) replace(r *memRecord) (displaced *Task) {
 	if old, ok := sh.recs.set(r); ok {
-		old.removed = true
+		return old.leave()
 	}
+	return nil
 }
 
 // remove takes r out.
 func (sh *memShard) remove(r *memRecord) {
 	if sh.recs.deleteValue(r) {
-		r.removed = true
+		r.leave()
 	}
 }
 
 // clear takes every record out.
 func (sh *memShard) clear() {
 	for r := range sh.recs.all() {
-		r.removed = true
+		r.leave()
 	}
 	sh.recs.clear()
+}
+
+// leave marks r, taken out of its shard, removed; the run whose handle
+// it kept, which it returns, goes among its runtime's other runs (see
+// runSet).
+func (r *memRecord) leave() *Task {
+	r.removed = true
+	t := r.run
+	if t != nil {
+		r.run = nil
+		t.home.displace(t)
+	}
+	return t
+}
+
+// hold makes t's record keep t's handle and lists t in its runtime's
+// runs, or keeps t among the others if the record has left the store:
+// in one critical section, so that no removal comes in between.
+func (s *MemStore) hold(t *Task) {
+	sh := s.shard(t.ID())
+	sh.mu.Lock()
+	if r := t.rec; r != nil && !r.removed && r.id() == t.ID() {
+		r.run = t
+		t.home.list(t)
+	} else {
+		t.home.addOther(t)
+	}
+	sh.mu.Unlock()
+}
+
+// release makes t's record, if it keeps t's handle, let go of it.
+func (s *MemStore) release(t *Task) {
+	r := t.rec
+	if r == nil {
+		return
+	}
+	sh := s.shard(t.ID())
+	sh.mu.Lock()
+	if r.run == t {
+		r.run = nil
+	}
+	sh.mu.Unlock()
+}
+
+// handle returns the run of home whose handle id's record keeps, or nil.
+func (s *MemStore) handle(id string, home *runSet) *Task {
+	sh := s.shard(id)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if r, ok := sh.recs.get(id); ok && r.run != nil && r.run.home == home {
+		return r.run
+	}
+	return nil
 }
 
 // lockShards takes every shard's lock, for reading unless write;
@@ -168,18 +223,18 @@ func (s *MemStore) GetTask(ctx context.Context, id string) (Record, error) {
 
 // InsertTask implements Store.
 func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
-	_, err := s.insert(ctx, rec)
+	_, err := s.insert(ctx, rec, "")
 	return err
 }
 
 // insert is InsertTask, and returns the record it stored, which a
 // runtime keeps for its run's writes (see transition).
-func (s *MemStore) insert(ctx context.Context, rec Record) (*memRecord, error) {
-	r, err := prepare(ctx, rec)
+func (s *MemStore) insert(ctx context.Context, rec Record, ids string) (*memRecord, error) {
+	r, err := prepare(ctx, rec, ids)
 	if err != nil {
 		return nil, err
 	}
-	sh := s.shard(r.id)
+	sh := s.shard(r.id())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sh.mu.Lock()
@@ -188,7 +243,7 @@ func (s *MemStore) insert(ctx context.Context, rec Record) (*memRecord, error) {
 		return nil, ErrConflict
 	}
 	s.index(r)
-	s.notifyFrom(InstanceOf(r.runID), r)
+	s.notifyFrom(InstanceOf(r.runID()), r)
 	return r, nil
 }
 
@@ -219,33 +274,35 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 
 // ReplaceTask implements Store.
 func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string) error {
-	_, err := s.replace(ctx, rec, prevRunID)
+	_, _, err := s.replace(ctx, rec, "", prevRunID)
 	return err
 }
 
-// replace is ReplaceTask, and returns the record it stored (see insert).
-func (s *MemStore) replace(ctx context.Context, rec Record, prevRunID string) (*memRecord, error) {
-	nr, err := prepare(ctx, rec)
+// replace is ReplaceTask, and returns the record it stored (see insert)
+// and the run whose handle the replaced record kept, if any (see
+// runSet). ids is as newMemRecord's.
+func (s *MemStore) replace(ctx context.Context, rec Record, ids, prevRunID string) (_ *memRecord, displaced *Task, _ error) {
+	nr, err := prepare(ctx, rec, ids)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	sh := s.shard(nr.id)
+	sh := s.shard(nr.id())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	r, ok := sh.recs.get(rec.ID)
 	if !ok {
-		return nil, ErrNotFound
+		return nil, nil, ErrNotFound
 	}
-	if r.runID != prevRunID {
-		return nil, ErrConflict
+	if r.runID() != prevRunID {
+		return nil, nil, ErrConflict
 	}
 	s.unindex(r)
-	sh.replace(nr)
+	displaced = sh.replace(nr)
 	s.index(nr)
-	s.notifyFrom(InstanceOf(nr.runID), nr)
-	return nr, nil
+	s.notifyFrom(InstanceOf(nr.runID()), nr)
+	return nr, displaced, nil
 }
 
 // TransitionTask implements Store.
@@ -277,13 +334,13 @@ func (s *MemStore) transition(ctx context.Context, id string, r *memRecord, runI
 	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if r == nil || r.removed || r.id != id {
+	if r == nil || r.removed || r.id() != id {
 		var ok bool
 		if r, ok = sh.recs.get(id); !ok {
 			return false, ErrNotFound
 		}
 	}
-	if r.runID != runID || !slices.Contains(from, r.Status()) {
+	if r.runID() != runID || !slices.Contains(from, r.Status()) {
 		return false, nil
 	}
 	r.setState(&next)
@@ -308,7 +365,7 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	if !ok {
 		return false, ErrNotFound
 	}
-	if r.runID != runID {
+	if r.runID() != runID {
 		return false, ErrConflict
 	}
 	if slices.Contains(r.watchers(), watcher) {
@@ -440,7 +497,7 @@ func (s *MemStore) DeleteFinished(ctx context.Context, cutoff time.Time) (int, e
 		if last == nil {
 			return n, nil
 		}
-		after = &Position{CreatedAt: last.created.time(), ID: last.id}
+		after = &Position{CreatedAt: last.created.time(), ID: last.id()}
 	}
 }
 
@@ -481,7 +538,7 @@ func (s *MemStore) pruneBatch(cutoff time.Time, after *Position, end **memRecord
 		return true
 	})
 	for _, r := range gone {
-		s.shard(r.id).remove(r)
+		s.shard(r.id()).remove(r)
 		s.unindex(r)
 	}
 	if !more {
@@ -513,7 +570,7 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 
 // prepare checks a whole record about to be written and returns the copy
 // to store (see newMemRecord).
-func prepare(ctx context.Context, rec Record) (*memRecord, error) {
+func prepare(ctx context.Context, rec Record, ids string) (*memRecord, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -524,7 +581,7 @@ func prepare(ctx context.Context, rec Record) (*memRecord, error) {
 		return nil, err
 	}
 	rec.Result = slices.Clone(rec.Result)
-	return newMemRecord(&rec), nil
+	return newMemRecord(&rec, ids), nil
 }
 
 // index adds r to the listing indexes; mu must be held.
@@ -564,7 +621,7 @@ func (r *memRecord) eachUser(f func(user string)) {
 	for _, w := range ws {
 		f(w)
 	}
-	if o, ok := ownerOfStored(r.id); ok && !slices.Contains(ws, o) {
+	if o, ok := ownerOfStored(r.id()); ok && !slices.Contains(ws, o) {
 		f(o)
 	}
 }
@@ -709,7 +766,7 @@ func (o *ordered) walk(f Filter, yield func(*memRecord) bool) {
 	var found bool
 	if f.After != nil {
 		after := func(r *memRecord, p *Position) int {
-			return compareKeys(r.created.time(), r.id, p.CreatedAt, p.ID)
+			return compareKeys(r.created.time(), r.id(), p.CreatedAt, p.ID)
 		}
 		ci, _ = slices.BinarySearchFunc(o.chunks, f.After, func(c []*memRecord, p *Position) int {
 			return after(c[len(c)-1], p)
@@ -886,7 +943,7 @@ func (s *MemStore) notifyFrom(origin string, r *memRecord) {
 	if p == nil {
 		return
 	}
-	c := Change{ID: r.id, RunID: r.runID, Status: r.Status()}
+	c := Change{ID: r.id(), RunID: r.runID(), Status: r.Status()}
 	for _, l := range *p {
 		if origin == "" || l.origin != origin {
 			l.push(c)

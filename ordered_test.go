@@ -21,7 +21,7 @@ func TestOrderedMatchesASortedSlice(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(max), 7))
 			pool := make([]*memRecord, 60)
 			for i := range pool {
-				pool[i] = &memRecord{id: fmt.Sprintf("k%02d", i), created: memTime(1 + r.IntN(6))} // ids unique, times shared
+				pool[i] = testMemRecord(fmt.Sprintf("k%02d", i), memTime(1+r.IntN(6))) // ids unique, times shared
 			}
 			o := &ordered{max: max}
 			var want []*memRecord // sorted by compareMem, each record once
@@ -54,7 +54,7 @@ func TestOrderedMatchesASortedSlice(t *testing.T) {
 					if r.IntN(4) > 0 {
 						// A record's position, or one a nanosecond after a
 						// record's time (between two microseconds).
-						p := &Position{CreatedAt: rec.created.time(), ID: rec.id}
+						p := &Position{CreatedAt: rec.created.time(), ID: rec.id()}
 						if r.IntN(3) == 0 {
 							p = &Position{CreatedAt: rec.created.time().Add(time.Nanosecond)}
 						}
@@ -91,7 +91,7 @@ func walkSorted(sorted []*memRecord, f Filter) []*memRecord {
 			out = append(out, m)
 			continue
 		}
-		c := compareKeys(m.created.time(), m.id, f.After.CreatedAt, f.After.ID)
+		c := compareKeys(m.created.time(), m.id(), f.After.CreatedAt, f.After.ID)
 		if (f.Order == NewestFirst && c < 0) || (f.Order != NewestFirst && c > 0) {
 			out = append(out, m)
 		}
@@ -110,7 +110,7 @@ func max1(limit int) int { return max(limit, 1) }
 func keysOf(recs []*memRecord) []string {
 	out := make([]string, len(recs))
 	for i, m := range recs {
-		out[i] = fmt.Sprintf("%d/%s", m.created, m.id)
+		out[i] = fmt.Sprintf("%d/%s", m.created, m.id())
 	}
 	return out
 }
@@ -122,7 +122,7 @@ func TestOrderedStaysDenseAsRecordsLeave(t *testing.T) {
 	o := &ordered{max: 16}
 	var all []*memRecord
 	for i := range 1600 {
-		r := &memRecord{id: fmt.Sprintf("k%04d", i), created: memTime(i + 1)}
+		r := testMemRecord(fmt.Sprintf("k%04d", i), memTime(i+1))
 		o.add(r)
 		all = append(all, r)
 	}
@@ -149,7 +149,7 @@ func TestOrderedKeepsNoRemovedRecordAlive(t *testing.T) {
 	collected := make(chan struct{}, 64)
 	var keep []*memRecord
 	for i := range 64 {
-		r := &memRecord{id: fmt.Sprintf("k%04d", i+100), created: memTime(i + 100)}
+		r := testMemRecord(fmt.Sprintf("k%04d", i+100), memTime(i+100))
 		if i%5 == 0 {
 			keep = append(keep, r)
 		} else {
@@ -157,7 +157,7 @@ func TestOrderedKeepsNoRemovedRecordAlive(t *testing.T) {
 		}
 		o.add(r)
 	}
-	o.add(&memRecord{id: "k0000", created: 1}) // splits the first chunk
+	o.add(testMemRecord("k0000", 1)) // splits the first chunk
 	for _, c := range slices.Clone(o.chunks) {
 		for _, r := range slices.Clone(c) {
 			if r.created > 1 && !slices.Contains(keep, r) {
@@ -178,4 +178,10 @@ func TestOrderedKeepsNoRemovedRecordAlive(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(o)
+}
+
+// testMemRecord returns a record of id created at created, and nothing
+// else.
+func testMemRecord(id string, created memTime) *memRecord {
+	return &memRecord{ids: id, idLen: uint16(len(id)), created: created}
 }

@@ -11,11 +11,24 @@ import (
 // still executing after a re-run replaced its record, a run whose
 // registering write failed, a run let go by Reset).
 //
-// It is split by id into shards, each under a lock of its own, so that
-// publishing a new run and settling another rarely wait for each other:
-// when they shared one lock, a sequential queue's processor and its
-// submitter took turns on one core, each handing the other the lock. All
-// runs of one id share a shard, so a run moves between handle and
+// Where the handles are kept depends on the store. Over a MemStore, the
+// record a run registered keeps its handle (memRecord.run), and the runs
+// holding handles are linked in a list per shard, for the walks: a run's
+// publishing and settling then touch its own record and its neighbours in
+// the list, never a table of every run, which at a million queued runs
+// cost a cache miss or two each way; a lookup by id finds the handle in
+// the record it finds anyway. A record that leaves the store (replaced,
+// pruned, cleared) takes the handle with it: the store moves the run
+// among the others (displace) under the record's shard lock, so a record
+// and the handle it keeps never disagree. A MemStore's shard lock may be
+// held while a runSet's is taken, never the other way round. Over any
+// other store, a map per shard keeps the handles by id.
+//
+// The set is split by id into shards, each under a lock of its own, so
+// that publishing a new run and settling another rarely wait for each
+// other: when they shared one lock, a sequential queue's processor and
+// its submitter took turns on one core, each handing the other the lock.
+// All runs of one id share a shard, so a run moves between handle and
 // others in one critical section. A walk over every shard is not one
 // snapshot, which its callers tolerate: Shutdown walks once no
 // submission is left inside its gate, so nothing is published during
@@ -25,21 +38,27 @@ import (
 type runSet struct {
 	seed   maphash.Seed
 	shards *[runShards]runShard // an array of its own, so that each shard sits on one cache line
+	mem    *MemStore            // the store whose records keep the handles, or nil
 }
 
 const runShards = 16
 
 type runShard struct {
-	mu      sync.RWMutex
-	handles *idMap[*Task]      // guarded by mu: task id -> the run holding its handle
-	others  map[*Task]struct{} // guarded by mu
-	_       [24]byte           // to 64 bytes: a cache line
+	mu          sync.RWMutex
+	handles     *idMap[*Task]      // guarded by mu: task id -> the run holding its handle; nil when records keep them
+	first, last *Task              // guarded by mu: the runs whose records keep their handles, linked by Task.prev and next
+	listed      int                // guarded by mu: how many are linked
+	others      map[*Task]struct{} // guarded by mu
 }
 
-func newRunSet() *runSet {
-	s := &runSet{seed: maphash.MakeSeed(), shards: new([runShards]runShard)}
+// newRunSet returns an empty set whose handles mem's records keep, or,
+// when mem is nil, the set itself.
+func newRunSet(mem *MemStore) *runSet {
+	s := &runSet{seed: maphash.MakeSeed(), shards: new([runShards]runShard), mem: mem}
 	for i := range s.shards {
-		s.shards[i].handles = newIDMap[*Task]()
+		if mem == nil {
+			s.shards[i].handles = newIDMap[*Task]()
+		}
 		s.shards[i].others = make(map[*Task]struct{})
 	}
 	return s
@@ -50,8 +69,14 @@ func (s *runSet) shard(id string) *runShard {
 }
 
 // publish makes t the holder of its id's handle and returns the run that
-// held it, which is kept among the others until it settles.
+// held it, which is kept among the others until it settles. Where the
+// records keep the handles, the predecessor lost its handle when its
+// record was replaced (see displace), and publish returns nil.
 func (s *runSet) publish(t *Task) (old *Task) {
+	if s.mem != nil {
+		s.mem.hold(t)
+		return nil
+	}
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
 	old, _ = sh.handles.set(t)
@@ -62,13 +87,79 @@ func (s *runSet) publish(t *Task) (old *Task) {
 	return old
 }
 
+// list links t, whose record now keeps its handle.
+func (s *runSet) list(t *Task) {
+	sh := s.shard(t.ID())
+	sh.mu.Lock()
+	t.prev = sh.last
+	if sh.last != nil {
+		sh.last.next = t
+	} else {
+		sh.first = t
+	}
+	sh.last = t
+	sh.listed++
+	sh.mu.Unlock()
+}
+
+// unlink takes t out of sh's list; sh.mu is held and t is in it.
+func (sh *runShard) unlink(t *Task) {
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else {
+		sh.first = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	} else {
+		sh.last = t.prev
+	}
+	t.prev, t.next = nil, nil
+	sh.listed--
+}
+
+// has reports whether t is in sh's list; sh.mu is held.
+func (sh *runShard) has(t *Task) bool { return t.prev != nil || sh.first == t }
+
+// displace moves t among the others: the record that kept its handle has
+// left the store. The store calls it with that record's shard locked.
+func (s *runSet) displace(t *Task) {
+	sh := s.shard(t.ID())
+	sh.mu.Lock()
+	if sh.has(t) {
+		sh.unlink(t)
+		sh.others[t] = struct{}{}
+	}
+	sh.mu.Unlock()
+}
+
 // get returns the run holding id's handle, or nil.
 func (s *runSet) get(id string) *Task {
+	if s.mem != nil {
+		return s.mem.handle(id, s)
+	}
 	sh := s.shard(id)
 	sh.mu.RLock()
 	t, _ := sh.handles.get(id)
 	sh.mu.RUnlock()
 	return t
+}
+
+// ofID returns the runs of id: its handle's, if any, then the others.
+func (s *runSet) ofID(id string) []*Task {
+	var runs []*Task
+	if t := s.get(id); t != nil {
+		runs = append(runs, t)
+	}
+	sh := s.shard(id)
+	sh.mu.RLock()
+	for t := range sh.others {
+		if t.ID() == id && !slices.Contains(runs, t) {
+			runs = append(runs, t)
+		}
+	}
+	sh.mu.RUnlock()
+	return runs
 }
 
 // addOther keeps t, which holds no handle, until it settles.
@@ -82,9 +173,16 @@ func (s *runSet) addOther(t *Task) {
 // settle removes t: its handle if it holds one, else its place among the
 // others. A successor's handle is never touched.
 func (s *runSet) settle(t *Task) {
+	if s.mem != nil {
+		s.mem.release(t)
+	}
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
-	if !sh.handles.deleteValue(t) {
+	switch {
+	case sh.has(t):
+		sh.unlink(t)
+	case sh.handles != nil && sh.handles.deleteValue(t):
+	default:
 		delete(sh.others, t)
 	}
 	sh.mu.Unlock()
@@ -105,11 +203,22 @@ func (s *runSet) all() []*Task {
 
 // appendRuns appends the shard's runs to runs; mu is held.
 func (sh *runShard) appendRuns(runs []*Task) []*Task {
-	for t := range sh.handles.all() {
-		runs = append(runs, t)
-	}
+	runs = sh.appendHandles(runs)
 	for t := range sh.others {
 		runs = append(runs, t)
+	}
+	return runs
+}
+
+// appendHandles appends the runs holding handles to runs; mu is held.
+func (sh *runShard) appendHandles(runs []*Task) []*Task {
+	for t := sh.first; t != nil; t = t.next {
+		runs = append(runs, t)
+	}
+	if sh.handles != nil {
+		for t := range sh.handles.all() {
+			runs = append(runs, t)
+		}
 	}
 	return runs
 }
@@ -146,12 +255,28 @@ func (s *runSet) forget() []*Task {
 	var runs []*Task
 	for i := range s.shards {
 		sh := &s.shards[i]
+		if s.mem != nil {
+			// The records let go of the handles first (their lock
+			// comes before the shard's), then the list.
+			sh.mu.RLock()
+			held := sh.appendHandles(nil)
+			sh.mu.RUnlock()
+			for _, t := range held {
+				s.mem.release(t)
+			}
+		}
 		sh.mu.Lock()
 		runs = sh.appendRuns(runs)
-		for t := range sh.handles.all() {
+		for t := sh.first; t != nil; t = sh.first {
+			sh.unlink(t)
 			sh.others[t] = struct{}{}
 		}
-		sh.handles.clear()
+		if sh.handles != nil {
+			for t := range sh.handles.all() {
+				sh.others[t] = struct{}{}
+			}
+			sh.handles.clear()
+		}
 		sh.mu.Unlock()
 	}
 	return runs
@@ -163,7 +288,10 @@ func (s *runSet) len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.RLock()
-		n += sh.handles.len() + len(sh.others)
+		n += sh.listed + len(sh.others)
+		if sh.handles != nil {
+			n += sh.handles.len()
+		}
 		sh.mu.RUnlock()
 	}
 	return n

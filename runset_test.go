@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // testRun returns a bare run of id with a run id of its own.
@@ -15,7 +17,7 @@ func testRun(rt *Runtime[*MemStore], id string) *Task {
 
 func TestRunSetKeepsAReplacedRunUntilItSettles(t *testing.T) {
 	rt := memRuntime(t)
-	s := newRunSet()
+	s := newRunSet(nil)
 	first, second := testRun(rt, "a"), testRun(rt, "a")
 	assert.Nil(t, s.publish(first))
 	assert.Same(t, first, s.publish(second), "the successor takes the handle")
@@ -32,7 +34,7 @@ func TestRunSetKeepsAReplacedRunUntilItSettles(t *testing.T) {
 
 func TestRunSetForgetKeepsRunsWithoutHandles(t *testing.T) {
 	rt := memRuntime(t)
-	s := newRunSet()
+	s := newRunSet(nil)
 	var runs []*Task
 	for i := range 40 { // over every shard, most likely
 		r := testRun(rt, fmt.Sprint("k", i))
@@ -59,7 +61,7 @@ func TestRunSetForgetKeepsRunsWithoutHandles(t *testing.T) {
 // handle stays with its newest run.
 func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 	rt := memRuntime(t)
-	s := newRunSet()
+	s := newRunSet(nil)
 	var wg sync.WaitGroup
 	last := make([]*Task, 8)
 	for g := range last {
@@ -79,4 +81,164 @@ func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 		assert.Same(t, r, s.get(fmt.Sprint("id", g)))
 	}
 	assert.Equal(t, len(last), s.len())
+}
+
+// recordRun returns a run of id of rt, registered in rt's MemStore as a
+// runtime registers it: inserted, or in place of the run prev's record.
+// It returns the run whose handle the replaced record kept, if any.
+func recordRun(t *testing.T, rt *Runtime[*MemStore], id string, prev *Task) (run, displaced *Task) {
+	t.Helper()
+	r := testRun(rt, id)
+	var err error
+	if prev == nil {
+		r.rec, err = rt.store.insert(ctx, r.record(), r.ids)
+	} else {
+		r.rec, displaced, err = rt.store.replace(ctx, r.record(), r.ids, prev.RunID())
+	}
+	require.NoError(t, err)
+	return r, displaced
+}
+
+// Over a MemStore, a run's record keeps its handle: a re-run's record
+// takes the handle from its predecessor's, which is kept among the others
+// until it settles, and a settled run's record lets go of it.
+func TestRunSetOverAMemStoreKeepsHandlesInTheRecords(t *testing.T) {
+	rt := memRuntime(t)
+	s := rt.runs
+	require.NotNil(t, s.mem, "a runtime over a MemStore keeps its handles in the records")
+	first, _ := recordRun(t, rt, "a", nil)
+	assert.Nil(t, s.publish(first))
+	assert.Same(t, first, s.get("a"))
+	assert.Same(t, first, first.rec.run)
+
+	second, displaced := recordRun(t, rt, "a", first)
+	assert.Same(t, first, displaced, "the replaced record gives up its run")
+	assert.Nil(t, first.rec.run)
+	assert.Nil(t, s.get("a"), "the predecessor lost its handle with its record")
+	assert.Nil(t, s.publish(second))
+	assert.Same(t, second, s.get("a"))
+	assert.ElementsMatch(t, []*Task{first, second}, s.all(), "the predecessor is kept until it settles")
+	assert.ElementsMatch(t, []*Task{second, first}, s.ofID("a"))
+	assert.ElementsMatch(t, []*Task{second, first}, s.matching(map[string]struct{}{"a": {}}))
+
+	s.settle(first)
+	assert.Same(t, second, s.get("a"), "a predecessor's settling leaves its successor's handle")
+	assert.Equal(t, 1, s.len())
+	rec := second.rec
+	s.settle(second)
+	assert.Nil(t, s.get("a"))
+	assert.Nil(t, rec.run, "a settled run's record, which the store keeps, no longer holds it")
+	assert.Zero(t, s.len())
+}
+
+func TestRunSetOverAMemStoreForgetLetsTheRecordsGo(t *testing.T) {
+	rt := memRuntime(t)
+	s := rt.runs
+	var runs []*Task
+	for i := range 40 { // over every shard, most likely
+		r, _ := recordRun(t, rt, fmt.Sprint("k", i), nil)
+		s.publish(r)
+		runs = append(runs, r)
+	}
+	retired := testRun(rt, "retired")
+	s.addOther(retired)
+	runs = append(runs, retired)
+
+	assert.ElementsMatch(t, runs, s.forget())
+	for _, r := range runs {
+		assert.Nil(t, s.get(r.ID()), "no id is taken for alive after forget")
+		if r.rec != nil {
+			assert.Nil(t, r.rec.run, "no record keeps a forgotten run")
+		}
+	}
+	assert.Equal(t, len(runs), s.len(), "forgotten runs are tracked until they settle")
+	assert.ElementsMatch(t, []*Task{runs[3], retired}, s.matching(map[string]struct{}{runs[3].ID(): {}, "retired": {}}))
+	for _, r := range runs {
+		s.settle(r)
+	}
+	assert.Zero(t, s.len())
+	assert.Empty(t, s.all())
+}
+
+// Runs of different ids publish and settle concurrently through their
+// records; each id's handle stays with its newest run, and every list
+// stays whole.
+func TestRunSetOverAMemStoreConcurrentPublishAndSettle(t *testing.T) {
+	rt := memRuntime(t)
+	s := rt.runs
+	var wg sync.WaitGroup
+	last := make([]*Task, 8)
+	for g := range last {
+		wg.Go(func() {
+			id := fmt.Sprint("id", g)
+			var prev *Task
+			for range 200 {
+				r, displaced := recordRun(t, rt, id, prev)
+				s.publish(r)
+				if displaced != nil {
+					s.settle(displaced)
+				}
+				prev = r
+			}
+			last[g] = prev
+		})
+	}
+	wg.Wait()
+	for g, r := range last {
+		assert.Same(t, r, s.get(fmt.Sprint("id", g)))
+	}
+	assert.ElementsMatch(t, last, s.all())
+	assert.Equal(t, len(last), s.len())
+	for _, r := range last {
+		s.settle(r)
+	}
+	assert.Zero(t, s.len())
+}
+
+// A record that leaves the store by another way than this runtime's
+// re-run takes its run's handle with it, and the run is kept among the
+// others, where a notice of its id finds it.
+func TestRunWhoseRecordLeftTheStoreIsFoundAmongTheOthers(t *testing.T) {
+	rt := memRuntime(t)
+	g := newGate()
+	sub, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+	run := g.task.Load()
+	require.Same(t, run, rt.runs.get(sub.ID))
+
+	require.NoError(t, rt.store.ClearRecords(ctx))
+	assert.Nil(t, rt.runs.get(sub.ID), "the handle left with the record")
+	assert.Equal(t, []*Task{run}, rt.runs.ofID(sub.ID), "the run is among the others")
+	assert.Equal(t, 1, rt.runs.len())
+	g.open()
+	eventually(t, func() bool { return rt.runs.len() == 0 }, "the run to settle")
+}
+
+// Over a shared MemStore, a run whose record another runtime replaced is
+// cancelled as superseded as soon as its runtime hears of it, not at the
+// next sync.
+func TestRunWhoseRecordAnotherRuntimeReplacedIsCancelled(t *testing.T) {
+	store := NewMemStore()
+	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
+	require.NoError(t, rt.Start(ctx))
+	eventually(t, func() bool {
+		ls := store.listeners.Load()
+		return ls != nil && len(*ls) == 1
+	}, "the runtime to listen")
+	g := newGate()
+	sub, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+
+	rec, err := store.GetTask(ctx, sub.ID)
+	require.NoError(t, err)
+	next := Record{ID: sub.ID, RunID: "elsewhere.1", Watchers: rec.Watchers, CreatedAt: time.Now(), State: State{Status: StatusPending}}
+	require.NoError(t, store.ReplaceTask(ctx, next, sub.RunID))
+	wait(t, g.ran, "the superseded run to be cancelled")
+	assert.ErrorIs(t, g.task.Load().cause(), ErrSuperseded)
+	eventually(t, func() bool { return rt.runs.len() == 0 }, "the run to settle")
+	got, err := store.GetTask(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, "elsewhere.1", got.RunID, "the superseded run's late writes never land")
 }

@@ -225,12 +225,12 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		endLife:  endLife,
 		keys:     newKeyLocks(),
 		runners:  newRunners(),
-		runs:     newRunSet(),
 		queues:   make(map[string]*queue),
 	}
 	rt.noOpts.hub = &rt.hub
 	rt.leaser, _ = any(store).(Leaser)
 	rt.mem, _ = any(store).(*MemStore)
+	rt.runs = newRunSet(rt.mem)
 	rt.gate.init()
 	rt.lease.turn = make(chan struct{}, 1)
 	rt.lease.base, rt.lease.lost = time.Now(), true
@@ -604,16 +604,23 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 // its writes; so does replace.
 func (rt *Runtime[S]) insert(ctx context.Context, t *Task) (err error) {
 	if rt.mem != nil {
-		t.rec, err = rt.mem.insert(ctx, t.record())
+		t.rec, err = rt.mem.insert(ctx, t.record(), t.ids)
 		return err
 	}
 	return rt.store.InsertTask(ctx, t.record())
 }
 
-// replace stores t's new record in place of the run prevRunID's.
+// replace stores t's new record in place of the run prevRunID's. Over a
+// MemStore, the predecessor's handle leaves with its record: if the
+// predecessor is this runtime's, it is cancelled as superseded here, as
+// publish does over another store. Another runtime's hears of it.
 func (rt *Runtime[S]) replace(ctx context.Context, t *Task, prevRunID string) (err error) {
 	if rt.mem != nil {
-		t.rec, err = rt.mem.replace(ctx, t.record(), prevRunID)
+		var displaced *Task
+		t.rec, displaced, err = rt.mem.replace(ctx, t.record(), t.ids, prevRunID)
+		if displaced != nil && displaced.home == rt.runs {
+			displaced.cancel(ErrSuperseded)
+		}
 		return err
 	}
 	return rt.store.ReplaceTask(ctx, t.record(), prevRunID)
@@ -658,7 +665,7 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, 
 		t.ctx = ctx // until it starts: see begin
 	}
 	t.ids, t.idLen = k.s, uint16(k.n)
-	t.opts, t.fn, t.created = base, fn, now().UnixMicro()
+	t.opts, t.fn, t.created, t.home = base, fn, now().UnixMicro(), rt.runs
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{queue: base.queue, timeout: o.timeout, retry: o.retry, hub: &rt.hub}
 	}

@@ -69,6 +69,12 @@ type Task struct {
 
 	created int64 // when the run was registered: now(), in Unix microseconds
 
+	// home is the runtime's set of runs; prev and next link the run in
+	// its shard's list while its record keeps its handle, over a
+	// MemStore (see runSet), guarded by that shard's lock.
+	home       *runSet
+	prev, next *Task
+
 	mu sync.Mutex
 }
 
