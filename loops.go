@@ -533,8 +533,7 @@ func (rt *Runtime[S]) ownNotice(c Change) bool {
 // run, or to a terminal status this runtime did not write.
 //
 // The run may hold its id's handle, or, over a MemStore, have lost it with
-// its record, replaced by another runtime: a run that was superseded here
-// was cancelled already.
+// its record, replaced by another runtime.
 func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 	for _, t := range rt.runs.ofID(c.ID) {
 		if t.cause() != nil || t.has(runFinishing) {

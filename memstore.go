@@ -40,7 +40,9 @@ type MemStore struct {
 	// then took turns on one core). A listing holds mu and every shard's
 	// lock for reading, and a batch of DeleteFinished both for writing, so
 	// each sees the records at one moment. Locks are taken in that order:
-	// mu, then shards by index.
+	// mu, then shards by index, then, when a record that leaves the store
+	// or a run's publishing moves a run, the lock of a shard of that
+	// run's runtime's runSet.
 	seed   maphash.Seed
 	shards *[memShards]memShard // an array of its own, so that each shard sits on one cache line
 
@@ -83,13 +85,17 @@ func (s *MemStore) shard(id string) *memShard {
 // removed, which a write to a record kept by its run relies on (see
 // MemStore.transition).
 
-// replace stores r in place of the record of its id, and returns the run
-// whose handle the replaced record kept, if any.
-func (sh *memShard) replace(r *memRecord) (displaced *Task) {
-	if old, ok := sh.recs.set(r); ok {
-		return old.leave()
+// replace stores r in place of the record of its id. A record rewritten
+// for the same run hands r the handle it kept (see runSet).
+func (sh *memShard) replace(r *memRecord) {
+	old, ok := sh.recs.set(r)
+	if !ok {
+		return
 	}
-	return nil
+	if old.runID() == r.runID() {
+		r.run, old.run = old.run, nil
+	}
+	old.leave()
 }
 
 // remove takes r out.
@@ -108,16 +114,13 @@ func (sh *memShard) clear() {
 }
 
 // leave marks r, taken out of its shard, removed; the run whose handle
-// it kept, which it returns, goes among its runtime's other runs (see
-// runSet).
-func (r *memRecord) leave() *Task {
+// it kept goes among its runtime's other runs (see runSet).
+func (r *memRecord) leave() {
 	r.removed = true
-	t := r.run
-	if t != nil {
+	if t := r.run; t != nil {
 		r.run = nil
 		t.home.displace(t)
 	}
-	return t
 }
 
 // hold makes t's record keep t's handle and lists t in its runtime's
@@ -135,7 +138,8 @@ func (s *MemStore) hold(t *Task) {
 	sh.mu.Unlock()
 }
 
-// release makes t's record, if it keeps t's handle, let go of it.
+// release makes the record that keeps t's handle, if one does, let go
+// of it: t's record, or the record that replaced it for the same run.
 func (s *MemStore) release(t *Task) {
 	r := t.rec
 	if r == nil {
@@ -143,7 +147,10 @@ func (s *MemStore) release(t *Task) {
 	}
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
-	if r.run == t {
+	if r.removed {
+		r, _ = sh.recs.get(t.ID())
+	}
+	if r != nil && r.run == t {
 		r.run = nil
 	}
 	sh.mu.Unlock()
@@ -274,17 +281,16 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 
 // ReplaceTask implements Store.
 func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string) error {
-	_, _, err := s.replace(ctx, rec, "", prevRunID)
+	_, err := s.replace(ctx, rec, "", prevRunID)
 	return err
 }
 
-// replace is ReplaceTask, and returns the record it stored (see insert)
-// and the run whose handle the replaced record kept, if any (see
-// runSet). ids is as newMemRecord's.
-func (s *MemStore) replace(ctx context.Context, rec Record, ids, prevRunID string) (_ *memRecord, displaced *Task, _ error) {
+// replace is ReplaceTask, and returns the record it stored (see insert).
+// ids is as newMemRecord's.
+func (s *MemStore) replace(ctx context.Context, rec Record, ids, prevRunID string) (*memRecord, error) {
 	nr, err := prepare(ctx, rec, ids)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	sh := s.shard(nr.id())
 	s.mu.Lock()
@@ -293,16 +299,16 @@ func (s *MemStore) replace(ctx context.Context, rec Record, ids, prevRunID strin
 	defer sh.mu.Unlock()
 	r, ok := sh.recs.get(rec.ID)
 	if !ok {
-		return nil, nil, ErrNotFound
+		return nil, ErrNotFound
 	}
 	if r.runID() != prevRunID {
-		return nil, nil, ErrConflict
+		return nil, ErrConflict
 	}
 	s.unindex(r)
-	displaced = sh.replace(nr)
+	sh.replace(nr)
 	s.index(nr)
 	s.notifyFrom(InstanceOf(nr.runID()), nr)
-	return nr, displaced, nil
+	return nr, nil
 }
 
 // TransitionTask implements Store.

@@ -528,7 +528,7 @@ func TestMemStoreWriteToAKeptRecordFollowsTheStore(t *testing.T) {
 		require.NoError(t, err)
 		next := running
 		next.RunID, next.State = "i.2", State{Status: StatusPending}
-		nr, _, err := s.replace(ctx, next, "", "i.1")
+		nr, err := s.replace(ctx, next, "", "i.1")
 		require.NoError(t, err)
 
 		ok, err := s.transition(ctx, running.ID, r, "i.1", []Status{StatusRunning}, done)
@@ -587,7 +587,7 @@ func TestMemStoreKeptRecordCallsFailBeforeLanding(t *testing.T) {
 	require.NoError(t, err)
 	next := running
 	next.RunID, next.State = "i.2", State{Status: StatusPending}
-	_, _, err = s.replace(ended, next, "", "i.1")
+	_, err = s.replace(ended, next, "", "i.1")
 	require.ErrorIs(t, err, context.Canceled)
 	ok, err := s.transition(ended, running.ID, r, "i.1", []Status{StatusRunning},
 		State{Status: StatusCompleted, Attempt: 1, StartedAt: at, CompletedAt: at, Cause: CauseCompleted})

@@ -17,10 +17,12 @@ import (
 // publishing and settling then touch its own record and its neighbours in
 // the list, never a table of every run, which at a million queued runs
 // cost a cache miss or two each way; a lookup by id finds the handle in
-// the record it finds anyway. A record that leaves the store (replaced,
-// pruned, cleared) takes the handle with it: the store moves the run
-// among the others (displace) under the record's shard lock, so a record
-// and the handle it keeps never disagree. A MemStore's shard lock may be
+// the record it finds anyway. A record that leaves the store (replaced by
+// another run, pruned, cleared) takes the handle with it: the store moves
+// the run among the others (displace) under the record's shard lock, and
+// the next run of the id published here supersedes it, as it supersedes
+// the holder of a handle kept by id. A record rewritten for the same run
+// hands the handle to its replacement. A MemStore's shard lock may be
 // held while a runSet's is taken, never the other way round. Over any
 // other store, a map per shard keeps the handles by id.
 //
@@ -68,23 +70,28 @@ func (s *runSet) shard(id string) *runShard {
 	return &s.shards[maphash.String(s.seed, id)%runShards]
 }
 
-// publish makes t the holder of its id's handle and returns the run that
-// held it, which is kept among the others until it settles. Where the
-// records keep the handles, the predecessor lost its handle when its
-// record was replaced (see displace), and publish returns nil.
-func (s *runSet) publish(t *Task) (old *Task) {
+// publish makes t the holder of its id's handle and returns the runs of
+// the same id it supersedes: the run that held the handle, which is kept
+// among the others until it settles. Where the records keep the handles,
+// a predecessor lost its handle when its record left the store (see
+// displace), and waits among the others: publish returns every other run
+// of the id, which a predecessor superseded here already is among, its
+// cancellation done.
+func (s *runSet) publish(t *Task) (superseded []*Task) {
 	if s.mem != nil {
 		s.mem.hold(t)
-		return nil
+		superseded = s.othersOf(t.ID())
+		return slices.DeleteFunc(superseded, func(o *Task) bool { return o == t }) // t, if its record left before it was published
 	}
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
-	old, _ = sh.handles.set(t)
+	old, _ := sh.handles.set(t)
 	if old != nil {
 		sh.others[old] = struct{}{}
+		superseded = []*Task{old}
 	}
 	sh.mu.Unlock()
-	return old
+	return superseded
 }
 
 // list links t, whose record now keeps its handle.
@@ -151,10 +158,22 @@ func (s *runSet) ofID(id string) []*Task {
 	if t := s.get(id); t != nil {
 		runs = append(runs, t)
 	}
+	for _, t := range s.othersOf(id) {
+		if !slices.Contains(runs, t) {
+			runs = append(runs, t)
+		}
+	}
+	return runs
+}
+
+// othersOf returns the others of id: in proportion to its shard's others,
+// which are few, not to the handles.
+func (s *runSet) othersOf(id string) []*Task {
+	var runs []*Task
 	sh := s.shard(id)
 	sh.mu.RLock()
 	for t := range sh.others {
-		if t.ID() == id && !slices.Contains(runs, t) {
+		if t.ID() == id {
 			runs = append(runs, t)
 		}
 	}

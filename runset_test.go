@@ -19,8 +19,8 @@ func TestRunSetKeepsAReplacedRunUntilItSettles(t *testing.T) {
 	rt := memRuntime(t)
 	s := newRunSet(nil)
 	first, second := testRun(rt, "a"), testRun(rt, "a")
-	assert.Nil(t, s.publish(first))
-	assert.Same(t, first, s.publish(second), "the successor takes the handle")
+	assert.Empty(t, s.publish(first))
+	assert.Equal(t, []*Task{first}, s.publish(second), "the successor takes the handle")
 	assert.Same(t, second, s.get("a"))
 	assert.ElementsMatch(t, []*Task{first, second}, s.all(), "the predecessor is kept until it settles")
 
@@ -69,7 +69,7 @@ func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 			id := fmt.Sprint("id", g)
 			for range 200 {
 				r := testRun(rt, id)
-				if old := s.publish(r); old != nil {
+				for _, old := range s.publish(r) {
 					s.settle(old)
 				}
 				last[g] = r
@@ -85,18 +85,17 @@ func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 
 // recordRun returns a run of id of rt, registered in rt's MemStore as a
 // runtime registers it: inserted, or in place of the run prev's record.
-// It returns the run whose handle the replaced record kept, if any.
-func recordRun(t *testing.T, rt *Runtime[*MemStore], id string, prev *Task) (run, displaced *Task) {
+func recordRun(t *testing.T, rt *Runtime[*MemStore], id string, prev *Task) *Task {
 	t.Helper()
 	r := testRun(rt, id)
 	var err error
 	if prev == nil {
 		r.rec, err = rt.store.insert(ctx, r.record(), r.ids)
 	} else {
-		r.rec, displaced, err = rt.store.replace(ctx, r.record(), r.ids, prev.RunID())
+		r.rec, err = rt.store.replace(ctx, r.record(), r.ids, prev.RunID())
 	}
 	require.NoError(t, err)
-	return r, displaced
+	return r
 }
 
 // Over a MemStore, a run's record keeps its handle: a re-run's record
@@ -106,16 +105,15 @@ func TestRunSetOverAMemStoreKeepsHandlesInTheRecords(t *testing.T) {
 	rt := memRuntime(t)
 	s := rt.runs
 	require.NotNil(t, s.mem, "a runtime over a MemStore keeps its handles in the records")
-	first, _ := recordRun(t, rt, "a", nil)
-	assert.Nil(t, s.publish(first))
+	first := recordRun(t, rt, "a", nil)
+	assert.Empty(t, s.publish(first))
 	assert.Same(t, first, s.get("a"))
 	assert.Same(t, first, first.rec.run)
 
-	second, displaced := recordRun(t, rt, "a", first)
-	assert.Same(t, first, displaced, "the replaced record gives up its run")
-	assert.Nil(t, first.rec.run)
+	second := recordRun(t, rt, "a", first)
+	assert.Nil(t, first.rec.run, "the replaced record gives up its run")
 	assert.Nil(t, s.get("a"), "the predecessor lost its handle with its record")
-	assert.Nil(t, s.publish(second))
+	assert.Equal(t, []*Task{first}, s.publish(second), "the successor supersedes the predecessor")
 	assert.Same(t, second, s.get("a"))
 	assert.ElementsMatch(t, []*Task{first, second}, s.all(), "the predecessor is kept until it settles")
 	assert.ElementsMatch(t, []*Task{second, first}, s.ofID("a"))
@@ -136,7 +134,7 @@ func TestRunSetOverAMemStoreForgetLetsTheRecordsGo(t *testing.T) {
 	s := rt.runs
 	var runs []*Task
 	for i := range 40 { // over every shard, most likely
-		r, _ := recordRun(t, rt, fmt.Sprint("k", i), nil)
+		r := recordRun(t, rt, fmt.Sprint("k", i), nil)
 		s.publish(r)
 		runs = append(runs, r)
 	}
@@ -173,10 +171,9 @@ func TestRunSetOverAMemStoreConcurrentPublishAndSettle(t *testing.T) {
 			id := fmt.Sprint("id", g)
 			var prev *Task
 			for range 200 {
-				r, displaced := recordRun(t, rt, id, prev)
-				s.publish(r)
-				if displaced != nil {
-					s.settle(displaced)
+				r := recordRun(t, rt, id, prev)
+				for _, old := range s.publish(r) {
+					s.settle(old)
 				}
 				prev = r
 			}
@@ -241,4 +238,68 @@ func TestRunWhoseRecordAnotherRuntimeReplacedIsCancelled(t *testing.T) {
 	got, err := store.GetTask(ctx, sub.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "elsewhere.1", got.RunID, "the superseded run's late writes never land")
+}
+
+// A run of an id whose record was deleted while its run still executes
+// here supersedes that run, as it would supersede the holder of a handle
+// kept by id.
+func TestRunSetOverAMemStorePublishSupersedesARunWhoseRecordWasDeleted(t *testing.T) {
+	rt := memRuntime(t)
+	s := rt.runs
+	first := recordRun(t, rt, "a", nil)
+	assert.Empty(t, s.publish(first))
+	require.NoError(t, rt.store.ClearRecords(ctx))
+	assert.Nil(t, s.get("a"))
+	second := recordRun(t, rt, "a", nil)
+	assert.Equal(t, []*Task{first}, s.publish(second))
+	assert.Same(t, second, s.get("a"))
+	s.settle(first)
+	s.settle(second)
+	assert.Zero(t, s.len())
+}
+
+// Re-submitting the key of a run whose record was deleted cancels that
+// run as superseded: two runs of one id never execute side by side here.
+func TestResubmittingAClearedKeySupersedesItsRun(t *testing.T) {
+	store := NewMemStore()
+	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
+	g := newGate()
+	first, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the first run to start")
+	require.NoError(t, store.ClearRecords(ctx))
+	g2 := newGate()
+	second, err := rt.Submit(ctx, "job", g2.fn, alice)
+	require.NoError(t, err)
+	require.NotEqual(t, first.RunID, second.RunID)
+	wait(t, g.ran, "the first run to be cancelled")
+	assert.ErrorIs(t, g.task.Load().cause(), ErrSuperseded)
+	g2.open()
+	settled(t, rt, second.ID)
+}
+
+// A record rewritten through ReplaceTask for the same run keeps that
+// run's handle: the run is still alive here, and a submission joins it.
+func TestRecordRewrittenForItsOwnRunKeepsTheHandle(t *testing.T) {
+	store := NewMemStore()
+	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
+	g := newGate()
+	first, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+	rec, err := store.GetTask(ctx, first.ID)
+	require.NoError(t, err)
+	require.NoError(t, store.ReplaceTask(ctx, rec, rec.RunID))
+	assert.Same(t, g.task.Load(), rt.runs.get(first.ID), "the new record keeps the handle")
+
+	sub, err := rt.Submit(ctx, "job", noop, alice)
+	require.NoError(t, err)
+	assert.True(t, sub.Joined, "the run is alive")
+	assert.Equal(t, first.RunID, sub.RunID)
+	g.open()
+	settled(t, rt, first.ID)
+	eventually(t, func() bool { return rt.runs.len() == 0 }, "the run to settle")
+	kept, ok := store.shard(first.ID).recs.get(first.ID)
+	require.True(t, ok)
+	assert.Nil(t, kept.run, "the record that replaced the run's own lets go of it at its end")
 }

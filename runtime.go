@@ -610,17 +610,10 @@ func (rt *Runtime[S]) insert(ctx context.Context, t *Task) (err error) {
 	return rt.store.InsertTask(ctx, t.record())
 }
 
-// replace stores t's new record in place of the run prevRunID's. Over a
-// MemStore, the predecessor's handle leaves with its record: if the
-// predecessor is this runtime's, it is cancelled as superseded here, as
-// publish does over another store. Another runtime's hears of it.
+// replace stores t's new record in place of the run prevRunID's.
 func (rt *Runtime[S]) replace(ctx context.Context, t *Task, prevRunID string) (err error) {
 	if rt.mem != nil {
-		var displaced *Task
-		t.rec, displaced, err = rt.mem.replace(ctx, t.record(), t.ids, prevRunID)
-		if displaced != nil && displaced.home == rt.runs {
-			displaced.cancel(ErrSuperseded)
-		}
+		t.rec, err = rt.mem.replace(ctx, t.record(), t.ids, prevRunID)
 		return err
 	}
 	return rt.store.ReplaceTask(ctx, t.record(), prevRunID)
@@ -756,10 +749,11 @@ func (t *Task) registeredStart() State {
 }
 
 // publish makes t the holder of its id's handle. A run of the same id
-// still executing here is a predecessor whose record was replaced: it is
-// cancelled as superseded (a no-op if it already has a cause).
+// still executing here is a predecessor whose record was replaced or
+// deleted: it is cancelled as superseded (a no-op if it already has a
+// cause).
 func (rt *Runtime[S]) publish(t *Task) {
-	if old := rt.runs.publish(t); old != nil {
+	for _, old := range rt.runs.publish(t) {
 		old.cancel(ErrSuperseded)
 	}
 }
