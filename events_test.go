@@ -203,10 +203,7 @@ func TestSubscribeStartsAtTheCallAcrossRuntimes(t *testing.T) {
 	a, b := newRuntime(t, store, Config{}), newRuntime(t, store, Config{})
 	require.NoError(t, a.Start(ctx))
 	require.NoError(t, b.Start(ctx))
-	require.Eventually(t, func() bool {
-		ls := store.listeners.Load()
-		return ls != nil && len(*ls) == 2
-	}, 5*time.Second, time.Millisecond, "both runtimes listen")
+	listening(t, store, 2)
 	subscribeThenEnd(t, b, a, "elsewhere")
 }
 

@@ -32,57 +32,6 @@ func TestRunSetKeepsAReplacedRunUntilItSettles(t *testing.T) {
 	assert.Zero(t, s.len())
 }
 
-func TestRunSetForgetKeepsRunsWithoutHandles(t *testing.T) {
-	rt := memRuntime(t)
-	s := newRunSet(nil)
-	var runs []*Task
-	for i := range 40 { // over every shard, most likely
-		r := testRun(rt, fmt.Sprint("k", i))
-		s.publish(r)
-		runs = append(runs, r)
-	}
-	retired := testRun(rt, "retired")
-	s.addOther(retired)
-	runs = append(runs, retired)
-
-	assert.ElementsMatch(t, runs, s.forget())
-	for _, r := range runs {
-		assert.Nil(t, s.get(r.ID()), "no id is taken for alive after forget")
-	}
-	assert.Equal(t, len(runs), s.len(), "forgotten runs are tracked until they settle")
-	assert.ElementsMatch(t, []*Task{runs[3], retired}, s.matching(map[string]struct{}{runs[3].ID(): {}, "retired": {}}))
-	for _, r := range runs {
-		s.settle(r)
-	}
-	assert.Zero(t, s.len())
-}
-
-// Runs of different ids publish and settle concurrently; each id's
-// handle stays with its newest run.
-func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
-	rt := memRuntime(t)
-	s := newRunSet(nil)
-	var wg sync.WaitGroup
-	last := make([]*Task, 8)
-	for g := range last {
-		wg.Go(func() {
-			id := fmt.Sprint("id", g)
-			for range 200 {
-				r := testRun(rt, id)
-				for _, old := range s.publish(r) {
-					s.settle(old)
-				}
-				last[g] = r
-			}
-		})
-	}
-	wg.Wait()
-	for g, r := range last {
-		assert.Same(t, r, s.get(fmt.Sprint("id", g)))
-	}
-	assert.Equal(t, len(last), s.len())
-}
-
 // recordRun returns a run of id of rt, registered in rt's MemStore as a
 // runtime registers it: inserted, or in place of the run prev's record.
 func recordRun(t *testing.T, rt *Runtime[*MemStore], id string, prev *Task) *Task {
@@ -129,67 +78,81 @@ func TestRunSetOverAMemStoreKeepsHandlesInTheRecords(t *testing.T) {
 	assert.Zero(t, s.len())
 }
 
-func TestRunSetOverAMemStoreForgetLetsTheRecordsGo(t *testing.T) {
-	rt := memRuntime(t)
-	s := rt.runs
-	var runs []*Task
-	for i := range 40 { // over every shard, most likely
-		r := recordRun(t, rt, fmt.Sprint("k", i), nil)
-		s.publish(r)
-		runs = append(runs, r)
-	}
-	retired := testRun(rt, "retired")
-	s.addOther(retired)
-	runs = append(runs, retired)
-
-	assert.ElementsMatch(t, runs, s.forget())
-	for _, r := range runs {
-		assert.Nil(t, s.get(r.ID()), "no id is taken for alive after forget")
-		if r.rec != nil {
-			assert.Nil(t, r.rec.run, "no record keeps a forgotten run")
-		}
-	}
-	assert.Equal(t, len(runs), s.len(), "forgotten runs are tracked until they settle")
-	assert.ElementsMatch(t, []*Task{runs[3], retired}, s.matching(map[string]struct{}{runs[3].ID(): {}, "retired": {}}))
-	for _, r := range runs {
-		s.settle(r)
-	}
-	assert.Zero(t, s.len())
-	assert.Empty(t, s.all())
+// runSetModes runs f over a runSet that keeps its handles by id, and
+// over one whose MemStore's records keep them. newRun returns a run of
+// id, registered in place of prev's when the records keep the handles.
+func runSetModes(t *testing.T, f func(t *testing.T, rt *Runtime[*MemStore], s *runSet, newRun func(id string, prev *Task) *Task)) {
+	t.Run("by id", func(t *testing.T) {
+		rt := memRuntime(t)
+		f(t, rt, newRunSet(nil), func(id string, _ *Task) *Task { return testRun(rt, id) })
+	})
+	t.Run("in records", func(t *testing.T) {
+		rt := memRuntime(t)
+		require.NotNil(t, rt.runs.mem)
+		f(t, rt, rt.runs, func(id string, prev *Task) *Task { return recordRun(t, rt, id, prev) })
+	})
 }
 
-// Runs of different ids publish and settle concurrently through their
-// records; each id's handle stays with its newest run, and every list
-// stays whole.
-func TestRunSetOverAMemStoreConcurrentPublishAndSettle(t *testing.T) {
-	rt := memRuntime(t)
-	s := rt.runs
-	var wg sync.WaitGroup
-	last := make([]*Task, 8)
-	for g := range last {
-		wg.Go(func() {
-			id := fmt.Sprint("id", g)
-			var prev *Task
-			for range 200 {
-				r := recordRun(t, rt, id, prev)
-				for _, old := range s.publish(r) {
-					s.settle(old)
-				}
-				prev = r
+func TestRunSetForgetKeepsRunsWithoutHandles(t *testing.T) {
+	runSetModes(t, func(t *testing.T, rt *Runtime[*MemStore], s *runSet, newRun func(string, *Task) *Task) {
+		var runs []*Task
+		for i := range 40 { // over every shard, most likely
+			r := newRun(fmt.Sprint("k", i), nil)
+			s.publish(r)
+			runs = append(runs, r)
+		}
+		retired := testRun(rt, "retired")
+		s.addOther(retired)
+		runs = append(runs, retired)
+
+		assert.ElementsMatch(t, runs, s.forget())
+		for _, r := range runs {
+			assert.Nil(t, s.get(r.ID()), "no id is taken for alive after forget")
+			if r.rec != nil {
+				assert.Nil(t, r.rec.run, "no record keeps a forgotten run")
 			}
-			last[g] = prev
-		})
-	}
-	wg.Wait()
-	for g, r := range last {
-		assert.Same(t, r, s.get(fmt.Sprint("id", g)))
-	}
-	assert.ElementsMatch(t, last, s.all())
-	assert.Equal(t, len(last), s.len())
-	for _, r := range last {
-		s.settle(r)
-	}
-	assert.Zero(t, s.len())
+		}
+		assert.Equal(t, len(runs), s.len(), "forgotten runs are tracked until they settle")
+		assert.ElementsMatch(t, []*Task{runs[3], retired}, s.matching(map[string]struct{}{runs[3].ID(): {}, "retired": {}}))
+		for _, r := range runs {
+			s.settle(r)
+		}
+		assert.Zero(t, s.len())
+		assert.Empty(t, s.all())
+	})
+}
+
+// Runs of different ids publish and settle concurrently; each id's
+// handle stays with its newest run, and the set holds nothing else.
+func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
+	runSetModes(t, func(t *testing.T, rt *Runtime[*MemStore], s *runSet, newRun func(string, *Task) *Task) {
+		var wg sync.WaitGroup
+		last := make([]*Task, 8)
+		for g := range last {
+			wg.Go(func() {
+				id := fmt.Sprint("id", g)
+				var prev *Task
+				for range 200 {
+					r := newRun(id, prev)
+					for _, old := range s.publish(r) {
+						s.settle(old)
+					}
+					prev = r
+				}
+				last[g] = prev
+			})
+		}
+		wg.Wait()
+		for g, r := range last {
+			assert.Same(t, r, s.get(fmt.Sprint("id", g)))
+		}
+		assert.ElementsMatch(t, last, s.all())
+		assert.Equal(t, len(last), s.len())
+		for _, r := range last {
+			s.settle(r)
+		}
+		assert.Zero(t, s.len())
+	})
 }
 
 // A record that leaves the store by another way than this runtime's
@@ -219,10 +182,7 @@ func TestRunWhoseRecordAnotherRuntimeReplacedIsCancelled(t *testing.T) {
 	store := NewMemStore()
 	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
 	require.NoError(t, rt.Start(ctx))
-	eventually(t, func() bool {
-		ls := store.listeners.Load()
-		return ls != nil && len(*ls) == 1
-	}, "the runtime to listen")
+	listening(t, store, 1)
 	g := newGate()
 	sub, err := rt.Submit(ctx, "job", g.fn, alice)
 	require.NoError(t, err)

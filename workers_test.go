@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,6 +106,15 @@ func eventually(t testing.TB, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// listening waits until n Listen calls listen to store.
+func listening(t testing.TB, store *MemStore, n int) {
+	t.Helper()
+	eventually(t, func() bool {
+		ls := store.listeners.Load()
+		return ls != nil && len(*ls) == n
+	}, strconv.Itoa(n)+" listeners")
 }
 
 // settled waits until the task reaches a terminal status and returns it.
