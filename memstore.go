@@ -124,18 +124,20 @@ func (r *memRecord) leave() {
 }
 
 // hold makes t's record keep t's handle and lists t in its runtime's
-// runs, or keeps t among the others if the record has left the store:
-// in one critical section, so that no removal comes in between.
-func (s *MemStore) hold(t *Task) {
+// runs, or keeps t among the others if the record has left the store,
+// in one critical section, so that no removal comes in between; it
+// returns the other runs of t's id in its runtime (see runSet.publish).
+func (s *MemStore) hold(t *Task) (others []*Task) {
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
-	if r := t.rec; r != nil && !r.removed && r.id() == t.ID() {
+	r := t.rec
+	held := r != nil && !r.removed && r.id() == t.ID()
+	if held {
 		r.run = t
-		t.home.list(t)
-	} else {
-		t.home.addOther(t)
 	}
+	others = t.home.place(t, held)
 	sh.mu.Unlock()
+	return others
 }
 
 // release makes the record that keeps t's handle, if one does, let go

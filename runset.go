@@ -79,9 +79,7 @@ func (s *runSet) shard(id string) *runShard {
 // cancellation done.
 func (s *runSet) publish(t *Task) (superseded []*Task) {
 	if s.mem != nil {
-		s.mem.hold(t)
-		superseded = s.othersOf(t.ID())
-		return slices.DeleteFunc(superseded, func(o *Task) bool { return o == t }) // t, if its record left before it was published
+		return s.mem.hold(t)
 	}
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
@@ -94,19 +92,32 @@ func (s *runSet) publish(t *Task) (superseded []*Task) {
 	return superseded
 }
 
-// list links t, whose record now keeps its handle.
-func (s *runSet) list(t *Task) {
-	sh := s.shard(t.ID())
+// place links t if its record keeps its handle (held), else keeps it
+// among the others, and returns the others of its id: one critical
+// section for publish's two needs.
+func (s *runSet) place(t *Task, held bool) (others []*Task) {
+	id := t.ID()
+	sh := s.shard(id)
 	sh.mu.Lock()
-	t.prev = sh.last
-	if sh.last != nil {
-		sh.last.next = t
-	} else {
-		sh.first = t
+	for o := range sh.others {
+		if o.ID() == id {
+			others = append(others, o)
+		}
 	}
-	sh.last = t
-	sh.listed++
+	if held {
+		t.prev = sh.last
+		if sh.last != nil {
+			sh.last.next = t
+		} else {
+			sh.first = t
+		}
+		sh.last = t
+		sh.listed++
+	} else {
+		sh.others[t] = struct{}{}
+	}
 	sh.mu.Unlock()
+	return others
 }
 
 // unlink takes t out of sh's list; sh.mu is held and t is in it.

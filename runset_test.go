@@ -263,3 +263,18 @@ func TestRecordRewrittenForItsOwnRunKeepsTheHandle(t *testing.T) {
 	require.True(t, ok)
 	assert.Nil(t, kept.run, "the record that replaced the run's own lets go of it at its end")
 }
+
+// A run whose record left the store before it was published waits among
+// the others, and publishing it supersedes nothing, itself included.
+func TestRunSetOverAMemStorePublishAfterTheRecordLeft(t *testing.T) {
+	rt := memRuntime(t)
+	s := rt.runs
+	r := recordRun(t, rt, "a", nil)
+	require.NoError(t, rt.store.ClearRecords(ctx))
+	assert.Empty(t, s.publish(r))
+	assert.Nil(t, s.get("a"))
+	assert.Equal(t, []*Task{r}, s.ofID("a"), "among the others")
+	assert.Nil(t, r.rec.run, "a removed record keeps no run")
+	s.settle(r)
+	assert.Zero(t, s.len())
+}
