@@ -160,10 +160,7 @@ func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 // others, where a notice of its id finds it.
 func TestRunWhoseRecordLeftTheStoreIsFoundAmongTheOthers(t *testing.T) {
 	rt := memRuntime(t)
-	g := newGate()
-	sub, err := rt.Submit(ctx, "job", g.fn, alice)
-	require.NoError(t, err)
-	wait(t, g.started, "the run to start")
+	sub, g := startGated(t, rt, "job")
 	run := g.task.Load()
 	require.Same(t, run, rt.runs.get(sub.ID))
 
@@ -183,10 +180,7 @@ func TestRunWhoseRecordAnotherRuntimeReplacedIsCancelled(t *testing.T) {
 	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
 	require.NoError(t, rt.Start(ctx))
 	listening(t, store, 1)
-	g := newGate()
-	sub, err := rt.Submit(ctx, "job", g.fn, alice)
-	require.NoError(t, err)
-	wait(t, g.started, "the run to start")
+	sub, g := startGated(t, rt, "job")
 
 	rec, err := store.GetTask(ctx, sub.ID)
 	require.NoError(t, err)
@@ -223,10 +217,7 @@ func TestRunSetOverAMemStorePublishSupersedesARunWhoseRecordWasDeleted(t *testin
 func TestResubmittingAClearedKeySupersedesItsRun(t *testing.T) {
 	store := NewMemStore()
 	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
-	g := newGate()
-	first, err := rt.Submit(ctx, "job", g.fn, alice)
-	require.NoError(t, err)
-	wait(t, g.started, "the first run to start")
+	first, g := startGated(t, rt, "job")
 	require.NoError(t, store.ClearRecords(ctx))
 	g2 := newGate()
 	second, err := rt.Submit(ctx, "job", g2.fn, alice)
@@ -243,10 +234,7 @@ func TestResubmittingAClearedKeySupersedesItsRun(t *testing.T) {
 func TestRecordRewrittenForItsOwnRunKeepsTheHandle(t *testing.T) {
 	store := NewMemStore()
 	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
-	g := newGate()
-	first, err := rt.Submit(ctx, "job", g.fn, alice)
-	require.NoError(t, err)
-	wait(t, g.started, "the run to start")
+	first, g := startGated(t, rt, "job")
 	rec, err := store.GetTask(ctx, first.ID)
 	require.NoError(t, err)
 	require.NoError(t, store.ReplaceTask(ctx, rec, rec.RunID))

@@ -62,6 +62,17 @@ func newGate() *gate {
 
 func stubbornGate() *gate { g := newGate(); g.stubborn = true; return g }
 
+// startGated submits key as alice with a gate's callback on rt and waits
+// until the run has started.
+func startGated[S Store](t testing.TB, rt *Runtime[S], key string) (Submission, *gate) {
+	t.Helper()
+	g := newGate()
+	sub, err := rt.Submit(ctx, key, g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, key+" to start")
+	return sub, g
+}
+
 func (g *gate) fn(ctx context.Context, tk *Task) (any, error) {
 	g.once.Do(func() {
 		g.task.Store(tk)
