@@ -70,13 +70,12 @@ func (s *runSet) shard(id string) *runShard {
 	return &s.shards[maphash.String(s.seed, id)%runShards]
 }
 
-// publish makes t the holder of its id's handle and returns the runs of
-// the same id it supersedes: the run that held the handle, which is kept
-// among the others until it settles. Where the records keep the handles,
-// a predecessor lost its handle when its record left the store (see
-// displace), and waits among the others: publish returns every other run
-// of the id, which a predecessor superseded here already is among, its
-// cancellation done.
+// publish makes t the holder of its id's handle and returns the runs it
+// supersedes, which are kept among the others until they settle. Over a
+// map of handles, that is the run that held the handle. Where the records
+// keep the handles, a predecessor lost its handle when its record left
+// the store (see displace), so it is every other run of the id: those a
+// re-run here superseded before are among them, already cancelled.
 func (s *runSet) publish(t *Task) (superseded []*Task) {
 	if s.mem != nil {
 		return s.mem.hold(t)
@@ -96,14 +95,9 @@ func (s *runSet) publish(t *Task) (superseded []*Task) {
 // among the others, and returns the others of its id: one critical
 // section for publish's two needs.
 func (s *runSet) place(t *Task, held bool) (others []*Task) {
-	id := t.ID()
-	sh := s.shard(id)
+	sh := s.shard(t.ID())
 	sh.mu.Lock()
-	for o := range sh.others {
-		if o.ID() == id {
-			others = append(others, o)
-		}
-	}
+	others = sh.appendOthersOf(nil, t.ID())
 	if held {
 		t.prev = sh.last
 		if sh.last != nil {
@@ -180,15 +174,19 @@ func (s *runSet) ofID(id string) []*Task {
 // othersOf returns the others of id: in proportion to its shard's others,
 // which are few, not to the handles.
 func (s *runSet) othersOf(id string) []*Task {
-	var runs []*Task
 	sh := s.shard(id)
 	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.appendOthersOf(nil, id)
+}
+
+// appendOthersOf appends the others of id to runs; mu is held.
+func (sh *runShard) appendOthersOf(runs []*Task, id string) []*Task {
 	for t := range sh.others {
 		if t.ID() == id {
 			runs = append(runs, t)
 		}
 	}
-	sh.mu.RUnlock()
 	return runs
 }
 

@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -265,4 +266,17 @@ func TestRunSetOverAMemStorePublishAfterTheRecordLeft(t *testing.T) {
 	assert.Nil(t, r.rec.run, "a removed record keeps no run")
 	s.settle(r)
 	assert.Zero(t, s.len())
+}
+
+// A run whose registering write failed in a way that may have landed is
+// retired: over a MemStore it waits among the others, holding no record,
+// until its fenced end settles it, and leaves nothing stored.
+func TestRetiredRunOverAMemStoreSettles(t *testing.T) {
+	rt := memRuntime(t)
+	r := rt.newRun(ctx, "alice::k", "", caller{userID: "alice"}, submitOptions{}, noop)
+	rt.retire(r, context.DeadlineExceeded)
+	eventually(t, func() bool { return rt.runs.len() == 0 }, "the retired run to settle")
+	assert.Nil(t, r.rec)
+	_, err := rt.store.GetTask(ctx, "alice::k")
+	assert.ErrorIs(t, err, ErrNotFound, "nothing stored")
 }
