@@ -236,12 +236,22 @@ func (s *MemStore) InsertTask(ctx context.Context, rec Record) error {
 	return err
 }
 
-// insert is InsertTask, and returns the record it stored, which a
-// runtime keeps for its run's writes (see transition).
+// insert is InsertTask, and returns the record it stored. ids is as
+// newMemRecord's.
 func (s *MemStore) insert(ctx context.Context, rec Record, ids string) (*memRecord, error) {
-	r, err := prepare(ctx, rec, ids)
+	r, err := prepare(rec, ids)
 	if err != nil {
 		return nil, err
+	}
+	return r, s.add(ctx, r)
+}
+
+// add stores r, a record no other call has, if its id is free. A runtime
+// builds its runs' records itself (see Task.memRecord) and keeps each
+// for its run's writes (see transition).
+func (s *MemStore) add(ctx context.Context, r *memRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	sh := s.shard(r.id())
 	s.mu.Lock()
@@ -249,11 +259,11 @@ func (s *MemStore) insert(ctx context.Context, rec Record, ids string) (*memReco
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !sh.recs.add(r) {
-		return nil, ErrConflict
+		return ErrConflict
 	}
 	s.index(r)
 	s.notifyFrom(InstanceOf(r.runID()), r)
-	return r, nil
+	return nil
 }
 
 // SetTask implements Store.
@@ -288,29 +298,37 @@ func (s *MemStore) ReplaceTask(ctx context.Context, rec Record, prevRunID string
 }
 
 // replace is ReplaceTask, and returns the record it stored (see insert).
-// ids is as newMemRecord's.
 func (s *MemStore) replace(ctx context.Context, rec Record, ids, prevRunID string) (*memRecord, error) {
-	nr, err := prepare(ctx, rec, ids)
+	nr, err := prepare(rec, ids)
 	if err != nil {
 		return nil, err
+	}
+	return nr, s.swap(ctx, nr, prevRunID)
+}
+
+// swap stores nr, a record no other call has, in place of the record of
+// its id whose run is prevRunID (see add).
+func (s *MemStore) swap(ctx context.Context, nr *memRecord, prevRunID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	sh := s.shard(nr.id())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	r, ok := sh.recs.get(rec.ID)
+	r, ok := sh.recs.get(nr.id())
 	if !ok {
-		return nil, ErrNotFound
+		return ErrNotFound
 	}
 	if r.runID() != prevRunID {
-		return nil, ErrConflict
+		return ErrConflict
 	}
 	s.unindex(r)
 	sh.replace(nr)
 	s.index(nr)
 	s.notifyFrom(InstanceOf(nr.runID()), nr)
-	return nr, nil
+	return nil
 }
 
 // TransitionTask implements Store.
@@ -578,10 +596,7 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 
 // prepare checks a whole record about to be written and returns the copy
 // to store (see newMemRecord).
-func prepare(ctx context.Context, rec Record, ids string) (*memRecord, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+func prepare(rec Record, ids string) (*memRecord, error) {
 	if err := checkRecord(&rec); err != nil {
 		return nil, err
 	}

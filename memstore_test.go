@@ -712,3 +712,39 @@ func storeWithARun(t *testing.T) (*MemStore, Record) {
 	require.NoError(t, s.InsertTask(ctx, rec))
 	return s, rec
 }
+
+// A runtime builds its runs' records for a MemStore itself, without the
+// checks a record from outside passes: each must be what those checks
+// pass and newMemRecord makes of the run's Record.
+func TestRunRecordIsWhatTheStoreWouldMake(t *testing.T) {
+	rt := memRuntime(t)
+	for _, tc := range []struct {
+		name    string
+		queue   string
+		c       caller
+		o       submitOptions
+		started bool
+	}{
+		{"async", "", caller{userID: "alice"}, submitOptions{}, true},
+		{"queued", "q", caller{userID: "alice"}, submitOptions{}, false},
+		{"watched", "", caller{userID: "alice"}, submitOptions{watchers: []string{"bob", "carol"}}, true},
+		{"system", "q", caller{system: true}, submitOptions{watchers: []string{"bob"}}, false},
+		{"unwatched system", "", caller{system: true}, submitOptions{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk := rt.newRun(ctx, "alice::k", tc.queue, tc.c, tc.o, noop)
+			tk.startsRegistered = tc.started
+			rec := tk.record()
+			require.NoError(t, checkRecord(&rec))
+			require.NoError(t, checkMemTimes(rec.CreatedAt, rec.StartedAt, rec.CompletedAt))
+			want := newMemRecord(&rec, tk.ids)
+			got := tk.memRecord()
+			if tc.started {
+				require.NotNil(t, got.rest)
+				require.Equal(t, *want.rest, *got.rest)
+				want.rest, got.rest = nil, nil
+			}
+			require.Equal(t, want, got)
+		})
+	}
+}

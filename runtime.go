@@ -602,19 +602,27 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 
 // insert stores t's new record. Over a MemStore, t keeps the record for
 // its writes; so does replace.
-func (rt *Runtime[S]) insert(ctx context.Context, t *Task) (err error) {
+func (rt *Runtime[S]) insert(ctx context.Context, t *Task) error {
 	if rt.mem != nil {
-		t.rec, err = rt.mem.insert(ctx, t.record(), t.ids)
-		return err
+		r := t.memRecord()
+		if err := rt.mem.add(ctx, r); err != nil {
+			return err
+		}
+		t.rec = r
+		return nil
 	}
 	return rt.store.InsertTask(ctx, t.record())
 }
 
 // replace stores t's new record in place of the run prevRunID's.
-func (rt *Runtime[S]) replace(ctx context.Context, t *Task, prevRunID string) (err error) {
+func (rt *Runtime[S]) replace(ctx context.Context, t *Task, prevRunID string) error {
 	if rt.mem != nil {
-		t.rec, err = rt.mem.replace(ctx, t.record(), t.ids, prevRunID)
-		return err
+		r := t.memRecord()
+		if err := rt.mem.swap(ctx, r, prevRunID); err != nil {
+			return err
+		}
+		t.rec = r
+		return nil
 	}
 	return rt.store.ReplaceTask(ctx, t.record(), prevRunID)
 }
@@ -658,7 +666,7 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, 
 		t.ctx = ctx // until it starts: see begin
 	}
 	t.ids, t.idLen = k.s, uint16(k.n)
-	t.opts, t.fn, t.created, t.home = base, fn, now().UnixMicro(), rt.runs
+	t.opts, t.fn, t.created, t.home = base, fn, time.Now().UnixMicro(), rt.runs
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{queue: base.queue, timeout: o.timeout, retry: o.retry, hub: &rt.hub}
 	}
@@ -741,6 +749,32 @@ func (t *Task) record() Record {
 		State:     st,
 	}
 }
+
+// memRecord is record as a MemStore keeps it, built without the Record
+// in between and without the checks a MemStore makes of a record from
+// outside: every part of it comes from the runtime, which checked what
+// came from its caller (the key, the owner, the watchers, the queue).
+// It is what newMemRecord would make of record, as a test checks.
+func (t *Task) memRecord() *memRecord {
+	var r *memRecord
+	if t.startsRegistered {
+		w := new(memRecordWithRest)
+		r = &w.memRecord
+		r.rest = &w.rest
+		r.rest.startedAt = t.memCreated()
+		r.status, r.attempt = statusCode(StatusRunning), 1
+	} else {
+		r = new(memRecord)
+		r.status = statusCode(StatusPending)
+	}
+	r.ids, r.idLen, r.queue, r.created = t.ids, t.idLen, t.opts.queue, t.memCreated()
+	r.setWatchers(t.watcherList())
+	return r
+}
+
+// memCreated returns when the run was registered, as a MemStore keeps
+// times (see memTime).
+func (t *Task) memCreated() memTime { return memTime(t.created - zeroUnix*1e6) }
 
 // registeredStart is the RUNNING state of a run that starts as it is
 // registered: its first attempt, started when it was created.

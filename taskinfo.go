@@ -67,7 +67,7 @@ type Task struct {
 	// writes, such as a cancellation's, go by id.
 	rec *memRecord
 
-	created int64 // when the run was registered: now(), in Unix microseconds
+	created int64 // when the run was registered, in Unix microseconds (now's precision)
 
 	// home is the runtime's set of runs; prev and next link the run in
 	// its shard's list while its record keeps its handle, over a
