@@ -246,10 +246,31 @@ func validateText(field, s string, max int, sentinel error) error {
 		return invalid(field, s, fmt.Sprintf("longer than %d bytes", max), sentinel)
 	case !utf8.ValidString(s):
 		return invalid(field, s, "not valid UTF-8", sentinel)
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+	case hasControl(s):
 		return invalid(field, s, "contains a control character", sentinel)
 	}
 	return nil
+}
+
+// hasControl reports whether s, valid UTF-8, holds a control character
+// (unicode.IsControl): one of C0, DEL or C1, all below U+0100. ASCII
+// bytes are checked without decoding.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b < 0x20 || b == 0x7f {
+				return true
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if unicode.IsControl(r) {
+			return true
+		}
+		i += n
+	}
+	return false
 }
 
 // validateID checks a task id handed to a read or cancel call.

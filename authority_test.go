@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -78,7 +80,7 @@ func TestScopedTaskKey(t *testing.T) {
 	_, ok = OwnerOf(id)
 	assert.False(t, ok, "a global id has no owner")
 
-	for _, key := range []string{"", "bad\nkey", "\xff", strings.Repeat("k", MaxKeyLen+1)} {
+	for _, key := range []string{"", "bad\nkey", "del\x7f", "nel\u0085", "é\u009f", "\xff", strings.Repeat("k", MaxKeyLen+1)} {
 		_, err := ScopedTaskKey(key, alice)
 		require.ErrorIs(t, err, ErrInvalidKey, "key %q", key)
 	}
@@ -164,4 +166,21 @@ func FuzzOwnerOfStored(f *testing.F) {
 			t.Fatalf("ownerOfStored(%q) = %q, %v; OwnerOf says %q, %v", id, got, gotOK, o.ID(), ok)
 		}
 	})
+}
+
+// hasControl is unicode.IsControl over a string, for every rune alone and
+// after other text.
+func TestHasControlIsIsControl(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if !utf8.ValidRune(r) {
+			continue
+		}
+		s := string(r)
+		if got, want := hasControl(s), unicode.IsControl(r); got != want {
+			t.Fatalf("hasControl(%U) = %v, want %v", r, got, want)
+		}
+		if got, want := hasControl("é-k"+s), unicode.IsControl(r); got != want {
+			t.Fatalf("hasControl(\"é-k\" + %U) = %v, want %v", r, got, want)
+		}
+	}
 }
