@@ -11,7 +11,7 @@ import (
 // the harness relies on, never a speed.
 
 func TestRunnersRunEveryTask(t *testing.T) {
-	for _, r := range []runner{raw, pondPool, antsPool, workersAsync, chanWorker, pond1, workersSeq} {
+	for _, r := range []runner{raw, registry, pondPool, antsPool, workersAsync, chanWorker, pond1, workersSeq} {
 		t.Run(r.name, func(t *testing.T) {
 			var mu sync.Mutex
 			ran := 0
