@@ -243,7 +243,10 @@ func (s *MemStore) insert(ctx context.Context, rec Record, ids string) (*memReco
 	if err != nil {
 		return nil, err
 	}
-	return r, s.add(ctx, r)
+	if err := s.add(ctx, r); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // add stores r, a record no other call has, if its id is free. A runtime
@@ -303,7 +306,10 @@ func (s *MemStore) replace(ctx context.Context, rec Record, ids, prevRunID strin
 	if err != nil {
 		return nil, err
 	}
-	return nr, s.swap(ctx, nr, prevRunID)
+	if err := s.swap(ctx, nr, prevRunID); err != nil {
+		return nil, err
+	}
+	return nr, nil
 }
 
 // swap stores nr, a record no other call has, in place of the record of
