@@ -265,7 +265,7 @@ func (s *MemStore) add(ctx context.Context, r *memRecord) error {
 		return ErrConflict
 	}
 	s.index(r)
-	s.notifyFrom(InstanceOf(r.runID()), r)
+	s.notifyMinted(r)
 	return nil
 }
 
@@ -333,7 +333,7 @@ func (s *MemStore) swap(ctx context.Context, nr *memRecord, prevRunID string) er
 	s.unindex(r)
 	sh.replace(nr)
 	s.index(nr)
-	s.notifyFrom(InstanceOf(nr.runID()), nr)
+	s.notifyMinted(nr)
 	return nil
 }
 
@@ -963,10 +963,18 @@ func (s *MemStore) notify(ctx context.Context, r *memRecord) {
 	s.notifyFrom(origin, r)
 }
 
+// notifyMinted is notify for a write of a whole record (an insert or a
+// replacement), whose origin is known without asking ctx: only the
+// instance that minted a run id writes a whole record under it. With
+// nobody listening it costs one atomic load, as notify does.
+func (s *MemStore) notifyMinted(r *memRecord) {
+	if s.listeners.Load() != nil {
+		s.notifyFrom(InstanceOf(r.runID()), r)
+	}
+}
+
 // notifyFrom is notify for a write known to come from the instance
-// origin ("" if unknown). InsertTask and ReplaceTask know it without
-// asking ctx: only the instance that minted a run id writes a whole
-// record under it.
+// origin ("" if unknown).
 func (s *MemStore) notifyFrom(origin string, r *memRecord) {
 	p := s.listeners.Load()
 	if p == nil {

@@ -182,6 +182,9 @@ func (s *runSet) othersOf(id string) []*Task {
 
 // appendOthersOf appends the others of id to runs; mu is held.
 func (sh *runShard) appendOthersOf(runs []*Task, id string) []*Task {
+	if len(sh.others) == 0 {
+		return runs // the common case, without starting a walk of the map
+	}
 	for t := range sh.others {
 		if t.ID() == id {
 			runs = append(runs, t)
