@@ -215,15 +215,24 @@ func TestRunSetOverAMemStorePublishSupersedesARunWhoseRecordWasDeleted(t *testin
 
 // Re-submitting the key of a run whose record was deleted cancels that
 // run as superseded: two runs of one id never execute side by side here.
+// The runtime's listener hears of the deletion and would supersede the
+// run too, so it is held before its read until the resubmission
+// returned: only the resubmission can have cancelled the run by then.
 func TestResubmittingAClearedKeySupersedesItsRun(t *testing.T) {
 	store := NewMemStore()
 	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
+	held := make(chan struct{})
+	release := sync.OnceFunc(func() { close(held) })
+	t.Cleanup(release) // before the runtime's Shutdown
+	rt.hooks.Store(&hooks{syncRead: func() { <-held }})
 	first, g := startGated(t, rt, "job")
 	require.NoError(t, store.ClearRecords(ctx))
 	g2 := newGate()
 	second, err := rt.Submit(ctx, "job", g2.fn, alice)
 	require.NoError(t, err)
 	require.NotEqual(t, first.RunID, second.RunID)
+	require.ErrorIs(t, g.task.Load().cause(), ErrSuperseded, "cancelled by the resubmission, before it returned")
+	release()
 	wait(t, g.ran, "the first run to be cancelled")
 	assert.ErrorIs(t, g.task.Load().cause(), ErrSuperseded)
 	g2.open()
