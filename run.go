@@ -488,7 +488,12 @@ func statusSet(s Status) []Status {
 
 // now is the one clock reading per transition: UTC, to the microsecond
 // that every store keeps.
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+func now() time.Time { return toMicro(time.Now()) }
+
+// toMicro returns t in UTC, truncated to the microsecond, without its
+// monotonic reading: t.UTC().Truncate(time.Microsecond), without
+// Truncate's general division.
+func toMicro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
 
 // wrote reports whether rec is what a write of st by run runID left: how
 // a write that reported an error is found to have landed all the same.

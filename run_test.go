@@ -846,3 +846,28 @@ func lapsing() (*renewing, *atomic.Bool) {
 	lapsed := new(atomic.Bool)
 	return &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) { return !lapsed.Load(), nil }}, lapsed
 }
+
+// toMicro is UTC truncated to the microsecond, as Truncate gives it, for
+// times before and after 1970, in other zones, and with a monotonic
+// reading, which neither keeps.
+func TestToMicroIsUTCTruncatedToTheMicrosecond(t *testing.T) {
+	zone := time.FixedZone("UTC+5:30", 5*3600+1800)
+	times := []time.Time{
+		time.Now(),
+		time.Date(2026, 12, 4, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(2026, 12, 4, 10, 0, 0, 1_999, zone),
+		time.Date(1969, 12, 31, 23, 59, 59, 999_999_001, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 1_500, time.UTC),
+		time.Unix(0, 0),
+		time.Unix(-1, 999),
+	}
+	for i := range 1000 {
+		times = append(times, time.Unix(int64(i)*7_919_173-3_000_000_000, int64(i)*999_983%1_000_000_000))
+	}
+	for _, tm := range times {
+		want := tm.UTC().Truncate(time.Microsecond)
+		got := toMicro(tm)
+		require.True(t, got.Equal(want), "%v: got %v, want %v", tm, got, want)
+		require.Equal(t, want, got, "%v: same location, no monotonic reading", tm)
+	}
+}
