@@ -650,3 +650,36 @@ func TestStatusOfARunRegisteredRunningSaysItsFirstAttempt(t *testing.T) {
 		require.Equal(t, 1, snap.Attempt, "submission %d", i)
 	}
 }
+
+// A run is registered as of its submission, over a MemStore (whose
+// records the runtime builds) and over any other store (which is given a
+// Record): its record's CreatedAt, and the start of an async run, which
+// starts as it is registered, fall within the Submit call.
+func TestARunIsRegisteredAsOfItsSubmission(t *testing.T) {
+	type otherStore struct{ Store }
+	for name, store := range map[string]Store{"MemStore": NewMemStore(), "another store": otherStore{NewMemStore()}} {
+		t.Run(name, func(t *testing.T) {
+			rt := newRuntime(t, store, Config{})
+			for _, queue := range []string{"", "q"} {
+				before := time.Now().Truncate(time.Microsecond)
+				var sub Submission
+				var err error
+				if queue == "" {
+					sub, err = rt.Submit(ctx, "async", noop, alice)
+				} else {
+					sub, err = rt.SubmitSequential(ctx, queue, "queued", noop, alice)
+				}
+				require.NoError(t, err)
+				after := time.Now()
+				rec, err := store.GetTask(ctx, sub.ID)
+				require.NoError(t, err)
+				assert.False(t, rec.CreatedAt.Before(before) || rec.CreatedAt.After(after),
+					"%s: created %v, submitted between %v and %v", sub.ID, rec.CreatedAt, before, after)
+				if queue == "" && !rec.StartedAt.IsZero() {
+					assert.Equal(t, rec.CreatedAt, rec.StartedAt, "an async run starts as it is registered")
+				}
+				settled(t, rt, sub.ID)
+			}
+		})
+	}
+}
