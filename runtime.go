@@ -694,7 +694,7 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, 
 type runIDs struct {
 	s  string
 	n  int   // the task id's length
-	at int64 // when the run is registered, in Unix microseconds: the clock reading of the submission's lease check
+	at int64 // when the run is registered, in Unix microseconds: for a submission, its lease check's clock reading
 }
 
 // A Task keeps the task id's length in a uint16: this does not compile
