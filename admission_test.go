@@ -559,13 +559,7 @@ func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
 					queue = "q-" + who.ID()
 				}
 				fn := func(_ context.Context, tk *Task) (any, error) { ran.Store(tk.ID(), true); return nil, nil }
-				var sub Submission
-				var err error
-				if queue == "" {
-					sub, err = rt.Submit(ctx, strconv.Itoa(i), fn, who)
-				} else {
-					sub, err = rt.SubmitSequential(ctx, queue, strconv.Itoa(i), fn, who)
-				}
+				sub, err := submitOn(rt, queue, strconv.Itoa(i), fn, who)
 				if err != nil {
 					t.Error(err)
 					return

@@ -474,13 +474,7 @@ func TestPanicFailsTheTaskAndTheRuntimeKeepsWorking(t *testing.T) {
 	rt := memRuntime(t)
 	for _, queue := range []string{"", "q"} {
 		boom := func(context.Context, *Task) (any, error) { panic("boom") }
-		var sub Submission
-		var err error
-		if queue == "" {
-			sub, err = rt.Submit(ctx, "panics", boom, alice)
-		} else {
-			sub, err = rt.SubmitSequential(ctx, queue, "panics-seq", boom, alice)
-		}
+		sub, err := submitOn(rt, queue, "panics-"+queue, boom, alice)
 		require.NoError(t, err)
 		snap := settled(t, rt, sub.ID)
 		assert.Equal(t, StatusFailed, snap.Status)
@@ -662,13 +656,7 @@ func TestARunIsRegisteredAsOfItsSubmission(t *testing.T) {
 			rt := newRuntime(t, store, Config{})
 			for _, queue := range []string{"", "q"} {
 				before := time.Now().Truncate(time.Microsecond)
-				var sub Submission
-				var err error
-				if queue == "" {
-					sub, err = rt.Submit(ctx, "async", noop, alice)
-				} else {
-					sub, err = rt.SubmitSequential(ctx, queue, "queued", noop, alice)
-				}
+				sub, err := submitOn(rt, queue, "k-"+queue, noop, alice)
 				require.NoError(t, err)
 				after := time.Now()
 				rec, err := store.GetTask(ctx, sub.ID)

@@ -146,3 +146,12 @@ func noop(context.Context, *Task) (any, error) { return nil, nil }
 func returns(v any, err error) Func {
 	return func(context.Context, *Task) (any, error) { return v, err }
 }
+
+// submitOn submits fn as key on queue, or on its own goroutine when queue
+// is "".
+func submitOn[S Store](rt *Runtime[S], queue, key string, fn Func, auth TaskAuthority) (Submission, error) {
+	if queue == "" {
+		return rt.Submit(ctx, key, fn, auth)
+	}
+	return rt.SubmitSequential(ctx, queue, key, fn, auth)
+}
