@@ -168,42 +168,39 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 // error and registers nothing; submissions that wait while a renewal is
 // in flight share its answer, so a store that is down costs them one
 // call between them. It returns the lease's epoch, for dispatch to see
-// whether the lease was found lost while the run registered, and the
-// clock reading at which it found the lease live, which the run is
-// registered at: one reading for both.
-func (rt *Runtime[S]) leaseForRun(ctx context.Context) (epoch uint64, now time.Time, err error) {
+// whether the lease was found lost while the run registered.
+func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	if err := rt.ensureLease(ctx); err != nil {
-		return 0, time.Time{}, err
+		return 0, err
 	}
 	ls := &rt.lease
 	// The epoch is read before the lease's end: a loss declared between
 	// the two reads then shows at dispatch.
-	epoch = ls.epoch.Load()
+	epoch := ls.epoch.Load()
 	if h := rt.hooks.Load(); h != nil && h.leaseRead != nil {
 		h.leaseRead()
 	}
-	now = time.Now()
-	if rt.leaser == nil || ls.clock(now) < ls.until.Load() {
-		return epoch, now, nil
+	if rt.leaser == nil || ls.clock(time.Now()) < ls.until.Load() {
+		return epoch, nil
 	}
 	seen := ls.tries.Load()
 	// Shutdown waits for the submissions inside: this one stops waiting
 	// for a renewal in flight once Shutdown has begun.
 	if err := ls.take(ctx, rt.gate.shut); err != nil {
-		return 0, time.Time{}, err
+		return 0, err
 	}
 	defer ls.give()
 	switch {
 	case ls.clock(time.Now()) < ls.until.Load():
 		// renewed while this submission waited
 	case ls.tries.Load() != seen && ls.lastErr != nil:
-		return 0, time.Time{}, leaseError("renewing", ls.lastErr)
+		return 0, leaseError("renewing", ls.lastErr)
 	default:
 		if err := rt.renewUnlessShut(ctx, rt.leaser); err != nil {
-			return 0, time.Time{}, leaseError("renewing", err)
+			return 0, leaseError("renewing", err)
 		}
 	}
-	return ls.epoch.Load(), time.Now(), nil
+	return ls.epoch.Load(), nil
 }
 
 // leaseError says what failed of taking or renewing the lease; ErrClosed

@@ -492,7 +492,9 @@ func now() time.Time { return toMicro(time.Now()) }
 
 // toMicro returns t in UTC, truncated to the microsecond, without its
 // monotonic reading: t.UTC().Truncate(time.Microsecond), without
-// Truncate's general division.
+// Truncate's general division. It holds for the times Unix microseconds
+// can count, about 290,000 years either side of 1970, which take in every
+// time a MemStore keeps; now is its only caller.
 func toMicro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
 
 // wrote reports whether rec is what a write of st by run runID left: how

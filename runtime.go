@@ -408,11 +408,10 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		return Submission{}, ErrClosed
 	}
 	defer rt.gate.leave()
-	epoch, at, err := rt.leaseForRun(ctx)
+	epoch, err := rt.leaseForRun(ctx)
 	if err != nil {
 		return Submission{}, err
 	}
-	k.at = at.UnixMicro() // the lease was live then: the run registers as of that reading
 	base := rt.queueOptions(qname)
 	var adm *admit
 	var refused error
@@ -648,9 +647,7 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 // context keeps the values of the submission's context, never its
 // cancellation or deadline.
 func (rt *Runtime[S]) newRun(ctx context.Context, id, queue string, c caller, o submitOptions, fn Func) *Task {
-	k := rt.mint("", id)
-	k.at = time.Now().UnixMicro()
-	return rt.newRunAs(ctx, k, rt.queueOptions(queue), c, o, fn)
+	return rt.newRunAs(ctx, rt.mint("", id), rt.queueOptions(queue), c, o, fn)
 }
 
 // newRunAs is newRun with its ids given (see mint), and base, the
@@ -669,7 +666,7 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, 
 		t.ctx = ctx // until it starts: see begin
 	}
 	t.ids, t.idLen = k.s, uint16(k.n)
-	t.opts, t.fn, t.created, t.home = base, fn, k.at, rt.runs
+	t.opts, t.fn, t.created, t.home = base, fn, time.Now().UnixMicro(), rt.runs
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{queue: base.queue, timeout: o.timeout, retry: o.retry, hub: &rt.hub}
 	}
@@ -689,12 +686,10 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, 
 }
 
 // runIDs is a run's task id and run id, built in one string that the
-// run's Task and record share: the task id, then the run id; and the
-// time the run is registered at.
+// run's Task and record share: the task id, then the run id.
 type runIDs struct {
-	s  string
-	n  int   // the task id's length
-	at int64 // when the run is registered, in Unix microseconds: for a submission, its lease check's clock reading
+	s string
+	n int // the task id's length
 }
 
 // A Task keeps the task id's length in a uint16: this does not compile

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -670,4 +671,25 @@ func TestARunIsRegisteredAsOfItsSubmission(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A run's registration time is read once the submission may go ahead:
+// after admission asked for the owner's limits, which may take a while,
+// so that an async run's start and duration leave that wait out.
+func TestARunIsRegisteredAfterItsAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var asked time.Time
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{OwnerLimits: func(context.Context, Owner) (OwnerLimits, error) {
+			time.Sleep(time.Second) // a slow lookup of the owner's plan
+			asked = time.Now()
+			return OwnerLimits{}, nil
+		}}})
+		sub, err := rt.Submit(ctx, "k", noop, alice)
+		require.NoError(t, err)
+		rec, err := rt.Store().GetTask(ctx, sub.ID)
+		require.NoError(t, err)
+		assert.False(t, rec.CreatedAt.Before(asked.Truncate(time.Microsecond)), "created %v, before admission answered at %v", rec.CreatedAt, asked)
+		assert.Equal(t, rec.CreatedAt, rec.StartedAt)
+		settled(t, rt, sub.ID)
+	})
 }
