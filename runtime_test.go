@@ -693,3 +693,24 @@ func TestARunIsRegisteredAfterItsAdmission(t *testing.T) {
 		settled(t, rt, sub.ID)
 	})
 }
+
+// A run's registering write over a MemStore fails before it lands when
+// the submission's ctx ends after the lease check: nothing is stored,
+// the callback never runs, and the retired run settles.
+func TestRegisteringWriteOverAMemStoreFailsBeforeLanding(t *testing.T) {
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "warm", noop, alice) // the lease is taken
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+
+	call, cancel := context.WithCancel(ctx)
+	rt.hooks.Store(&hooks{leaseRead: cancel}) // the lease was live; the call ends now
+	var ran atomic.Bool
+	_, err = rt.Submit(call, "k", func(context.Context, *Task) (any, error) { ran.Store(true); return nil, nil }, alice)
+	rt.hooks.Store(nil)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = rt.Store().GetTask(ctx, "alice::k")
+	require.ErrorIs(t, err, ErrNotFound, "the failed insert stored nothing")
+	eventually(t, func() bool { return rt.runs.len() == 0 }, "the retired run to settle")
+	assert.False(t, ran.Load(), "the callback never ran")
+}
