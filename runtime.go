@@ -605,11 +605,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 func (rt *Runtime[S]) insert(ctx context.Context, t *Task) error {
 	if rt.mem != nil {
 		r := t.memRecord()
-		if err := rt.mem.add(ctx, r); err != nil {
-			return err
-		}
-		t.rec = r
-		return nil
+		return t.keep(r, rt.mem.add(ctx, r))
 	}
 	return rt.store.InsertTask(ctx, t.record())
 }
@@ -618,13 +614,18 @@ func (rt *Runtime[S]) insert(ctx context.Context, t *Task) error {
 func (rt *Runtime[S]) replace(ctx context.Context, t *Task, prevRunID string) error {
 	if rt.mem != nil {
 		r := t.memRecord()
-		if err := rt.mem.swap(ctx, r, prevRunID); err != nil {
-			return err
-		}
-		t.rec = r
-		return nil
+		return t.keep(r, rt.mem.swap(ctx, r, prevRunID))
 	}
 	return rt.store.ReplaceTask(ctx, t.record(), prevRunID)
+}
+
+// keep makes r, the record t's registering write stored unless it failed
+// with err, the one t's writes go to, and returns err.
+func (t *Task) keep(r *memRecord, err error) error {
+	if err == nil {
+		t.rec = r
+	}
+	return err
 }
 
 // retire ends a run whose registering write failed. Unless the store
@@ -756,18 +757,19 @@ func (t *Task) record() Record {
 // came from its caller (the key, the owner, the watchers, the queue).
 // It is what newMemRecord would make of record, as a test checks.
 func (t *Task) memRecord() *memRecord {
+	created := t.memCreated()
 	var r *memRecord
 	if t.startsRegistered {
 		w := new(memRecordWithRest)
 		r = &w.memRecord
 		r.rest = &w.rest
-		r.rest.startedAt = t.memCreated()
+		r.rest.startedAt = created
 		r.status, r.attempt = statusCode(StatusRunning), 1
 	} else {
 		r = new(memRecord)
 		r.status = statusCode(StatusPending)
 	}
-	r.ids, r.idLen, r.queue, r.created = t.ids, t.idLen, t.opts.queue, t.memCreated()
+	r.ids, r.idLen, r.queue, r.created = t.ids, t.idLen, t.opts.queue, created
 	r.setWatchers(t.watcherList())
 	return r
 }
