@@ -13,9 +13,9 @@ import (
 //
 // Where the handles are kept depends on the store. Over a MemStore, the
 // record a run registered keeps its handle (memRecord.run), and the runs
-// holding handles are linked in a list per shard, for the walks: a run's
-// publishing and settling then touch its own record and its neighbours in
-// the list, never a table of every run, which at a million queued runs
+// holding handles are kept in a ring per shard, for the walks (see
+// runRing): a run's publishing and settling then touch its own record and
+// its slot in the ring, never a table of every run, which at a million queued runs
 // cost a cache miss or two each way; a lookup by id finds the handle in
 // the record it finds anyway. A record that leaves the store (replaced by
 // another run, pruned, cleared) takes the handle with it: the store moves
@@ -46,11 +46,10 @@ type runSet struct {
 const runShards = 16
 
 type runShard struct {
-	mu          sync.RWMutex
-	handles     *idMap[*Task]      // guarded by mu: task id -> the run holding its handle; nil when records keep them
-	first, last *Task              // guarded by mu: the runs whose records keep their handles, linked by Task.prev and next
-	listed      int                // guarded by mu: how many are linked
-	others      map[*Task]struct{} // guarded by mu
+	mu      sync.Mutex
+	handles *idMap[*Task]      // guarded by mu: task id -> the run holding its handle; nil when records keep them
+	held    runRing            // guarded by mu: the runs whose records keep their handles
+	others  map[*Task]struct{} // guarded by mu
 }
 
 // newRunSet returns an empty set whose handles mem's records keep, or,
@@ -91,7 +90,7 @@ func (s *runSet) publish(t *Task) (superseded []*Task) {
 	return superseded
 }
 
-// place links t if its record keeps its handle (held), else keeps it
+// place rings t if its record keeps its handle (held), else keeps it
 // among the others, and returns the others of its id: one critical
 // section for publish's two needs.
 func (s *runSet) place(t *Task, held bool) (others []*Task) {
@@ -99,14 +98,7 @@ func (s *runSet) place(t *Task, held bool) (others []*Task) {
 	sh.mu.Lock()
 	others = sh.appendOthersOf(nil, t.ID())
 	if held {
-		t.prev = sh.last
-		if sh.last != nil {
-			sh.last.next = t
-		} else {
-			sh.first = t
-		}
-		sh.last = t
-		sh.listed++
+		sh.held.push(t)
 	} else {
 		sh.others[t] = struct{}{}
 	}
@@ -114,32 +106,13 @@ func (s *runSet) place(t *Task, held bool) (others []*Task) {
 	return others
 }
 
-// unlink takes t out of sh's list; sh.mu is held and t is in it.
-func (sh *runShard) unlink(t *Task) {
-	if t.prev != nil {
-		t.prev.next = t.next
-	} else {
-		sh.first = t.next
-	}
-	if t.next != nil {
-		t.next.prev = t.prev
-	} else {
-		sh.last = t.prev
-	}
-	t.prev, t.next = nil, nil
-	sh.listed--
-}
-
-// has reports whether t is in sh's list; sh.mu is held.
-func (sh *runShard) has(t *Task) bool { return t.prev != nil || sh.first == t }
-
 // displace moves t among the others: the record that kept its handle has
 // left the store. The store calls it with that record's shard locked.
 func (s *runSet) displace(t *Task) {
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
-	if sh.has(t) {
-		sh.unlink(t)
+	if sh.held.holds(t) {
+		sh.held.remove(t)
 		sh.others[t] = struct{}{}
 	}
 	sh.mu.Unlock()
@@ -151,9 +124,9 @@ func (s *runSet) get(id string) *Task {
 		return s.mem.handle(id, s)
 	}
 	sh := s.shard(id)
-	sh.mu.RLock()
+	sh.mu.Lock()
 	t, _ := sh.handles.get(id)
-	sh.mu.RUnlock()
+	sh.mu.Unlock()
 	return t
 }
 
@@ -175,8 +148,8 @@ func (s *runSet) ofID(id string) []*Task {
 // which are few, not to the handles.
 func (s *runSet) othersOf(id string) []*Task {
 	sh := s.shard(id)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	return sh.appendOthersOf(nil, id)
 }
 
@@ -210,8 +183,8 @@ func (s *runSet) settle(t *Task) {
 	sh := s.shard(t.ID())
 	sh.mu.Lock()
 	switch {
-	case sh.has(t):
-		sh.unlink(t)
+	case sh.held.holds(t):
+		sh.held.remove(t)
 	case sh.handles != nil && sh.handles.deleteValue(t):
 	default:
 		delete(sh.others, t)
@@ -225,9 +198,9 @@ func (s *runSet) all() []*Task {
 	var runs []*Task
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		runs = sh.appendRuns(runs)
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	return runs
 }
@@ -243,9 +216,7 @@ func (sh *runShard) appendRuns(runs []*Task) []*Task {
 
 // appendHandles appends the runs holding handles to runs; mu is held.
 func (sh *runShard) appendHandles(runs []*Task) []*Task {
-	for t := sh.first; t != nil; t = t.next {
-		runs = append(runs, t)
-	}
+	runs = sh.held.appendTo(runs)
 	if sh.handles != nil {
 		for t := range sh.handles.all() {
 			runs = append(runs, t)
@@ -266,7 +237,7 @@ func (s *runSet) matching(ids map[string]struct{}) []*Task {
 	held := len(runs)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		for t := range sh.others {
 			// A run found holding its handle may have been replaced
 			// since, and be among the others now: it is listed once.
@@ -274,7 +245,7 @@ func (s *runSet) matching(ids map[string]struct{}) []*Task {
 				runs = append(runs, t)
 			}
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	return runs
 }
@@ -289,19 +260,19 @@ func (s *runSet) forget() []*Task {
 		if s.mem != nil {
 			// The records let go of the handles first (their lock
 			// comes before the shard's), then the list.
-			sh.mu.RLock()
+			sh.mu.Lock()
 			held := sh.appendHandles(nil)
-			sh.mu.RUnlock()
+			sh.mu.Unlock()
 			for _, t := range held {
 				s.mem.release(t)
 			}
 		}
 		sh.mu.Lock()
 		runs = sh.appendRuns(runs)
-		for t := sh.first; t != nil; t = sh.first {
-			sh.unlink(t)
+		for _, t := range sh.held.appendTo(nil) {
 			sh.others[t] = struct{}{}
 		}
+		sh.held.clear()
 		if sh.handles != nil {
 			for t := range sh.handles.all() {
 				sh.others[t] = struct{}{}
@@ -318,12 +289,12 @@ func (s *runSet) len() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.mu.RLock()
-		n += sh.listed + len(sh.others)
+		sh.mu.Lock()
+		n += int(sh.held.n) + len(sh.others)
 		if sh.handles != nil {
 			n += sh.handles.len()
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	return n
 }

@@ -69,11 +69,11 @@ type Task struct {
 
 	created int64 // when the run was registered, in Unix microseconds (now's precision)
 
-	// home is the runtime's set of runs; prev and next link the run in
-	// its shard's list while its record keeps its handle, over a
-	// MemStore (see runSet), guarded by that shard's lock.
-	home       *runSet
-	prev, next *Task
+	// home is the runtime's set of runs; pos is the run's place in its
+	// shard's ring while its record keeps its handle, over a MemStore
+	// (see runRing), guarded by that shard's lock.
+	home *runSet
+	pos  uint64
 
 	mu sync.Mutex
 }
