@@ -109,6 +109,11 @@ type liveSet struct {
 // clock is the lease's monotonic clock reading at t.
 func (ls *leaseState) clock(t time.Time) int64 { return int64(t.Sub(ls.base)) }
 
+// now is the lease's clock reading now. It reads only the monotonic
+// clock (time.Since does, from a time that has a monotonic reading),
+// where clock(time.Now()) would read the wall clock too.
+func (ls *leaseState) now() int64 { return int64(time.Since(ls.base)) }
+
 // errRenewalCutOff is the cause of a renewal's own deadline.
 var errRenewalCutOff = errors.New("workers: lease renewal cut off")
 
@@ -180,7 +185,7 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	if h := rt.hooks.Load(); h != nil && h.leaseRead != nil {
 		h.leaseRead()
 	}
-	if rt.leaser == nil || ls.clock(time.Now()) < ls.until.Load() {
+	if rt.leaser == nil || ls.now() < ls.until.Load() {
 		return epoch, nil
 	}
 	seen := ls.tries.Load()
@@ -191,7 +196,7 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	}
 	defer ls.give()
 	switch {
-	case ls.clock(time.Now()) < ls.until.Load():
+	case ls.now() < ls.until.Load():
 		// renewed while this submission waited
 	case ls.tries.Load() != seen && ls.lastErr != nil:
 		return 0, leaseError("renewing", ls.lastErr)
