@@ -407,12 +407,9 @@ func checkState(st *State) error {
 	if !st.Status.Valid() {
 		return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, st.Status)
 	}
-	for _, f := range [...]struct{ name, text string }{
-		{"Error", st.Error}, {"CancelledBy", st.CancelledBy}, {"CancelReason", st.CancelReason},
-		{"Stack", st.Stack}, {"Cause", string(st.Cause)},
-	} {
-		if !storableText(f.text) {
-			return fmt.Errorf("%w: %s holds a NUL byte or invalid UTF-8", ErrInvalidData, f.name)
+	if st.Error != "" || st.CancelledBy != "" || st.CancelReason != "" || st.Stack != "" || st.Cause != "" {
+		if err := checkStateText(st); err != nil {
+			return err
 		}
 	}
 	if st.Progress < 0 || st.Progress > 100 {
@@ -423,6 +420,20 @@ func checkState(st *State) error {
 	}
 	if st.Result != nil && !json.Valid(st.Result) {
 		return fmt.Errorf("%w: result is not valid JSON", ErrResultEncoding)
+	}
+	return nil
+}
+
+// checkStateText is checkState's check of the text fields, which a
+// running or plainly completed state leaves empty.
+func checkStateText(st *State) error {
+	for _, f := range [...]struct{ name, text string }{
+		{"Error", st.Error}, {"CancelledBy", st.CancelledBy}, {"CancelReason", st.CancelReason},
+		{"Stack", st.Stack}, {"Cause", string(st.Cause)},
+	} {
+		if !storableText(f.text) {
+			return fmt.Errorf("%w: %s holds a NUL byte or invalid UTF-8", ErrInvalidData, f.name)
+		}
 	}
 	return nil
 }
