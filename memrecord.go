@@ -35,6 +35,7 @@ type memRecord struct {
 	progress uint8
 	status   uint8 // an index in memStatuses
 	removed  bool  // guarded by its shard's lock: no longer stored (see MemStore.transition)
+	shard    uint8 // the index of its shard, set as it is stored
 }
 
 // id returns the record's task id.

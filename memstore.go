@@ -72,12 +72,23 @@ const memShards = 16
 type memShard struct {
 	mu   sync.RWMutex
 	recs *idMap[*memRecord] // guarded by mu
-	_    [32]byte           // to 64 bytes: a cache line
+	at   uint8              // its index in the store's shards, which its records keep (memRecord.shard)
+	_    [31]byte           // to 64 bytes: a cache line
 }
 
 // shard returns the shard of id's record.
 func (s *MemStore) shard(id string) *memShard {
 	return &s.shards[maphash.String(s.seed, id)%memShards]
+}
+
+// shardOf is shard for a write that has r, the record of id that a run
+// keeps, in hand: r says where it is stored, which spares hashing the
+// id, whose bytes a run that waited long has out of cache.
+func (s *MemStore) shardOf(id string, r *memRecord) *memShard {
+	if r != nil && r.id() == id {
+		return &s.shards[r.shard]
+	}
+	return s.shard(id)
 }
 
 // A record leaves its shard only through replace, remove and clear, with
@@ -89,6 +100,7 @@ func (s *MemStore) shard(id string) *memShard {
 // for the same run hands r the handle it kept (see runSet).
 func (sh *memShard) replace(r *memRecord) {
 	old, ok := sh.recs.set(r)
+	r.shard = sh.at
 	if !ok {
 		return
 	}
@@ -128,7 +140,7 @@ func (r *memRecord) leave() {
 // in one critical section, so that no removal comes in between; it
 // returns the other runs of t's id in its runtime (see runSet.publish).
 func (s *MemStore) hold(t *Task) (others []*Task) {
-	sh := s.shard(t.ID())
+	sh := s.shardOf(t.ID(), t.rec)
 	sh.mu.Lock()
 	r := t.rec
 	held := r != nil && !r.removed && r.id() == t.ID()
@@ -147,7 +159,7 @@ func (s *MemStore) release(t *Task) {
 	if r == nil {
 		return
 	}
-	sh := s.shard(t.ID())
+	sh := s.shardOf(t.ID(), r)
 	sh.mu.Lock()
 	if r.removed {
 		r, _ = sh.recs.get(t.ID())
@@ -208,6 +220,7 @@ func NewMemStore() *MemStore {
 	}
 	for i := range s.shards {
 		s.shards[i].recs = newIDMap[*memRecord]()
+		s.shards[i].at = uint8(i)
 	}
 	return s
 }
@@ -264,6 +277,7 @@ func (s *MemStore) add(ctx context.Context, r *memRecord) error {
 	if !sh.recs.add(r) {
 		return ErrConflict
 	}
+	r.shard = sh.at
 	s.index(r)
 	s.notifyMinted(r)
 	return nil
@@ -363,7 +377,7 @@ func (s *MemStore) transition(ctx context.Context, id string, r *memRecord, runI
 		return false, err
 	}
 	next.Result = slices.Clone(next.Result)
-	sh := s.shard(id)
+	sh := s.shardOf(id, r)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r == nil || r.removed || r.id() != id {

@@ -66,7 +66,22 @@ func newRunSet(mem *MemStore) *runSet {
 }
 
 func (s *runSet) shard(id string) *runShard {
-	return &s.shards[maphash.String(s.seed, id)%runShards]
+	return &s.shards[s.shardIndex(id)]
+}
+
+// shardIndex returns the index of id's shard.
+func (s *runSet) shardIndex(id string) uint8 {
+	return uint8(maphash.String(s.seed, id) % runShards)
+}
+
+// shardOf returns t's shard, which t keeps when s is its home
+// (Task.shard): the id's bytes, which a run that waited long has out of
+// cache, are not hashed again.
+func (s *runSet) shardOf(t *Task) *runShard {
+	if t.home == s {
+		return &s.shards[t.shard]
+	}
+	return s.shard(t.ID())
 }
 
 // publish makes t the holder of its id's handle and returns the runs it
@@ -79,7 +94,7 @@ func (s *runSet) publish(t *Task) (superseded []*Task) {
 	if s.mem != nil {
 		return s.mem.hold(t)
 	}
-	sh := s.shard(t.ID())
+	sh := s.shardOf(t)
 	sh.mu.Lock()
 	old, _ := sh.handles.set(t)
 	if old != nil {
@@ -94,7 +109,7 @@ func (s *runSet) publish(t *Task) (superseded []*Task) {
 // among the others, and returns the others of its id: one critical
 // section for publish's two needs.
 func (s *runSet) place(t *Task, held bool) (others []*Task) {
-	sh := s.shard(t.ID())
+	sh := s.shardOf(t)
 	sh.mu.Lock()
 	others = sh.appendOthersOf(nil, t.ID())
 	if held {
@@ -109,7 +124,7 @@ func (s *runSet) place(t *Task, held bool) (others []*Task) {
 // displace moves t among the others: the record that kept its handle has
 // left the store. The store calls it with that record's shard locked.
 func (s *runSet) displace(t *Task) {
-	sh := s.shard(t.ID())
+	sh := s.shardOf(t)
 	sh.mu.Lock()
 	if sh.held.holds(t) {
 		sh.held.remove(t)
@@ -168,7 +183,7 @@ func (sh *runShard) appendOthersOf(runs []*Task, id string) []*Task {
 
 // addOther keeps t, which holds no handle, until it settles.
 func (s *runSet) addOther(t *Task) {
-	sh := s.shard(t.ID())
+	sh := s.shardOf(t)
 	sh.mu.Lock()
 	sh.others[t] = struct{}{}
 	sh.mu.Unlock()
@@ -180,7 +195,7 @@ func (s *runSet) settle(t *Task) {
 	if s.mem != nil {
 		s.mem.release(t)
 	}
-	sh := s.shard(t.ID())
+	sh := s.shardOf(t)
 	sh.mu.Lock()
 	switch {
 	case sh.held.holds(t):

@@ -668,6 +668,7 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, 
 	}
 	t.ids, t.idLen = k.s, uint16(k.n)
 	t.opts, t.fn, t.created, t.home = base, fn, time.Now().UnixMicro(), rt.runs
+	t.shard = rt.runs.shardIndex(k.id())
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{queue: base.queue, timeout: o.timeout, retry: o.retry, hub: &rt.hub}
 	}

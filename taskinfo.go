@@ -57,6 +57,7 @@ type Task struct {
 	startsRegistered bool
 	settled          bool   // guarded by mu
 	idLen            uint16 // the task id's length in ids: at most MaxOwnerIDLen + 2 + MaxKeyLen
+	shard            uint8  // the index of its id's shard in home (see runSet.shardOf)
 
 	adm *admit // its standing with admission; nil without Config.Limits
 
