@@ -27,13 +27,19 @@ func checkRing(t *testing.T, g *runRing, want []*Task) {
 	}
 }
 
-func TestRunRingKeepsRunsInTheOrderPushed(t *testing.T) {
-	var g runRing
-	runs := make([]*Task, 40)
+// pushRuns pushes n new runs onto g and returns them.
+func pushRuns(g *runRing, n int) []*Task {
+	runs := make([]*Task, n)
 	for i := range runs {
 		runs[i] = new(Task)
 		g.push(runs[i])
 	}
+	return runs
+}
+
+func TestRunRingKeepsRunsInTheOrderPushed(t *testing.T) {
+	var g runRing
+	runs := pushRuns(&g, 40)
 	checkRing(t, &g, runs)
 
 	g.remove(runs[5]) // from the middle
@@ -53,11 +59,7 @@ func TestRunRingKeepsRunsInTheOrderPushed(t *testing.T) {
 // have settled, shrinks back.
 func TestRunRingGrowsAndShrinksWithItsRuns(t *testing.T) {
 	var g runRing
-	runs := make([]*Task, 5000)
-	for i := range runs {
-		runs[i] = new(Task)
-		g.push(runs[i])
-	}
+	runs := pushRuns(&g, 5000)
 	assert.Equal(t, 8192, len(g.slots), "the smallest power of two that holds them")
 	for i, r := range runs {
 		g.remove(r)
