@@ -158,9 +158,15 @@ func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 
 // A record that leaves the store by another way than this runtime's
 // re-run takes its run's handle with it, and the run is kept among the
-// others, where a notice of its id finds it.
+// others, where a notice of its id finds it. The runtime's listener, whose
+// first pass over its runs would find the record gone and end the run, is
+// held before its read until the checks are done.
 func TestRunWhoseRecordLeftTheStoreIsFoundAmongTheOthers(t *testing.T) {
 	rt := memRuntime(t)
+	held := make(chan struct{})
+	release := sync.OnceFunc(func() { close(held) })
+	t.Cleanup(release) // before the runtime's Shutdown
+	rt.hooks.Store(&hooks{syncRead: func() { <-held }})
 	sub, g := startGated(t, rt, "job")
 	run := g.task.Load()
 	require.Same(t, run, rt.runs.get(sub.ID))
@@ -169,6 +175,7 @@ func TestRunWhoseRecordLeftTheStoreIsFoundAmongTheOthers(t *testing.T) {
 	assert.Nil(t, rt.runs.get(sub.ID), "the handle left with the record")
 	assert.Equal(t, []*Task{run}, rt.runs.ofID(sub.ID), "the run is among the others")
 	assert.Equal(t, 1, rt.runs.len())
+	release()
 	g.open()
 	eventually(t, func() bool { return rt.runs.len() == 0 }, "the run to settle")
 }
