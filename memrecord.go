@@ -35,7 +35,7 @@ type memRecord struct {
 	progress uint8
 	status   uint8 // an index in memStatuses
 	removed  bool  // guarded by its shard's lock: no longer stored (see MemStore.transition)
-	shard    uint8 // the index of its shard, set as it is stored
+	shard    uint8 // the index of its shard plus one, set as it is stored; 0 before
 }
 
 // id returns the record's task id.

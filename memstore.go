@@ -72,7 +72,7 @@ const memShards = 16
 type memShard struct {
 	mu   sync.RWMutex
 	recs *idMap[*memRecord] // guarded by mu
-	at   uint8              // its index in the store's shards, which its records keep (memRecord.shard)
+	at   uint8              // its index in the store's shards plus one, which its records keep (memRecord.shard)
 	_    [31]byte           // to 64 bytes: a cache line
 }
 
@@ -85,8 +85,8 @@ func (s *MemStore) shard(id string) *memShard {
 // keeps, in hand: r says where it is stored, which spares hashing the
 // id, whose bytes a run that waited long has out of cache.
 func (s *MemStore) shardOf(id string, r *memRecord) *memShard {
-	if r != nil && r.id() == id {
-		return &s.shards[r.shard]
+	if r != nil && r.shard != 0 && r.id() == id {
+		return &s.shards[r.shard-1]
 	}
 	return s.shard(id)
 }
@@ -220,7 +220,7 @@ func NewMemStore() *MemStore {
 	}
 	for i := range s.shards {
 		s.shards[i].recs = newIDMap[*memRecord]()
-		s.shards[i].at = uint8(i)
+		s.shards[i].at = uint8(i + 1)
 	}
 	return s
 }

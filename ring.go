@@ -7,14 +7,16 @@ package workers
 // a million runs deep in a queue, was a cache miss per settled run.
 //
 // Positions count up, modulo 2^32, which the differences between them
-// never near. The runs sit at positions [head, tail), a settled
-// run's slot left nil; head moves past the nil slots when the oldest run
-// settles, and a ring whose positions in use fit in a quarter of it
+// never near. The runs sit at positions [head, tail), a settled run's
+// slot left nil; when the oldest run settles, head moves past the nil
+// slots, and a ring whose positions in use then fit in a quarter of it
 // shrinks to fit them. A run that stays while those after it settle
-// keeps head behind: when the ring is full and at least half of it is
-// nil, its runs move to a new ring that fits them, each told its new
-// slot. A ring grows only when more than half of it holds runs, so it is
-// never over four times the most runs it held at once.
+// keeps head behind, and the ring its size: when such a ring is full and
+// at least half of it is nil, its runs move to a new ring that fits them,
+// each told its new slot. A ring grows only when more than half of it
+// holds runs, so it is never over four times the most runs it held at
+// once (or minRing); one kept large behind a run that stays shrinks when
+// that run settles, or at the next compaction.
 type runRing struct {
 	slots      []*Task // a power of two long, or empty; position p is at p&(len-1)
 	head, tail uint32  // the positions in use
@@ -112,13 +114,12 @@ func (g *runRing) appendTo(runs []*Task) []*Task {
 	return runs
 }
 
-// clear takes every run out.
-func (g *runRing) clear() {
-	mask := uint32(len(g.slots) - 1)
-	for p := g.head; p != g.tail; p++ {
-		if t := g.slots[p&mask]; t != nil {
-			t.pos = 0
-		}
+// clear takes every run out and returns them, oldest first.
+func (g *runRing) clear() []*Task {
+	runs := g.appendTo(nil)
+	for _, t := range runs {
+		t.pos = 0
 	}
 	*g = runRing{}
+	return runs
 }

@@ -274,7 +274,7 @@ func (s *runSet) forget() []*Task {
 		sh := &s.shards[i]
 		if s.mem != nil {
 			// The records let go of the handles first (their lock
-			// comes before the shard's), then the list.
+			// comes before the shard's), then the ring.
 			sh.mu.Lock()
 			held := sh.appendHandles(nil)
 			sh.mu.Unlock()
@@ -284,10 +284,9 @@ func (s *runSet) forget() []*Task {
 		}
 		sh.mu.Lock()
 		runs = sh.appendRuns(runs)
-		for _, t := range sh.held.appendTo(nil) {
+		for _, t := range sh.held.clear() {
 			sh.others[t] = struct{}{}
 		}
-		sh.held.clear()
 		if sh.handles != nil {
 			for t := range sh.handles.all() {
 				sh.others[t] = struct{}{}

@@ -407,7 +407,7 @@ func checkState(st *State) error {
 	if !st.Status.Valid() {
 		return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, st.Status)
 	}
-	if st.Error != "" || st.CancelledBy != "" || st.CancelReason != "" || st.Stack != "" || st.Cause != "" {
+	if st.Error != "" || st.CancelledBy != "" || st.CancelReason != "" || st.Stack != "" || (st.Cause != CauseNone && st.Cause != CauseCompleted) {
 		if err := checkStateText(st); err != nil {
 			return err
 		}
@@ -424,8 +424,9 @@ func checkState(st *State) error {
 	return nil
 }
 
-// checkStateText is checkState's check of the text fields, which a
-// running or plainly completed state leaves empty.
+// checkStateText is checkState's check of the text fields. A run's
+// start and a plain completion, its common writes, have no text but the
+// cause CauseCompleted, which is storable, and skip it.
 func checkStateText(st *State) error {
 	for _, f := range [...]struct{ name, text string }{
 		{"Error", st.Error}, {"CancelledBy", st.CancelledBy}, {"CancelReason", st.CancelReason},
