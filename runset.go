@@ -14,17 +14,18 @@ import (
 // Where the handles are kept depends on the store. Over a MemStore, the
 // record a run registered keeps its handle (memRecord.run), and the runs
 // holding handles are kept in a ring per shard, for the walks (see
-// runRing): a run's publishing and settling then touch its own record and
-// its slot in the ring, never a table of every run, which at a million queued runs
-// cost a cache miss or two each way; a lookup by id finds the handle in
-// the record it finds anyway. A record that leaves the store (replaced by
-// another run, pruned, cleared) takes the handle with it: the store moves
-// the run among the others (displace) under the record's shard lock, and
-// the next run of the id published here supersedes it, as it supersedes
-// the holder of a handle kept by id. A record rewritten for the same run
-// hands the handle to its replacement. A MemStore's shard lock may be
-// held while a runSet's is taken, never the other way round. Over any
-// other store, a map per shard keeps the handles by id.
+// runRing): a run's publishing and settling then touch its own record
+// and its slot in the ring, never a table of every run, which at a
+// million queued runs cost a cache miss or two each way; a lookup by id
+// finds the handle in the record it finds anyway. A record that leaves
+// the store (replaced by another run, pruned, cleared) takes the handle
+// with it: the store moves the run among the others (displace) under the
+// record's shard lock, and the next run of the id published here
+// supersedes it, as it supersedes the holder of a handle kept by id. A
+// record rewritten for the same run hands the handle to its replacement.
+// A MemStore's shard lock may be held while a runSet's is taken, never
+// the other way round. Over any other store, a map per shard keeps the
+// handles by id.
 //
 // The set is split by id into shards, each under a lock of its own, so
 // that publishing a new run and settling another rarely wait for each
@@ -105,9 +106,9 @@ func (s *runSet) publish(t *Task) (superseded []*Task) {
 	return superseded
 }
 
-// place rings t if its record keeps its handle (held), else keeps it
-// among the others, and returns the others of its id: one critical
-// section for publish's two needs.
+// place puts t in the ring if its record keeps its handle (held), else
+// keeps it among the others, and returns the others of its id: one
+// critical section for publish's two needs.
 func (s *runSet) place(t *Task, held bool) (others []*Task) {
 	sh := s.shardOf(t)
 	sh.mu.Lock()
