@@ -156,6 +156,17 @@ func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 	})
 }
 
+// holdListener stops rt's listener, and its sync loop, before they read
+// a run's record, until release is called or the test ends (before the
+// runtime's Shutdown, which would wait for them).
+func holdListener[S Store](t *testing.T, rt *Runtime[S]) (release func()) {
+	held := make(chan struct{})
+	release = sync.OnceFunc(func() { close(held) })
+	t.Cleanup(release)
+	rt.hooks.Store(&hooks{syncRead: func() { <-held }})
+	return release
+}
+
 // A record that leaves the store by another way than this runtime's
 // re-run takes its run's handle with it, and the run is kept among the
 // others, where a notice of its id finds it. The runtime's listener, whose
@@ -163,10 +174,7 @@ func TestRunSetConcurrentPublishAndSettle(t *testing.T) {
 // held before its read until the checks are done.
 func TestRunWhoseRecordLeftTheStoreIsFoundAmongTheOthers(t *testing.T) {
 	rt := memRuntime(t)
-	held := make(chan struct{})
-	release := sync.OnceFunc(func() { close(held) })
-	t.Cleanup(release) // before the runtime's Shutdown
-	rt.hooks.Store(&hooks{syncRead: func() { <-held }})
+	release := holdListener(t, rt)
 	sub, g := startGated(t, rt, "job")
 	run := g.task.Load()
 	require.Same(t, run, rt.runs.get(sub.ID))
@@ -228,10 +236,7 @@ func TestRunSetOverAMemStorePublishSupersedesARunWhoseRecordWasDeleted(t *testin
 func TestResubmittingAClearedKeySupersedesItsRun(t *testing.T) {
 	store := NewMemStore()
 	rt := newRuntime(t, store, Config{SyncInterval: time.Hour})
-	held := make(chan struct{})
-	release := sync.OnceFunc(func() { close(held) })
-	t.Cleanup(release) // before the runtime's Shutdown
-	rt.hooks.Store(&hooks{syncRead: func() { <-held }})
+	release := holdListener(t, rt)
 	first, g := startGated(t, rt, "job")
 	require.NoError(t, store.ClearRecords(ctx))
 	g2 := newGate()
