@@ -12,7 +12,8 @@ package workers
 // moves a few of the old array's slots into it, so that no insert copies
 // a large table at once (a Go map bounds its pauses the same way, by
 // splitting tables of at most 1024 slots). Until then a lookup that
-// misses in the new array looks in the old one.
+// misses in the new array looks in the old one, and the old array stays
+// allocated: a table that stops growing halfway through keeps it.
 //
 // The zero value is an empty table. It is not safe for concurrent use.
 type table[V comparable] struct {
