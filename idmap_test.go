@@ -19,16 +19,21 @@ type idVal struct {
 func (v *idVal) taskID() string { return v.id }
 
 // An idMap behaves as a map keyed by the ids themselves, also when most
-// hashes clash: with a mask of two bits, ids share four hashes.
+// hashes clash: with a mask of two bits, the table has two keys (slotKey
+// moves 0 and 1 onto 2 and 3); with eight or ten, ids clash while the
+// table grows.
 func TestIDMapMatchesAMapByID(t *testing.T) {
-	for _, mask := range []uint64{^uint64(0), 3, 0} {
-		t.Run(fmt.Sprintf("mask=%#x", mask), func(t *testing.T) {
+	for _, c := range []struct {
+		mask uint64
+		ids  int
+	}{{^uint64(0), 64}, {3, 64}, {0, 64}, {0xff, 2000}, {0x3ff, 2000}} {
+		t.Run(fmt.Sprintf("mask=%#x", c.mask), func(t *testing.T) {
 			m := newIDMap[*idVal]()
-			m.mask = mask
+			m.mask = c.mask
 			want := map[string]*idVal{}
-			r := rand.New(rand.NewPCG(1, mask))
+			r := rand.New(rand.NewPCG(1, c.mask))
 			for i := range 20000 {
-				id := fmt.Sprint("k", r.IntN(64))
+				id := fmt.Sprint("k", r.IntN(c.ids))
 				switch op := r.IntN(12); {
 				case op < 4:
 					v := &idVal{id: id, n: i}

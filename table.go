@@ -2,10 +2,11 @@ package workers
 
 // table is an open-addressing hash table of values keyed by 64-bit
 // hashes, with linear probing: what idMap keeps its values in. A lookup
-// reads the slot array at the key's place and, at most three quarters
-// full, rarely more than the next cache line; a Go map reaches its
-// directory, a table and a group first, each a line of its own that a
-// submission after an idle spell finds out of cache.
+// reads the slot array at the key's place and the slots after it, a few
+// for a key it holds and, at three quarters full, about eight (two cache
+// lines, which follow each other) for a key it does not; a Go map
+// reaches its directory, a table and a group first, each a line of its
+// own that a submission after an idle spell finds out of cache.
 //
 // It grows without a pause: when it needs room it makes a new array,
 // twice as large unless tombstones take the room, and each later insert
@@ -38,6 +39,10 @@ const (
 	moveStep  = 8 // old slots moved per insert while the table grows
 )
 
+// reserve's bound needs moveStep of at least 4: this does not compile
+// otherwise.
+var _ [moveStep - 4]struct{}
+
 // slotKey returns the key of hash h: h, moved off the two marks.
 func slotKey(h uint64) uint64 {
 	if h <= tombSlot {
@@ -47,7 +52,8 @@ func slotKey(h uint64) uint64 {
 }
 
 // find returns the slot holding k, or nil. The slot is valid until the
-// next insert.
+// next insert, which may move its value: a write through it after that
+// is lost. find writes nothing, so callers may share a read lock.
 func (t *table[V]) find(k uint64) *hslot[V] {
 	if t.live == 0 {
 		return nil
@@ -123,6 +129,11 @@ func (t *table[V]) reserve() {
 		return
 	case (t.live+1)*2 > n:
 		n *= 2 // else tombstones take the room: rebuild at the same size
+	}
+	if t.old != nil {
+		// The bound above says this never happens; were it wrong, a
+		// pause here is better than losing the old array's values.
+		t.move(len(t.old))
 	}
 	t.old, t.moved = t.slots, 0
 	t.slots, t.used = make([]hslot[V], n), 0

@@ -3,6 +3,7 @@ package workers
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -157,4 +158,65 @@ func TestTableRemoveWhileWalkingARebuild(t *testing.T) {
 	for i := range 97 {
 		require.Equal(t, i%2 == 1, tb.find(slotKey(uint64(i)+100)) != nil, "value %d", i)
 	}
+}
+
+// Inserts and removals at a steady number of values, which fill the
+// table with tombstones and rebuild it at its size, keep every value,
+// never start a rebuild while the last one moves, and keep the table
+// within four slots per value.
+func TestTableChurnKeepsItsValuesAndItsSize(t *testing.T) {
+	for _, base := range []int{5, 31, 500, 4095} {
+		var tb table[int]
+		next := uint64(0)
+		fresh := func() uint64 { next++; return slotKey(next * 0x9e3779b97f4a7c15) }
+		for range base {
+			tb.insert(fresh(), 0)
+		}
+		for i := range 50000 {
+			old := tb.old
+			k := fresh()
+			tb.insert(k, i)
+			if old != nil && tb.old != nil && &tb.old[0] != &old[0] {
+				t.Fatalf("base %d insert %d: a rebuild began before the last one ended", base, i)
+			}
+			tb.remove(tb.find(k))
+			if len(tb.slots) > 4*(base+1)+minTable {
+				t.Fatalf("base %d insert %d: %d slots", base, i, len(tb.slots))
+			}
+		}
+		checkTable(t, &tb)
+		require.Equal(t, base, tb.live)
+	}
+}
+
+// A walk stops when yield returns false, as a break in a range over an
+// idMap's values makes it.
+func TestTableWalkStops(t *testing.T) {
+	m := newIDMap[*idVal]()
+	for i := range 100 {
+		m.add(&idVal{id: strconv.Itoa(i)})
+	}
+	n := 0
+	for range m.all() {
+		if n++; n == 3 {
+			break
+		}
+	}
+	require.Equal(t, 3, n)
+}
+
+// An insert takes the first tombstone on its key's probe, so that a key
+// removed and inserted again uses no more slots.
+func TestTableReusesTombstones(t *testing.T) {
+	var tb table[int]
+	for i := range 5 {
+		tb.insert(slotKey(uint64(i)<<32), i) // one home slot: one probe
+	}
+	used := tb.used
+	for i := range 100 {
+		tb.remove(tb.find(slotKey(0)))
+		tb.insert(slotKey(0), i)
+		require.Equal(t, used, tb.used, "round %d", i)
+	}
+	checkTable(t, &tb)
 }
