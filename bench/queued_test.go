@@ -54,10 +54,18 @@ func queuedCost(tb testing.TB, r runner, n int) queueCost {
 	}
 }
 
-// liveHeap collects garbage and returns the bytes in use by the heap.
+// liveHeap collects garbage, returns the memory it freed to the system,
+// and returns the bytes in use by the heap.
 func liveHeap() int64 {
-	runtime.GC()
 	debug.FreeOSMemory()
+	return heapInUse()
+}
+
+// heapInUse collects garbage and returns the bytes in use by the heap.
+// Unlike liveHeap it leaves the freed memory to the process, so that a
+// benchmark measured after it starts with the pages it had.
+func heapInUse() int64 {
+	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
