@@ -659,6 +659,47 @@ func TestRecoverZombiesFailsOnlyRecordsWithoutALiveRun(t *testing.T) {
 	settled(t, rt, sub.ID)
 }
 
+// listHook is a MemStore whose next ListTasks first calls before.
+type listHook struct {
+	*MemStore
+	before func()
+}
+
+func (s *listHook) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
+	if h := s.before; h != nil {
+		s.before = nil
+		h()
+	}
+	return s.MemStore.ListTasks(ctx, f)
+}
+
+// An instance that takes its lease and registers a run while a recovery
+// lists the live records is live to that recovery: it reads the live
+// instances after the list, so every instance a listed run could belong
+// to has its lease in the read.
+func TestRecoveryKeepsTheRunOfAnInstanceThatStartedDuringIt(t *testing.T) {
+	t.Parallel()
+	mem := NewMemStore()
+	hook := &listHook{MemStore: mem}
+	recoverer := newRuntime(t, hook, Config{})
+	newcomer := newRuntime(t, mem, Config{})
+	g := newGate()
+	var sub Submission
+	hook.before = func() {
+		var err error
+		sub, err = newcomer.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err)
+		wait(t, g.started, "the newcomer's run")
+	}
+	n, err := recoverer.RecoverZombies(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "no run was dead")
+	assert.Equal(t, StatusRunning, mustStatus(t, newcomer, sub.ID).Status, "a live run is not a zombie")
+	g.open()
+	settled(t, newcomer, sub.ID)
+	assert.Equal(t, StatusCompleted, mustStatus(t, newcomer, sub.ID).Status)
+}
+
 // Run handles are per runtime: a new runtime over the same store sweeps
 // the runs another runtime abandoned, and those runs' late writes are
 // fenced out.

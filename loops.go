@@ -399,19 +399,23 @@ func (rt *Runtime[S]) liveInstances(ctx context.Context, l Leaser) (map[string]s
 // read, so several recoverers at once are harmless, and a run registered
 // since the read is never touched.
 func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error) {
-	var live map[string]struct{}
 	l, leased := any(rt.store).(Leaser)
-	if leased {
-		var err error
-		if live, err = rt.liveInstances(ctx, l); err != nil {
-			return 0, err
-		}
-	} else if !manual {
+	if !leased && !manual {
 		return 0, nil
 	}
 	recs, err := rt.store.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
 	if err != nil {
 		return 0, err
+	}
+	// The live instances are read after the list: every listed run was
+	// registered under its instance's lease, so an instance missing
+	// from a later read has lost that lease. Read first, they would miss
+	// an instance that took its lease and registered a run in between.
+	var live map[string]struct{}
+	if leased {
+		if live, err = rt.liveInstances(ctx, l); err != nil {
+			return 0, err
+		}
 	}
 	o := causeOutcome(ErrAbandoned)
 	ts := now()
