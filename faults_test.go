@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -189,6 +190,41 @@ func TestFaultShutdownBoundedWhenTheLandedReadHangs(t *testing.T) {
 		r, err := mem.GetTask(context.Background(), item.ID)
 		require.NoError(t, err)
 		assert.Equal(t, workers.StatusCancelled, r.Status, "the ambiguous write had landed")
+	})
+}
+
+// A queue item's start write lands but reports a failure, its retries
+// fail, and Shutdown cancels the run meanwhile: the start becomes the
+// cancellation, written over the RUNNING record the first try may have
+// left as well as over a PENDING one, so no RUNNING record outlives a
+// Shutdown that reported everything written.
+func TestFaultStartThatMayHaveLandedEndsCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: func(c *storetest.Call) bool {
+			return c.Next.Status == workers.StatusRunning
+		}})
+		var failing atomic.Bool // every later run write fails while set
+		failing.Store(true)
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Match: func(*storetest.Call) bool {
+			return failing.Load()
+		}})
+		item, err := rt.SubmitSequential(context.Background(), "q", "item", result("never"), owner)
+		require.NoError(t, err)
+		require.NoError(t, f.WaitInjected(context.Background(), storetest.OpTransitionTask, 2), "the start landed, then a retry failed")
+
+		done := make(chan error, 1)
+		go func() { done <- rt.Shutdown(context.Background()) }()
+		time.Sleep(time.Second) // fake time: tries fail after Shutdown cancelled the run
+		synctest.Wait()
+		failing.Store(false)
+		require.NoError(t, <-done)
+		r, err := mem.GetTask(context.Background(), item.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusCancelled, r.Status)
+		assert.Equal(t, workers.CauseShutdown, r.Cause)
 	})
 }
 

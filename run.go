@@ -322,9 +322,10 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 // writeLocked is write with the run's writeMu held.
 func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) bool {
 	var failed error // the last attempt's error: it may have landed
+	fence := statusSet(from)
 	backoff := writeBackoffMin
 	for try := 1; ; try++ {
-		ok, err := rt.transition(op, t, from, st)
+		ok, err := rt.transition(op, t, fence, st)
 		if !ok && err == nil && failed != nil {
 			// Fenced out after a failed try: that try may have landed.
 			switch landed, known := rt.landed(op, t, st); {
@@ -362,9 +363,13 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 		failed = err
 		if op == opStart && t.cause() != nil && !st.Status.Terminal() {
 			// Cancelled while its start could not be written: record
-			// the cancellation instead of starting.
+			// the cancellation instead of starting. The failed try may
+			// have landed, leaving the record RUNNING under this run's
+			// id with no callback behind it: the cancellation ends that
+			// too.
 			*st = State{Progress: t.Progress()}
 			causeOutcome(t.cause()).apply(st, now())
+			fence = fromStarting
 		}
 		if !sleep(rt.life, jitter(backoff)) {
 			continue // the next try fails at once and logs the give-up
@@ -382,7 +387,7 @@ const lastWriteTimeout = 5 * time.Second
 // whose callback returned late still gets one try at its outcome, bounded
 // on its own, since no Shutdown waits for it; a queue item's abandon
 // write, made for Shutdown, gets none.
-func (rt *Runtime[S]) transition(op runOp, t *Task, from Status, st *State) (bool, error) {
+func (rt *Runtime[S]) transition(op runOp, t *Task, from []Status, st *State) (bool, error) {
 	ctx := rt.life
 	if rt.life.Err() != nil && op != opAbandon {
 		var cancel context.CancelFunc
@@ -390,9 +395,9 @@ func (rt *Runtime[S]) transition(op runOp, t *Task, from Status, st *State) (boo
 		defer cancel()
 	}
 	if rt.mem != nil {
-		return rt.mem.transition(ctx, t.ID(), t.rec, t.RunID(), statusSet(from), *st)
+		return rt.mem.transition(ctx, t.ID(), t.rec, t.RunID(), from, *st)
 	}
-	return rt.store.TransitionTask(ctx, t.ID(), t.RunID(), statusSet(from), *st)
+	return rt.store.TransitionTask(ctx, t.ID(), t.RunID(), from, *st)
 }
 
 // errLandedUnknown is the failure of a write whose earlier try may have
@@ -474,6 +479,9 @@ func (rt *Runtime[S]) logRunError(msg string, op runOp, t *Task, err error) {
 var (
 	fromPending = []Status{StatusPending}
 	fromRunning = []Status{StatusRunning}
+	// fromStarting is the from list of a start turned into a
+	// cancellation after a try that may have landed (see writeLocked).
+	fromStarting = []Status{StatusPending, StatusRunning}
 )
 
 func statusSet(s Status) []Status {
