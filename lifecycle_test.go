@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -698,6 +699,72 @@ func TestRecoveryKeepsTheRunOfAnInstanceThatStartedDuringIt(t *testing.T) {
 	g.open()
 	settled(t, newcomer, sub.ID)
 	assert.Equal(t, StatusCompleted, mustStatus(t, newcomer, sub.ID).Status)
+}
+
+// insertHook is a store whose InsertTask calls after once it stored the
+// record.
+type insertHook struct {
+	bareStore
+	after func(Record)
+}
+
+func (s *insertHook) InsertTask(ctx context.Context, rec Record) error {
+	err := s.bareStore.InsertTask(ctx, rec)
+	if err == nil && s.after != nil {
+		s.after(rec)
+	}
+	return err
+}
+
+// A cancel that lands between a registration's insert and the
+// publishing of its run's handle still cancels the run's context, over a
+// store with neither notices nor a sync loop to tell the run later: it
+// waits for the task's lock, under which the handle is published.
+func TestCancelDuringRegistrationReachesTheRun(t *testing.T) {
+	t.Parallel()
+	mem := NewMemStore()
+	s := &insertHook{bareStore: bareStore{mem}}
+	rt := newRuntime(t, s, Config{})
+	cancelled := make(chan error, 1)
+	s.after = func(rec Record) {
+		s.after = nil
+		go func() { cancelled <- rt.Cancel(ctx, rec.ID, alice) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r, err := mem.GetTask(ctx, rec.ID)
+			require.NoError(t, err)
+			if r.Status == StatusCancelled {
+				return // the cancel landed; the handle is not out yet
+			}
+			require.True(t, time.Now().Before(deadline), "the cancel never landed")
+			runtime.Gosched()
+		}
+	}
+	cause := make(chan error, 1)
+	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+		select {
+		case <-ctx.Done():
+			cause <- context.Cause(ctx)
+		case <-time.After(10 * time.Second):
+			cause <- nil
+		}
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	require.NoError(t, <-cancelled)
+	// The run ends on the cancel's account, not on Shutdown's: its
+	// callback sees the cancel, or never starts.
+	deadline := time.Now().Add(5 * time.Second)
+	for rt.handle(sub.ID, sub.RunID) != nil {
+		require.True(t, time.Now().Before(deadline), "the run went on after its cancel")
+		runtime.Gosched()
+	}
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, ErrCancelled, "the run's context was cancelled by the cancel")
+	default: // cancelled before its callback could start
+	}
+	assert.Equal(t, StatusCancelled, mustStatus(t, rt, sub.ID).Status)
 }
 
 // Run handles are per runtime: a new runtime over the same store sweeps

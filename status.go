@@ -252,6 +252,15 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 			ok = true
 		}
 		if ok {
+			if t == nil && InstanceOf(rec.RunID) == rt.instance {
+				// A registration of this runtime may be between its
+				// insert and the publishing of its handle, which share
+				// the task's lock: once the lock is free, the handle is
+				// out, or the run is no longer live here.
+				h := rt.keys.lock(id)
+				t = rt.handle(id, rec.RunID)
+				h.unlock()
+			}
 			if t != nil {
 				t.cancel(ErrCancelled)
 				if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
