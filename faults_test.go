@@ -228,6 +228,29 @@ func TestFaultStartThatMayHaveLandedEndsCancelled(t *testing.T) {
 	})
 }
 
+// A queue item's start write lands but reports a failure, and its retry
+// is refused for good: the start becomes the FAILED record saying so,
+// written over the RUNNING record the first try left.
+func TestFaultStartThatMayHaveLandedThenRefusedEndsFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet})
+		toRunning := func(c *storetest.Call) bool { return c.Next.Status == workers.StatusRunning }
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: toRunning})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailBefore, Match: toRunning, Err: workers.ErrInvalidData})
+		item, err := rt.SubmitSequential(context.Background(), "q", "item", result("never"), owner)
+		require.NoError(t, err)
+		time.Sleep(time.Second) // fake time: past the write's backoff
+		synctest.Wait()
+		r, err := mem.GetTask(context.Background(), item.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusFailed, r.Status)
+		assert.Equal(t, workers.CauseStore, r.Cause)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
 // An async run admitted at once is inserted RUNNING (attempt 1): that
 // write is its durable start, and its one run write is its outcome. A
 // queue item is inserted PENDING and writes its start when its turn

@@ -354,6 +354,9 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 			}
 			rt.logRunError("workers: the store refused a run write for good; recording the run FAILED", op, t, err)
 			refused(st, err)
+			if op == opStart {
+				fence = fromStarting // an earlier try may have landed
+			}
 			failed = err
 			continue
 		}
