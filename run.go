@@ -322,9 +322,15 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 // writeLocked is write with the run's writeMu held.
 func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) bool {
 	var failed error // the last attempt's error: it may have landed
-	fence := statusSet(from)
 	backoff := writeBackoffMin
 	for try := 1; ; try++ {
+		fence := statusSet(from)
+		if op == opStart && st.Status.Terminal() {
+			// The start became the run's end, refused or cancelled after
+			// a failed try, which may have landed: the end is written
+			// over the RUNNING record that try would have left, too.
+			fence = fromStarting
+		}
 		ok, err := rt.transition(op, t, fence, st)
 		if !ok && err == nil && failed != nil {
 			// Fenced out after a failed try: that try may have landed.
@@ -354,9 +360,6 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 			}
 			rt.logRunError("workers: the store refused a run write for good; recording the run FAILED", op, t, err)
 			refused(st, err)
-			if op == opStart {
-				fence = fromStarting // an earlier try may have landed
-			}
 			failed = err
 			continue
 		}
@@ -366,13 +369,9 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 		failed = err
 		if op == opStart && t.cause() != nil && !st.Status.Terminal() {
 			// Cancelled while its start could not be written: record
-			// the cancellation instead of starting. The failed try may
-			// have landed, leaving the record RUNNING under this run's
-			// id with no callback behind it: the cancellation ends that
-			// too.
+			// the cancellation instead of starting.
 			*st = State{Progress: t.Progress()}
 			causeOutcome(t.cause()).apply(st, now())
-			fence = fromStarting
 		}
 		if !sleep(rt.life, jitter(backoff)) {
 			continue // the next try fails at once and logs the give-up
@@ -482,8 +481,10 @@ func (rt *Runtime[S]) logRunError(msg string, op runOp, t *Task, err error) {
 var (
 	fromPending = []Status{StatusPending}
 	fromRunning = []Status{StatusRunning}
-	// fromStarting is the from list of a start turned into a
-	// cancellation after a try that may have landed (see writeLocked).
+	// fromStarting is the from list of a start that became its run's
+	// end after a try that may have landed (see writeLocked): only a
+	// run's first start is written from PENDING, so a RUNNING record
+	// under its run id is that try's.
 	fromStarting = []Status{StatusPending, StatusRunning}
 )
 
