@@ -420,6 +420,8 @@ func (s *subscriber) offer(ev *event) {
 	case !visible:
 		// A run the caller may not see replaced the one it followed.
 		cur.revoked = true
+	case older(&ev.snap, &cur.snap):
+		// A late report of a run the key has moved past.
 	default:
 		if cur.snap.Status.Terminal() && cur.ended == nil {
 			ended := cur.snap
@@ -532,10 +534,10 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					yield(Snapshot{}, ErrNotFound)
 					return
 				}
-				if sl.ended != nil && !emit(*sl.ended) {
+				if sl.ended != nil && !older(sl.ended, &last) && !emit(*sl.ended) {
 					return
 				}
-				if !emit(sl.snap) {
+				if !older(&sl.snap, &last) && !emit(sl.snap) {
 					return
 				}
 			}
@@ -634,15 +636,19 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			return (len(f.Statuses) == 0 || contains(f.Statuses, snap.Status)) &&
 				(f.Queue == "" || f.Queue == snap.Queue)
 		}
-		// ended is the run last seen to end, per task: nothing of it
-		// follows its terminal snapshot, whichever path brings it again.
-		ended := make(map[string]string)
+		// ended is the run last seen to end, per task: nothing of it, or
+		// of an older run, follows its terminal snapshot, whichever path
+		// brings it again.
+		ended := make(map[string]Snapshot)
 		emit := func(snap Snapshot) bool {
-			if ended[snap.ID] == snap.RunID {
+			if e, ok := ended[snap.ID]; ok && (e.RunID == snap.RunID || older(&snap, &e)) {
 				return true
 			}
 			last, ok := tracked[snap.ID]
 			if ok {
+				if older(&snap, &last) {
+					return true
+				}
 				monotonic(&last, &snap)
 			}
 			if ok && sameSnapshot(&last, &snap) {
@@ -653,7 +659,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				if len(ended) >= maxTracked {
 					clear(ended)
 				}
-				ended[snap.ID] = snap.RunID
+				ended[snap.ID] = Snapshot{RunID: snap.RunID, CreatedAt: snap.CreatedAt}
 			} else if ok || len(tracked) < maxTracked {
 				tracked[snap.ID] = snap
 			}
@@ -744,6 +750,15 @@ func monotonic(last, snap *Snapshot) {
 	if snap.RunID == last.RunID && !snap.Status.Terminal() && snap.Progress < last.Progress {
 		snap.Progress = last.Progress
 	}
+}
+
+// older reports whether a is of an earlier run of its key than b: a run
+// registered before b's, whose report arrives late. Runs of one key are
+// registered one after the other, each once the one before has ended, so
+// their creation times order them; within one microsecond they are not
+// told apart, and a is taken as not older.
+func older(a, b *Snapshot) bool {
+	return b.RunID != "" && a.RunID != b.RunID && a.CreatedAt.Before(b.CreatedAt)
 }
 
 func contains(ss []Status, s Status) bool {

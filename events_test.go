@@ -489,3 +489,111 @@ func TestStalledSubscribeStaysBounded(t *testing.T) {
 		s.mu.Unlock()
 	}
 }
+
+// endHeld is a MemStore that holds the first run write of a terminal
+// status once it has landed: closes held, then waits for resume. The run
+// that made it has not yet reported its end.
+type endHeld struct {
+	*MemStore
+	once   sync.Once
+	held   chan struct{}
+	resume chan struct{}
+}
+
+func newEndHeld() *endHeld {
+	return &endHeld{MemStore: NewMemStore(), held: make(chan struct{}), resume: make(chan struct{})}
+}
+
+func (s *endHeld) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	ok, err := s.MemStore.TransitionTask(ctx, id, runID, from, next)
+	if ok && next.Status.Terminal() {
+		s.once.Do(func() {
+			close(s.held)
+			<-s.resume
+		})
+	}
+	return ok, err
+}
+
+// reRunBehindALateEnd submits key, holds its run's end between the store
+// and the report, re-runs the key with a gate, and returns both runs and
+// a channel closed once the first run's end has been reported.
+func reRunBehindALateEnd(t *testing.T) (rt *Runtime[*endHeld], s *endHeld, first, second Submission, g *gate, reported <-chan struct{}) {
+	t.Helper()
+	s = newEndHeld()
+	done := make(chan struct{})
+	var firstRun atomic.Value
+	rt = newRuntime(t, s, Config{Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
+		if e.Kind == EventFinished && e.RunID == firstRun.Load() {
+			close(done)
+		}
+	})}})
+	ready := make(chan struct{})
+	first, err := rt.Submit(ctx, "job", func(context.Context, *Task) (any, error) {
+		<-ready
+		return 1, nil
+	}, alice)
+	require.NoError(t, err)
+	firstRun.Store(first.RunID)
+	close(ready)
+	wait(t, s.held, "the first run's end to land")
+	g = newGate()
+	second, err = rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	require.NotEqual(t, first.RunID, second.RunID, "the key ran anew")
+	return rt, s, first, second, g, done
+}
+
+// A run's end reported after the key was re-run is the older run's: a
+// Watch of the new run neither yields it nor ends on it.
+func TestWatchOfANewRunIgnoresTheOldRunsLateEnd(t *testing.T) {
+	rt, s, first, second, g, reported := reRunBehindALateEnd(t)
+	next, stop := iter.Pull2(rt.Watch(ctx, second.ID, alice))
+	defer stop()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, second.RunID, snap.RunID, "the watch begins with the new run")
+
+	close(s.resume)
+	wait(t, reported, "the first run's end to be reported")
+	g.open()
+	for {
+		snap, err, ok = next()
+		require.True(t, ok, "the stream ends after the new run's terminal snapshot")
+		require.NoError(t, err)
+		require.Equal(t, second.RunID, snap.RunID, "only the new run is yielded, not the end of %s", first.RunID)
+		if snap.Status.Terminal() {
+			break
+		}
+	}
+	assert.Equal(t, StatusCompleted, snap.Status)
+}
+
+// Subscribe keeps each task's snapshots in order across runs: the older
+// run's late end is not yielded once the new run was.
+func TestSubscribeIgnoresAnOldRunsLateEnd(t *testing.T) {
+	rt, s, first, second, g, reported := reRunBehindALateEnd(t)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
+	defer stop()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, second.RunID, snap.RunID, "the stream begins with the live run")
+
+	close(s.resume)
+	wait(t, reported, "the first run's end to be reported")
+	g.open()
+	for {
+		snap, err, ok = next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		require.Equal(t, second.RunID, snap.RunID, "only the new run is yielded, not the end of %s", first.RunID)
+		if snap.Status.Terminal() {
+			break
+		}
+	}
+	assert.Equal(t, StatusCompleted, snap.Status)
+}
