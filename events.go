@@ -672,7 +672,11 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		if !c.system {
 			lf.VisibleTo = c.userID
 		}
-		first := true
+		// polled is set for a re-read that is only the timer's: this
+		// runtime's own tasks are skipped then, their changes arriving as
+		// events. A re-read after the inbox overflowed, or at the start,
+		// shows every live task.
+		polled := false
 		resync := true
 		var stale []string
 		for {
@@ -685,7 +689,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				live := make(map[string]struct{}, len(recs))
 				for i := range recs {
 					live[recs[i].ID] = struct{}{}
-					if !first && rt.handle(recs[i].ID, recs[i].RunID) != nil {
+					if polled && rt.handle(recs[i].ID, recs[i].RunID) != nil {
 						continue // this runtime's own: its changes arrive as events
 					}
 					if !emit(rt.snapshot(&recs[i], isSystem(auth))) {
@@ -697,7 +701,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 						stale = append(stale, id) // ended or replaced elsewhere
 					}
 				}
-				first, resync = false, false
+				polled, resync = false, false
 			}
 			for _, id := range stale {
 				rec, err := rt.visibleRecord(ctx, id, auth)
@@ -734,7 +738,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			select {
 			case <-s.wake:
 			case <-poll:
-				resync = true
+				polled, resync = true, true
 			case <-ctx.Done():
 				yield(Snapshot{}, ctx.Err())
 				return

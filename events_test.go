@@ -597,3 +597,37 @@ func TestSubscribeIgnoresAnOldRunsLateEnd(t *testing.T) {
 	}
 	assert.Equal(t, StatusCompleted, snap.Status)
 }
+
+// A consumer that fell more than maxPending tasks behind skips to a
+// fresh read of every live task, this runtime's own among them: their
+// changes were dropped with the rest.
+func TestSubscribeAfterFallingBehindShowsEveryLiveTask(t *testing.T) {
+	rt := memRuntime(t)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	defer close(release)
+	held := func(context.Context, *Task) (any, error) { <-release; return nil, nil }
+	first, err := rt.Submit(ctx, "first", held, alice)
+	require.NoError(t, err)
+	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
+	defer stop()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, first.ID, snap.ID, "the range has begun")
+
+	// The consumer stalls while more tasks change than it may hold.
+	want := make(map[string]struct{})
+	for i := range maxPending + 44 {
+		sub, err := rt.Submit(ctx, "job"+strconv.Itoa(i), held, alice)
+		require.NoError(t, err)
+		want[sub.ID] = struct{}{}
+	}
+	for len(want) > 0 {
+		snap, err, ok := next()
+		require.True(t, ok)
+		require.NoError(t, err, "%d live tasks never shown", len(want))
+		delete(want, snap.ID)
+	}
+}
