@@ -406,6 +406,11 @@ func (s *subscriber) offer(ev *event) {
 	// end.
 	cur := s.slots[id]
 	switch {
+	case !visible && (cur == nil || cur.snap.RunID == ev.snap.RunID):
+		// The run's copy of its watchers may predate a join made through
+		// another runtime: Watch's store read decides, and a run that
+		// truly excludes the caller ends the stream with ErrNotFound.
+		s.stale[id] = struct{}{}
 	case cur == nil:
 		if len(s.slots) >= maxPending {
 			s.resync = true

@@ -631,3 +631,81 @@ func TestSubscribeAfterFallingBehindShowsEveryLiveTask(t *testing.T) {
 		delete(want, snap.ID)
 	}
 }
+
+// joinedElsewhere returns two runtimes over one MemStore, a run alice
+// started on the first under a global id, and bob's join of it through
+// the second: the first runtime's copy of the run's watchers never saw
+// him join.
+func joinedElsewhere(t *testing.T) (here *Runtime[*MemStore], sub Submission, g *gate, join func()) {
+	t.Helper()
+	s := NewMemStore()
+	s.SetWatchAuthorizer(func(string, []string, string) bool { return true })
+	here, there := newRuntime(t, s, Config{}), newRuntime(t, s, Config{})
+	g = newGate()
+	sub, err := here.Submit(ctx, "shared", g.fn, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+	return here, sub, g, func() {
+		joined, err := there.Submit(ctx, "shared", noop, bob, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+		require.True(t, joined.Joined)
+		require.Equal(t, sub.RunID, joined.RunID)
+	}
+}
+
+// A watcher who joined through another runtime follows the run here
+// like any other: the store's watchers decide, not the copy the run
+// holds from before the join.
+func TestWatchOfARunJoinedElsewhere(t *testing.T) {
+	here, sub, g, join := joinedElsewhere(t)
+	join()
+	next, stop := iter.Pull2(here.Watch(ctx, sub.ID, bob))
+	defer stop()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, StatusRunning, snap.Status)
+
+	g.task.Load().SetProgress(50)
+	snap, err, ok = next()
+	require.True(t, ok)
+	require.NoError(t, err, "bob is a watcher")
+	assert.Equal(t, 50, snap.Progress)
+	g.open()
+	for !snap.Status.Terminal() {
+		snap, err, ok = next()
+		require.True(t, ok)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, StatusCompleted, snap.Status)
+}
+
+// A subscriber who joins a run through another runtime sees it here from
+// the join on, its live progress included.
+func TestSubscribeOfARunJoinedElsewhere(t *testing.T) {
+	here, sub, g, join := joinedElsewhere(t)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	next, stop := iter.Pull2(here.Subscribe(sctx, bob))
+	defer stop()
+	join()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, sub.RunID, snap.RunID, "the joined run is shown")
+
+	g.task.Load().SetProgress(50)
+	for snap.Progress != 50 {
+		snap, err, ok = next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		require.False(t, snap.Status.Terminal(), "progress 50 was shown before the end")
+	}
+	g.open()
+	for !snap.Status.Terminal() {
+		snap, err, ok = next()
+		require.True(t, ok)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, StatusCompleted, snap.Status)
+}

@@ -420,7 +420,13 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	var buf [8]string // setWatchers keeps a copy
 	r.setWatchers(append(append(buf[:0], r.watchers()...), watcher))
 	s.indexUser(watcher, r)
-	s.notify(ctx, r)
+	if s.listeners.Load() != nil {
+		// A join changes neither run nor status: its notice names the
+		// task only, so a listener that runs the task reads who
+		// watches it now.
+		origin, _ := ctx.Value(originKey{}).(string)
+		s.notifyFrom(origin, Change{ID: id})
+	}
 	return true, nil
 }
 
@@ -907,7 +913,8 @@ const maxPendingNotices = 4096
 // Resync is set as soon as it listens, and then once per write that
 // changed a record (InsertTask, ReplaceTask, SetTask, and a
 // TransitionTask or AddWatcher that reported true), naming the task, its
-// run and its status after the write. Notices of one task come in write
+// run and its status after the write; a join's, which changes neither,
+// names the task only, as a PostgreSQL store's does. Notices of one task come in write
 // order; those of a task written again before changed saw the first are
 // coalesced into the latest. A writer never waits for a listener: a
 // listener that falls more than a few thousand tasks behind gets one
@@ -974,7 +981,7 @@ func (s *MemStore) notify(ctx context.Context, r *memRecord) {
 		return
 	}
 	origin, _ := ctx.Value(originKey{}).(string)
-	s.notifyFrom(origin, r)
+	s.notifyFrom(origin, Change{ID: r.id(), RunID: r.runID(), Status: r.Status()})
 }
 
 // notifyMinted is notify for a write of a whole record (an insert or a
@@ -983,18 +990,17 @@ func (s *MemStore) notify(ctx context.Context, r *memRecord) {
 // nobody listening it costs one atomic load, as notify does.
 func (s *MemStore) notifyMinted(r *memRecord) {
 	if s.listeners.Load() != nil {
-		s.notifyFrom(InstanceOf(r.runID()), r)
+		s.notifyFrom(InstanceOf(r.runID()), Change{ID: r.id(), RunID: r.runID(), Status: r.Status()})
 	}
 }
 
 // notifyFrom is notify for a write known to come from the instance
 // origin ("" if unknown).
-func (s *MemStore) notifyFrom(origin string, r *memRecord) {
+func (s *MemStore) notifyFrom(origin string, c Change) {
 	p := s.listeners.Load()
 	if p == nil {
 		return
 	}
-	c := Change{ID: r.id(), RunID: r.runID(), Status: r.Status()}
 	for _, l := range *p {
 		if origin == "" || l.origin != origin {
 			l.push(c)
@@ -1029,6 +1035,9 @@ func (l *memListener) push(c Change) {
 		}
 	}
 	if !l.resync {
+		if p, ok := l.pending[c.ID]; ok && p.RunID == "" {
+			c = Change{ID: c.ID} // a notice naming the task only stays so
+		}
 		l.pending[c.ID] = c
 	}
 	l.mu.Unlock()

@@ -798,7 +798,7 @@ func (rt *Runtime[S]) publish(t *Task) {
 // noteWatcher updates the live copy of a run's watchers after a join.
 func (rt *Runtime[S]) noteWatcher(id, runID string, watchers []string) {
 	if t := rt.handle(id, runID); t != nil {
-		t.setWatchers(watchers)
+		t.learnWatchers(watchers)
 	}
 }
 

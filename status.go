@@ -144,10 +144,17 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 }
 
 // snapshot renders a record, with live progress when this runtime runs it;
-// the stack of a panic is shown to System only.
+// the stack of a panic is shown to System only. A live run held here
+// learns the record's watchers, which may have grown by a join made
+// through another runtime.
 func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	var s Snapshot
 	s.fromRecord(rec, system)
+	if !s.Status.Terminal() {
+		if t := rt.handle(s.ID, s.RunID); t != nil {
+			t.learnWatchers(rec.Watchers)
+		}
+	}
 	rt.live(&s)
 	return s
 }

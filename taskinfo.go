@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -353,6 +354,24 @@ func (t *Task) CancelReason() error {
 }
 
 func (t *Task) setWatchers(w []string) { t.watchers.Store(&w) }
+
+// learnWatchers takes w, the watchers of the run's record as a read or a
+// join found them, as the run's copy when it names more than the copy
+// does. A run's watchers only grow, by joins, some made through other
+// runtimes, so the longer list is the newer: a read that raced a join
+// never takes the copy back.
+func (t *Task) learnWatchers(w []string) {
+	for {
+		p := t.watchers.Load()
+		if len(w) <= len(t.watcherList()) {
+			return
+		}
+		c := slices.Clone(w)
+		if t.watchers.CompareAndSwap(p, &c) {
+			return
+		}
+	}
+}
 
 // watcherList returns the record's watchers as this run knows them. The
 // caller must not modify the slice.
