@@ -337,16 +337,21 @@ func (rt *Runtime[S]) logAbandon(why string) {
 
 // abandonRuns cancels every run of this runtime with ErrAbandoned; a run
 // it cancelled before keeps its cause.
+//
+// Runs that have not begun record the abandon now, not when their turn
+// comes: the callbacks ahead of them, holding a queue or the slots under
+// Limits, may never return, and a record left PENDING behind them would
+// be joined by submissions of its key as a run that will never start.
 func (rt *Runtime[S]) abandonRuns() {
 	for _, t := range rt.runs.all() {
 		t.cancel(ErrAbandoned)
 	}
+	_, waiting := rt.emptyQueues((*queue).takeCancelled)
 	if rt.adm != nil {
-		// Tasks waiting for a slot record the abandon now, not when a
-		// slot frees: the callbacks holding the slots may never return.
-		for _, t := range rt.adm.takeCancelled() {
-			go rt.execute(t)
-		}
+		waiting = append(waiting, rt.adm.takeCancelled()...)
+	}
+	for _, t := range waiting {
+		go rt.execute(t)
 	}
 }
 

@@ -179,6 +179,22 @@ func (q *queue) drain() []*Task {
 	return items
 }
 
+// takeCancelled removes and returns the waiting items that were
+// cancelled, keeping the others in order.
+func (q *queue) takeCancelled() []*Task {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var cancelled []*Task
+	for _, t := range q.items.takeAll() {
+		if t.cause() != nil {
+			cancelled = append(cancelled, t)
+		} else {
+			q.items.push(t)
+		}
+	}
+	return cancelled
+}
+
 // take removes and returns every waiting item without stopping the
 // processor.
 func (q *queue) take() []*Task {

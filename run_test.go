@@ -596,6 +596,33 @@ func TestARunCancelledBeforeItWaitsForASlotEndsAtOnce(t *testing.T) {
 	})
 }
 
+// Items waiting in a sequential queue when the lease is lost end as
+// abandoned at once, not when the queue reaches them: a callback ahead
+// of them that ignores its context may hold the queue for good, and a
+// submission of their keys must not join a run that will never start.
+func TestLostLeaseEndsTheQueuesWaitingItems(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, lapsed := lapsing()
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		head := stubbornGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		<-head.started
+		behind, err := rt.SubmitSequential(ctx, "q", "behind", noop, alice)
+		require.NoError(t, err)
+		lapseOnce(lapsed)
+		synctest.Wait()
+		assertAbandoned(t, rt, behind.ID, "ended while the head still holds the queue")
+		again, err := rt.SubmitSequential(ctx, "q", "behind", noop, alice)
+		require.NoError(t, err)
+		assert.False(t, again.Joined, "a new run, not the abandoned one")
+		head.open()
+		synctest.Wait()
+		assert.Equal(t, StatusCompleted, mustStatus(t, rt, again.ID).Status, "the queue runs on")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
 // A submission that finds the lease's end passed renews it itself; when
 // the store answers that the lease had expired, the runs of the old
 // lease are abandoned, and the submission's run goes on, on the new one.
