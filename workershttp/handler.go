@@ -80,7 +80,8 @@ type config struct {
 func WithDashboard() Option { return func(c *config) { c.dashboard = true } }
 
 // WithHeartbeat sets how often an idle event stream sends a comment line
-// to keep proxies from closing it. Defaults to 15s.
+// to keep proxies from closing it. Defaults to 15s; zero or less sends
+// none.
 func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbeat = d } }
 
 // WithLogger sets where unexpected (5xx) errors are logged. Defaults to

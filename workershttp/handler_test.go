@@ -307,6 +307,29 @@ func next(t *testing.T, events <-chan sseEvent) (sseEvent, workershttp.Task, boo
 	}
 }
 
+// WithHeartbeat(0) turns heartbeats off; the stream itself works as ever.
+func TestEventsWithoutHeartbeats(t *testing.T) {
+	f := newFixture(t, workershttp.WithHeartbeat(0))
+	release := make(chan struct{})
+	sub, err := f.rt.Submit(context.Background(), "job", func(context.Context, *workers.Task) (any, error) {
+		<-release
+		return "ok", nil
+	}, alice)
+	require.NoError(t, err)
+	res, events, comments := openSSE(t, f, "/tasks/"+url.PathEscape(sub.ID)+"/events", "alice", "")
+	require.Equal(t, 200, res.StatusCode)
+	_, tk, ok := next(t, events)
+	require.True(t, ok, "the stream sends the current snapshot")
+	assert.Equal(t, sub.ID, tk.ID)
+	close(release)
+	for !tk.Status.Terminal() {
+		_, tk, ok = next(t, events)
+		require.True(t, ok, "the stream ends after the terminal snapshot")
+	}
+	assert.Equal(t, workers.StatusCompleted, tk.Status)
+	assert.Empty(t, comments, "no heartbeat was sent")
+}
+
 func TestEventsRoute(t *testing.T) {
 	f := newFixture(t)
 	step := make(chan int)

@@ -85,8 +85,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		open()
 		send = true
 	}
-	beat := time.NewTicker(h.cfg.heartbeat)
-	defer beat.Stop()
+	var beat <-chan time.Time // nil, and never ready, without heartbeats
+	if h.cfg.heartbeat > 0 {
+		t := time.NewTicker(h.cfg.heartbeat)
+		defer t.Stop()
+		beat = t.C
+	}
 	seqs := map[string]int{}
 	for {
 		if send {
@@ -115,7 +119,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 				return
 			}
 			it = next
-		case <-beat.C:
+		case <-beat:
 			send = false
 			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil {
 				return
