@@ -645,3 +645,90 @@ func TestWeightsShareSaturatedDispatch(t *testing.T) {
 		assert.Equal(t, "a"+"aaab"+"aaab"+"aaab"+"aaab", string(order[:17]), "alice starts three tasks per turn, bob one")
 	})
 }
+
+// A queue item cancelled through another runtime frees its owner's
+// waiting quota here as soon as the notice comes, as a local Cancel
+// does, not when the queue reaches it.
+func TestRemoteCancelOfAQueueItemFreesItsQuota(t *testing.T) {
+	s := NewMemStore()
+	here := newRuntime(t, s, Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
+	there := newRuntime(t, s, Config{})
+	head := newGate()
+	_, err := here.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "the head to start")
+	behind, err := here.SubmitSequential(ctx, "q", "behind", noop, alice)
+	require.NoError(t, err)
+	_, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
+	require.ErrorIs(t, err, ErrQuotaExceeded, "alice's one waiting place is taken")
+	listening(t, s, 1) // here hears the other runtime's writes
+
+	require.NoError(t, there.Cancel(ctx, behind.ID, alice))
+	var third Submission
+	eventually(t, func() bool {
+		third, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
+		if err != nil {
+			require.ErrorIs(t, err, ErrQuotaExceeded)
+		}
+		return err == nil
+	}, "the cancelled item to free alice's waiting place")
+	head.open()
+	assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
+	assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
+}
+
+// failingRead is a MemStore whose next GetTask fails, as a dropped
+// connection would, once armed; failed is closed when it has.
+type failingRead struct {
+	*MemStore
+	armed  atomic.Bool
+	failed chan struct{}
+}
+
+func (s *failingRead) GetTask(ctx context.Context, id string) (Record, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.failed)
+		return Record{}, errors.New("connection reset by peer")
+	}
+	return s.MemStore.GetTask(ctx, id)
+}
+
+// When the read that checks a queue item after a remote cancel fails,
+// the item keeps its place and quota until its turn, and then ends
+// without running: the cancel stands.
+func TestRemoteCancelOfAQueueItemWhoseCheckFails(t *testing.T) {
+	s := &failingRead{MemStore: NewMemStore(), failed: make(chan struct{})}
+	here := newRuntime(t, s, Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
+	there := newRuntime(t, s.MemStore, Config{})
+	head := newGate()
+	_, err := here.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "the head to start")
+	ran := make(chan struct{})
+	behind, err := here.SubmitSequential(ctx, "q", "behind", func(context.Context, *Task) (any, error) {
+		close(ran)
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	listening(t, s.MemStore, 1)
+
+	s.armed.Store(true)
+	require.NoError(t, there.Cancel(ctx, behind.ID, alice))
+	wait(t, s.failed, "the check's read to fail")
+	_, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
+	require.ErrorIs(t, err, ErrQuotaExceeded, "unchecked, the item holds its place")
+
+	head.open()
+	var third Submission
+	eventually(t, func() bool {
+		third, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
+		return err == nil
+	}, "the item to end at its turn")
+	assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
+	assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
+	select {
+	case <-ran:
+		t.Fatal("the cancelled item ran")
+	default:
+	}
+}

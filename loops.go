@@ -583,29 +583,16 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 			continue // ending already: its final write carries its state
 		}
 		if running, stored := rt.syncProgress(t); !running || stored {
+			if !running && ids != nil && t.run.Load() == nil {
+				rt.checkWaiting(ctx, t)
+			}
 			continue // not started yet, finished, busy, or still this run's and RUNNING
 		}
 		if h := rt.hooks.Load(); h != nil && h.syncRead != nil {
 			h.syncRead()
 		}
-		rec, err := rt.store.GetTask(ctx, t.ID())
-		var cause error
-		switch {
-		case errors.Is(err, ErrNotFound):
-			cause = ErrSuperseded
-		case err != nil:
-			if ctx.Err() == nil {
-				rt.logRunError("workers: sync read failed", opProgress, t, err)
-			}
-			continue
-		case rec.RunID != t.RunID():
-			cause = ErrSuperseded
-		case rec.Status != StatusRunning:
-			cause = causeOf(rec.Cause, rec.Error)
-			if cause == nil {
-				cause = ErrSuperseded
-			}
-		default:
+		rec, cause := rt.endedBy(ctx, t)
+		if cause == nil {
 			continue
 		}
 		// The run was RUNNING by its own account at the progress check,
@@ -625,6 +612,46 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 		// already holds is the run's finished event.
 		if rec.RunID == t.RunID() && rec.Status.Terminal() && t.claim(runEndSeen) {
 			rt.emit(&change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
+		}
+	}
+}
+
+// endedBy reads t's record and returns it with the cause t's context is
+// to be cancelled with if the record says t's run is over: it was ended,
+// replaced or deleted by someone else. It returns a nil cause while the
+// record is still t's and live, and when the read fails.
+func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
+	rec, err := rt.store.GetTask(ctx, t.ID())
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return rec, ErrSuperseded
+	case err != nil:
+		if ctx.Err() == nil {
+			rt.logRunError("workers: sync read failed", opProgress, t, err)
+		}
+		return rec, nil
+	case rec.RunID != t.RunID():
+		return rec, ErrSuperseded
+	case rec.Status.Terminal():
+		if cause := causeOf(rec.Cause, rec.Error); cause != nil {
+			return rec, cause
+		}
+		return rec, ErrSuperseded
+	}
+	return rec, nil
+}
+
+// checkWaiting checks a run that has not begun, waiting for its turn in
+// a queue or for a slot, on a notice that someone else may have ended or
+// replaced it. If they did, its context is cancelled as a local Cancel
+// would, so it frees its owner's waiting place now; a task waiting for a
+// slot is taken out and ended, and a queue item ends when its turn comes,
+// without running.
+func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
+	if _, cause := rt.endedBy(ctx, t); cause != nil {
+		t.cancel(cause)
+		if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
+			go rt.execute(t) // it never starts: this settles it
 		}
 	}
 }
