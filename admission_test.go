@@ -677,16 +677,17 @@ func TestRemoteCancelOfAQueueItemFreesItsQuota(t *testing.T) {
 	assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
 }
 
-// failingRead is a MemStore whose next GetTask fails, as a dropped
-// connection would, once armed; failed is closed when it has.
+// failingRead is a MemStore whose next GetTask of the task id armed
+// names fails, as a dropped connection would; failed is closed when it
+// has.
 type failingRead struct {
 	*MemStore
-	armed  atomic.Bool
+	armed  atomic.Pointer[string]
 	failed chan struct{}
 }
 
 func (s *failingRead) GetTask(ctx context.Context, id string) (Record, error) {
-	if s.armed.CompareAndSwap(true, false) {
+	if p := s.armed.Load(); p != nil && *p == id && s.armed.CompareAndSwap(p, nil) {
 		close(s.failed)
 		return Record{}, errors.New("connection reset by peer")
 	}
@@ -712,7 +713,7 @@ func TestRemoteCancelOfAQueueItemWhoseCheckFails(t *testing.T) {
 	require.NoError(t, err)
 	listening(t, s.MemStore, 1)
 
-	s.armed.Store(true)
+	s.armed.Store(&behind.ID)
 	require.NoError(t, there.Cancel(ctx, behind.ID, alice))
 	wait(t, s.failed, "the check's read to fail")
 	_, err = here.SubmitSequential(ctx, "q", "third", noop, alice)

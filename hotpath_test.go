@@ -67,9 +67,9 @@ func TestGrowStackMakesRoomForARun(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a GC would shrink the idle stacks
 	// The measure is the growth of every goroutine's stacks, so a
 	// goroutine of an earlier test that ends meanwhile takes its stack
-	// off it: a few tries, of many goroutines each, make that noise small.
+	// off it: several tries, of many goroutines each, make that noise small.
 	var perGoroutine int64
-	for range 3 {
+	for range 10 {
 		if perGoroutine = grownStacks(256); perGoroutine >= runStack {
 			break
 		}

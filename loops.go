@@ -482,11 +482,7 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			ids, everything := pending, all
 			pending, all = make(map[string]struct{}), false
 			mu.Unlock()
-			if everything {
-				rt.checkRuns(ctx, nil)
-			} else {
-				rt.checkRuns(ctx, ids)
-			}
+			rt.checkRuns(ctx, ids, everything)
 		}
 	})
 	rt.mu.Unlock()
@@ -563,17 +559,19 @@ func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 
 // syncRuns is the sync loop's work (see Config.SyncInterval): it stores
 // progress and checks every run against its record.
-func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil) }
+func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, true) }
 
 // checkRuns syncs the runs executing here whose ids are in ids, or all
-// of them when ids is nil. A progress write is built from the state the
+// of them when all is set. Runs that have not begun are checked only if
+// ids names them, on a notice: the sync loop's timed pass leaves the
+// waiting ones, however many, to end at their turn. A progress write is built from the state the
 // run last wrote, under the run's state lock, so it never undoes a newer
 // write of the run's own (a retry's attempt number, say); a run is
 // cancelled only while it still holds that its last write left it
 // RUNNING, so a run that has just finished is left alone.
-func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
+func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, all bool) {
 	var runs []*Task
-	if ids == nil {
+	if all {
 		runs = rt.runs.all()
 	} else {
 		runs = rt.runs.matching(ids) // in proportion to the notices, not to the runs held here
@@ -583,7 +581,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}) {
 			continue // ending already: its final write carries its state
 		}
 		if running, stored := rt.syncProgress(t); !running || stored {
-			if !running && ids != nil && t.run.Load() == nil {
+			if _, named := ids[t.ID()]; named && !running && t.run.Load() == nil {
 				rt.checkWaiting(ctx, t)
 			}
 			continue // not started yet, finished, busy, or still this run's and RUNNING
