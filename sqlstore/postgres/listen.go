@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/taskgate/workers"
@@ -83,9 +85,107 @@ func listenOnce(ctx context.Context, cfg *pgx.ConnConfig, listen string, changed
 // parseNotice reads a notice's payload: the JSON the trigger builds, or
 // empty when the change was too large to describe, which is a Resync.
 func parseNotice(payload string) workers.Change {
+	if c, ok := scanNotice(payload); ok {
+		return c
+	}
+	return decodeNotice(payload)
+}
+
+// decodeNotice is parseNotice for any payload, with encoding/json.
+func decodeNotice(payload string) workers.Change {
 	var p struct{ ID, Run, Status string }
 	if payload == "" || json.Unmarshal([]byte(payload), &p) != nil || p.ID == "" {
 		return workers.Change{Resync: true}
 	}
 	return workers.Change{ID: p.ID, RunID: p.Run, Status: workers.Status(p.Status)}
+}
+
+// scanNotice reads the payload as the trigger builds it, an object whose
+// values are plain strings, without encoding/json's allocations: a
+// listener reads a notice for every write of every process. The fields
+// are substrings of payload. It reports false, for parseNotice to decode
+// the payload in full, at anything else: an escape, a value that is not
+// a string, text that is not UTF-8, malformed JSON. Keys match as
+// encoding/json matches them to the fields, regardless of case.
+func scanNotice(payload string) (workers.Change, bool) {
+	var p struct{ ID, Run, Status string }
+	sc := noticeScanner{s: payload}
+	if !sc.next('{') {
+		return workers.Change{}, false
+	}
+	for empty := sc.next('}'); !empty; {
+		key, ok := sc.str()
+		if !ok || !sc.next(':') {
+			return workers.Change{}, false
+		}
+		val, ok := sc.str()
+		if !ok {
+			return workers.Change{}, false
+		}
+		switch {
+		case strings.EqualFold(key, "id"):
+			p.ID = val
+		case strings.EqualFold(key, "run"):
+			p.Run = val
+		case strings.EqualFold(key, "status"):
+			p.Status = val
+		}
+		if sc.next('}') {
+			break
+		}
+		if !sc.next(',') {
+			return workers.Change{}, false
+		}
+	}
+	if sc.space(); sc.i != len(payload) || p.ID == "" {
+		return workers.Change{}, false
+	}
+	return workers.Change{ID: p.ID, RunID: p.Run, Status: workers.Status(p.Status)}, true
+}
+
+// noticeScanner walks a notice's payload for scanNotice.
+type noticeScanner struct {
+	s string
+	i int
+}
+
+// space skips JSON whitespace.
+func (sc *noticeScanner) space() {
+	for sc.i < len(sc.s) {
+		switch sc.s[sc.i] {
+		case ' ', '\t', '\n', '\r':
+			sc.i++
+		default:
+			return
+		}
+	}
+}
+
+// next consumes b, after whitespace, if it comes next.
+func (sc *noticeScanner) next(b byte) bool {
+	sc.space()
+	if sc.i < len(sc.s) && sc.s[sc.i] == b {
+		sc.i++
+		return true
+	}
+	return false
+}
+
+// str consumes a string without escapes, after whitespace, and returns
+// its contents.
+func (sc *noticeScanner) str() (string, bool) {
+	if !sc.next('"') {
+		return "", false
+	}
+	for j := sc.i; j < len(sc.s); j++ {
+		switch c := sc.s[j]; {
+		case c == '"':
+			v := sc.s[sc.i:j]
+			sc.i = j + 1
+			return v, utf8.ValidString(v)
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
 }

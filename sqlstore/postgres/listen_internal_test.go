@@ -69,3 +69,38 @@ func TestConnLost(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScanNotice: where the allocation-free scan reads a payload, it
+// reads what encoding/json reads.
+func FuzzScanNotice(f *testing.F) {
+	for _, p := range []string{
+		`{"id" : "a::k", "run" : "i.1", "status" : "running"}`,
+		`{"id" : "a::k"}`, `{}`, ``, `{"ID":"x","Run":"y","STATUS":"z"}`,
+		`{"id":"a","id":"b"}`, `{"id":"a\"b"}`, `{"id":"é","other":"x"}`,
+		`{"id":"a","run":null}`, ` { "id" : "a" } `, `{"id":"a",}`, `{"id":"a"}x`,
+	} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, payload string) {
+		got, ok := scanNotice(payload)
+		if !ok {
+			return
+		}
+		if want := decodeNotice(payload); got != want {
+			t.Errorf("scanNotice(%q) = %+v, encoding/json reads %+v", payload, got, want)
+		}
+	})
+}
+
+// The trigger's payloads take the scan, with no allocation.
+func TestScanNoticeAllocatesNothing(t *testing.T) {
+	payload := `{"id" : "alice::report", "run" : "Q1w2E3r4T5y6U7i8O9p0aA.12", "status" : "completed"}`
+	var c workers.Change
+	allocs := testing.AllocsPerRun(100, func() { c = parseNotice(payload) })
+	if want := (workers.Change{ID: "alice::report", RunID: "Q1w2E3r4T5y6U7i8O9p0aA.12", Status: workers.StatusCompleted}); c != want {
+		t.Fatalf("parseNotice = %+v, want %+v", c, want)
+	}
+	if allocs != 0 {
+		t.Errorf("parseNotice allocates %v times per notice, want none", allocs)
+	}
+}

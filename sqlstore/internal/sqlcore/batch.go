@@ -245,7 +245,43 @@ type stateColumns struct {
 	started, completed                                       []*time.Time
 }
 
-func (c *stateColumns) add(st *workers.State) {
+// makeStateColumns returns columns with room for n rows, so that adding
+// them allocates nothing more.
+func makeStateColumns(n int) stateColumns {
+	return stateColumns{
+		status: room[string](n), errText: room[string](n), cause: room[string](n),
+		cancelledBy: room[string](n), cancelReason: room[string](n), stack: room[string](n),
+		progress: room[int64](n), attempt: room[int64](n),
+		result:  room[*string](n),
+		started: room[*time.Time](n), completed: room[*time.Time](n),
+	}
+}
+
+// joinStatuses joins statuses with commas, as a batch row's fence; the
+// common fence of one status costs no allocation.
+func joinStatuses(ss []workers.Status) string {
+	if len(ss) == 1 {
+		return string(ss[0])
+	}
+	from := make([]string, len(ss))
+	for i, st := range ss {
+		from[i] = string(st)
+	}
+	return strings.Join(from, ",")
+}
+
+// room returns an empty slice with room for n elements, or nil for none:
+// a column without rows goes as NULL, as it did before it was sized.
+func room[T any](n int) []T {
+	if n == 0 {
+		return nil
+	}
+	return make([]T, 0, n)
+}
+
+// add appends st's columns; times holds the timestamps the rows point
+// to (see timeOrNull).
+func (c *stateColumns) add(st *workers.State, times *[]time.Time) {
 	var result *string
 	if len(st.Result) > 0 {
 		r := string(st.Result)
@@ -256,8 +292,8 @@ func (c *stateColumns) add(st *workers.State) {
 	c.attempt = append(c.attempt, int64(st.Attempt))
 	c.result = append(c.result, result)
 	c.errText = append(c.errText, st.Error)
-	c.started = append(c.started, timeOrNull(st.StartedAt))
-	c.completed = append(c.completed, timeOrNull(st.CompletedAt))
+	c.started = append(c.started, timeOrNull(st.StartedAt, times))
+	c.completed = append(c.completed, timeOrNull(st.CompletedAt, times))
 	c.cause = append(c.cause, string(st.Cause))
 	c.cancelledBy = append(c.cancelledBy, st.CancelledBy)
 	c.cancelReason = append(c.cancelReason, st.CancelReason)
@@ -270,13 +306,16 @@ func (c *stateColumns) args() []any {
 		c.cause, c.cancelledBy, c.cancelReason, c.stack}
 }
 
-// timeOrNull is a batch's timestamptz element: nil for the zero time.
-func timeOrNull(t time.Time) *time.Time {
+// timeOrNull is a batch's timestamptz element: nil for the zero time,
+// else a pointer to t in UTC, appended to times, the batch's one array of
+// them. Should times grow, the elements added before keep pointing into
+// its old array, which holds their values still.
+func timeOrNull(t time.Time, times *[]time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
 	}
-	u := t.UTC()
-	return &u
+	*times = append(*times, t.UTC())
+	return &(*times)[len(*times)-1]
 }
 
 // writeMany is the combiner's exec. A lone write goes as it would
@@ -321,21 +360,30 @@ func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 // writeBatch runs Dialect.WriteMany for batch and returns the ids it
 // inserted or updated.
 func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[string]struct{}, error) {
+	nIns, nWatchers := 0, 0
+	for _, w := range batch {
+		if rec := w.in.insert; rec != nil {
+			nIns++
+			nWatchers += len(rec.Watchers)
+		}
+	}
+	nTr := len(batch) - nIns
 	var (
-		inserted, updated          stateColumns
-		ids, runs, queues          []string
-		owners                     []*string
-		created                    []*time.Time
-		watcherTasks, watcherUsers []string
-		trIDs, trRuns, trFroms     []string
+		inserted, updated          = makeStateColumns(nIns), makeStateColumns(nTr)
+		ids, runs, queues          = room[string](nIns), room[string](nIns), room[string](nIns)
+		owners                     = room[*string](nIns)
+		created                    = room[*time.Time](nIns)
+		watcherTasks, watcherUsers = room[string](nWatchers), room[string](nWatchers)
+		trIDs, trRuns, trFroms     = room[string](nTr), room[string](nTr), room[string](nTr)
+		times                      = room[time.Time](3*nIns + 2*nTr) // created, started, completed
 	)
 	for _, w := range batch {
 		if rec := w.in.insert; rec != nil {
 			ids = append(ids, rec.ID)
-			inserted.add(&rec.State)
+			inserted.add(&rec.State, &times)
 			runs = append(runs, rec.RunID)
 			queues = append(queues, rec.Queue)
-			created = append(created, timeOrNull(rec.CreatedAt))
+			created = append(created, timeOrNull(rec.CreatedAt, &times))
 			var owner *string
 			if o, ok := workers.OwnerOf(rec.ID); ok {
 				id := o.ID()
@@ -351,12 +399,8 @@ func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[
 		tr := w.in.transition
 		trIDs = append(trIDs, tr.id)
 		trRuns = append(trRuns, tr.runID)
-		from := make([]string, len(tr.from))
-		for i, st := range tr.from {
-			from[i] = string(st)
-		}
-		trFroms = append(trFroms, strings.Join(from, ","))
-		updated.add(&tr.next)
+		trFroms = append(trFroms, joinStatuses(tr.from))
+		updated.add(&tr.next, &times)
 	}
 	args := append([]any{ids}, inserted.args()...)
 	args = append(args, runs, queues, created, owners, watcherTasks, watcherUsers, trIDs, trRuns, trFroms)
