@@ -646,22 +646,37 @@ func TestWeightsShareSaturatedDispatch(t *testing.T) {
 	})
 }
 
+// waitingBehindAHead returns a runtime over s whose owners may each have
+// one task waiting, and another over mem, the MemStore under s, which
+// here hears through its notices. Alice's head runs in queue "q" on
+// here, and her item behind waits for it; ran is closed if that item
+// ever runs.
+func waitingBehindAHead[S Store](t *testing.T, s S, mem *MemStore) (here *Runtime[S], there *Runtime[*MemStore], head *gate, behind Submission, ran chan struct{}) {
+	t.Helper()
+	here = newRuntime(t, s, Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
+	there = newRuntime(t, mem, Config{})
+	head = newGate()
+	_, err := here.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "the head to start")
+	ran = make(chan struct{})
+	behind, err = here.SubmitSequential(ctx, "q", "behind", func(context.Context, *Task) (any, error) {
+		close(ran)
+		return nil, nil
+	}, alice)
+	require.NoError(t, err)
+	listening(t, mem, 1) // here hears the other runtime's writes
+	return here, there, head, behind, ran
+}
+
 // A queue item cancelled through another runtime frees its owner's
 // waiting quota here as soon as the notice comes, as a local Cancel
 // does, not when the queue reaches it.
 func TestRemoteCancelOfAQueueItemFreesItsQuota(t *testing.T) {
 	s := NewMemStore()
-	here := newRuntime(t, s, Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
-	there := newRuntime(t, s, Config{})
-	head := newGate()
-	_, err := here.SubmitSequential(ctx, "q", "head", head.fn, alice)
-	require.NoError(t, err)
-	wait(t, head.started, "the head to start")
-	behind, err := here.SubmitSequential(ctx, "q", "behind", noop, alice)
-	require.NoError(t, err)
-	_, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
+	here, there, head, behind, _ := waitingBehindAHead(t, s, s)
+	_, err := here.SubmitSequential(ctx, "q", "third", noop, alice)
 	require.ErrorIs(t, err, ErrQuotaExceeded, "alice's one waiting place is taken")
-	listening(t, s, 1) // here hears the other runtime's writes
 
 	require.NoError(t, there.Cancel(ctx, behind.ID, alice))
 	var third Submission
@@ -699,24 +714,12 @@ func (s *failingRead) GetTask(ctx context.Context, id string) (Record, error) {
 // without running: the cancel stands.
 func TestRemoteCancelOfAQueueItemWhoseCheckFails(t *testing.T) {
 	s := &failingRead{MemStore: NewMemStore(), failed: make(chan struct{})}
-	here := newRuntime(t, s, Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
-	there := newRuntime(t, s.MemStore, Config{})
-	head := newGate()
-	_, err := here.SubmitSequential(ctx, "q", "head", head.fn, alice)
-	require.NoError(t, err)
-	wait(t, head.started, "the head to start")
-	ran := make(chan struct{})
-	behind, err := here.SubmitSequential(ctx, "q", "behind", func(context.Context, *Task) (any, error) {
-		close(ran)
-		return nil, nil
-	}, alice)
-	require.NoError(t, err)
-	listening(t, s.MemStore, 1)
+	here, there, head, behind, ran := waitingBehindAHead(t, s, s.MemStore)
 
 	s.armed.Store(&behind.ID)
 	require.NoError(t, there.Cancel(ctx, behind.ID, alice))
 	wait(t, s.failed, "the check's read to fail")
-	_, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
+	_, err := here.SubmitSequential(ctx, "q", "third", noop, alice)
 	require.ErrorIs(t, err, ErrQuotaExceeded, "unchecked, the item holds its place")
 
 	head.open()

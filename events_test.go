@@ -545,57 +545,50 @@ func reRunBehindALateEnd(t *testing.T) (rt *Runtime[*endHeld], s *endHeld, first
 }
 
 // A run's end reported after the key was re-run is the older run's: a
-// Watch of the new run neither yields it nor ends on it.
-func TestWatchOfANewRunIgnoresTheOldRunsLateEnd(t *testing.T) {
-	rt, s, first, second, g, reported := reRunBehindALateEnd(t)
-	next, stop := iter.Pull2(rt.Watch(ctx, second.ID, alice))
-	defer stop()
-	snap, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, second.RunID, snap.RunID, "the watch begins with the new run")
+// Watch of the new run neither yields it nor ends on it, and Subscribe,
+// which keeps each task's snapshots in order across runs, does not yield
+// it once the new run was.
+func TestStreamsIgnoreAnOldRunsLateEnd(t *testing.T) {
+	for _, stream := range []struct {
+		name string
+		open func(rt *Runtime[*endHeld], id string) iter.Seq2[Snapshot, error]
+	}{
+		{"Watch", func(rt *Runtime[*endHeld], id string) iter.Seq2[Snapshot, error] { return rt.Watch(ctx, id, alice) }},
+		{"Subscribe", func(rt *Runtime[*endHeld], _ string) iter.Seq2[Snapshot, error] {
+			return rt.Subscribe(t.Context(), alice)
+		}},
+	} {
+		t.Run(stream.name, func(t *testing.T) {
+			rt, s, first, second, g, reported := reRunBehindALateEnd(t)
+			next, stop := iter.Pull2(stream.open(rt, second.ID))
+			defer stop()
+			snap, err, ok := next()
+			require.True(t, ok)
+			require.NoError(t, err)
+			require.Equal(t, second.RunID, snap.RunID, "the stream begins with the new run")
 
-	close(s.resume)
-	wait(t, reported, "the first run's end to be reported")
-	g.open()
-	for {
-		snap, err, ok = next()
-		require.True(t, ok, "the stream ends after the new run's terminal snapshot")
-		require.NoError(t, err)
-		require.Equal(t, second.RunID, snap.RunID, "only the new run is yielded, not the end of %s", first.RunID)
-		if snap.Status.Terminal() {
-			break
-		}
+			close(s.resume)
+			wait(t, reported, "the first run's end to be reported")
+			g.open()
+			snap = untilEnd(t, next, second.RunID, "not the end of "+first.RunID)
+			assert.Equal(t, StatusCompleted, snap.Status)
+		})
 	}
-	assert.Equal(t, StatusCompleted, snap.Status)
 }
 
-// Subscribe keeps each task's snapshots in order across runs: the older
-// run's late end is not yielded once the new run was.
-func TestSubscribeIgnoresAnOldRunsLateEnd(t *testing.T) {
-	rt, s, first, second, g, reported := reRunBehindALateEnd(t)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
-	defer stop()
-	snap, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, second.RunID, snap.RunID, "the stream begins with the live run")
-
-	close(s.resume)
-	wait(t, reported, "the first run's end to be reported")
-	g.open()
+// untilEnd pulls snapshots until a terminal one, which it returns,
+// requiring each to be of run runID (why says what else it might be).
+func untilEnd(t *testing.T, next func() (Snapshot, error, bool), runID, why string) Snapshot {
+	t.Helper()
 	for {
-		snap, err, ok = next()
-		require.True(t, ok)
+		snap, err, ok := next()
+		require.True(t, ok, "the stream goes on until the run's terminal snapshot")
 		require.NoError(t, err)
-		require.Equal(t, second.RunID, snap.RunID, "only the new run is yielded, not the end of %s", first.RunID)
+		require.Equal(t, runID, snap.RunID, "only run %s is yielded, %s", runID, why)
 		if snap.Status.Terminal() {
-			break
+			return snap
 		}
 	}
-	assert.Equal(t, StatusCompleted, snap.Status)
 }
 
 // A consumer that fell more than maxPending tasks behind skips to a
@@ -672,12 +665,7 @@ func TestWatchOfARunJoinedElsewhere(t *testing.T) {
 	require.NoError(t, err, "bob is a watcher")
 	assert.Equal(t, 50, snap.Progress)
 	g.open()
-	for !snap.Status.Terminal() {
-		snap, err, ok = next()
-		require.True(t, ok)
-		require.NoError(t, err)
-	}
-	assert.Equal(t, StatusCompleted, snap.Status)
+	assert.Equal(t, StatusCompleted, untilEnd(t, next, sub.RunID, "the run joined").Status)
 }
 
 // A subscriber who joins a run through another runtime sees it here from
@@ -702,10 +690,5 @@ func TestSubscribeOfARunJoinedElsewhere(t *testing.T) {
 		require.False(t, snap.Status.Terminal(), "progress 50 was shown before the end")
 	}
 	g.open()
-	for !snap.Status.Terminal() {
-		snap, err, ok = next()
-		require.True(t, ok)
-		require.NoError(t, err)
-	}
-	assert.Equal(t, StatusCompleted, snap.Status)
+	assert.Equal(t, StatusCompleted, untilEnd(t, next, sub.RunID, "the run joined").Status)
 }
