@@ -417,16 +417,16 @@ func (s *subscriber) offer(ev *event) {
 			clear(s.slots)
 			return
 		}
-		s.slots[id] = &slot{snap: ev.snap, revoked: !visible}
+		s.slots[id] = &slot{snap: ev.snap}
 	case cur.snap.RunID == ev.snap.RunID:
 		if !cur.snap.Status.Terminal() {
 			cur.snap = ev.snap // the latest state replaces a backlog
 		}
+	case older(&ev.snap, &cur.snap):
+		// A late report of a run the key has moved past.
 	case !visible:
 		// A run the caller may not see replaced the one it followed.
 		cur.revoked = true
-	case older(&ev.snap, &cur.snap):
-		// A late report of a run the key has moved past.
 	default:
 		if cur.snap.Status.Terminal() && cur.ended == nil {
 			ended := cur.snap

@@ -517,8 +517,9 @@ func (s *endHeld) TransitionTask(ctx context.Context, id, runID string, from []S
 
 // reRunBehindALateEnd submits key, holds its run's end between the store
 // and the report, re-runs the key with a gate, and returns both runs and
-// a channel closed once the first run's end has been reported.
-func reRunBehindALateEnd(t *testing.T) (rt *Runtime[*endHeld], s *endHeld, first, second Submission, g *gate, reported <-chan struct{}) {
+// a channel closed once the first run's end has been reported. Each run
+// is submitted by alice with its options (firstOpts, secondOpts).
+func reRunBehindALateEnd(t *testing.T, firstOpts, secondOpts []SubmitOption) (rt *Runtime[*endHeld], s *endHeld, first, second Submission, g *gate, reported <-chan struct{}) {
 	t.Helper()
 	s = newEndHeld()
 	done := make(chan struct{})
@@ -532,13 +533,13 @@ func reRunBehindALateEnd(t *testing.T) (rt *Runtime[*endHeld], s *endHeld, first
 	first, err := rt.Submit(ctx, "job", func(context.Context, *Task) (any, error) {
 		<-ready
 		return 1, nil
-	}, alice)
+	}, alice, firstOpts...)
 	require.NoError(t, err)
 	firstRun.Store(first.RunID)
 	close(ready)
 	wait(t, s.held, "the first run's end to land")
 	g = newGate()
-	second, err = rt.Submit(ctx, "job", g.fn, alice)
+	second, err = rt.Submit(ctx, "job", g.fn, alice, secondOpts...)
 	require.NoError(t, err)
 	require.NotEqual(t, first.RunID, second.RunID, "the key ran anew")
 	return rt, s, first, second, g, done
@@ -559,7 +560,7 @@ func TestStreamsIgnoreAnOldRunsLateEnd(t *testing.T) {
 		}},
 	} {
 		t.Run(stream.name, func(t *testing.T) {
-			rt, s, first, second, g, reported := reRunBehindALateEnd(t)
+			rt, s, first, second, g, reported := reRunBehindALateEnd(t, nil, nil)
 			next, stop := iter.Pull2(stream.open(rt, second.ID))
 			defer stop()
 			snap, err, ok := next()
@@ -574,6 +575,29 @@ func TestStreamsIgnoreAnOldRunsLateEnd(t *testing.T) {
 			assert.Equal(t, StatusCompleted, snap.Status)
 		})
 	}
+}
+
+// The late end of an older run that excluded the watcher does not end
+// a Watch of the newer run that includes it: it is the older run's
+// report, not a revocation.
+func TestWatchIgnoresTheLateEndOfAnOlderRunItCouldNotSee(t *testing.T) {
+	global := []SubmitOption{WithScope(ScopeGlobal)}
+	rt, s, _, second, g, reported := reRunBehindALateEnd(t, global, append(global, WithWatchers(bob)))
+	next, stop := iter.Pull2(rt.Watch(ctx, second.ID, bob))
+	defer stop()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, second.RunID, snap.RunID)
+
+	// Bob stalls with the new run's progress undelivered; then the old
+	// run's end is reported.
+	wait(t, g.started, "the new run to start")
+	g.task.Load().SetProgress(10)
+	close(s.resume)
+	wait(t, reported, "the first run's end to be reported")
+	g.open()
+	assert.Equal(t, StatusCompleted, untilEnd(t, next, second.RunID, "and the stream is not revoked").Status)
 }
 
 // untilEnd pulls snapshots until a terminal one, which it returns,
