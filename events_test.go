@@ -583,12 +583,8 @@ func TestStreamsIgnoreAnOldRunsLateEnd(t *testing.T) {
 func TestWatchIgnoresTheLateEndOfAnOlderRunItCouldNotSee(t *testing.T) {
 	global := []SubmitOption{WithScope(ScopeGlobal)}
 	rt, s, _, second, g, reported := reRunBehindALateEnd(t, global, append(global, WithWatchers(bob)))
-	next, stop := iter.Pull2(rt.Watch(ctx, second.ID, bob))
-	defer stop()
-	snap, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, second.RunID, snap.RunID)
+	next, first := pullFirst(t, rt.Watch(ctx, second.ID, bob))
+	require.Equal(t, second.RunID, first.RunID)
 
 	// Bob stalls with the new run's progress undelivered; then the old
 	// run's end is reported.
@@ -598,6 +594,18 @@ func TestWatchIgnoresTheLateEndOfAnOlderRunItCouldNotSee(t *testing.T) {
 	wait(t, reported, "the first run's end to be reported")
 	g.open()
 	assert.Equal(t, StatusCompleted, untilEnd(t, next, second.RunID, "and the stream is not revoked").Status)
+}
+
+// pullFirst starts pulling seq, stopped when the test ends, and returns
+// next with the first snapshot, which must come without an error.
+func pullFirst(t *testing.T, seq iter.Seq2[Snapshot, error]) (next func() (Snapshot, error, bool), first Snapshot) {
+	t.Helper()
+	next, stop := iter.Pull2(seq)
+	t.Cleanup(stop)
+	first, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	return next, first
 }
 
 // untilEnd pulls snapshots until a terminal one, which it returns,
