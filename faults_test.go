@@ -299,3 +299,43 @@ func TestRunAdmittedAtOnceIsRegisteredRunning(t *testing.T) {
 		assert.Equal(t, c.Record.CreatedAt, c.Record.State.StartedAt)
 	}
 }
+
+// A lost lease records a queue's waiting item abandoned at once, behind
+// a head that does not return, even when that write fails, before it
+// lands and after: it is retried, fenced, until the record holds it.
+func TestFaultLostLeaseAbandonsAWaitingItemThroughAFailedWrite(t *testing.T) {
+	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
+		synctest.Test(t, func(t *testing.T) {
+			f := &storetest.Faults{}
+			mem := workers.NewMemStore()
+			rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+			started, release := make(chan struct{}), make(chan struct{})
+			_, err := rt.SubmitSequential(t.Context(), "q", "head", func(context.Context, *workers.Task) (any, error) {
+				close(started)
+				<-release // ignores its context
+				return nil, nil
+			}, owner)
+			require.NoError(t, err)
+			<-started
+			behind, err := rt.SubmitSequential(t.Context(), "q", "behind", result(1), owner)
+			require.NoError(t, err)
+
+			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+				return c.ID == behind.ID && c.Next.Status.Terminal()
+			}})
+			unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+			time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
+			unreachable()
+			time.Sleep(time.Second) // the abandon write's retries
+			synctest.Wait()
+
+			assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the abandon write failed once")
+			rec, err := mem.GetTask(t.Context(), behind.ID)
+			require.NoError(t, err)
+			assert.Equal(t, workers.StatusFailed, rec.Status, "recorded while the head still runs")
+			assert.Equal(t, workers.CauseAbandoned, rec.Cause)
+			close(release)
+			require.NoError(t, rt.Shutdown(t.Context()))
+		})
+	}
+}
