@@ -424,8 +424,7 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 		// A join changes neither run nor status: its notice names the
 		// task only, so a listener that runs the task reads who
 		// watches it now.
-		origin, _ := ctx.Value(originKey{}).(string)
-		s.notifyFrom(origin, Change{ID: id})
+		s.notifyChange(ctx, Change{ID: id})
 	}
 	return true, nil
 }
@@ -980,8 +979,13 @@ func (s *MemStore) notify(ctx context.Context, r *memRecord) {
 	if s.listeners.Load() == nil {
 		return
 	}
+	s.notifyChange(ctx, r.change())
+}
+
+// notifyChange is notify for the notice c.
+func (s *MemStore) notifyChange(ctx context.Context, c Change) {
 	origin, _ := ctx.Value(originKey{}).(string)
-	s.notifyFrom(origin, Change{ID: r.id(), RunID: r.runID(), Status: r.Status()})
+	s.notifyFrom(origin, c)
 }
 
 // notifyMinted is notify for a write of a whole record (an insert or a
@@ -990,8 +994,13 @@ func (s *MemStore) notify(ctx context.Context, r *memRecord) {
 // nobody listening it costs one atomic load, as notify does.
 func (s *MemStore) notifyMinted(r *memRecord) {
 	if s.listeners.Load() != nil {
-		s.notifyFrom(InstanceOf(r.runID()), Change{ID: r.id(), RunID: r.runID(), Status: r.Status()})
+		s.notifyFrom(InstanceOf(r.runID()), r.change())
 	}
+}
+
+// change is the notice of a write that left r: its task, run and status.
+func (r *memRecord) change() Change {
+	return Change{ID: r.id(), RunID: r.runID(), Status: r.Status()}
 }
 
 // notifyFrom is notify for a write known to come from the instance

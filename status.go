@@ -153,9 +153,9 @@ func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	if !s.Status.Terminal() {
 		if t := rt.handle(s.ID, s.RunID); t != nil {
 			t.learnWatchers(rec.Watchers)
+			t.showLive(&s)
 		}
 	}
-	rt.live(&s)
 	return s
 }
 
@@ -167,8 +167,15 @@ func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 func (rt *Runtime[S]) live(s *Snapshot) {
 	if s.Status == StatusRunning {
 		if t := rt.handle(s.ID, s.RunID); t != nil {
-			s.Progress, s.Attempt = t.Progress(), max(s.Attempt, t.Attempt())
+			t.showLive(s)
 		}
+	}
+}
+
+// showLive is live for s, a snapshot of run t.
+func (t *Task) showLive(s *Snapshot) {
+	if s.Status == StatusRunning {
+		s.Progress, s.Attempt = t.Progress(), max(s.Attempt, t.Attempt())
 	}
 }
 

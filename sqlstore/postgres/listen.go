@@ -113,7 +113,10 @@ func scanNotice(payload string) (workers.Change, bool) {
 	if !sc.next('{') {
 		return workers.Change{}, false
 	}
-	for empty := sc.next('}'); !empty; {
+	for first := true; !sc.next('}'); first = false {
+		if !first && !sc.next(',') {
+			return workers.Change{}, false
+		}
 		key, ok := sc.str()
 		if !ok || !sc.next(':') {
 			return workers.Change{}, false
@@ -129,12 +132,6 @@ func scanNotice(payload string) (workers.Change, bool) {
 			p.Run = val
 		case strings.EqualFold(key, "status"):
 			p.Status = val
-		}
-		if sc.next('}') {
-			break
-		}
-		if !sc.next(',') {
-			return workers.Change{}, false
 		}
 	}
 	if sc.space(); sc.i != len(payload) || p.ID == "" {
