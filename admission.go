@@ -366,6 +366,14 @@ func (a *admission) acquire(r *admit) bool {
 	return true
 }
 
+// isWaiting reports whether r holds a place in its owner's waiting: its
+// run waits for its turn and has not started.
+func (a *admission) isWaiting(r *admit) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return r.slot == slotWaiting
+}
+
 // cancelWaiting gives back the waiting place of a run cancelled before
 // it started, at once, and reports whether it was an async run waiting
 // in its owner's fifo: the caller then ends it, and it never starts. A

@@ -646,21 +646,42 @@ func TestWeightsShareSaturatedDispatch(t *testing.T) {
 	})
 }
 
-// waitingBehindAHead returns a runtime over s whose owners may each have
-// one task waiting, and another over mem, the MemStore under s, which
-// here hears through its notices. Alice's head runs in queue "q" on
-// here, and her item behind waits for it; ran is closed if that item
-// ever runs.
-func waitingBehindAHead[S Store](t *testing.T, s S, mem *MemStore) (here *Runtime[S], there *Runtime[*MemStore], head *gate, behind Submission, ran chan struct{}) {
+// A waiting run, for the tests of remote cancels: alice's task behind
+// her head, which holds what it waits for.
+type waiting struct {
+	name   string
+	limits Limits // the runtime's: alice may have one task waiting
+	queue  string // the queue both go in, or "" for a task waiting for a slot
+	stream bool   // a Subscribe, never ranged, follows the runtime's tasks
+}
+
+var waitings = []waiting{
+	{name: "queue item", limits: Limits{Owner: OwnerLimits{Waiting: 1}}, queue: "q"},
+	// A stream makes a run's live state at its submission, before it
+	// begins.
+	{name: "queue item followed by a stream", limits: Limits{Owner: OwnerLimits{Waiting: 1}}, queue: "q", stream: true},
+	{name: "task waiting for a slot", limits: Limits{MaxRunning: 1, Owner: OwnerLimits{Waiting: 1}}},
+}
+
+// behindAHead returns a runtime over s, and another over mem, the
+// MemStore under s, which here hears through its notices. Alice's head
+// runs on here, and her task behind waits for it as w says; ran is
+// closed if that task ever runs.
+func (w waiting) behindAHead(t *testing.T, s Store, mem *MemStore) (here *Runtime[Store], there *Runtime[*MemStore], head *gate, behind Submission, ran chan struct{}) {
 	t.Helper()
-	here = newRuntime(t, s, Config{Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
+	here = newRuntime(t, s, Config{Limits: w.limits})
 	there = newRuntime(t, mem, Config{})
+	if w.stream {
+		sctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		_ = here.Subscribe(sctx, System)
+	}
 	head = newGate()
-	_, err := here.SubmitSequential(ctx, "q", "head", head.fn, alice)
+	_, err := submitOn(here, w.queue, "head", head.fn, alice)
 	require.NoError(t, err)
 	wait(t, head.started, "the head to start")
 	ran = make(chan struct{})
-	behind, err = here.SubmitSequential(ctx, "q", "behind", func(context.Context, *Task) (any, error) {
+	behind, err = submitOn(here, w.queue, "behind", func(context.Context, *Task) (any, error) {
 		close(ran)
 		return nil, nil
 	}, alice)
@@ -669,27 +690,36 @@ func waitingBehindAHead[S Store](t *testing.T, s S, mem *MemStore) (here *Runtim
 	return here, there, head, behind, ran
 }
 
-// A queue item cancelled through another runtime frees its owner's
-// waiting quota here as soon as the notice comes, as a local Cancel
-// does, not when the queue reaches it.
-func TestRemoteCancelOfAQueueItemFreesItsQuota(t *testing.T) {
-	s := NewMemStore()
-	here, there, head, behind, _ := waitingBehindAHead(t, s, s)
-	_, err := here.SubmitSequential(ctx, "q", "third", noop, alice)
-	require.ErrorIs(t, err, ErrQuotaExceeded, "alice's one waiting place is taken")
+// A queue item, or a task waiting for a slot, cancelled through another
+// runtime frees its owner's waiting quota here as soon as the notice
+// comes, as a local Cancel does, not when its turn comes.
+func TestRemoteCancelOfAWaitingRunFreesItsQuota(t *testing.T) {
+	for _, w := range waitings {
+		t.Run(w.name, func(t *testing.T) {
+			s := NewMemStore()
+			here, there, head, behind, ran := w.behindAHead(t, s, s)
+			_, err := submitOn(here, w.queue, "third", noop, alice)
+			require.ErrorIs(t, err, ErrQuotaExceeded, "alice's one waiting place is taken")
 
-	require.NoError(t, there.Cancel(ctx, behind.ID, alice))
-	var third Submission
-	eventually(t, func() bool {
-		third, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
-		if err != nil {
-			require.ErrorIs(t, err, ErrQuotaExceeded)
-		}
-		return err == nil
-	}, "the cancelled item to free alice's waiting place")
-	head.open()
-	assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
-	assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
+			require.NoError(t, there.Cancel(ctx, behind.ID, alice))
+			var third Submission
+			eventually(t, func() bool {
+				third, err = submitOn(here, w.queue, "third", noop, alice)
+				if err != nil {
+					require.ErrorIs(t, err, ErrQuotaExceeded)
+				}
+				return err == nil
+			}, "the cancelled task to free alice's waiting place")
+			head.open()
+			assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
+			assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
+			select {
+			case <-ran:
+				t.Fatal("the cancelled task ran")
+			default:
+			}
+		})
+	}
 }
 
 // failingRead is a MemStore whose next GetTask of the task id armed
@@ -709,30 +739,34 @@ func (s *failingRead) GetTask(ctx context.Context, id string) (Record, error) {
 	return s.MemStore.GetTask(ctx, id)
 }
 
-// When the read that checks a queue item after a remote cancel fails,
-// the item keeps its place and quota until its turn, and then ends
+// When the read that checks a waiting task after a remote cancel fails,
+// the task keeps its place and quota until its turn, and then ends
 // without running: the cancel stands.
-func TestRemoteCancelOfAQueueItemWhoseCheckFails(t *testing.T) {
-	s := &failingRead{MemStore: NewMemStore(), failed: make(chan struct{})}
-	here, there, head, behind, ran := waitingBehindAHead(t, s, s.MemStore)
+func TestRemoteCancelOfAWaitingRunWhoseCheckFails(t *testing.T) {
+	for _, w := range waitings {
+		t.Run(w.name, func(t *testing.T) {
+			s := &failingRead{MemStore: NewMemStore(), failed: make(chan struct{})}
+			here, there, head, behind, ran := w.behindAHead(t, s, s.MemStore)
 
-	s.armed.Store(&behind.ID)
-	require.NoError(t, there.Cancel(ctx, behind.ID, alice))
-	wait(t, s.failed, "the check's read to fail")
-	_, err := here.SubmitSequential(ctx, "q", "third", noop, alice)
-	require.ErrorIs(t, err, ErrQuotaExceeded, "unchecked, the item holds its place")
+			s.armed.Store(&behind.ID)
+			require.NoError(t, there.Cancel(ctx, behind.ID, alice))
+			wait(t, s.failed, "the check's read to fail")
+			_, err := submitOn(here, w.queue, "third", noop, alice)
+			require.ErrorIs(t, err, ErrQuotaExceeded, "unchecked, the task holds its place")
 
-	head.open()
-	var third Submission
-	eventually(t, func() bool {
-		third, err = here.SubmitSequential(ctx, "q", "third", noop, alice)
-		return err == nil
-	}, "the item to end at its turn")
-	assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
-	assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
-	select {
-	case <-ran:
-		t.Fatal("the cancelled item ran")
-	default:
+			head.open()
+			var third Submission
+			eventually(t, func() bool {
+				third, err = submitOn(here, w.queue, "third", noop, alice)
+				return err == nil
+			}, "the task to end at its turn")
+			assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
+			assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
+			select {
+			case <-ran:
+				t.Fatal("the cancelled task ran")
+			default:
+			}
+		})
 	}
 }

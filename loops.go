@@ -562,9 +562,9 @@ func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, true) }
 
 // checkRuns syncs the runs executing here whose ids are in ids, or all
-// of them when all is set. Runs that have not begun are checked only if
-// ids names them, on a notice: the sync loop's timed pass leaves the
-// waiting ones, however many, to end at their turn. A progress write is
+// of them when all is set. Runs waiting for their turn under
+// Config.Limits are checked only if ids names them, on a notice: the sync
+// loop's timed pass leaves them, however many, to end at their turn. A progress write is
 // built from the state the run last wrote, under the run's state lock,
 // so it never undoes a newer write of the run's own (a retry's attempt
 // number, say); a run is cancelled only while it still holds that its
@@ -582,7 +582,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 			continue // ending already: its final write carries its state
 		}
 		if running, stored := rt.syncProgress(t); !running || stored {
-			if _, named := ids[t.ID()]; named && !running && t.run.Load() == nil {
+			if _, named := ids[t.ID()]; named && !running && t.adm != nil && rt.adm.isWaiting(t.adm) {
 				rt.checkWaiting(ctx, t)
 			}
 			continue // not started yet, finished, busy, or still this run's and RUNNING
@@ -640,12 +640,14 @@ func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
 	return rec, nil
 }
 
-// checkWaiting checks a run that has not begun, waiting for its turn in
-// a queue or for a slot, on a notice that someone else may have ended or
-// replaced it. If they did, its context is cancelled as a local Cancel
-// would, so it frees its owner's waiting place now; a task waiting for a
-// slot is taken out and ended, and a queue item ends when its turn comes,
-// without running.
+// checkWaiting checks a run waiting for its turn under Config.Limits (in
+// a queue or for a slot), which holds a place in its owner's waiting, on
+// a notice that someone else may have ended or replaced it. If they did,
+// its context is cancelled as a local Cancel would, so it frees that
+// place now; a task waiting for a slot is taken out and ended, and a
+// queue item ends when its turn comes, without running. A run that waits
+// without limits holds no place and is not read: its fenced start finds
+// the record ended when its turn comes.
 func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
 	if _, cause := rt.endedBy(ctx, t); cause != nil {
 		t.cancel(cause)
