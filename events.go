@@ -422,7 +422,7 @@ func (s *subscriber) offer(ev *event) {
 		if !cur.snap.Status.Terminal() {
 			cur.snap = ev.snap // the latest state replaces a backlog
 		}
-	case older(&ev.snap, &cur.snap):
+	case compareRuns(ev.snap.RunID, cur.snap.RunID) == runEarlier:
 		// A late report of a run the key has moved past.
 	case !visible:
 		// A run the caller may not see replaced the one it followed.
@@ -521,6 +521,20 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 			return yield(snap, nil) && !snap.Status.Terminal()
 		}
 		read := true // the first snapshot is read from the store
+		// follow emits a report of this runtime's, unless it is a late
+		// report of a run the key has moved past, or of a run that cannot
+		// be ordered against the one last shown, which another runtime
+		// minted: a store read then shows which run is current.
+		follow := func(snap *Snapshot) (more bool) {
+			switch compareRuns(snap.RunID, last.RunID) {
+			case runEarlier:
+				return true
+			case runUnordered:
+				read = true
+				return true
+			}
+			return emit(*snap)
+		}
 		for {
 			if read {
 				read = false
@@ -539,10 +553,10 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					yield(Snapshot{}, ErrNotFound)
 					return
 				}
-				if sl.ended != nil && !older(sl.ended, &last) && !emit(*sl.ended) {
+				if sl.ended != nil && !follow(sl.ended) {
 					return
 				}
-				if !older(&sl.snap, &last) && !emit(sl.snap) {
+				if !follow(&sl.snap) {
 					return
 				}
 			}
@@ -642,18 +656,40 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				(f.Queue == "" || f.Queue == snap.Queue)
 		}
 		// ended is the run last seen to end, per task: nothing of it, or
-		// of an older run, follows its terminal snapshot, whichever path
+		// of an earlier run, follows its terminal snapshot, whichever path
 		// brings it again.
-		ended := make(map[string]Snapshot)
-		emit := func(snap Snapshot) bool {
-			if e, ok := ended[snap.ID]; ok && (e.RunID == snap.RunID || older(&snap, &e)) {
+		ended := make(map[string]string)
+		// stale lists the tasks to read from the store before the next
+		// events are taken.
+		var stale []string
+		// behind reports whether an event of this runtime's, snap, must
+		// not follow seen, the run last shown: it is a late report of an
+		// earlier run, or of a run that cannot be ordered against seen,
+		// which another runtime minted. A store read then shows which
+		// run is current.
+		behind := func(snap *Snapshot, seen string) bool {
+			switch compareRuns(snap.RunID, seen) {
+			case runEarlier:
+				return true
+			case runUnordered:
+				stale = append(stale, snap.ID)
+				return true
+			}
+			return false
+		}
+		// emit yields snap, an event of this runtime's or, when read is
+		// set, a record read from the store after every event yielded so
+		// far, which no event yielded before it can be newer than.
+		emit := func(snap Snapshot, read bool) bool {
+			e, isEnded := ended[snap.ID]
+			if isEnded && e == snap.RunID {
 				return true
 			}
 			last, ok := tracked[snap.ID]
+			if !read && (isEnded && behind(&snap, e) || ok && behind(&snap, last.RunID)) {
+				return true
+			}
 			if ok {
-				if older(&snap, &last) {
-					return true
-				}
 				monotonic(&last, &snap)
 			}
 			if ok && sameSnapshot(&last, &snap) {
@@ -664,7 +700,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				if len(ended) >= maxTracked {
 					clear(ended)
 				}
-				ended[snap.ID] = Snapshot{RunID: snap.RunID, CreatedAt: snap.CreatedAt}
+				ended[snap.ID] = snap.RunID
 			} else if ok || len(tracked) < maxTracked {
 				tracked[snap.ID] = snap
 			}
@@ -683,7 +719,6 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// shows every live task.
 		polled := false
 		resync := true
-		var stale []string
 		for {
 			if resync {
 				recs, err := rt.store.ListTasks(ctx, lf)
@@ -697,7 +732,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 					if polled && rt.handle(recs[i].ID, recs[i].RunID) != nil {
 						continue // this runtime's own: its changes arrive as events
 					}
-					if !emit(rt.snapshot(&recs[i], isSystem(auth))) {
+					if !emit(rt.snapshot(&recs[i], isSystem(auth)), true) {
 						return
 					}
 				}
@@ -717,7 +752,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 					yield(Snapshot{}, err)
 					return
 				default:
-					if !emit(rt.snapshot(&rec, isSystem(auth))) {
+					if !emit(rt.snapshot(&rec, isSystem(auth)), true) {
 						return
 					}
 				}
@@ -726,10 +761,10 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			var slots []slot
 			slots, stale, resync = s.take()
 			for _, sl := range slots {
-				if sl.ended != nil && !emit(*sl.ended) {
+				if sl.ended != nil && !emit(*sl.ended, false) {
 					return
 				}
-				if !emit(sl.snap) {
+				if !emit(sl.snap, false) {
 					return
 				}
 			}
@@ -761,13 +796,49 @@ func monotonic(last, snap *Snapshot) {
 	}
 }
 
-// older reports whether a is of an earlier run of its key than b: a run
-// registered before b's, whose report arrives late. Runs of one key are
-// registered one after the other, each once the one before has ended, so
-// their creation times order them; within one microsecond they are not
-// told apart, and a is taken as not older.
-func older(a, b *Snapshot) bool {
-	return b.RunID != "" && a.RunID != b.RunID && a.CreatedAt.Before(b.CreatedAt)
+// runOrder is how one run of a key stands to another.
+type runOrder uint8
+
+const (
+	runSameOrLater runOrder = iota // the same run, a later one, or none to compare with
+	runEarlier                     // registered before the other: its report is late
+	runUnordered                   // minted by different runtimes: only the store tells
+)
+
+// compareRuns tells how run a of a key stands to run b ("" for none).
+// A runtime numbers the runs it mints (see runIDs), so two runs minted
+// by one runtime compare exactly. Runs minted by different runtimes
+// carry creation times from different clocks, which may disagree by more
+// than the time between two runs of a key: they are not ordered.
+func compareRuns(a, b string) runOrder {
+	if b == "" || a == b {
+		return runSameOrLater
+	}
+	ia, na, okA := splitRunID(a)
+	ib, nb, okB := splitRunID(b)
+	switch {
+	case !okA || !okB || ia != ib:
+		return runUnordered
+	case len(na) < len(nb) || len(na) == len(nb) && na < nb:
+		return runEarlier
+	}
+	return runSameOrLater
+}
+
+// splitRunID splits a run id into its instance and its number, in base
+// 36 without leading zeros, which compare as strings of one length do.
+func splitRunID(runID string) (instance, n string, ok bool) {
+	instance = InstanceOf(runID)
+	if instance == "" || len(instance)+1 == len(runID) {
+		return "", "", false
+	}
+	n = runID[len(instance)+1:]
+	for j := 0; j < len(n); j++ {
+		if c := n[j]; (c < '0' || c > '9') && (c < 'a' || c > 'z') {
+			return "", "", false
+		}
+	}
+	return instance, n, n[0] != '0'
 }
 
 func contains(ss []Status, s Status) bool {

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"strconv"
 	"strings"
@@ -518,8 +519,10 @@ func (s *endHeld) TransitionTask(ctx context.Context, id, runID string, from []S
 // reRunBehindALateEnd submits key, holds its run's end between the store
 // and the report, re-runs the key with a gate, and returns both runs and
 // a channel closed once the first run's end has been reported. Each run
-// is submitted by alice with its options (firstOpts, secondOpts).
-func reRunBehindALateEnd(t *testing.T, firstOpts, secondOpts []SubmitOption) (rt *Runtime[*endHeld], s *endHeld, first, second Submission, g *gate, reported <-chan struct{}) {
+// is submitted by alice with its options (firstOpts, secondOpts). With
+// elsewhere set, the second is submitted through another runtime over
+// the same records, whose clock is a second behind this one's.
+func reRunBehindALateEnd(t *testing.T, elsewhere bool, firstOpts, secondOpts []SubmitOption) (rt *Runtime[*endHeld], s *endHeld, first, second Submission, g *gate, reported <-chan struct{}) {
 	t.Helper()
 	s = newEndHeld()
 	done := make(chan struct{})
@@ -539,16 +542,37 @@ func reRunBehindALateEnd(t *testing.T, firstOpts, secondOpts []SubmitOption) (rt
 	close(ready)
 	wait(t, s.held, "the first run's end to land")
 	g = newGate()
-	second, err = rt.Submit(ctx, "job", g.fn, alice, secondOpts...)
+	if elsewhere {
+		second, err = newRuntime(t, slowClock{s.MemStore}, Config{}).Submit(ctx, "job", g.fn, alice, secondOpts...)
+	} else {
+		second, err = rt.Submit(ctx, "job", g.fn, alice, secondOpts...)
+	}
 	require.NoError(t, err)
 	require.NotEqual(t, first.RunID, second.RunID, "the key ran anew")
 	return rt, s, first, second, g, done
 }
 
+// slowClock is a MemStore as a runtime on a host whose clock is a second
+// behind sees it: the records it writes whole carry creation times a
+// second earlier than this host's clock says.
+type slowClock struct{ *MemStore }
+
+func (s slowClock) InsertTask(ctx context.Context, rec Record) error {
+	rec.CreatedAt = rec.CreatedAt.Add(-time.Second)
+	return s.MemStore.InsertTask(ctx, rec)
+}
+
+func (s slowClock) ReplaceTask(ctx context.Context, rec Record, prevRunID string) error {
+	rec.CreatedAt = rec.CreatedAt.Add(-time.Second)
+	return s.MemStore.ReplaceTask(ctx, rec, prevRunID)
+}
+
 // A run's end reported after the key was re-run is the older run's: a
 // Watch of the new run neither yields it nor ends on it, and Subscribe,
 // which keeps each task's snapshots in order across runs, does not yield
-// it once the new run was.
+// it once the new run was. So too when the key was re-run through
+// another runtime, whose clock is behind this one's, so that the older
+// run was created later by the clocks.
 func TestStreamsIgnoreAnOldRunsLateEnd(t *testing.T) {
 	for _, stream := range []struct {
 		name string
@@ -559,22 +583,42 @@ func TestStreamsIgnoreAnOldRunsLateEnd(t *testing.T) {
 			return rt.Subscribe(t.Context(), alice)
 		}},
 	} {
-		t.Run(stream.name, func(t *testing.T) {
-			rt, s, first, second, g, reported := reRunBehindALateEnd(t, nil, nil)
-			next, stop := iter.Pull2(stream.open(rt, second.ID))
-			defer stop()
-			snap, err, ok := next()
-			require.True(t, ok)
-			require.NoError(t, err)
-			require.Equal(t, second.RunID, snap.RunID, "the stream begins with the new run")
+		for _, elsewhere := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/elsewhere=%t", stream.name, elsewhere), func(t *testing.T) {
+				rt, s, first, second, g, reported := reRunBehindALateEnd(t, elsewhere, nil, nil)
+				next, snap := pullFirst(t, stream.open(rt, second.ID))
+				require.Equal(t, second.RunID, snap.RunID, "the stream begins with the new run")
 
-			close(s.resume)
-			wait(t, reported, "the first run's end to be reported")
-			g.open()
-			snap = untilEnd(t, next, second.RunID, "not the end of "+first.RunID)
-			assert.Equal(t, StatusCompleted, snap.Status)
-		})
+				close(s.resume)
+				wait(t, reported, "the first run's end to be reported")
+				g.open()
+				snap = untilEnd(t, next, second.RunID, "not the end of "+first.RunID)
+				assert.Equal(t, StatusCompleted, snap.Status)
+			})
+		}
 	}
+}
+
+// Subscribe shows a key re-run through another runtime whose clock is
+// behind this one's, though the new run was created earlier by the
+// clocks than the run it replaced.
+func TestSubscribeShowsARunReRunOnASlowerClock(t *testing.T) {
+	s := NewMemStore()
+	here := newRuntime(t, s, Config{})
+	there := newRuntime(t, slowClock{s}, Config{})
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	next, stop := iter.Pull2(here.Subscribe(sctx, alice))
+	defer stop()
+	first, err := here.Submit(ctx, "job", noop, alice)
+	require.NoError(t, err)
+	untilEnd(t, next, first.RunID, "the first")
+	listening(t, s, 1)
+
+	second, err := there.Submit(ctx, "job", noop, alice)
+	require.NoError(t, err)
+	require.NotEqual(t, first.RunID, second.RunID, "the key ran anew")
+	assert.Equal(t, StatusCompleted, untilEnd(t, next, second.RunID, "the re-run's").Status)
 }
 
 // The late end of an older run that excluded the watcher does not end
@@ -582,7 +626,7 @@ func TestStreamsIgnoreAnOldRunsLateEnd(t *testing.T) {
 // report, not a revocation.
 func TestWatchIgnoresTheLateEndOfAnOlderRunItCouldNotSee(t *testing.T) {
 	global := []SubmitOption{WithScope(ScopeGlobal)}
-	rt, s, _, second, g, reported := reRunBehindALateEnd(t, global, append(global, WithWatchers(bob)))
+	rt, s, _, second, g, reported := reRunBehindALateEnd(t, false, global, append(global, WithWatchers(bob)))
 	next, first := pullFirst(t, rt.Watch(ctx, second.ID, bob))
 	require.Equal(t, second.RunID, first.RunID)
 
@@ -594,6 +638,32 @@ func TestWatchIgnoresTheLateEndOfAnOlderRunItCouldNotSee(t *testing.T) {
 	wait(t, reported, "the first run's end to be reported")
 	g.open()
 	assert.Equal(t, StatusCompleted, untilEnd(t, next, second.RunID, "and the stream is not revoked").Status)
+}
+
+// Runs minted by one runtime compare by their numbers, in base 36; runs
+// minted by different runtimes, or ids no runtime minted, do not compare.
+func TestCompareRuns(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want runOrder
+	}{
+		{"i.1", "", runSameOrLater},
+		{"i.1", "i.1", runSameOrLater},
+		{"i.1", "i.2", runEarlier},
+		{"i.2", "i.1", runSameOrLater},
+		{"i.z", "i.10", runEarlier}, // 35 and 36
+		{"i.10", "i.z", runSameOrLater},
+		{"i.9", "i.a", runEarlier},
+		{"a.b.1", "a.b.2", runEarlier},
+		{"i.1", "j.2", runUnordered},
+		{"j.2", "i.1", runUnordered},
+		{"r1", "r2", runUnordered},
+		{"i.", "i.1", runUnordered},
+		{"i.01", "i.2", runUnordered},
+		{"i.A", "i.B", runUnordered},
+	} {
+		assert.Equal(t, c.want, compareRuns(c.a, c.b), "%s against %s", c.a, c.b)
+	}
 }
 
 // pullFirst starts pulling seq, stopped when the test ends, and returns
