@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -745,6 +746,31 @@ func joinedElsewhere(t *testing.T) (here *Runtime[*MemStore], sub Submission, g 
 		require.NoError(t, err)
 		require.True(t, joined.Joined)
 		require.Equal(t, sub.RunID, joined.RunID)
+	}
+}
+
+// A run's copy of its watchers keeps every name any list taught it: the
+// list of a join made here, read before another join made elsewhere,
+// adds its own name and loses neither; a read that raced both joins
+// takes nothing back.
+func TestRunLearnsEveryWatcherAnyListNames(t *testing.T) {
+	for _, n := range []int{1, 40} { // short lists are searched, long ones indexed
+		task := &Task{}
+		var before []string
+		for i := range n {
+			before = append(before, "w"+strconv.Itoa(i))
+		}
+		task.setWatchers(before)
+		read := append(slices.Clone(before), "bob")     // a read after bob joined elsewhere
+		joined := append(slices.Clone(before), "carol") // carol's join, on the list her submission read
+		task.learnWatchers(read)
+		task.learnWatchers(joined)
+		want := append(slices.Clone(before), "bob", "carol")
+		assert.ElementsMatch(t, want, task.watcherList(), "%d watchers before", n)
+		task.learnWatchers(before)
+		task.learnWatchers(read)
+		assert.ElementsMatch(t, want, task.watcherList(), "and keeps them")
+		assert.Zero(t, testing.AllocsPerRun(10, func() { task.learnWatchers(read) }), "a list it has costs nothing")
 	}
 }
 

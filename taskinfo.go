@@ -355,22 +355,64 @@ func (t *Task) CancelReason() error {
 
 func (t *Task) setWatchers(w []string) { t.watchers.Store(&w) }
 
-// learnWatchers takes w, the watchers of the run's record as a read or a
-// join found them, as the run's copy when it names more than the copy
-// does. A run's watchers only grow, by joins, some made through other
-// runtimes, so the longer list is the newer: a read that raced a join
-// never takes the copy back.
+// learnWatchers adds to the run's copy of its watchers those of w, the
+// watchers of the run's record as a read or a join found them. A run's
+// watchers only grow, by joins, some made through other runtimes, so a
+// name once known stays: a read that raced a join never takes the copy
+// back, and two lists that each miss a join the other has are merged.
+// Only membership is read from the copy; its order may differ from the
+// record's.
 func (t *Task) learnWatchers(w []string) {
 	for {
 		p := t.watchers.Load()
-		if len(w) <= len(t.watcherList()) {
+		var known []string
+		if p != nil {
+			known = *p
+		}
+		merged := mergeWatchers(known, w)
+		if merged == nil {
 			return
 		}
-		c := slices.Clone(w)
-		if t.watchers.CompareAndSwap(p, &c) {
+		c := new([]string) // allocated here, not on the common path above
+		*c = merged
+		if t.watchers.CompareAndSwap(p, c) {
 			return
 		}
 	}
+}
+
+// mergeWatchers returns known followed by the names of w it lacks, in a
+// new slice, or nil when it lacks none. Neither list names anyone twice,
+// as a record's watchers do not. A list known begins with, the common
+// case, costs one pass and no allocation.
+func mergeWatchers(known, w []string) []string {
+	if len(w) <= len(known) && slices.Equal(known[:len(w)], w) {
+		return nil
+	}
+	var have map[string]struct{}
+	if len(known) > 16 {
+		have = make(map[string]struct{}, len(known))
+		for _, u := range known {
+			have[u] = struct{}{}
+		}
+	}
+	var merged []string
+	for _, u := range w {
+		found := false
+		if have != nil {
+			_, found = have[u]
+		} else {
+			found = slices.Contains(known, u)
+		}
+		if found {
+			continue
+		}
+		if merged == nil {
+			merged = append(make([]string, 0, len(known)+len(w)), known...)
+		}
+		merged = append(merged, u)
+	}
+	return merged
 }
 
 // watcherList returns the record's watchers as this run knows them. The
