@@ -186,15 +186,19 @@ func (rt *Runtime[S]) panicked(t *Task, st *State, pe *PanicError, err error) {
 	rt.emit(&change{kind: changePanicked, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
 }
 
-// encodeResult marshals a callback's result. A panicking MarshalJSON is
-// the callback's code, so it fails the run, not the process.
+// encodeResult marshals a callback's result and checks that every store
+// can hold it (see checkResult). A panicking MarshalJSON is the
+// callback's code, so it fails the run, not the process.
 func encodeResult(res any) (b []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			b, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
-	return json.Marshal(res)
+	if b, err = json.Marshal(res); err == nil {
+		err = checkResult(b)
+	}
+	return b, err
 }
 
 // errorText is err.Error() with a panic in it recovered, for the same
@@ -225,7 +229,10 @@ func (rt *Runtime[S]) finishCompleted(t *Task, st *State, res any) {
 	if res != nil {
 		b, err := encodeResult(res)
 		if err != nil {
-			rt.finishFailed(t, st, fmt.Errorf("%w: %w", ErrResultEncoding, err))
+			if !errors.Is(err, ErrResultEncoding) {
+				err = fmt.Errorf("%w: %w", ErrResultEncoding, err)
+			}
+			rt.finishFailed(t, st, err)
 			return
 		}
 		st.Result = b

@@ -2,9 +2,11 @@ package workers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -487,17 +489,40 @@ func TestPanicFailsTheTaskAndTheRuntimeKeepsWorking(t *testing.T) {
 	assert.Equal(t, StatusCompleted, settled(t, rt, ok.ID).Status)
 }
 
+// A result that some store could not hold fails the run with
+// ErrResultEncoding in every store alike; a deep one that every store
+// holds, and brackets inside strings, do not.
 func TestUnencodableResultFailsTheRun(t *testing.T) {
 	t.Parallel()
 	rt := memRuntime(t)
-	sub, err := rt.Submit(ctx, "k", returns(make(chan int), nil), alice)
-	require.NoError(t, err)
-	snap := settled(t, rt, sub.ID)
-	assert.Equal(t, StatusFailed, snap.Status)
-	assert.Contains(t, snap.Error, "result encoding")
-	assert.Nil(t, snap.Result)
-	_, err = ResultAs[int](snap)
-	assert.ErrorIs(t, err, ErrResultEncoding)
+	nested := func(n int) json.RawMessage {
+		return json.RawMessage(strings.Repeat(`{"a":[`, n) + "1" + strings.Repeat("]}", n))
+	}
+	for _, c := range []struct {
+		name   string
+		result any
+		ok     bool
+	}{
+		{"a channel", make(chan int), false},
+		{"raw JSON that is not UTF-8", json.RawMessage("\"\xff\""), false},
+		{"nested 1002 deep", nested(501), false},
+		{"nested 1000 deep", nested(500), true},
+		{"brackets in strings", []string{strings.Repeat("[{", 2000), `\"[`}, true},
+	} {
+		sub, err := rt.Submit(ctx, c.name, returns(c.result, nil), alice)
+		require.NoError(t, err)
+		snap := settled(t, rt, sub.ID)
+		if c.ok {
+			assert.Equal(t, StatusCompleted, snap.Status, c.name)
+			continue
+		}
+		assert.Equal(t, StatusFailed, snap.Status, c.name)
+		assert.Contains(t, snap.Error, "result encoding", c.name)
+		assert.Equal(t, 1, strings.Count(snap.Error, "result encoding"), "said once: %s", snap.Error)
+		assert.Nil(t, snap.Result)
+		_, err = ResultAs[int](snap)
+		assert.ErrorIs(t, err, ErrResultEncoding)
+	}
 }
 
 func TestCallbackErrorFailsTheTask(t *testing.T) {

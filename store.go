@@ -418,10 +418,60 @@ func checkState(st *State) error {
 	if st.Attempt < 0 || st.Attempt > math.MaxInt32 {
 		return fmt.Errorf("%w: attempt %d outside 0 to %d", ErrInvalidData, st.Attempt, math.MaxInt32)
 	}
-	if st.Result != nil && !json.Valid(st.Result) {
-		return fmt.Errorf("%w: result is not valid JSON", ErrResultEncoding)
+	if st.Result != nil {
+		return checkResult(st.Result)
 	}
 	return nil
+}
+
+// maxResultDepth is how deeply a result's arrays and objects may nest:
+// the most that every store holds (SQLite's JSON functions refuse more,
+// where encoding/json and PostgreSQL accept up to 10000).
+const maxResultDepth = 1000
+
+// checkResult reports, wrapping ErrResultEncoding, what would keep some
+// store from holding result: JSON that is not valid, not valid UTF-8
+// (which encoding/json lets through a json.RawMessage, and PostgreSQL
+// refuses), or nested more than maxResultDepth deep.
+func checkResult(result []byte) error {
+	switch {
+	case !json.Valid(result):
+		return fmt.Errorf("%w: result is not valid JSON", ErrResultEncoding)
+	case !utf8.Valid(result):
+		return fmt.Errorf("%w: result is not valid UTF-8", ErrResultEncoding)
+	case !shallowJSON(result, maxResultDepth):
+		return fmt.Errorf("%w: result nests arrays and objects more than %d deep", ErrResultEncoding, maxResultDepth)
+	}
+	return nil
+}
+
+// shallowJSON reports whether the arrays and objects of b, valid JSON,
+// nest at most max deep.
+func shallowJSON(b []byte, max int) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > max {
+				return false
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return true
 }
 
 // checkStateText is checkState's check of the text fields. A run's
@@ -452,7 +502,9 @@ func CheckRecord(rec Record) error { return checkRecord(&rec) }
 // text type refuses; the runtime cleans what it writes with the same
 // rule), a Progress from 0 to 100 and an Attempt from 0 to math.MaxInt32
 // (ErrInvalidData: the runtime writes nothing else, and every store can
-// hold them), and a Result that is nil or valid JSON (ErrResultEncoding).
+// hold them), and a Result that is nil or valid JSON, in valid UTF-8,
+// whose arrays and objects nest at most 1000 deep (ErrResultEncoding:
+// the most every store holds).
 // A Result is stored byte for byte, escapes such as \u0000 included.
 func CheckState(st State) error { return checkState(&st) }
 

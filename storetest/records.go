@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -339,6 +340,10 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 	insert(t, s, stored)
 	notJSON := outcome(workers.StatusCompleted, 1)
 	notJSON.Result = []byte("{not json")
+	notUTF8 := outcome(workers.StatusCompleted, 1)
+	notUTF8.Result = []byte("\"\xff\"")
+	deep := outcome(workers.StatusCompleted, 1)
+	deep.Result = []byte(strings.Repeat("[", 1001) + strings.Repeat("]", 1001))
 	unknown := outcome(workers.StatusCompleted, 1)
 	unknown.Status = "paused"
 	for _, c := range []struct {
@@ -347,6 +352,8 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 		want error
 	}{
 		{"a result that is not JSON", notJSON, workers.ErrResultEncoding},
+		{"a result that is not UTF-8", notUTF8, workers.ErrResultEncoding},
+		{"a result nested deeper than every store holds", deep, workers.ErrResultEncoding},
 		{"an unknown status", unknown, workers.ErrInvalidOption},
 	} {
 		bad := record("alice::bad", "run-1")
