@@ -132,6 +132,7 @@ var dialect = &sqlcore.Dialect{
 	NullsFirst:    " NULLS FIRST",
 	NullsLast:     " NULLS LAST",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
+	MigrationTx:   &sql.TxOptions{Isolation: sql.LevelReadCommitted},
 	DataError: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -97,15 +98,13 @@ func (sc scratch) store(t testing.TB, opts ...postgres.Option) *postgres.Store {
 // another process would have, whose connections carry the application
 // name app if it is not empty; both are closed in t's cleanup. It does
 // not migrate.
-func (sc scratch) ownStore(t testing.TB, app string) *postgres.Store {
+func (sc scratch) ownStore(t testing.TB, params map[string]string) *postgres.Store {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if app != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = app
-	}
+	maps.Copy(cfg.ConnConfig.RuntimeParams, params)
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +124,7 @@ func (sc scratch) ownStore(t testing.TB, app string) *postgres.Store {
 func (sc scratch) namedStore(t testing.TB, name string) (*postgres.Store, string) {
 	t.Helper()
 	app := name + "-" + strings.ToLower(rand.Text())
-	s := sc.ownStore(t, app)
+	s := sc.ownStore(t, map[string]string{"application_name": app})
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -190,18 +189,30 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// Processes migrating at once apply each version once, whatever
+// isolation their database or role makes the default: a migration's
+// transaction reads what a peer committed while it waited for the lock.
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
-	sc := newScratchT(t)
-	var stores []*postgres.Store
-	for range 4 {
-		stores = append(stores, sc.ownStore(t, "")) // a pool each, as separate processes would have
-	}
-	sqltest.MigrateConcurrently(t, stores)
-	var n, top int
-	err := sc.pool.QueryRow(t.Context(), `SELECT count(*), max(version) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n, &top)
-	if err != nil || n != sqltest.MigrationFiles(t) || top < 2 {
-		t.Errorf("schema_version holds %d rows up to version %d (%v), want each version once", n, top, err)
+	for _, isolation := range []string{"", "repeatable read", "serializable"} {
+		t.Run("default isolation="+isolation, func(t *testing.T) {
+			t.Parallel()
+			sc := newScratchT(t)
+			var params map[string]string
+			if isolation != "" {
+				params = map[string]string{"default_transaction_isolation": isolation}
+			}
+			var stores []*postgres.Store
+			for range 4 {
+				stores = append(stores, sc.ownStore(t, params)) // a pool each, as separate processes would have
+			}
+			sqltest.MigrateConcurrently(t, stores)
+			var n, top int
+			err := sc.pool.QueryRow(t.Context(), `SELECT count(*), max(version) FROM "`+sc.schema+`".workers_schema_version`).Scan(&n, &top)
+			if err != nil || n != sqltest.MigrationFiles(t) || top < 2 {
+				t.Errorf("schema_version holds %d rows up to version %d (%v), want each version once", n, top, err)
+			}
+		})
 	}
 }
 

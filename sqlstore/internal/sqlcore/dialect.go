@@ -8,6 +8,7 @@
 package sqlcore
 
 import (
+	"database/sql"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -88,6 +89,13 @@ type Dialect struct {
 	// in progress. A dialect without it must make BeginTx itself
 	// exclusive (SQLite's BEGIN IMMEDIATE).
 	MigrationLock string
+
+	// MigrationTx, if set, are the options of the migration transaction.
+	// Under MigrationLock it must read what another migration committed
+	// while it waited for the lock: PostgreSQL's READ COMMITTED, whatever
+	// isolation the database or role makes the default, not a snapshot
+	// taken before the wait.
+	MigrationTx *sql.TxOptions
 
 	// DataError, if set, reports whether err is the database refusing
 	// the data it was given (a value it cannot hold), as opposed to a

@@ -52,7 +52,7 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	if err != nil {
 		return s.wrap("migrate", err)
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTxWith(ctx, s.d.MigrationTx, func(tx *sql.Tx) error {
 		if s.d.MigrationLock != "" {
 			if _, err := tx.ExecContext(ctx, s.d.MigrationLock, s.lockKey()); err != nil {
 				return s.wrap("migrate: lock", err)

@@ -556,7 +556,12 @@ func (s *Store) insertWatchers(ctx context.Context, x execer, id string, created
 // inTx runs fn in a transaction on the write handle, committing if it
 // returns nil.
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+	return s.inTxWith(ctx, nil, fn)
+}
+
+// inTxWith is inTx with the transaction's options.
+func (s *Store) inTxWith(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, opts)
 	if err != nil {
 		return s.wrap("begin", err)
 	}
