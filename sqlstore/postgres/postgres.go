@@ -79,6 +79,12 @@
 //
 // The store does not implement workers.RecordClearer, so a runtime reset
 // never deletes rows. A named schema must exist before Migrate runs.
+// Every process sharing the tables must spell their schema the same way
+// (the same WithSchema, or none and the same search_path): the notice
+// channel and the migration lock are named after that spelling, so a
+// process that reaches through its search_path the schema another names
+// would hear none of its notices (the sync loop would still make up for
+// them) and migrate under another lock.
 // Listen holds one connection outside the pool for as long as the runtime
 // lives. Every task write sends a notice, which PostgreSQL serializes at
 // commit; the throughput figures in the bench module include that cost.

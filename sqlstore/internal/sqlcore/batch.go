@@ -70,13 +70,17 @@ func (c *combiner[T]) do(ctx context.Context, key string, in T) (bool, error) {
 	w := &call[T]{ctx: ctx, key: key, in: in, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, w)
+	var batch []*call[T]
 	if c.running < c.limit {
-		c.running++
-		batch := c.take()
-		c.mu.Unlock()
+		// Empty when the key is in a batch in flight, which then takes
+		// the write as its next.
+		if batch = c.take(); len(batch) > 0 {
+			c.running++
+		}
+	}
+	c.mu.Unlock()
+	if len(batch) > 0 {
 		go c.loop(batch)
-	} else {
-		c.mu.Unlock()
 	}
 	select {
 	case <-w.done:
