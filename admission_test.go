@@ -690,6 +690,20 @@ func (w waiting) behindAHead(t *testing.T, s Store, mem *MemStore) (here *Runtim
 	return here, there, head, behind, ran
 }
 
+// endedWithoutRunning checks that third, submitted in the place the
+// cancelled task behind gave back, completed, and that behind ended
+// CANCELLED without running (ran is closed if it ran).
+func endedWithoutRunning(t *testing.T, here *Runtime[Store], third, behind Submission, ran chan struct{}) {
+	t.Helper()
+	assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
+	assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
+	select {
+	case <-ran:
+		t.Fatal("the cancelled task ran")
+	default:
+	}
+}
+
 // A queue item, or a task waiting for a slot, cancelled through another
 // runtime frees its owner's waiting quota here as soon as the notice
 // comes, as a local Cancel does, not when its turn comes.
@@ -711,13 +725,7 @@ func TestRemoteCancelOfAWaitingRunFreesItsQuota(t *testing.T) {
 				return err == nil
 			}, "the cancelled task to free alice's waiting place")
 			head.open()
-			assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
-			assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
-			select {
-			case <-ran:
-				t.Fatal("the cancelled task ran")
-			default:
-			}
+			endedWithoutRunning(t, here, third, behind, ran)
 		})
 	}
 }
@@ -760,13 +768,7 @@ func TestRemoteCancelOfAWaitingRunWhoseCheckFails(t *testing.T) {
 				third, err = submitOn(here, w.queue, "third", noop, alice)
 				return err == nil
 			}, "the task to end at its turn")
-			assert.Equal(t, StatusCompleted, settled(t, here, third.ID).Status)
-			assert.Equal(t, StatusCancelled, mustStatus(t, here, behind.ID).Status)
-			select {
-			case <-ran:
-				t.Fatal("the cancelled task ran")
-			default:
-			}
+			endedWithoutRunning(t, here, third, behind, ran)
 		})
 	}
 }
