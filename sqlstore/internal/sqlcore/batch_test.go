@@ -353,40 +353,26 @@ func TestCombinerStallAfterTheBatchEndedDoesNothing(t *testing.T) {
 // for the first without counting as a batch in flight: the combiner
 // still starts limit batches at once afterwards.
 func TestCombinerSecondWriteOfAKeyInFlightTakesNoBatch(t *testing.T) {
-	r := &recorder{gate: make(chan struct{})}
-	c := newCombiner(r, 2, 8)
-	var wg sync.WaitGroup
-	wg.Go(func() { c.do(t.Context(), "k", 1) })
-	waitFor(t, func() bool { return len(r.seen()) == 1 }, "the first write's batch")
-	wg.Go(func() { c.do(t.Context(), "k", 2) })
-	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.queue) == 1 }, "the second write to queue")
-	c.mu.Lock()
-	running := c.running
-	c.mu.Unlock()
-	if running != 1 {
-		t.Errorf("%d batches in flight, want 1", running)
-	}
-	close(r.gate)
-	wg.Wait()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.running != 0 {
-		t.Errorf("%d batches in flight once every write returned, want 0", c.running)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{gate: make(chan struct{})}
+		c := newCombiner(r, 2, 8)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() { c.do(t.Context(), "k", i) })
+			synctest.Wait()
 		}
-	}
+		c.mu.Lock()
+		running, queued := c.running, len(c.queue)
+		c.mu.Unlock()
+		if running != 1 || queued != 1 {
+			t.Errorf("%d batches in flight, %d writes queued; want 1 and 1", running, queued)
+		}
+		close(r.gate)
+		wg.Wait()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.running != 0 {
+			t.Errorf("%d batches in flight once every write returned, want 0", c.running)
+		}
+	})
 }
