@@ -564,12 +564,12 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, tru
 // checkRuns syncs the runs executing here whose ids are in ids, or all
 // of them when all is set. Runs waiting for their turn under
 // Config.Limits are checked only if ids names them, on a notice: the sync
-// loop's timed pass leaves them, however many, to end at their turn. A progress write is
-// built from the state the run last wrote, under the run's state lock,
-// so it never undoes a newer write of the run's own (a retry's attempt
-// number, say); a run is cancelled only while it still holds that its
-// last write left it RUNNING, so a run that has just finished is left
-// alone.
+// loop's timed pass leaves them, however many, to end at their turn. A
+// progress write is built from the state the run last wrote, under the
+// run's state lock, so it never undoes a newer write of the run's own (a
+// retry's attempt number, say); a run is cancelled only while it still
+// holds that its last write left it RUNNING, so a run that has just
+// finished is left alone.
 func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, all bool) {
 	var runs []*Task
 	if all {
