@@ -30,8 +30,8 @@ var (
 	// return it for a missing id.
 	ErrNotFound = errors.New("workers: task not found")
 
-	// ErrInvalidCursor is returned by Runtime.ListPage for a cursor it did
-	// not make (WithCursor).
+	// ErrInvalidCursor is returned by Runtime.ListPage for a cursor that is
+	// not in the format its pages' cursors have (WithCursor).
 	ErrInvalidCursor = errors.New("workers: invalid list cursor")
 
 	// ErrConflict is returned by Store.InsertTask when a record with the

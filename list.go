@@ -36,11 +36,16 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 
 // ListPage returns one page of the tasks List would return: at most
 // WithLimit tasks (DefaultPageSize without it), and the cursor of the
-// next page. Pass it to WithCursor, with the same filters, to read on;
-// tasks submitted meanwhile are never returned twice, and tasks deleted
-// meanwhile never break the walk. Each page costs one store query, in
-// proportion to the page, whatever the user's history. Errors:
-// ErrNoAuthority, ErrInvalidCursor, or a store error.
+// next page. Pass it to WithCursor, with the same filters, to read on.
+// Tasks deleted meanwhile never break the walk. Tasks are ordered by
+// their current run's creation, so a task submitted meanwhile, or re-run
+// (a new run of its key), takes its new run's place: newest first, behind
+// the walk, where it is not listed; oldest first, ahead of it, where it
+// is, a re-run key then a second time. Each page costs one store query:
+// unfiltered, in proportion to the page, whatever the user's history; with
+// WithStatus or WithQueue, in proportion to the user's tasks it passes
+// over, which MemStore reads under its lock. Errors: ErrNoAuthority,
+// ErrInvalidCursor, or a store error.
 func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...ListOption) (Page, error) {
 	c, f, err := listFilter(auth, opts)
 	if err != nil {

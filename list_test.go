@@ -69,6 +69,47 @@ func TestListPageWalksNewestFirstWithCursors(t *testing.T) {
 	assert.Empty(t, all.Next)
 }
 
+// A key re-run while paging takes its new run's place, as ListPage says:
+// newest first it falls behind the walk and is not listed again; oldest
+// first it is listed again at the end.
+func TestListPagePlacesAKeyReRunWhilePagingAtItsNewRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		order Order
+		want  []string
+	}{
+		{NewestFirst, []string{"alice::k3", "alice::k2", "alice::k1"}},
+		{OldestFirst, []string{"alice::k0", "alice::k1", "alice::k2", "alice::k3", "alice::k0"}},
+	} {
+		store := NewMemStore()
+		rt := newRuntime(t, store, Config{})
+		base := now().Add(-time.Hour)
+		for i := range 4 {
+			at := base.Add(time.Duration(i) * time.Minute)
+			require.NoError(t, store.InsertTask(ctx, Record{ID: fmt.Sprintf("alice::k%d", i), RunID: fmt.Sprint("old.", i),
+				Watchers: []string{"alice"}, CreatedAt: at, State: State{Status: StatusCompleted, CompletedAt: at}}))
+		}
+		var got []string
+		for cursor, page := "", 0; ; page++ {
+			p, err := rt.ListPage(ctx, alice, WithLimit(2), WithOrder(tc.order), WithCursor(cursor))
+			require.NoError(t, err)
+			got = append(got, snapshotIDs(p.Tasks)...)
+			if p.Next == "" {
+				break
+			}
+			cursor = p.Next
+			if page == 0 { // k0 is re-run between the first two pages
+				sub, err := rt.Submit(ctx, "k0", func(context.Context, *Task) (any, error) { return nil, nil }, alice)
+				require.NoError(t, err)
+				require.False(t, sub.Joined)
+				_, err = rt.Wait(ctx, sub.ID, alice)
+				require.NoError(t, err)
+			}
+		}
+		assert.Equal(t, tc.want, got, "order %v", tc.order)
+	}
+}
+
 func TestListPageRefusesABadCursor(t *testing.T) {
 	t.Parallel()
 	rt := memRuntime(t)

@@ -197,8 +197,10 @@ func WithOrder(order Order) ListOption {
 // WithCursor continues a listing after the page whose Page.Next is
 // cursor; "" starts at the beginning. A cursor keeps its listing's order
 // and overrides WithOrder; pass the same filters with it, or the pages do
-// not fit together. A cursor that ListPage did not make is refused with
-// ErrInvalidCursor.
+// not fit together. A cursor that is not in ListPage's format is refused
+// with ErrInvalidCursor. A cursor is not signed: it is the position of the
+// last task of its page, and a made-up one only starts the listing
+// elsewhere, which shows nothing the caller may not see.
 func WithCursor(cursor string) ListOption {
 	return func(o *listOptions) { o.cursor = cursor }
 }
