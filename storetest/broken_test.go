@@ -42,6 +42,9 @@ var brokenStores = map[string]struct {
 	"PagesIgnoreCursor": {
 		func() workers.Store { return pagesIgnoreCursor{workers.NewMemStore()} }, nil,
 		storetest.Run, "List/PagesWalkTheWholeListing"},
+	"CursorByID": {
+		func() workers.Store { return cursorByID{workers.NewMemStore()} }, nil,
+		storetest.Run, "List/PagesAfterAMovedRecord"},
 	"OldestFirstAlways": {
 		func() workers.Store { return oldestFirstAlways{workers.NewMemStore()} }, nil,
 		storetest.Run, "List/NewestFirst"},
@@ -271,6 +274,21 @@ type pagesIgnoreCursor struct{ *workers.MemStore }
 
 func (s pagesIgnoreCursor) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
 	f.After = nil
+	return s.MemStore.ListTasks(ctx, f)
+}
+
+// cursorByID takes Filter.After as the record it names: it pages after
+// that record's place now, and from the start once it is gone.
+type cursorByID struct{ *workers.MemStore }
+
+func (s cursorByID) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	if f.After != nil {
+		if r, err := s.GetTask(ctx, f.After.ID); err == nil {
+			f.After = workers.PositionOf(&r)
+		} else {
+			f.After = nil
+		}
+	}
 	return s.MemStore.ListTasks(ctx, f)
 }
 

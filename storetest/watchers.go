@@ -204,6 +204,52 @@ func (*suite) listPages(t *testing.T, s workers.Store) {
 	}
 }
 
+func (*suite) listAfterMoved(t *testing.T, s workers.Store) {
+	recs := fixture()
+	insert(t, s, recs...)
+	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
+		f := workers.Filter{Order: order, Limit: 3}
+		first := list(t, s, f)
+		if len(first) != 3 {
+			t.Fatalf("ListTasks(%+v) returned %q, want 3 records", f, ids(first))
+		}
+		last := first[2]
+		after := workers.PositionOf(&last)
+		// The rest of the listing, as it was, after the page.
+		rest := ids(list(t, s, workers.Filter{Order: order}))[3:]
+
+		// Moved: a new run of the record, created after every other.
+		moved := last
+		moved.RunID, moved.CreatedAt = last.RunID+"-next", at(100)
+		if err := s.ReplaceTask(t.Context(), moved, last.RunID); err != nil {
+			t.Fatalf("ReplaceTask(%q): %v", moved.ID, err)
+		}
+		want := slices.Clone(rest)
+		if order == workers.OldestFirst {
+			want = append(want, moved.ID) // now the newest, after the position
+		}
+		f.After, f.Limit = after, 0
+		if got := ids(list(t, s, f)); !slices.Equal(got, want) {
+			t.Errorf("ListTasks(%v after %q, which has since moved) returned %q, want %q", order, last.ID, got, want)
+		}
+
+		// Deleted: the moved record, finished long ago, and deleted.
+		done := moved
+		done.RunID, done.CreatedAt, done.State = moved.RunID+"-done", last.CreatedAt, outcome(workers.StatusCompleted, 1)
+		done.CompletedAt = at(-100)
+		if err := s.ReplaceTask(t.Context(), done, moved.RunID); err != nil {
+			t.Fatalf("ReplaceTask(%q): %v", done.ID, err)
+		}
+		if n, err := s.DeleteFinished(t.Context(), at(-50)); err != nil || n != 1 {
+			t.Fatalf("DeleteFinished deleted %d records (%v), want 1", n, err)
+		}
+		if got := ids(list(t, s, f)); !slices.Equal(got, rest) {
+			t.Errorf("ListTasks(%v after %q, which has since been deleted) returned %q, want %q", order, last.ID, got, rest)
+		}
+		insert(t, s, last) // as it was, for the next order
+	}
+}
+
 func (*suite) listEmpty(t *testing.T, s workers.Store) {
 	for _, f := range []workers.Filter{{}, {VisibleTo: "alice", Statuses: allStatuses, Queue: "q1", Limit: 5}} {
 		if got := list(t, s, f); len(got) != 0 {
