@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -41,7 +42,8 @@ const shutdownSlack = 100 * time.Millisecond
 // Shutdown returns by ctx's deadline plus a small constant, even over a
 // store that hangs: every store call made for it, or on a run's behalf,
 // is cut off then. It returns nil when everything settled, and otherwise
-// an error wrapping ctx.Err() that says what was left: runs whose
+// an error that says what was left, wrapping ctx.Err() when ctx ended
+// (when it did not, the store refused the records' writes): runs whose
 // callbacks still execute (they keep their handles, and release them
 // when they return, but can no longer write: their records stay live),
 // submissions still registering (each in a store call that ignores its
@@ -121,6 +123,9 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	if waitAll(ctx, submitting) > 0 {
 		open += rt.gate.count()
 	}
+	// One that registered since the runs were listed (the wait for the
+	// intake ran out first) has a run that list missed.
+	open += waitAll(ctx, rt.lateRuns(inflight))
 
 	unwritten := rt.unwritten()
 	// The lease is released once, by the Shutdown that settled
@@ -142,7 +147,28 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		err = context.Cause(rt.life)
 	}
 	rt.endLife(ErrClosed)
-	return fmt.Errorf("workers: shutdown left %d runs or goroutines executing and %d live records of this runtime unwritten: %w", open, unwritten, err)
+	left := fmt.Sprintf("workers: shutdown left %d runs or goroutines executing and %d live records of this runtime unwritten", open, unwritten)
+	if err == nil {
+		// Nothing cut Shutdown short: the store refused those writes.
+		return errors.New(left + ": the store refused their writes")
+	}
+	return fmt.Errorf("%s: %w", left, err)
+}
+
+// lateRuns returns the done channels of the runs in flight that listed
+// does not hold.
+func (rt *Runtime[S]) lateRuns(listed []*Task) []<-chan struct{} {
+	seen := make(map[*Task]struct{}, len(listed))
+	for _, t := range listed {
+		seen[t] = struct{}{}
+	}
+	var late []<-chan struct{}
+	for _, t := range rt.runs.all() {
+		if _, ok := seen[t]; !ok {
+			late = append(late, t.doneChan())
+		}
+	}
+	return late
 }
 
 // gracePoint is when Shutdown stops letting callbacks run (see
@@ -250,16 +276,15 @@ func (g *intake) close() <-chan struct{} {
 		g.closed = true
 		g.endShut()
 	}
-	ch := make(chan struct{})
 	if g.inside == 0 {
+		ch := make(chan struct{})
 		close(ch)
-	} else {
-		if g.idle != nil {
-			close(g.idle) // a second Shutdown: the first's waiter moves on
-		}
-		g.idle = ch
+		return ch
 	}
-	return ch
+	if g.idle == nil {
+		g.idle = make(chan struct{})
+	}
+	return g.idle // every Shutdown waits on the same channel
 }
 
 // emptyQueues takes the waiting items out of every queue with take, and

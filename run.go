@@ -86,6 +86,12 @@ func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 				return false // the record moved on without this run
 			}
 		}
+		if t.ctx.Err() != nil {
+			// Cancelled since its start or retry landed: the attempt
+			// does not begin.
+			rt.finishCancelled(t, StatusRunning, st, lastErr)
+			return false
+		}
 		res, err, handedOff := rt.call(t, st)
 		if pe, ok := asPanic(err); ok && !handedOff {
 			rt.panicked(t, st, pe, err)
@@ -374,10 +380,15 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 			rt.logRunError("workers: run write failed; retrying", op, t, err)
 		}
 		failed = err
-		if op == opStart && t.cause() != nil && !st.Status.Terminal() {
-			// Cancelled while its start could not be written: record
-			// the cancellation instead of starting.
-			*st = State{Progress: t.Progress()}
+		if (op == opStart || op == opRetry) && t.cause() != nil && !st.Status.Terminal() {
+			// Cancelled while its start, or a retry's, could not be
+			// written: record the cancellation instead of starting the
+			// attempt. A retry's run began with the attempt before.
+			cancelled := State{Progress: t.Progress()}
+			if op == opRetry {
+				cancelled.StartedAt, cancelled.Attempt = st.StartedAt, st.Attempt-1
+			}
+			*st = cancelled
 			causeOutcome(t.cause()).apply(st, now())
 		}
 		if !sleep(rt.life, jitter(backoff)) {

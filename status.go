@@ -211,8 +211,11 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
 // the record kept changing, or a store error. When the store reports an
 // error for the cancel's write, Cancel reads the record: if the write
-// landed all the same, it returns nil; otherwise the store error, and
-// nothing was cancelled.
+// landed all the same, it returns nil; if it did not, the store error,
+// and nothing was cancelled. If the read fails too, it returns the store
+// error, and a run that this runtime executes is cancelled all the same:
+// its own writes are fenced on its run id, so its record ends CANCELLED
+// whether or not the cancel's write landed.
 //
 // The record keeps who cancelled (the Owner's user id; empty for System)
 // and, with WithReason, why, and every Snapshot shows both, so an owner
@@ -258,29 +261,26 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		// since the read is never overwritten with the older state.
 		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
 		if err != nil {
+			if permanentStoreError(err) {
+				return err
+			}
 			// The write may have landed all the same (a lost
 			// acknowledgement): if the record holds it, it did.
-			if permanentStoreError(err) || !rt.holds(ctx, id, rec.RunID, &st) {
+			landed, known := rt.holds(ctx, id, rec.RunID, &st)
+			if !landed {
+				if !known {
+					// Perhaps it did: a run of this runtime is
+					// cancelled all the same, lest it run on under a
+					// CANCELLED record that no later Cancel reaches.
+					// Its own writes are fenced on its run id.
+					rt.cancelRun(id, rec.RunID, t)
+				}
 				return err
 			}
 			ok = true
 		}
 		if ok {
-			if t == nil && InstanceOf(rec.RunID) == rt.instance {
-				// A registration of this runtime may be between its
-				// insert and the publishing of its handle, which share
-				// the task's lock: once the lock is free, the handle is
-				// out, or the run is no longer live here.
-				h := rt.keys.lock(id)
-				t = rt.handle(id, rec.RunID)
-				h.unlock()
-			}
-			if t != nil {
-				t.cancel(ErrCancelled)
-				if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
-					go rt.execute(t) // it never starts: this settles it
-				}
-			}
+			t = rt.cancelRun(id, rec.RunID, t)
 			if t == nil || t.claim(runEndSeen) {
 				rt.emit(&change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
 			}
@@ -290,9 +290,35 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
 }
 
+// cancelRun cancels run runID of id with ErrCancelled, if it is live in
+// this runtime, and returns its handle (t, when the caller has it
+// already). A run waiting for admission is settled at once.
+func (rt *Runtime[S]) cancelRun(id, runID string, t *Task) *Task {
+	if t == nil && InstanceOf(runID) == rt.instance {
+		// A registration of this runtime may be between its insert and
+		// the publishing of its handle, which share the task's lock:
+		// once the lock is free, the handle is out, or the run is no
+		// longer live here.
+		h := rt.keys.lock(id)
+		t = rt.handle(id, runID)
+		h.unlock()
+	}
+	if t != nil {
+		t.cancel(ErrCancelled)
+		if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
+			go rt.execute(t) // it never starts: this settles it
+		}
+	}
+	return t
+}
+
 // holds reports whether the record id is run runID's with exactly the
 // terminal state st: whether a write of st that reported an error landed.
-func (rt *Runtime[S]) holds(ctx context.Context, id, runID string, st *State) bool {
+// known is false when the record could not be read to tell.
+func (rt *Runtime[S]) holds(ctx context.Context, id, runID string, st *State) (landed, known bool) {
 	rec, err := rt.store.GetTask(ctx, id)
-	return err == nil && wrote(&rec, runID, st)
+	if err != nil {
+		return false, errors.Is(err, ErrNotFound)
+	}
+	return wrote(&rec, runID, st), true
 }

@@ -1,0 +1,233 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/storetest"
+)
+
+// A run whose retry write (RUNNING, attempt 2) cannot be written while
+// Shutdown cancels it does not begin another attempt once the store
+// answers again: it records the cancellation instead.
+func TestFaultNoRetryAttemptBeginsAfterTheRunWasCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
+		var failing atomic.Bool
+		failing.Store(true)
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+			return failing.Load() && c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2
+		}})
+		var attempts, afterCancel atomic.Int32
+		sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			if ctx.Err() != nil {
+				afterCancel.Add(1)
+			}
+			attempts.Add(1)
+			return nil, errors.New("flaky")
+		}, owner, workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}))
+		require.NoError(t, err)
+		require.NoError(t, f.WaitInjected(context.Background(), storetest.OpTransitionTask, 1), "the retry write fails")
+
+		done := make(chan error, 1)
+		go func() { done <- rt.Shutdown(context.Background()) }()
+		time.Sleep(100 * time.Millisecond) // Shutdown cancelled the run; its retry write still fails
+		synctest.Wait()
+		failing.Store(false)
+		require.NoError(t, <-done)
+
+		assert.Zero(t, afterCancel.Load(), "an attempt started after the run was cancelled")
+		assert.Equal(t, int32(1), attempts.Load())
+		r, err := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusCancelled, r.Status)
+		assert.Equal(t, workers.CauseShutdown, r.Cause)
+	})
+}
+
+// When a run's outcome and its fallback are both refused for good, the
+// record is left live and Shutdown, whose ctx never ended, reports it
+// with an error of its own, not one that wraps a nil cause.
+func TestFaultShutdownErrorForRecordsTheStoreRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Err: workers.ErrInvalidData,
+			Match: func(c *storetest.Call) bool { return c.Next.Status.Terminal() }})
+		sub, err := rt.Submit(context.Background(), "k", result("r"), owner)
+		require.NoError(t, err)
+		synctest.Wait()
+		r, err := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, err)
+		require.Equal(t, workers.StatusRunning, r.Status, "left for recovery")
+
+		err = rt.Shutdown(context.Background())
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "%!w", "Shutdown's error wraps a nil error")
+		assert.Contains(t, err.Error(), "0 runs or goroutines executing and 1 live records of this runtime unwritten: the store refused their writes")
+	})
+}
+
+// stubborn is a MemStore whose InsertTask, TransitionTask (to a terminal
+// status) and DeleteFinished each take a set time and ignore their
+// context, as a database call stuck in a driver that does not watch it
+// does. Shutdown's doc counts on such calls.
+type stubborn struct {
+	*workers.MemStore
+	insert, finish, cleanup atomic.Int64 // durations; 0 = as MemStore
+}
+
+func (s *stubborn) InsertTask(ctx context.Context, rec workers.Record) error {
+	time.Sleep(time.Duration(s.insert.Load()))
+	return s.MemStore.InsertTask(context.WithoutCancel(ctx), rec)
+}
+
+func (s *stubborn) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	if next.Status.Terminal() {
+		time.Sleep(time.Duration(s.finish.Load()))
+		ctx = context.WithoutCancel(ctx)
+	}
+	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+}
+
+func (s *stubborn) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	time.Sleep(time.Duration(s.cleanup.Load()))
+	return s.MemStore.DeleteFinished(context.WithoutCancel(ctx), cutoff)
+}
+
+// A submission still registering when Shutdown's wait for the intake runs
+// out may register its run while Shutdown waits for a background loop:
+// that run is not among those Shutdown listed first, and the submission
+// is no longer inside when Shutdown counts them at the end. Shutdown
+// still counts the run, and does not return nil (nor release the lease)
+// while it executes.
+func TestFaultShutdownCountsARunRegisteredAfterItsIntakeWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &stubborn{MemStore: workers.NewMemStore()}
+		rt := workers.NewRuntime(s, workers.Config{Logger: quiet, CleanupInterval: time.Second})
+		require.NoError(t, rt.Start(context.Background()))
+		s.cleanup.Store(int64(1080 * time.Millisecond)) // the tick at 1s returns at 2.08s
+		s.insert.Store(int64(2040 * time.Millisecond))  // the insert returns at 2.04s
+		s.finish.Store(int64(10 * time.Second))
+		submitted := make(chan error, 1)
+		var id string
+		go func() {
+			sub, err := rt.Submit(context.Background(), "late", result("r"), owner)
+			id = sub.ID
+			submitted <- err
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond) // ends at 2s
+		defer cancel()
+		err := rt.Shutdown(ctx)
+		require.NoError(t, <-submitted, "the submission was acknowledged")
+		rec, gerr := s.MemStore.GetTask(context.Background(), id)
+		require.NoError(t, gerr)
+		if err == nil {
+			assert.True(t, rec.Status.Terminal(), "Shutdown returned nil with the acknowledged run's record %s", rec.Status)
+		}
+		assert.Error(t, err, "a run was still executing when Shutdown returned")
+		time.Sleep(11 * time.Second) // the stuck write returns: the bubble's goroutines end
+	})
+}
+
+// A Cancel whose write lands but reports an error, and whose read to
+// tell fails too, returns the store error; the record says CANCELLED, so a
+// retried Cancel says ErrFinished. The callback, which runs in this very
+// runtime, is cancelled all the same: over a store without notices no
+// sync loop would ever tell it.
+func TestFaultCancelWhoseOutcomeIsUnknownStillCancelsTheRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		bare := struct{ workers.Store }{mem} // no Leaser, no Notifier
+		rt := workers.NewRuntime(storetest.Faulty(bare, f), workers.Config{Logger: quiet})
+		started := make(chan struct{})
+		var cancelled atomic.Bool
+		sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			close(started)
+			select {
+			case <-ctx.Done():
+				cancelled.Store(true)
+				return nil, ctx.Err()
+			case <-time.After(time.Hour):
+				return "ran to the end", nil
+			}
+		}, owner)
+		require.NoError(t, err)
+		<-started
+
+		var wrote atomic.Bool
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: func(c *storetest.Call) bool {
+			if c.Next.Status == workers.StatusCancelled {
+				wrote.Store(true)
+				return true
+			}
+			return false
+		}})
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore, Match: func(*storetest.Call) bool { return wrote.Load() }})
+
+		err = rt.Cancel(context.Background(), sub.ID, owner)
+		require.ErrorIs(t, err, storetest.ErrInjected, "the write and the read both failed")
+		r, gerr := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, gerr)
+		require.Equal(t, workers.StatusCancelled, r.Status, "the write had landed")
+		err = rt.Cancel(context.Background(), sub.ID, owner)
+		assert.ErrorIs(t, err, workers.ErrFinished, "the record is CANCELLED")
+
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		assert.True(t, cancelled.Load(), "the callback ran on, uncancelled, under a CANCELLED record")
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// Two Shutdowns at once (a signal handler and a deferred call, say) both
+// wait for a submission still registering: neither returns, ending the
+// runtime's life and releasing the lease, before it leaves.
+func TestFaultConcurrentShutdownsWaitForTheSameSubmissions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet})
+		// Take the lease first, so the submission below only inserts.
+		first, err := rt.Submit(context.Background(), "first", result(1), owner)
+		require.NoError(t, err)
+		_, err = rt.Wait(context.Background(), first.ID, owner)
+		require.NoError(t, err)
+
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.Delay, Delay: 2 * time.Second})
+		submitted := make(chan struct{})
+		go func() {
+			defer close(submitted)
+			_, _ = rt.Submit(context.Background(), "slow", result(2), owner)
+		}()
+		time.Sleep(100 * time.Millisecond) // the submission is in its insert
+
+		a := make(chan error, 1)
+		go func() { a <- rt.Shutdown(context.Background()) }()
+		time.Sleep(100 * time.Millisecond)
+		b := make(chan error, 1)
+		go func() { b <- rt.Shutdown(context.Background()) }()
+
+		errA := <-a
+		select {
+		case <-submitted:
+		default:
+			t.Errorf("the first Shutdown returned %v while a submission was still registering", errA)
+		}
+		<-submitted
+		require.NoError(t, <-b)
+	})
+}
