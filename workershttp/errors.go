@@ -60,6 +60,7 @@ const conflictRetry = time.Second
 // workers.ErrFinished, 503 workers.ErrConflict and workers.ErrClosed,
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
 // ErrInvalidOption, ErrInvalidCursor, and this package's ErrBadRequest),
+// 413 a body over its bound (an *http.MaxBytesError),
 // 499 when the client went away, and
 // 500 for anything else. A nil error is 200.
 func StatusCode(err error) int {
@@ -84,6 +85,9 @@ func RetryAfter(err error) (time.Duration, bool) {
 func classify(err error) (status int, code, message string) {
 	if err == nil {
 		return http.StatusOK, "", ""
+	}
+	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge, "too_large", "request body too large"
 	}
 	if _, ok := RetryAfter(err); ok && !errors.Is(err, workers.ErrConflict) {
 		err = workers.ErrQuotaExceeded // any refusal with a retry hint

@@ -72,6 +72,7 @@ type config struct {
 	heartbeat time.Duration
 	logger    *slog.Logger
 	cop       *http.CrossOriginProtection
+	streams   context.Context // event streams end with it; nil: never
 }
 
 // WithDashboard serves the live dashboard at the handler's root: one
@@ -87,6 +88,15 @@ func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbea
 // WithLogger sets where unexpected (5xx) errors are logged. Defaults to
 // slog.Default.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithStreamContext ends every event stream when ctx ends. An event
+// stream is a request that never goes idle, so http.Server.Shutdown,
+// which waits for every connection to, would wait for the streams until
+// its deadline: register the cancel of ctx with the server's
+// RegisterOnShutdown, and the streams end as the server shuts down.
+// Clients reconnect (an EventSource does) to whichever server serves
+// them next.
+func WithStreamContext(ctx context.Context) Option { return func(c *config) { c.streams = ctx } }
 
 // WithCrossOriginProtection replaces the default protection of the POST
 // routes, for example to add trusted origins.
@@ -200,7 +210,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request, auth workers.Ta
 	if r.ContentLength != 0 && r.Body != nil {
 		err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCancelBody)).Decode(&body)
 		if err != nil && !errors.Is(err, errEOF) {
-			h.fail(w, r, fmt.Errorf("%w: cancel body: %v", ErrBadRequest, err))
+			h.fail(w, r, fmt.Errorf("%w: cancel body: %w", ErrBadRequest, err))
 			return
 		}
 	}

@@ -45,13 +45,6 @@ func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan it
 // any header is written: it returns false when it answered the request
 // itself. With a nil first, the stream opens at once.
 func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(context.Context) iter.Seq2[workers.Snapshot, error], first func(item) bool) {
-	ctx, cancel := context.WithCancel(r.Context())
-	ch := pump(ctx, seq(ctx))
-	defer func() {
-		cancel()
-		for range ch {
-		}
-	}()
 	rc := http.NewResponseController(w)
 	open := func() {
 		hd := w.Header()
@@ -61,6 +54,22 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		w.WriteHeader(http.StatusOK)
 		rc.Flush()
 	}
+	if r.Method == http.MethodHead {
+		// A HEAD response has no body: a stream would never end, since
+		// nothing it writes fails.
+		open()
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	if h.cfg.streams != nil {
+		defer context.AfterFunc(h.cfg.streams, cancel)()
+	}
+	ch := pump(ctx, seq(ctx))
+	defer func() {
+		cancel()
+		for range ch {
+		}
+	}()
 	var it item
 	send := false
 	if first == nil {
@@ -95,7 +104,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 	for {
 		if send {
 			if it.err != nil {
-				return // the client went, or the stream failed after it began
+				// The client went, or the stream failed after it began,
+				// which the client learns only by the stream's end.
+				if StatusCode(it.err) >= 500 {
+					h.cfg.logger.Error("workershttp: event stream failed", "method", r.Method, "path", r.URL.Path, "err", it.err)
+				}
+				return
 			}
 			if len(seqs) > 4096 {
 				clear(seqs) // bounded on a long Subscribe stream
@@ -170,6 +184,16 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 	}
 	subscribe := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] {
 		return h.rt.Subscribe(ctx, auth, opts...)
+	}
+	// The stream opens before its first event, which may be long in
+	// coming: what would refuse it (an identity the runtime refuses, a
+	// store that fails) is asked first, so that it is answered with its
+	// status rather than with an empty stream a client reconnects to.
+	if r.Method != http.MethodHead {
+		if _, err := h.rt.List(r.Context(), auth, workers.WithStatus(workers.StatusPending, workers.StatusRunning), workers.WithLimit(1)); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 	}
 	h.stream(w, r, subscribe, nil)
 }

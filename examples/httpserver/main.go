@@ -68,7 +68,12 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newAPI(rt), ReadHeaderTimeout: 5 * time.Second}
+	// Event streams never go idle: they end when the server shuts down,
+	// or srv.Shutdown would wait for them until its bound.
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	srv := &http.Server{Handler: newAPI(rt, streams), ReadHeaderTimeout: 5 * time.Second}
+	srv.RegisterOnShutdown(endStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -98,8 +103,9 @@ var limits = workers.Limits{
 
 // newAPI returns the service's handler: the submit route, which is the
 // application's since it chooses the Func, beside workershttp's routes
-// for listing, status, cancel, live events and the dashboard.
-func newAPI[S workers.Store](rt *workers.Runtime[S]) http.Handler {
+// for listing, status, cancel, live events and the dashboard. Event
+// streams end when streams does.
+func newAPI[S workers.Store](rt *workers.Runtime[S], streams context.Context) http.Handler {
 	mux := http.NewServeMux()
 	submit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth, err := authenticate(r)
@@ -123,7 +129,7 @@ func newAPI[S workers.Store](rt *workers.Runtime[S]) http.Handler {
 	})
 	mux.Handle("POST /tasks", http.NewCrossOriginProtection().Handler(submit))
 	mux.HandleFunc("GET /login", login)
-	mux.Handle("/", workershttp.Handler(rt, authenticate, workershttp.WithDashboard()))
+	mux.Handle("/", workershttp.Handler(rt, authenticate, workershttp.WithDashboard(), workershttp.WithStreamContext(streams)))
 	return mux
 }
 

@@ -48,7 +48,7 @@ func (c client) doHeader(method, path, user string, into any) (int, http.Header)
 
 func TestAPI(t *testing.T) {
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	srv := httptest.NewServer(newAPI(rt))
+	srv := httptest.NewServer(newAPI(rt, t.Context()))
 	c := client{t, srv.URL}
 	defer srv.Close()
 
@@ -112,7 +112,7 @@ func TestQuotaAnswers429WithRetryAfter(t *testing.T) {
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{
 		Limits: workers.Limits{Owner: workers.OwnerLimits{Running: 1, Waiting: 1}},
 	})
-	srv := httptest.NewServer(newAPI(rt))
+	srv := httptest.NewServer(newAPI(rt, t.Context()))
 	defer srv.Close()
 	c := client{t, srv.URL}
 	require.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=a&steps=1000", "alice", nil))

@@ -1,0 +1,249 @@
+package workershttp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/workershttp"
+)
+
+// serveWith starts a handler over rt with the given authenticate func.
+func serveWith(t *testing.T, rt *workers.Runtime[*workers.MemStore], auth func(*http.Request) (workers.TaskAuthority, error), opts ...workershttp.Option) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(workershttp.Handler(rt, auth, opts...))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+	return srv
+}
+
+func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	require.NoError(t, err)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body) // a stream that never ends is cut by ctx
+	return res, b
+}
+
+// An identity the runtime refuses (a zero Owner from an authenticate
+// that did not check its own result) is 401 on every route, /events
+// included, and not an empty event stream that an EventSource would
+// reconnect to forever.
+func TestAllEventsRefusesAnIdentityTheRuntimeRefuses(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	zero := func(*http.Request) (workers.TaskAuthority, error) { return workers.Owner{}, nil }
+	srv := serveWith(t, rt, zero, workershttp.WithHeartbeat(0))
+
+	res, body := get(t, srv.URL+"/tasks", nil)
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, string(body))
+	res, body = get(t, srv.URL+"/tasks/alice::x/events", nil)
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, string(body))
+
+	res, body = get(t, srv.URL+"/events", nil)
+	assert.Equal(t, http.StatusUnauthorized, res.StatusCode,
+		"/events answers %d %q (Content-Type %q) for a refused identity", res.StatusCode, body, res.Header.Get("Content-Type"))
+}
+
+// failingStore fails ListTasks, as a database that is down does.
+type failingStore struct{ *workers.MemStore }
+
+func (failingStore) ListTasks(context.Context, workers.Filter) ([]workers.Record, error) {
+	return nil, errors.New("pq: connection refused to 10.0.0.5")
+}
+
+// A store failure at the start of GET /events is answered 500, and
+// logged, as on the list route.
+func TestAllEventsAnswersAndLogsAStoreFailure(t *testing.T) {
+	rt := workers.NewRuntime(failingStore{workers.NewMemStore()}, workers.Config{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	srv := httptest.NewServer(workershttp.Handler(rt, authByHeader, workershttp.WithLogger(logger), workershttp.WithHeartbeat(0)))
+	t.Cleanup(srv.Close)
+
+	res, body := get(t, srv.URL+"/tasks", map[string]string{"X-User": "alice"})
+	require.Equal(t, 500, res.StatusCode, string(body))
+	mu.Lock()
+	require.Contains(t, logs.String(), "connection refused", "the list route logs its 5xx")
+	logs.Reset()
+	mu.Unlock()
+
+	res, body = get(t, srv.URL+"/events", map[string]string{"X-User": "alice"})
+	assert.Equal(t, 500, res.StatusCode, "/events answers %d %q on a store failure", res.StatusCode, body)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, logs.String(), "connection refused", "the /events failure is logged")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// http.Server.Shutdown waits for every connection to go idle, which an
+// open event stream never does by itself: with WithStreamContext, and its
+// cancel registered with RegisterOnShutdown, the streams end as the
+// server shuts down.
+func TestEventStreamsEndWithTheStreamContext(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	srv := httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0), workershttp.WithStreamContext(streams)))
+	srv.Config.RegisterOnShutdown(endStreams)
+	srv.Start()
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+	req, err := http.NewRequest("GET", srv.URL+"/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-User", "alice")
+	res, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, 200, res.StatusCode) // the stream is open
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	assert.NoError(t, srv.Config.Shutdown(ctx), "the open event stream ended as the server shut down")
+}
+
+// A cancel body over the 4 KiB bound is 413, not a 400 that blames the
+// JSON.
+func TestCancelBodyTooLargeIs413(t *testing.T) {
+	f := newFixture(t)
+	release := make(chan struct{})
+	defer close(release)
+	sub, err := f.rt.Submit(context.Background(), "job", blocker(release), alice)
+	require.NoError(t, err)
+	body := `{"reason":"` + strings.Repeat("x", 5000) + `"}`
+	res, b := f.do(t, "POST", "/tasks/"+sub.ID+"/cancel", "alice", strings.NewReader(body))
+	assert.Equal(t, http.StatusRequestEntityTooLarge, res.StatusCode, string(b))
+}
+
+// The dashboard opens its event stream first and lists the tasks once it
+// is open, on every (re)connection. That order relies on this: the stream
+// has subscribed by the time its headers arrive, so a task that ends
+// after they did, and before the list is read, is in the stream.
+func TestEventsStreamHoldsAnEndBetweenItsOpenAndAList(t *testing.T) {
+	f := newFixture(t, workershttp.WithDashboard())
+	release := make(chan struct{})
+	sub, err := f.rt.Submit(context.Background(), "x", blocker(release), alice)
+	require.NoError(t, err)
+
+	res, events, _ := openSSE(t, f, "/events", "alice", "")
+	require.Equal(t, 200, res.StatusCode)
+	close(release)
+	waitEnd(t, f.rt, sub.ID)
+	res, body := f.do(t, "GET", "/tasks?limit=100", "alice", nil)
+	require.Equal(t, 200, res.StatusCode)
+	var p workershttp.Page
+	require.NoError(t, json.Unmarshal(body, &p))
+
+	seen := map[string]workers.Status{}
+	for {
+		_, tk, ok := next(t, events)
+		require.True(t, ok)
+		seen[tk.ID] = tk.Status
+		if tk.ID == sub.ID && tk.Status.Terminal() {
+			break
+		}
+	}
+	assert.Equal(t, workers.StatusCompleted, seen[sub.ID])
+}
+
+// HEAD is served by the GET patterns. On an event route it answers the
+// stream's headers and ends: net/http discards a HEAD body, so a stream
+// would never find its client gone, and the next request on that
+// keep-alive connection would never be served.
+func TestHeadOnAnEventRouteHoldsNoConnection(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	headDone := make(chan struct{})
+	h := workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(20*time.Millisecond))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "HEAD" {
+			defer close(headDone)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	base, cancelBase := context.WithCancel(context.Background())
+	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
+	srv.Start()
+	t.Cleanup(func() {
+		cancelBase()
+		srv.CloseClientConnections()
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+	tr := &http.Transport{MaxConnsPerHost: 1}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	req, err := http.NewRequest("HEAD", srv.URL+"/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-User", "alice")
+	res, err := client.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, 200, res.StatusCode)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err = http.NewRequestWithContext(ctx, "GET", srv.URL+"/tasks", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-User", "alice")
+	res, err = client.Do(req)
+	if assert.NoError(t, err, "the request after a HEAD on /events, on the same connection") {
+		res.Body.Close()
+	}
+	tr.CloseIdleConnections() // the client is gone
+
+	select {
+	case <-headDone:
+	case <-time.After(2 * time.Second):
+		t.Error("the HEAD /events handler still runs after its client closed the connection")
+	}
+}
