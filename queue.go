@@ -73,12 +73,15 @@ func (rt *Runtime[S]) queue(name string) *queue {
 	return q
 }
 
-// push appends a run, and reports false if the queue is draining: a
-// submission that registered while Shutdown began (Shutdown waits only so
-// long for those) finds it so.
+// push appends a run, and reports false if the queue is draining, or the
+// run was cancelled: a submission that registered while Shutdown began
+// (Shutdown waits only so long for those) finds the queue draining, and a
+// run that a lost lease's sweep cancelled before it was queued, which the
+// sweep's take of the queue's cancelled items (under mu) missed, must end
+// at once rather than wait behind the items ahead of it.
 func (q *queue) push(t *Task) bool {
 	q.mu.Lock()
-	if q.draining {
+	if q.draining || t.cause() != nil {
 		q.mu.Unlock()
 		return false
 	}

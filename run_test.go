@@ -596,6 +596,43 @@ func TestARunCancelledBeforeItWaitsForASlotEndsAtOnce(t *testing.T) {
 	})
 }
 
+// A queue item cancelled by a lost lease between its dispatch's check and
+// its push (the sweep then finds it in no queue) is not left PENDING
+// behind a head that ignores its context: it ends at once, a submission
+// of its key starts a new run, and its owner's waiting place is free.
+func TestAQueueItemCancelledBeforeItIsQueuedEndsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, lapsed := lapsing()
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second,
+			Limits: Limits{Owner: OwnerLimits{Waiting: 1}}})
+		head := stubbornGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		<-head.started
+		waiting, resume := make(chan struct{}), make(chan struct{})
+		rt.hooks.Store(&hooks{enqueue: func() { close(waiting); <-resume }})
+		submitted := make(chan Submission, 1)
+		go func() {
+			sub, err := rt.SubmitSequential(ctx, "q", "behind", noop, alice)
+			assert.NoError(t, err)
+			submitted <- sub
+		}()
+		<-waiting
+		lapseOnce(lapsed)
+		rt.hooks.Store(nil)
+		close(resume)
+		sub := <-submitted
+		synctest.Wait()
+		assertAbandoned(t, rt, sub.ID, "ended while the head still holds the queue")
+		again, err := rt.SubmitSequential(ctx, "q", "behind", noop, alice)
+		require.NoError(t, err, "alice's one waiting place is free")
+		assert.False(t, again.Joined, "a new run, not the abandoned one")
+		head.open()
+		synctest.Wait()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
 // Items waiting in a sequential queue when the lease is lost end as
 // abandoned at once, not when the queue reaches them: a callback ahead
 // of them that ignores its context may hold the queue for good, and a

@@ -464,8 +464,11 @@ func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 		rt.run(t)
 		return
 	}
+	if h := rt.hooks.Load(); h != nil && h.enqueue != nil {
+		h.enqueue()
+	}
 	if q := rt.queue(t.opts.queue); q == nil || !q.push(t) {
-		t.cancel(ErrShutdown) // the queue drained since the check
+		t.cancel(ErrShutdown) // the queue drained, or the run was cancelled, since the check
 		go rt.execute(t)
 	}
 }
@@ -475,7 +478,7 @@ func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 type hooks struct {
 	leaseRead func() // leaseForRun: between its reads of the epoch and of the lease's end
 	leaseLost func() // loseLease: between the epoch's bump and the sweep of the runs
-	enqueue   func() // dispatch: before a run that waits for admission joins its wait
+	enqueue   func() // dispatch: before a run that waits for admission, or a queue item, joins its wait
 	syncRead  func() // checkRuns: between a run's progress check and the read of its record
 }
 
