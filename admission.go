@@ -493,12 +493,18 @@ func (a *admission) takeLocked(also ...func(*admit) bool) []*Task {
 		return r.grant == nil
 	}
 	for _, o := range a.ring {
+		// One pass, each ticket judged once: a cause may be set between
+		// two looks, and a ticket dropped unreturned would never start.
+		kept := o.fifo[:0]
 		for _, r := range o.fifo {
 			if async(r) {
 				items = append(items, r.t)
+			} else {
+				kept = append(kept, r)
 			}
 		}
-		o.fifo = slices.DeleteFunc(o.fifo, async)
+		clear(o.fifo[len(kept):])
+		o.fifo = kept
 		o.inRing = len(o.fifo) > 0
 	}
 	a.ring = slices.DeleteFunc(a.ring, func(o *ownerLoad) bool { return !o.inRing })
