@@ -34,6 +34,15 @@ var (
 	liveStates = []workers.Status{workers.StatusPending, workers.StatusRunning}
 )
 
+// endedAs asserts that the record id in s ended with status and cause.
+func endedAs(t *testing.T, s workers.Store, id string, status workers.Status, cause workers.Cause) {
+	t.Helper()
+	r, err := s.GetTask(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, status, r.Status)
+	assert.Equal(t, cause, r.Cause)
+}
+
 func result(v any) workers.Func {
 	return func(context.Context, *workers.Task) (any, error) { return v, nil }
 }
@@ -89,10 +98,7 @@ func TestFaultShutdownBoundedWhenTheStoreHangs(t *testing.T) {
 		f.Heal()
 		require.NoError(t, <-hungSubmit)
 		synctest.Wait()
-		hung, err := mem.GetTask(context.Background(), scoped(t, "hung"))
-		require.NoError(t, err)
-		assert.Equal(t, workers.StatusCancelled, hung.Status)
-		assert.Equal(t, workers.CauseShutdown, hung.Cause)
+		endedAs(t, mem, scoped(t, "hung"), workers.StatusCancelled, workers.CauseShutdown)
 
 		// Another runtime recovers the run left RUNNING once the dead
 		// instance's lease has expired, and not before.
@@ -221,10 +227,7 @@ func TestFaultStartThatMayHaveLandedEndsCancelled(t *testing.T) {
 		synctest.Wait()
 		failing.Store(false)
 		require.NoError(t, <-done)
-		r, err := mem.GetTask(context.Background(), item.ID)
-		require.NoError(t, err)
-		assert.Equal(t, workers.StatusCancelled, r.Status)
-		assert.Equal(t, workers.CauseShutdown, r.Cause)
+		endedAs(t, mem, item.ID, workers.StatusCancelled, workers.CauseShutdown)
 	})
 }
 
@@ -243,10 +246,7 @@ func TestFaultStartThatMayHaveLandedThenRefusedEndsFailed(t *testing.T) {
 		require.NoError(t, err)
 		time.Sleep(time.Second) // fake time: past the write's backoff
 		synctest.Wait()
-		r, err := mem.GetTask(context.Background(), item.ID)
-		require.NoError(t, err)
-		assert.Equal(t, workers.StatusFailed, r.Status)
-		assert.Equal(t, workers.CauseStore, r.Cause)
+		endedAs(t, mem, item.ID, workers.StatusFailed, workers.CauseStore)
 		require.NoError(t, rt.Shutdown(context.Background()))
 	})
 }

@@ -576,19 +576,8 @@ func TestARunCancelledBeforeItWaitsForASlotEndsAtOnce(t *testing.T) {
 			return nil, nil
 		}, alice)
 		require.NoError(t, err)
-		waiting, resume := make(chan struct{}), make(chan struct{})
-		rt.hooks.Store(&hooks{enqueue: func() { close(waiting); <-resume }})
-		submitted := make(chan Submission, 1)
-		go func() {
-			sub, err := rt.Submit(ctx, "waiter", untilCancelled, alice)
-			assert.NoError(t, err)
-			submitted <- sub
-		}()
-		<-waiting
-		lapseOnce(lapsed)
-		rt.hooks.Store(nil)
-		close(resume)
-		sub := <-submitted
+		sub := heldAtEnqueue(t, rt, func() (Submission, error) { return rt.Submit(ctx, "waiter", untilCancelled, alice) },
+			func() { lapseOnce(lapsed) })
 		synctest.Wait()
 		assertAbandoned(t, rt, sub.ID, "ended while the slot is still held")
 		close(release)
@@ -609,19 +598,8 @@ func TestAQueueItemCancelledBeforeItIsQueuedEndsAtOnce(t *testing.T) {
 		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
 		require.NoError(t, err)
 		<-head.started
-		waiting, resume := make(chan struct{}), make(chan struct{})
-		rt.hooks.Store(&hooks{enqueue: func() { close(waiting); <-resume }})
-		submitted := make(chan Submission, 1)
-		go func() {
-			sub, err := rt.SubmitSequential(ctx, "q", "behind", noop, alice)
-			assert.NoError(t, err)
-			submitted <- sub
-		}()
-		<-waiting
-		lapseOnce(lapsed)
-		rt.hooks.Store(nil)
-		close(resume)
-		sub := <-submitted
+		sub := heldAtEnqueue(t, rt, func() (Submission, error) { return rt.SubmitSequential(ctx, "q", "behind", noop, alice) },
+			func() { lapseOnce(lapsed) })
 		synctest.Wait()
 		assertAbandoned(t, rt, sub.ID, "ended while the head still holds the queue")
 		again, err := rt.SubmitSequential(ctx, "q", "behind", noop, alice)
@@ -631,6 +609,26 @@ func TestAQueueItemCancelledBeforeItIsQueuedEndsAtOnce(t *testing.T) {
 		synctest.Wait()
 		require.NoError(t, rt.Shutdown(ctx))
 	})
+}
+
+// heldAtEnqueue runs submit with its dispatch held just before the run
+// joins its wait (for a slot, or in its queue), calls meanwhile, and
+// returns the submission once it is through.
+func heldAtEnqueue[S Store](t *testing.T, rt *Runtime[S], submit func() (Submission, error), meanwhile func()) Submission {
+	t.Helper()
+	waiting, resume := make(chan struct{}), make(chan struct{})
+	rt.hooks.Store(&hooks{enqueue: func() { close(waiting); <-resume }})
+	submitted := make(chan Submission, 1)
+	go func() {
+		sub, err := submit()
+		assert.NoError(t, err)
+		submitted <- sub
+	}()
+	<-waiting
+	meanwhile()
+	rt.hooks.Store(nil)
+	close(resume)
+	return <-submitted
 }
 
 // Items waiting in a sequential queue when the lease is lost end as

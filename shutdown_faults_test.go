@@ -48,10 +48,7 @@ func TestFaultNoRetryAttemptBeginsAfterTheRunWasCancelled(t *testing.T) {
 
 		assert.Zero(t, afterCancel.Load(), "an attempt started after the run was cancelled")
 		assert.Equal(t, int32(1), attempts.Load())
-		r, err := mem.GetTask(context.Background(), sub.ID)
-		require.NoError(t, err)
-		assert.Equal(t, workers.StatusCancelled, r.Status)
-		assert.Equal(t, workers.CauseShutdown, r.Cause)
+		endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseShutdown)
 	})
 }
 

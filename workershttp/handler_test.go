@@ -49,7 +49,15 @@ type fixture struct {
 func newFixture(t *testing.T, opts ...workershttp.Option) *fixture {
 	t.Helper()
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	srv := httptest.NewServer(workershttp.Handler(rt, authByHeader, append([]workershttp.Option{workershttp.WithHeartbeat(20 * time.Millisecond)}, opts...)...))
+	srv := start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, append([]workershttp.Option{workershttp.WithHeartbeat(20 * time.Millisecond)}, opts...)...)))
+	return &fixture{rt: rt, srv: srv}
+}
+
+// start starts srv, which serves rt, and when t ends closes it and shuts
+// rt down.
+func start[S workers.Store](t *testing.T, rt *workers.Runtime[S], srv *httptest.Server) *httptest.Server {
+	t.Helper()
+	srv.Start()
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -57,7 +65,7 @@ func newFixture(t *testing.T, opts ...workershttp.Option) *fixture {
 		defer cancel()
 		require.NoError(t, rt.Shutdown(ctx))
 	})
-	return &fixture{rt: rt, srv: srv}
+	return srv
 }
 
 func (f *fixture) do(t *testing.T, method, path, user string, body io.Reader) (*http.Response, []byte) {

@@ -22,20 +22,6 @@ import (
 	"github.com/taskgate/workers/workershttp"
 )
 
-// serveWith starts a handler over rt with the given authenticate func.
-func serveWith(t *testing.T, rt *workers.Runtime[*workers.MemStore], auth func(*http.Request) (workers.TaskAuthority, error), opts ...workershttp.Option) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(workershttp.Handler(rt, auth, opts...))
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, rt.Shutdown(ctx))
-	})
-	return srv
-}
-
 func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -59,7 +45,7 @@ func get(t *testing.T, url string, hdr map[string]string) (*http.Response, []byt
 func TestAllEventsRefusesAnIdentityTheRuntimeRefuses(t *testing.T) {
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
 	zero := func(*http.Request) (workers.TaskAuthority, error) { return workers.Owner{}, nil }
-	srv := serveWith(t, rt, zero, workershttp.WithHeartbeat(0))
+	srv := start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, zero, workershttp.WithHeartbeat(0))))
 
 	res, body := get(t, srv.URL+"/tasks", nil)
 	require.Equal(t, http.StatusUnauthorized, res.StatusCode, string(body))
@@ -82,16 +68,10 @@ func (failingStore) ListTasks(context.Context, workers.Filter) ([]workers.Record
 // logged, as on the list route.
 func TestAllEventsAnswersAndLogsAStoreFailure(t *testing.T) {
 	rt := workers.NewRuntime(failingStore{workers.NewMemStore()}, workers.Config{})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, rt.Shutdown(ctx))
-	})
 	var mu sync.Mutex
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
-	srv := httptest.NewServer(workershttp.Handler(rt, authByHeader, workershttp.WithLogger(logger), workershttp.WithHeartbeat(0)))
-	t.Cleanup(srv.Close)
+	srv := start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithLogger(logger), workershttp.WithHeartbeat(0))))
 
 	res, body := get(t, srv.URL+"/tasks", map[string]string{"X-User": "alice"})
 	require.Equal(t, 500, res.StatusCode, string(body))
@@ -128,14 +108,7 @@ func TestEventStreamsEndWithTheStreamContext(t *testing.T) {
 	defer endStreams()
 	srv := httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0), workershttp.WithStreamContext(streams)))
 	srv.Config.RegisterOnShutdown(endStreams)
-	srv.Start()
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, rt.Shutdown(ctx))
-	})
+	start(t, rt, srv)
 	req, err := http.NewRequest("GET", srv.URL+"/events", nil)
 	require.NoError(t, err)
 	req.Header.Set("X-User", "alice")
@@ -209,15 +182,8 @@ func TestHeadOnAnEventRouteHoldsNoConnection(t *testing.T) {
 	}))
 	base, cancelBase := context.WithCancel(context.Background())
 	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
-	srv.Start()
-	t.Cleanup(func() {
-		cancelBase()
-		srv.CloseClientConnections()
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, rt.Shutdown(ctx))
-	})
+	start(t, rt, srv)
+	t.Cleanup(cancelBase) // before the server closes: a HEAD that streamed would hold it
 	tr := &http.Transport{MaxConnsPerHost: 1}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
