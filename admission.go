@@ -80,7 +80,8 @@ type Limits struct {
 	// an Owner, before the runtime knows whether it joins a live run, so
 	// keep it cheap (cache what it reads); its answer applies from then on
 	// to that owner's admission. An error refuses the submission, wrapped,
-	// and nothing is written. Defaults to nil: Owner for all.
+	// and nothing is written; so does an answer with a negative field
+	// (ErrInvalidOption). Defaults to nil: Owner for all.
 	OwnerLimits func(ctx context.Context, owner Owner) (OwnerLimits, error)
 }
 
@@ -104,7 +105,14 @@ func (l Limits) set() bool {
 }
 
 func (l Limits) validate() error {
-	if l.MaxRunning < 0 || l.MaxWaiting < 0 || l.QueueConcurrency < 0 || l.Owner.Running < 0 || l.Owner.Waiting < 0 || l.Owner.Weight < 0 {
+	if l.MaxRunning < 0 || l.MaxWaiting < 0 || l.QueueConcurrency < 0 {
+		return fmt.Errorf("%w: negative limit", ErrInvalidOption)
+	}
+	return l.Owner.validate()
+}
+
+func (l OwnerLimits) validate() error {
+	if l.Running < 0 || l.Waiting < 0 || l.Weight < 0 {
 		return fmt.Errorf("%w: negative limit", ErrInvalidOption)
 	}
 	return nil
@@ -169,6 +177,9 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 	lim := a.limits.Owner
 	if !c.system && a.limits.OwnerLimits != nil {
 		l, err := a.limits.OwnerLimits(ctx, Owner{id: c.userID})
+		if err == nil {
+			err = l.validate() // a negative cap would read as none
+		}
 		if err != nil {
 			return nil, fmt.Errorf("workers: owner limits of %q: %w", c.userID, err)
 		}

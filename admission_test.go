@@ -248,6 +248,8 @@ func TestOwnerLimitsHook(t *testing.T) {
 				return OwnerLimits{Running: 1, Waiting: 1}, nil
 			case "carol":
 				return OwnerLimits{}, down
+			case "dave":
+				return OwnerLimits{Waiting: -1}, nil // a bug of the hook's, not "no cap"
 			}
 			return OwnerLimits{Running: 1, Waiting: 3}, nil
 		}}})
@@ -265,6 +267,10 @@ func TestOwnerLimitsHook(t *testing.T) {
 		_, err = rt.Submit(ctx, "c", g.fn, carol)
 		require.ErrorIs(t, err, down, "the hook's error refuses the submission")
 		_, err = s.GetTask(ctx, "carol::c")
+		assert.ErrorIs(t, err, ErrNotFound)
+		_, err = rt.Submit(ctx, "d", g.fn, MustOwner("dave"))
+		require.ErrorIs(t, err, ErrInvalidOption, "a negative cap from the hook refuses the submission")
+		_, err = s.GetTask(ctx, "dave::d")
 		assert.ErrorIs(t, err, ErrNotFound)
 		_, err = rt.Submit(ctx, "sys", noop, System)
 		require.NoError(t, err, "System is under no owner limits")
