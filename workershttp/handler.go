@@ -73,6 +73,7 @@ type config struct {
 	logger    *slog.Logger
 	cop       *http.CrossOriginProtection
 	streams   context.Context // event streams end with it; nil: never
+	writes    time.Duration   // bound of each write of an event stream; 0: none
 }
 
 // WithDashboard serves the live dashboard at the handler's root: one
@@ -84,6 +85,13 @@ func WithDashboard() Option { return func(c *config) { c.dashboard = true } }
 // to keep proxies from closing it. Defaults to 15s; zero or less sends
 // none.
 func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbeat = d } }
+
+// WithWriteTimeout bounds each write of an event stream (an event or a
+// heartbeat): a client that has not taken it in d, having stopped reading
+// with its connection open, is cut off, and its stream ends. It replaces
+// the server's WriteTimeout for the streams, which would otherwise end
+// every stream at that age. Defaults to 30s; zero or less sets no bound.
+func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writes = d } }
 
 // WithLogger sets where unexpected (5xx) errors are logged. Defaults to
 // slog.Default.
@@ -109,7 +117,7 @@ func WithCrossOriginProtection(p *http.CrossOriginProtection) Option {
 // workers.Owner, or workers.System for an administrator), or an error,
 // which is answered 401 without its text.
 func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Request) (workers.TaskAuthority, error), opts ...Option) http.Handler {
-	c := config{heartbeat: 15 * time.Second}
+	c := config{heartbeat: 15 * time.Second, writes: 30 * time.Second}
 	for _, o := range opts {
 		o(&c)
 	}

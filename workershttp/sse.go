@@ -60,6 +60,17 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		open()
 		return
 	}
+	// Each write gets its own deadline, so that a client that stopped
+	// reading cannot hold the handler in a write for good, nor the
+	// server's WriteTimeout end a stream that is merely old.
+	deadline := func() {
+		if h.cfg.writes > 0 {
+			rc.SetWriteDeadline(time.Now().Add(h.cfg.writes))
+		}
+	}
+	if h.cfg.writes > 0 {
+		defer rc.SetWriteDeadline(time.Time{})
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	if h.cfg.streams != nil {
 		defer context.AfterFunc(h.cfg.streams, cancel)()
@@ -119,6 +130,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			if it.snap.Status.Terminal() {
 				id = it.snap.RunID + "/end"
 			}
+			deadline()
 			if err := writeEvent(w, id, it.snap); err != nil {
 				return
 			}
@@ -135,6 +147,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			it = next
 		case <-beat:
 			send = false
+			deadline()
 			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil {
 				return
 			}

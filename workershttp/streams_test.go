@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -211,5 +212,33 @@ func TestHeadOnAnEventRouteHoldsNoConnection(t *testing.T) {
 	case <-headDone:
 	case <-time.After(2 * time.Second):
 		t.Error("the HEAD /events handler still runs after its client closed the connection")
+	}
+}
+
+// A client that stops reading, its connection open, is cut off once a
+// write of its stream has waited WithWriteTimeout: the handler does not
+// stay blocked in the write for good.
+func TestEventStreamCutsOffAClientThatStopsReading(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	big := strings.Repeat("x", 12<<20) // more than the loopback's buffers hold for a client that reads nothing
+	sub, err := rt.Submit(context.Background(), "big", func(context.Context, *workers.Task) (any, error) { return big, nil }, alice)
+	require.NoError(t, err)
+	waitEnd(t, rt, sub.ID)
+	h := workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0), workershttp.WithWriteTimeout(200*time.Millisecond))
+	ended := make(chan struct{})
+	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended)
+		h.ServeHTTP(w, r)
+	})))
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET /tasks/%s/events HTTP/1.1\r\nHost: test\r\nX-User: alice\r\n\r\n", sub.ID)
+	require.NoError(t, err)
+	// The client reads nothing.
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's handler is still writing to a client that reads nothing")
 	}
 }
