@@ -3,6 +3,7 @@ package workershttp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"net/http"
@@ -46,13 +47,20 @@ func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan it
 // itself. With a nil first, the stream opens at once.
 func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(context.Context) iter.Seq2[workers.Snapshot, error], first func(item) bool) {
 	rc := http.NewResponseController(w)
-	open := func() {
+	// open sends the stream's headers, and reports false, logged, if the
+	// ResponseWriter cannot flush: no event would reach the client before
+	// the stream ended.
+	open := func() bool {
 		hd := w.Header()
 		hd.Set("Content-Type", "text/event-stream")
 		hd.Set("Cache-Control", "no-store")
 		hd.Set("X-Accel-Buffering", "no")
 		w.WriteHeader(http.StatusOK)
-		rc.Flush()
+		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
+			h.cfg.logger.Error("workershttp: event stream not served: its ResponseWriter cannot flush (a middleware's writer that neither implements http.Flusher nor has an Unwrap method)", "method", r.Method, "path", r.URL.Path)
+			return false
+		}
+		return true
 	}
 	if r.Method == http.MethodHead {
 		// A HEAD response has no body: a stream would never end, since
@@ -84,7 +92,9 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 	var it item
 	send := false
 	if first == nil {
-		open()
+		if !open() {
+			return
+		}
 	} else {
 		var ok bool
 		select {
@@ -99,10 +109,9 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			h.fail(w, r, it.err)
 			return
 		}
-		if !first(it) {
+		if !first(it) || !open() {
 			return
 		}
-		open()
 		send = true
 	}
 	var beat <-chan time.Time // nil, and never ready, without heartbeats

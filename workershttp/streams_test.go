@@ -242,3 +242,32 @@ func TestEventStreamCutsOffAClientThatStopsReading(t *testing.T) {
 		t.Fatal("the stream's handler is still writing to a client that reads nothing")
 	}
 }
+
+// noFlush is a middleware's ResponseWriter that hides Flush.
+type noFlush struct{ http.ResponseWriter }
+
+// Behind a middleware whose writer cannot flush, no event would reach
+// the client: the stream ends at once, and says why in the log.
+func TestEventStreamBehindAWriterThatCannotFlushEndsAndIsLogged(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	h := workershttp.Handler(rt, authByHeader, workershttp.WithLogger(logger), workershttp.WithHeartbeat(10*time.Millisecond))
+	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(noFlush{w}, r)
+	})))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-User", "alice")
+	res, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	_, err = io.ReadAll(res.Body)
+	require.NoError(t, err, "the stream ends")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, logs.String(), "cannot flush")
+}
