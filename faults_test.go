@@ -34,6 +34,15 @@ var (
 	liveStates = []workers.Status{workers.StatusPending, workers.StatusRunning}
 )
 
+// faulty returns a runtime, quiet, over a MemStore behind the faults f
+// inject, with cfg otherwise.
+func faulty(cfg workers.Config) (*workers.Runtime[workers.Store], *workers.MemStore, *storetest.Faults) {
+	cfg.Logger = quiet
+	f := &storetest.Faults{}
+	mem := workers.NewMemStore()
+	return workers.NewRuntime(storetest.Faulty(mem, f), cfg), mem, f
+}
+
 // endedAs asserts that the record id in s ended with status and cause.
 func endedAs(t *testing.T, s workers.Store, id string, status workers.Status, cause workers.Cause) {
 	t.Helper()
@@ -166,9 +175,7 @@ func TestFaultyKeepsTheCapabilitiesOfItsStore(t *testing.T) {
 // Shutdown past its deadline plus the slack.
 func TestFaultShutdownBoundedWhenTheLandedReadHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &storetest.Faults{}
-		mem := workers.NewMemStore()
-		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
+		rt, mem, f := faulty(workers.Config{ShutdownGrace: -1})
 		started := make(chan struct{})
 		_, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
 			close(started)
@@ -206,9 +213,7 @@ func TestFaultShutdownBoundedWhenTheLandedReadHangs(t *testing.T) {
 // Shutdown that reported everything written.
 func TestFaultStartThatMayHaveLandedEndsCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &storetest.Faults{}
-		mem := workers.NewMemStore()
-		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
+		rt, mem, f := faulty(workers.Config{ShutdownGrace: -1})
 		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: func(c *storetest.Call) bool {
 			return c.Next.Status == workers.StatusRunning
 		}})
@@ -236,9 +241,7 @@ func TestFaultStartThatMayHaveLandedEndsCancelled(t *testing.T) {
 // written over the RUNNING record the first try left.
 func TestFaultStartThatMayHaveLandedThenRefusedEndsFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &storetest.Faults{}
-		mem := workers.NewMemStore()
-		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet})
+		rt, mem, f := faulty(workers.Config{})
 		toRunning := func(c *storetest.Call) bool { return c.Next.Status == workers.StatusRunning }
 		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: toRunning})
 		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailBefore, Match: toRunning, Err: workers.ErrInvalidData})
@@ -306,9 +309,7 @@ func TestRunAdmittedAtOnceIsRegisteredRunning(t *testing.T) {
 func TestFaultLostLeaseAbandonsAWaitingItemThroughAFailedWrite(t *testing.T) {
 	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
 		synctest.Test(t, func(t *testing.T) {
-			f := &storetest.Faults{}
-			mem := workers.NewMemStore()
-			rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+			rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
 			started, release := make(chan struct{}), make(chan struct{})
 			_, err := rt.SubmitSequential(t.Context(), "q", "head", func(context.Context, *workers.Task) (any, error) {
 				close(started)

@@ -20,9 +20,7 @@ import (
 // answers again: it records the cancellation instead.
 func TestFaultNoRetryAttemptBeginsAfterTheRunWasCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &storetest.Faults{}
-		mem := workers.NewMemStore()
-		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
+		rt, mem, f := faulty(workers.Config{ShutdownGrace: -1})
 		var failing atomic.Bool
 		failing.Store(true)
 		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
@@ -57,9 +55,7 @@ func TestFaultNoRetryAttemptBeginsAfterTheRunWasCancelled(t *testing.T) {
 // with an error of its own, not one that wraps a nil cause.
 func TestFaultShutdownErrorForRecordsTheStoreRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &storetest.Faults{}
-		mem := workers.NewMemStore()
-		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet})
+		rt, mem, f := faulty(workers.Config{})
 		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Err: workers.ErrInvalidData,
 			Match: func(c *storetest.Call) bool { return c.Next.Status.Terminal() }})
 		sub, err := rt.Submit(context.Background(), "k", result("r"), owner)
@@ -195,9 +191,7 @@ func TestFaultCancelWhoseOutcomeIsUnknownStillCancelsTheRun(t *testing.T) {
 // runtime's life and releasing the lease, before it leaves.
 func TestFaultConcurrentShutdownsWaitForTheSameSubmissions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &storetest.Faults{}
-		mem := workers.NewMemStore()
-		rt := workers.NewRuntime(storetest.Faulty(mem, f), workers.Config{Logger: quiet})
+		rt, _, f := faulty(workers.Config{})
 		// Take the lease first, so the submission below only inserts.
 		first, err := rt.Submit(context.Background(), "first", result(1), owner)
 		require.NoError(t, err)
