@@ -15,39 +15,44 @@ import (
 	"github.com/taskgate/workers/storetest"
 )
 
-// A run whose retry write (RUNNING, attempt 2) cannot be written while
-// Shutdown cancels it does not begin another attempt once the store
-// answers again: it records the cancellation instead.
+// A run whose retry write (RUNNING, attempt 2) fails, whether before it
+// lands or after, while Shutdown cancels it does not begin another
+// attempt once the store answers again: it records the cancellation
+// instead.
 func TestFaultNoRetryAttemptBeginsAfterTheRunWasCancelled(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := faulty(workers.Config{ShutdownGrace: -1})
-		var failing atomic.Bool
-		failing.Store(true)
-		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
-			return failing.Load() && c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2
-		}})
-		var attempts, afterCancel atomic.Int32
-		sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
-			if ctx.Err() != nil {
-				afterCancel.Add(1)
-			}
-			attempts.Add(1)
-			return nil, errors.New("flaky")
-		}, owner, workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}))
-		require.NoError(t, err)
-		require.NoError(t, f.WaitInjected(context.Background(), storetest.OpTransitionTask, 1), "the retry write fails")
+	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{ShutdownGrace: -1})
+				var failing atomic.Bool
+				failing.Store(true)
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: fault, Match: func(c *storetest.Call) bool {
+					return failing.Load() && c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2
+				}})
+				var attempts, afterCancel atomic.Int32
+				sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+					if ctx.Err() != nil {
+						afterCancel.Add(1)
+					}
+					attempts.Add(1)
+					return nil, errors.New("flaky")
+				}, owner, workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}))
+				require.NoError(t, err)
+				require.NoError(t, f.WaitInjected(context.Background(), storetest.OpTransitionTask, 1), "the retry write fails")
 
-		done := make(chan error, 1)
-		go func() { done <- rt.Shutdown(context.Background()) }()
-		time.Sleep(100 * time.Millisecond) // Shutdown cancelled the run; its retry write still fails
-		synctest.Wait()
-		failing.Store(false)
-		require.NoError(t, <-done)
+				done := make(chan error, 1)
+				go func() { done <- rt.Shutdown(context.Background()) }()
+				time.Sleep(100 * time.Millisecond) // fake time: Shutdown cancelled the run; its retry write still fails
+				synctest.Wait()
+				failing.Store(false)
+				require.NoError(t, <-done)
 
-		assert.Zero(t, afterCancel.Load(), "an attempt started after the run was cancelled")
-		assert.Equal(t, int32(1), attempts.Load())
-		endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseShutdown)
-	})
+				assert.Zero(t, afterCancel.Load(), "an attempt started after the run was cancelled")
+				assert.Equal(t, int32(1), attempts.Load())
+				endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseShutdown)
+			})
+		})
+	}
 }
 
 // When a run's outcome and its fallback are both refused for good, the
@@ -75,7 +80,8 @@ func TestFaultShutdownErrorForRecordsTheStoreRefused(t *testing.T) {
 // stubborn is a MemStore whose InsertTask, TransitionTask (to a terminal
 // status) and DeleteFinished each take a set time and ignore their
 // context, as a database call stuck in a driver that does not watch it
-// does. Shutdown's doc counts on such calls.
+// does. Shutdown's doc counts on such calls. Use it in a synctest bubble,
+// where the time it takes is the fake clock's.
 type stubborn struct {
 	*workers.MemStore
 	insert, finish, cleanup atomic.Int64 // durations; 0 = as MemStore
@@ -135,55 +141,55 @@ func TestFaultShutdownCountsARunRegisteredAfterItsIntakeWait(t *testing.T) {
 	})
 }
 
-// A Cancel whose write lands but reports an error, and whose read to
-// tell fails too, returns the store error; the record says CANCELLED, so a
-// retried Cancel says ErrFinished. The callback, which runs in this very
-// runtime, is cancelled all the same: over a store without notices no
-// sync loop would ever tell it.
+// A Cancel whose write fails, before it lands or after, and whose read to
+// tell fails too, returns the store error. The callback, which runs in
+// this very runtime, is cancelled all the same (over a store without
+// notices no sync loop would ever tell it), and the record ends
+// CANCELLED either way: by the cancel's write, or by the run's own.
 func TestFaultCancelWhoseOutcomeIsUnknownStillCancelsTheRun(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &storetest.Faults{}
-		mem := workers.NewMemStore()
-		bare := struct{ workers.Store }{mem} // no Leaser, no Notifier
-		rt := workers.NewRuntime(storetest.Faulty(bare, f), workers.Config{Logger: quiet})
-		started := make(chan struct{})
-		var cancelled atomic.Bool
-		sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
-			close(started)
-			select {
-			case <-ctx.Done():
-				cancelled.Store(true)
-				return nil, ctx.Err()
-			case <-time.After(time.Hour):
-				return "ran to the end", nil
-			}
-		}, owner)
-		require.NoError(t, err)
-		<-started
+	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &storetest.Faults{}
+				mem := workers.NewMemStore()
+				bare := struct{ workers.Store }{mem} // no Leaser, no Notifier
+				rt := workers.NewRuntime(storetest.Faulty(bare, f), workers.Config{Logger: quiet})
+				started := make(chan struct{})
+				var cancelled atomic.Bool
+				sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+					close(started)
+					select {
+					case <-ctx.Done():
+						cancelled.Store(true)
+						return nil, ctx.Err()
+					case <-time.After(time.Hour):
+						return "ran to the end", nil
+					}
+				}, owner)
+				require.NoError(t, err)
+				<-started
 
-		var wrote atomic.Bool
-		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: func(c *storetest.Call) bool {
-			if c.Next.Status == workers.StatusCancelled {
-				wrote.Store(true)
-				return true
-			}
-			return false
-		}})
-		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore, Match: func(*storetest.Call) bool { return wrote.Load() }})
+				var wrote atomic.Bool
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+					if c.Next.Status == workers.StatusCancelled {
+						wrote.Store(true)
+						return true
+					}
+					return false
+				}})
+				f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore, Match: func(*storetest.Call) bool { return wrote.Load() }})
 
-		err = rt.Cancel(context.Background(), sub.ID, owner)
-		require.ErrorIs(t, err, storetest.ErrInjected, "the write and the read both failed")
-		r, gerr := mem.GetTask(context.Background(), sub.ID)
-		require.NoError(t, gerr)
-		require.Equal(t, workers.StatusCancelled, r.Status, "the write had landed")
-		err = rt.Cancel(context.Background(), sub.ID, owner)
-		assert.ErrorIs(t, err, workers.ErrFinished, "the record is CANCELLED")
-
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		assert.True(t, cancelled.Load(), "the callback ran on, uncancelled, under a CANCELLED record")
-		require.NoError(t, rt.Shutdown(context.Background()))
-	})
+				err = rt.Cancel(context.Background(), sub.ID, owner)
+				require.ErrorIs(t, err, storetest.ErrInjected, "the write and the read both failed")
+				synctest.Wait()
+				assert.True(t, cancelled.Load(), "the callback ran on, uncancelled")
+				endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseCancelled)
+				err = rt.Cancel(context.Background(), sub.ID, owner)
+				assert.ErrorIs(t, err, workers.ErrFinished, "the record is CANCELLED")
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
 }
 
 // Two Shutdowns at once (a signal handler and a deferred call, say) both

@@ -160,10 +160,15 @@ func (h *handler) authed(f func(http.ResponseWriter, *http.Request, workers.Task
 
 // fail writes err, logging what the client is not told.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if StatusCode(err) >= 500 {
-		h.cfg.logger.Error("workershttp: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
+	h.logUnexpected(r, "workershttp: request failed", err)
 	WriteError(w, err)
+}
+
+// logUnexpected logs err with msg if its status is a 5xx.
+func (h *handler) logUnexpected(r *http.Request, msg string, err error) {
+	if StatusCode(err) >= 500 {
+		h.cfg.logger.Error(msg, "method", r.Method, "path", r.URL.Path, "err", err)
+	}
 }
 
 const (

@@ -126,9 +126,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			if it.err != nil {
 				// The client went, or the stream failed after it began,
 				// which the client learns only by the stream's end.
-				if StatusCode(it.err) >= 500 {
-					h.cfg.logger.Error("workershttp: event stream failed", "method", r.Method, "path", r.URL.Path, "err", it.err)
-				}
+				h.logUnexpected(r, "workershttp: event stream failed", it.err)
 				return
 			}
 			if len(seqs) > 4096 {
