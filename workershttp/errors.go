@@ -61,7 +61,9 @@ const conflictRetry = time.Second
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
 // ErrInvalidOption, ErrInvalidCursor, and this package's ErrBadRequest),
 // 413 a body over its bound (an *http.MaxBytesError),
-// 499 when the client went away, and
+// 499 when the client went away (context.Canceled), 504 when the
+// request's deadline passed first (context.DeadlineExceeded: the store
+// did not answer in the time the server gave the request), and
 // 500 for anything else. A nil error is 200.
 func StatusCode(err error) int {
 	status, _, _ := classify(err)
@@ -106,6 +108,9 @@ func classify(err error) (status int, code, message string) {
 	}
 	if errors.Is(err, context.Canceled) {
 		return 499, "client_closed", "request cancelled"
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout, "timeout", http.StatusText(http.StatusGatewayTimeout)
 	}
 	return http.StatusInternalServerError, "internal", http.StatusText(http.StatusInternalServerError)
 }

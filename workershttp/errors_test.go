@@ -1,6 +1,7 @@
 package workershttp_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -39,6 +40,8 @@ func TestStatusCodeTable(t *testing.T) {
 		{invalidOwner(), 400, ""},
 		{workers.ErrInvalidOption, 400, ""},
 		{workershttp.ErrBadRequest, 400, ""},
+		{fmt.Errorf("read task: %w", context.DeadlineExceeded), 504, ""},
+		{fmt.Errorf("read task: %w", context.Canceled), 499, ""},
 		{errors.New("pq: connection refused to 10.0.0.5"), 500, ""},
 	}
 	for _, c := range cases {
