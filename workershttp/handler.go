@@ -115,7 +115,9 @@ func WithCrossOriginProtection(p *http.CrossOriginProtection) Option {
 // Handler returns the HTTP handler for rt. authenticate is the
 // application's: it returns the identity a request acts as (a
 // workers.Owner, or workers.System for an administrator), or an error,
-// which is answered 401 without its text.
+// which is answered 401 without its text. Every error is answered in
+// JSON (see WriteError), a request no route takes too: 404, or 405 with
+// the route's Allow header.
 func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Request) (workers.TaskAuthority, error), opts ...Option) http.Handler {
 	c := config{heartbeat: 15 * time.Second, writes: 30 * time.Second}
 	for _, o := range opts {
@@ -137,7 +139,52 @@ func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Re
 	if c.dashboard {
 		mux.HandleFunc("GET /{$}", serveDashboard)
 	}
-	return mux
+	return routes{mux}
+}
+
+// routes is the handler's mux, whose answers for a request no route
+// takes, 404 or 405 with its Allow header, are JSON errors like every
+// other.
+type routes struct{ mux *http.ServeMux }
+
+func (m routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, pattern := m.mux.Handler(r); pattern == "" {
+		miss := routeMiss{header: make(http.Header)}
+		h.ServeHTTP(&miss, r)
+		if allow := miss.header.Values("Allow"); len(allow) > 0 {
+			w.Header()["Allow"] = allow
+		}
+		code, msg := "not_found", "no such route"
+		switch miss.status {
+		case http.StatusMethodNotAllowed:
+			code, msg = "method_not_allowed", "method not allowed"
+		case 0:
+			miss.status = http.StatusNotFound // a mux that wrote nothing: no route either way
+		}
+		writeJSON(w, miss.status, errorBody{errorDetail{Code: code, Message: msg}})
+		return
+	}
+	m.mux.ServeHTTP(w, r)
+}
+
+// routeMiss keeps the status and headers of the mux's own answer to a
+// request no route takes, and drops its text/plain body.
+type routeMiss struct {
+	header http.Header
+	status int
+}
+
+func (m *routeMiss) Header() http.Header { return m.header }
+
+func (m *routeMiss) WriteHeader(status int) {
+	if m.status == 0 {
+		m.status = status
+	}
+}
+
+func (m *routeMiss) Write(b []byte) (int, error) {
+	m.WriteHeader(http.StatusOK)
+	return len(b), nil
 }
 
 type handler struct {

@@ -447,3 +447,30 @@ func TestWriteSubmission(t *testing.T) {
 	workershttp.WriteSubmission(w, "", workers.Submission{}, fmt.Errorf("wrapped: %w", workers.ErrClosed))
 	assert.Equal(t, 503, w.Code)
 }
+
+func TestRequestsNoRouteTakesAreAnsweredInJSON(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		{"GET", "/nothing/here", 404, "not_found", ""},
+		{"DELETE", "/tasks/k", 405, "method_not_allowed", "GET, HEAD"},
+		{"GET", "/tasks/k/cancel", 405, "method_not_allowed", "POST"},
+	} {
+		res, body := f.do(t, c.method, c.path, "alice", nil)
+		assert.Equal(t, c.status, res.StatusCode, "%s %s", c.method, c.path)
+		assert.Equal(t, "application/json", res.Header.Get("Content-Type"), "%s %s", c.method, c.path)
+		assert.Equal(t, c.allow, res.Header.Get("Allow"), "%s %s", c.method, c.path)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		require.NoError(t, json.Unmarshal(body, &e), "%s %s: %s", c.method, c.path, body)
+		assert.Equal(t, c.code, e.Error.Code, "%s %s", c.method, c.path)
+	}
+	// The routes themselves are untouched, path values included.
+	res, body := f.do(t, "GET", "/tasks/"+url.PathEscape("alice::nothing"), "alice", nil)
+	assert.Equal(t, 404, res.StatusCode)
+	assert.Contains(t, string(body), `"task not found"`)
+}
