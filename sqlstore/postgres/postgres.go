@@ -43,7 +43,12 @@
 // refuses (a value out of range, say) landed nowhere, and its writes are
 // retried one by one, so only the refused one fails; a batch cut off by a
 // lost connection fails every write in it, each of which the runtime then
-// treats as possibly landed, as it treats a lone write.
+// treats as possibly landed, as it treats a lone write. The batch
+// statement runs in a function of the schema (migration 0006) whose plans
+// are made with sequential scans disabled: a batch finds the rows it
+// transitions through the primary key however small the table was when
+// the plan it reuses was made, so a new deployment's tasks table is never
+// scanned whole for every batch while it grows.
 //
 // A read (GetTask, ListTasks) whose pooled connection the server ended
 // (a restart, a failover, pg_terminate_backend) is made again on another,
@@ -163,40 +168,15 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && cmp.Or(pe.SeverityUnlocalized, pe.Severity) == "ERROR"
 	},
-	// Group commit: the rows come as one array per column; the inserts
-	// and the transitions of one statement are of distinct ids.
-	WriteMany: `WITH v AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[],
-		$7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[],
-		$13::text[], $14::text[], $15::timestamptz[], $16::text[])
-	AS v(id, status, progress, attempt, result, error, started_at, completed_at,
-		cause, cancelled_by, cancel_reason, stack, run_id, queue, created_at, owner)
-), t AS (
-	INSERT INTO {tasks} (id, status, progress, attempt, result, error, started_at, completed_at,
-		cause, cancelled_by, cancel_reason, stack, run_id, queue, created_at, owner)
-	SELECT id, status, progress, attempt, result::json, error, started_at, completed_at,
-		cause, cancelled_by, cancel_reason, stack, run_id, queue, created_at, owner FROM v
-	ON CONFLICT (id) DO NOTHING
-	RETURNING id, created_at
-), w AS (
-	INSERT INTO {watchers} (task_id, created_at, user_id)
-	SELECT t.id, t.created_at, x.user_id
-	FROM unnest($17::text[], $18::text[]) WITH ORDINALITY AS x(task_id, user_id, n) JOIN t ON t.id = x.task_id
-	ORDER BY x.n
-	ON CONFLICT DO NOTHING
-), u AS (
-	UPDATE {tasks} r SET status = n.status, progress = n.progress, attempt = n.attempt,
-		result = n.result::json, error = n.error, started_at = n.started_at, completed_at = n.completed_at,
-		cause = n.cause, cancelled_by = n.cancelled_by, cancel_reason = n.cancel_reason, stack = n.stack
-	FROM unnest($19::text[], $20::text[], $21::text[], $22::text[], $23::bigint[], $24::bigint[],
-		$25::text[], $26::text[], $27::timestamptz[], $28::timestamptz[], $29::text[], $30::text[],
-		$31::text[], $32::text[])
-		AS n(id, run_id, from_statuses, status, progress, attempt, result, error, started_at, completed_at,
-			cause, cancelled_by, cancel_reason, stack)
-	WHERE r.id = n.id AND r.run_id = n.run_id AND r.status = ANY(string_to_array(n.from_statuses, ','))
-	RETURNING r.id
-)
-SELECT id FROM t UNION ALL SELECT id FROM u`,
+	// Group commit: the rows come as one array per column, to the
+	// function of migration 0006, whose statement inserts and transitions
+	// them; the inserts and the transitions of one batch are of distinct
+	// ids.
+	WriteMany: `SELECT id FROM {schema}"{prefix}write_many"($1::text[], $2::text[], $3::bigint[], $4::bigint[],
+	$5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[],
+	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[],
+	$19::text[], $20::text[], $21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::text[],
+	$26::text[], $27::timestamptz[], $28::timestamptz[], $29::text[], $30::text[], $31::text[], $32::text[]) AS w(id)`,
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,

@@ -71,3 +71,9 @@ func ExecRaw(ctx context.Context, s *Store, q string, args ...any) error {
 	_, err := s.w.ExecContext(ctx, s.cfg.expand(q), args...)
 	return err
 }
+
+// GroupWriteSQL returns the statement of group commit (Dialect.WriteMany,
+// expanded), or "" where the dialect has none, for the plan tests. It is
+// a function rather than a method so that it is not promoted into the
+// dialect packages' API.
+func GroupWriteSQL(s *Store) string { return s.q.writeMany }

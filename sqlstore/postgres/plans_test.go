@@ -1,0 +1,79 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+)
+
+// TestGroupWriteNeverScansTheTasksTable runs group commit's statement as
+// the store does, prepared on a connection that keeps it, from the first
+// batches of a new table to a table of many rows never analyzed since: no
+// execution scans the whole tasks table to find the rows it transitions,
+// whatever plan the database cached while the table was small.
+func TestGroupWriteNeverScansTheTasksTable(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	tasks := `"` + sc.schema + `".workers_tasks`
+	fill := func(from, to int) {
+		t.Helper()
+		if _, err := sc.pool.Exec(ctx, `INSERT INTO `+tasks+` (id, run_id, status)
+			SELECT 'k' || i, 'r' || i, 'running' FROM generate_series($1::int, $2::int) AS i`, from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := sc.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// seqScans runs one batch of two transitions, fenced off by a run id
+	// no row has, and returns how many sequential scans of the tasks
+	// table it made.
+	seqScans := func() int64 {
+		t.Helper()
+		var before, after int64
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// The counts of the scans not yet reported to the statistics,
+			// which the batch's add to.
+			const scans = "SELECT pg_stat_get_xact_numscans($1::regclass)"
+			if err := tx.QueryRow(ctx, scans, tasks).Scan(&before); err != nil {
+				return err
+			}
+			none, zero, times := []string{}, []int64{}, []time.Time{}
+			two, twoN, twoT := []string{"k1", "k2"}, []int64{1, 1}, []time.Time{time.Now(), time.Now()}
+			rows, err := tx.Query(ctx, sqlcore.GroupWriteSQL(s.Store),
+				none, none, zero, zero, none, none, times, times, none, none, none, none, none, none, times, none,
+				none, none,
+				two, []string{"stale", "stale"}, []string{"running", "running"}, []string{"completed", "completed"},
+				twoN, twoN, []string{"", ""}, two, twoT, twoT, []string{"completed", "completed"}, two, two, two)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, scans, tasks).Scan(&after)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after - before
+	}
+	fill(1, 20)
+	for i := range 8 { // past the executions after which a generic plan is cached
+		if n := seqScans(); n != 0 {
+			t.Errorf("batch %d on a new table: %d sequential scans of it", i+1, n)
+		}
+	}
+	fill(21, 20_000)
+	if n := seqScans(); n != 0 {
+		t.Errorf("batch on a table grown to 20,000 rows since: %d sequential scans of it", n)
+	}
+}
