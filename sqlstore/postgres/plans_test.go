@@ -1,11 +1,13 @@
 package postgres_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // TestGroupWriteNeverScansTheTasksTable runs group commit's statement as
@@ -75,5 +77,21 @@ func TestGroupWriteNeverScansTheTasksTable(t *testing.T) {
 	fill(21, 20_000)
 	if n := seqScans(); n != 0 {
 		t.Errorf("batch on a table grown to 20,000 rows since: %d sequential scans of it", n)
+	}
+}
+
+// TestMigrateRefusesAMissingGroupWriteFunction: a schema whose
+// write_many function is gone (dropped by hand, say) is refused like one
+// missing a column, rather than failing every batch.
+func TestMigrateRefusesAMissingGroupWriteFunction(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	if _, err := sc.pool.Exec(t.Context(), `DROP FUNCTION "`+sc.schema+`".workers_write_many`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(t.Context()); !errors.Is(err, postgres.ErrSchemaMismatch) {
+		t.Fatalf("Migrate without write_many = %v, want ErrSchemaMismatch", err)
 	}
 }

@@ -364,6 +364,28 @@ func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 // writeBatch runs Dialect.WriteMany for batch and returns the ids it
 // inserted or updated.
 func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[string]struct{}, error) {
+	rows, err := s.w.QueryContext(ctx, s.q.writeMany, groupWriteArgs(batch)...)
+	if err != nil {
+		return nil, s.wrap("write tasks", err)
+	}
+	defer rows.Close()
+	written := make(map[string]struct{}, len(batch))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap("write tasks", err)
+		}
+		written[id] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("write tasks", err)
+	}
+	return written, nil
+}
+
+// groupWriteArgs returns Dialect.WriteMany's arguments for batch: a
+// statement that writes nothing for an empty batch.
+func groupWriteArgs(batch []*call[groupWrite]) []any {
 	nIns, nWatchers := 0, 0
 	for _, w := range batch {
 		if rec := w.in.insert; rec != nil {
@@ -408,25 +430,7 @@ func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[
 	}
 	args := append([]any{ids}, inserted.args()...)
 	args = append(args, runs, queues, created, owners, watcherTasks, watcherUsers, trIDs, trRuns, trFroms)
-	args = append(args, updated.args()...)
-
-	rows, err := s.w.QueryContext(ctx, s.q.writeMany, args...)
-	if err != nil {
-		return nil, s.wrap("write tasks", err)
-	}
-	defer rows.Close()
-	written := make(map[string]struct{}, len(batch))
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, s.wrap("write tasks", err)
-		}
-		written[id] = struct{}{}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("write tasks", err)
-	}
-	return written, nil
+	return append(args, updated.args()...)
 }
 
 // refused reports whether a batch statement's err was the database's
