@@ -61,9 +61,9 @@ const conflictRetry = time.Second
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
 // ErrInvalidOption, ErrInvalidCursor, and this package's ErrBadRequest),
 // 413 a body over its bound (an *http.MaxBytesError),
-// 499 when the client went away (context.Canceled), 504 when the
-// request's deadline passed first (context.DeadlineExceeded: the store
-// did not answer in the time the server gave the request), and
+// 499 when the client went away (context.Canceled), 504 for
+// context.DeadlineExceeded (a deadline passed before the store answered:
+// the request's, or one of the driver's, such as a connect timeout), and
 // 500 for anything else. A nil error is 200.
 func StatusCode(err error) int {
 	status, _, _ := classify(err)

@@ -144,27 +144,29 @@ func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Re
 
 // routes is the handler's mux, whose answers for a request no route
 // takes, 404 or 405 with its Allow header, are JSON errors like every
-// other.
+// other. Its other answers without a route (a redirect to a path's clean
+// form, a 400 for a malformed target) go as the mux makes them.
 type routes struct{ mux *http.ServeMux }
 
 func (m routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h, pattern := m.mux.Handler(r); pattern == "" {
-		miss := routeMiss{header: make(http.Header)}
-		h.ServeHTTP(&miss, r)
-		if allow := miss.header.Values("Allow"); len(allow) > 0 {
-			w.Header()["Allow"] = allow
-		}
-		code, msg := "not_found", "no such route"
-		switch miss.status {
-		case http.StatusMethodNotAllowed:
-			code, msg = "method_not_allowed", "method not allowed"
-		case 0:
-			miss.status = http.StatusNotFound // a mux that wrote nothing: no route either way
-		}
-		writeJSON(w, miss.status, errorBody{errorDetail{Code: code, Message: msg}})
+	h, pattern := m.mux.Handler(r)
+	if pattern != "" {
+		m.mux.ServeHTTP(w, r)
 		return
 	}
-	m.mux.ServeHTTP(w, r)
+	miss := routeMiss{header: make(http.Header)}
+	h.ServeHTTP(&miss, r)
+	code, msg := "not_found", "no such route"
+	switch miss.status {
+	case http.StatusNotFound:
+	case http.StatusMethodNotAllowed:
+		code, msg = "method_not_allowed", "method not allowed"
+		w.Header()["Allow"] = miss.header.Values("Allow")
+	default:
+		h.ServeHTTP(w, r) // the mux's handler does nothing but answer: it answers again, for real
+		return
+	}
+	writeJSON(w, miss.status, errorBody{errorDetail{Code: code, Message: msg}})
 }
 
 // routeMiss keeps the status and headers of the mux's own answer to a

@@ -473,4 +473,16 @@ func TestRequestsNoRouteTakesAreAnsweredInJSON(t *testing.T) {
 	res, body := f.do(t, "GET", "/tasks/"+url.PathEscape("alice::nothing"), "alice", nil)
 	assert.Equal(t, 404, res.StatusCode)
 	assert.Contains(t, string(body), `"task not found"`)
+
+	// A path not in its clean form is still redirected to it, by the mux,
+	// whether or not a route takes the clean one.
+	client := f.srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for path, clean := range map[string]string{"/nothing//here": "/nothing/here", "/tasks//k": "/tasks/k"} {
+		res, err := client.Get(f.srv.URL + path)
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Contains(t, []int{301, 307, 308}, res.StatusCode, path)
+		assert.Equal(t, clean, res.Header.Get("Location"), path)
+	}
 }
