@@ -177,6 +177,12 @@ var dialect = &sqlcore.Dialect{
 	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[],
 	$19::text[], $20::text[], $21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::text[],
 	$26::text[], $27::timestamptz[], $28::timestamptz[], $29::text[], $30::text[], $31::text[], $32::text[]) AS w(id)`,
+	// The function of migration 0006, found in the catalog, which takes
+	// no lock on the tables.
+	Probes: []string{`SELECT '{schema}"{prefix}write_many"(text[], text[], bigint[], bigint[], text[], text[],
+	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
+	text[], text[], text[], text[], text[], text[], bigint[], bigint[], text[], text[],
+	timestamptz[], timestamptz[], text[], text[], text[], text[])'::regprocedure`},
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,

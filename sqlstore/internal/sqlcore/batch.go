@@ -383,8 +383,7 @@ func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[
 	return written, nil
 }
 
-// groupWriteArgs returns Dialect.WriteMany's arguments for batch: a
-// statement that writes nothing for an empty batch.
+// groupWriteArgs returns Dialect.WriteMany's arguments for batch.
 func groupWriteArgs(batch []*call[groupWrite]) []any {
 	nIns, nWatchers := 0, 0
 	for _, w := range batch {

@@ -50,6 +50,12 @@ type Dialect struct {
 	// takes a transaction.
 	InsertWithWatchers string
 
+	// Probes, if set, are statements Migrate runs after the column
+	// probes, each failing when the schema lacks something else the
+	// dialect's statements use (a function WriteMany calls). They read
+	// no table and lock none.
+	Probes []string
+
 	// WriteMany, if set, is the statement of group commit: it inserts
 	// records and transitions others, many rows in one statement, each on
 	// its own condition, and returns the id of every row it wrote. Its

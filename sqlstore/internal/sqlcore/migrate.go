@@ -87,14 +87,6 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 				return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
 			}
 		}
-		// Group commit's statement, which may call what the migrations
-		// created besides the tables (PostgreSQL's write_many), writing
-		// nothing: without it every batch would fail and go row by row.
-		if s.q.writeMany != "" {
-			if _, err := tx.ExecContext(ctx, s.q.writeMany, groupWriteArgs(nil)...); err != nil {
-				return s.wrap("migrate", fmt.Errorf("%w: the schema lacks what group commit needs: %w", ErrSchemaMismatch, err))
-			}
-		}
 		return nil
 	})
 }

@@ -159,7 +159,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			applied:         x(sqlApplied),
 			setChecksum:     x(sqlSetChecksum),
 			recordVersion:   x(sqlRecordVersion),
-			probes:          []string{x(sqlProbe), x(sqlProbeLease)},
+			probes:          append([]string{x(sqlProbe), x(sqlProbeLease)}, expandAll(x, d.Probes)...),
 			renewLease:      x(sqlRenewLease),
 			releaseLease:    x(sqlReleaseLease),
 			liveLeases:      x(sqlLiveLeases),
@@ -170,6 +170,15 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.writeMany}
 	}
 	return st, nil
+}
+
+// expandAll returns each of qs expanded by x.
+func expandAll(x func(string) string, qs []string) []string {
+	out := make([]string, len(qs))
+	for i, q := range qs {
+		out[i] = x(q)
+	}
+	return out
 }
 
 // read runs the read fn, again on a lost connection, up to

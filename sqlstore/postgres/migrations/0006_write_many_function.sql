@@ -8,7 +8,9 @@
 -- until the table was next analyzed. A function's plans are cached the
 -- same way, but with sequential scans disabled while they are made, a
 -- plan reads the primary key at any size; on a table of a few rows that
--- costs nothing a scan would not.
+-- costs nothing a scan would not. A later change to the statement goes in
+-- a function of a new name: during a rollout, processes of the release
+-- before it still call this one.
 CREATE FUNCTION {schema}"{prefix}write_many"(
 	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
 	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
