@@ -56,25 +56,37 @@ func TestFaultNoRetryAttemptBeginsAfterTheRunWasCancelled(t *testing.T) {
 }
 
 // When a run's outcome and its fallback are both refused for good, the
-// record is left live and Shutdown, whose ctx never ended, reports it
-// with an error of its own, not one that wraps a nil cause.
+// run counts its record as unwritten, and Shutdown, whose ctx never ended,
+// reports it with an error of its own, not one that wraps a nil cause:
+// whether the refused write landed nothing (the record is left live, for
+// recovery) or landed all the same (the record ended, unknown to the run).
 func TestFaultShutdownErrorForRecordsTheStoreRefused(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := faulty(workers.Config{})
-		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Err: workers.ErrInvalidData,
-			Match: func(c *storetest.Call) bool { return c.Next.Status.Terminal() }})
-		sub, err := rt.Submit(context.Background(), "k", result("r"), owner)
-		require.NoError(t, err)
-		synctest.Wait()
-		r, err := mem.GetTask(context.Background(), sub.ID)
-		require.NoError(t, err)
-		require.Equal(t, workers.StatusRunning, r.Status, "left for recovery")
+	for _, c := range []struct {
+		fault  storetest.Fault
+		stored workers.Status
+	}{
+		{storetest.FailBefore, workers.StatusRunning},
+		{storetest.FailAfter, workers.StatusCompleted},
+	} {
+		t.Run(c.fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{})
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: c.fault, Err: workers.ErrInvalidData,
+					Match: func(c *storetest.Call) bool { return c.Next.Status.Terminal() }})
+				sub, err := rt.Submit(context.Background(), "k", result("r"), owner)
+				require.NoError(t, err)
+				synctest.Wait()
+				r, err := mem.GetTask(context.Background(), sub.ID)
+				require.NoError(t, err)
+				require.Equal(t, c.stored, r.Status)
 
-		err = rt.Shutdown(context.Background())
-		require.Error(t, err)
-		assert.NotContains(t, err.Error(), "%!w", "Shutdown's error wraps a nil error")
-		assert.Contains(t, err.Error(), "0 runs or goroutines executing and 1 live records of this runtime unwritten: the store refused their writes")
-	})
+				err = rt.Shutdown(context.Background())
+				require.Error(t, err)
+				assert.NotContains(t, err.Error(), "%!w", "Shutdown's error wraps a nil error")
+				assert.Contains(t, err.Error(), "0 runs or goroutines executing and 1 live records of this runtime unwritten: the store refused their writes")
+			})
+		})
+	}
 }
 
 // stubborn is a MemStore whose InsertTask, TransitionTask (to a terminal
