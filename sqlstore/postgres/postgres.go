@@ -186,6 +186,9 @@ var dialect = &sqlcore.Dialect{
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,
+	// Version 6 only adds a function, which the code of version 5 never
+	// calls.
+	CompatibleFrom: map[int]int{6: 5},
 	// One statement, one round trip: the record, then its watchers in
 	// the order given, only if the record went in; each watcher row
 	// carries the record's creation time ($15) for the listing's order.
@@ -215,8 +218,12 @@ var (
 )
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
-// schema was migrated by a newer release than this one: Migrate changes
-// nothing, and the store should not be used with these tables.
+// schema was migrated by a newer release than this one, to a version
+// that release did not record as usable by this one's code: Migrate
+// changes nothing, and the store should not be used with these tables.
+// A newer schema whose every version was recorded as usable by this
+// code (one that only adds what it never uses) is accepted, so that a
+// rollout's older replicas and a rollback still start.
 var ErrSchemaTooNew = sqlcore.ErrSchemaTooNew
 
 // ErrSchemaMismatch is returned by Migrate, wrapped, when the tables do

@@ -226,6 +226,35 @@ func TestMigrateRefusesMismatchedTables(t *testing.T) {
 	}, postgres.ErrSchemaTooNew, postgres.ErrSchemaMismatch)
 }
 
+// Version 6 is recorded as usable by the code of version 5, on a new
+// database and on one that version 6 reached before compatibility was
+// recorded, so that a release that knows version 5 only, and reads the
+// record, may run on it.
+func TestMigrateRecordsWhatOlderCodeCanUse(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	versions := `"` + sc.schema + `".workers_schema_version`
+	check := func(when string) {
+		t.Helper()
+		var from *int
+		if err := sc.pool.QueryRow(t.Context(), `SELECT compatible_from FROM `+versions+` WHERE version = 6`).Scan(&from); err != nil {
+			t.Fatal(err)
+		}
+		if from == nil || *from != 5 {
+			t.Errorf("%s: version 6 compatible from %v, want 5", when, from)
+		}
+	}
+	check("migrated")
+	if _, err := sc.pool.Exec(t.Context(), `ALTER TABLE `+versions+` DROP COLUMN compatible_from`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	check("migrated again over a version table without the column")
+}
+
 func TestNames(t *testing.T) {
 	t.Parallel()
 	sc := newScratchT(t)

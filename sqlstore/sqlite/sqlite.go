@@ -118,8 +118,12 @@ var (
 )
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
-// schema was migrated by a newer release than this one: Migrate changes
-// nothing, and the store should not be used with these tables.
+// schema was migrated by a newer release than this one, to a version
+// that release did not record as usable by this one's code: Migrate
+// changes nothing, and the store should not be used with these tables.
+// A newer schema whose every version was recorded as usable by this
+// code (one that only adds what it never uses) is accepted, so that a
+// rollout's older replicas and a rollback still start.
 var ErrSchemaTooNew = sqlcore.ErrSchemaTooNew
 
 // ErrSchemaMismatch is returned by Migrate, wrapped, when the tables do

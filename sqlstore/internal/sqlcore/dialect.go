@@ -118,6 +118,15 @@ type Dialect struct {
 	// schema and a dot (or nothing) and {prefix} for the table prefix,
 	// so a table is written {schema}"{prefix}tasks".
 	Migrations fs.FS
+
+	// CompatibleFrom maps the version of a migration that older code
+	// can live with (it only adds what that code never uses: a
+	// function, an index) to the oldest version whose code can still use
+	// the tables once it is applied. Migrate records it beside the
+	// version, so that a release that finds the database ahead of it
+	// (during a rollout, or after a rollback) can tell whether it may go
+	// on; a version not named here needs code that knows it.
+	CompatibleFrom map[int]int
 }
 
 // Config names a store's tables.

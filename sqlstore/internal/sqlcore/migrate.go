@@ -17,8 +17,9 @@ import (
 )
 
 // ErrSchemaTooNew is returned by Migrate when the database's schema
-// version is newer than any migration this code knows: a newer release
-// migrated it, and this one would fail on columns it does not know.
+// version is newer than any migration this code knows, and a version it
+// does not know was not recorded as compatible with its code: a newer
+// release migrated it, and this one could fail on what it changed.
 var ErrSchemaTooNew = errors.New("schema is newer than this release knows")
 
 // ErrSchemaMismatch is returned by Migrate when the tables do not match
@@ -33,14 +34,21 @@ type migration struct {
 	name     string
 	sql      string
 	checksum string // hex SHA-256 of the file's text
+	// compatibleFrom is the oldest version whose code can use the tables
+	// once this one is applied (Dialect.CompatibleFrom), or 0 for this
+	// version itself.
+	compatibleFrom int
 }
 
 // Migrate creates the tables or brings them up to date, and is a no-op
 // when they are current. It runs in one transaction that first takes the
 // dialect's migration lock, so processes migrating at once apply each
 // version exactly once; the applied versions are kept in the
-// {prefix}schema_version table. A database already at a version newer
-// than the newest migration is refused with ErrSchemaTooNew, untouched.
+// {prefix}schema_version table, each with the oldest version whose code
+// can use the tables it leaves. A database already at versions newer
+// than the newest migration is accepted when each of them was recorded
+// as compatible with this code, and is otherwise refused with
+// ErrSchemaTooNew, untouched.
 func (s *Store) Migrate(ctx context.Context) error {
 	return s.migrate(ctx, int(^uint(0)>>1))
 }
@@ -48,7 +56,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migrate is Migrate applying the versions up to upTo only; tests use it
 // to build an older schema.
 func (s *Store) migrate(ctx context.Context, upTo int) error {
-	migs, err := loadMigrations(s.d.Migrations)
+	migs, err := loadMigrations(s.d.Migrations, s.d.CompatibleFrom)
 	if err != nil {
 		return s.wrap("migrate", err)
 	}
@@ -72,7 +80,7 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 			if _, err := tx.ExecContext(ctx, s.cfg.expand(m.sql)); err != nil {
 				return s.wrap(fmt.Sprintf("migrate: version %d (%s)", m.version, m.name), err)
 			}
-			if _, err := tx.ExecContext(ctx, s.q.recordVersion, m.version, m.name, m.checksum); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q.recordVersion, m.version, m.name, m.checksum, m.compatible()); err != nil {
 				return s.wrap("migrate: record version", err)
 			}
 		}
@@ -92,30 +100,22 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 }
 
 // checkApplied creates the version table if need be and compares the
-// versions recorded in it with migs: it returns the highest applied
-// version, or an error for a version newer than migs know
-// (ErrSchemaTooNew) or one whose file is gone or was edited
-// (ErrSchemaMismatch). A version applied before checksums were kept gets
-// its file's checksum now. It returns the set of applied versions.
+// versions recorded in it with migs: it returns an error for a version
+// newer than migs know that was not recorded as compatible with them
+// (ErrSchemaTooNew), or for one whose file is gone or was edited
+// (ErrSchemaMismatch). A version table from before checksums, or before
+// compatibility, gains the column, and the versions recorded without
+// them get their files' values now. It returns the set of applied
+// versions.
 func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) (map[int]bool, error) {
 	if _, err := tx.ExecContext(ctx, s.q.createVersions); err != nil {
 		return nil, s.wrap("migrate", err)
 	}
-	// A version table from before checksums fails this read; the
-	// savepoint keeps the transaction usable after it.
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT checksums"); err != nil {
-		return nil, s.wrap("migrate", err)
+	if err := s.addColumn(ctx, tx, s.q.readChecksum, s.q.addChecksum); err != nil {
+		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, s.q.readChecksum); err != nil {
-		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT checksums"); err != nil {
-			return nil, s.wrap("migrate", err)
-		}
-		if _, err := tx.ExecContext(ctx, s.q.addChecksum); err != nil {
-			return nil, s.wrap("migrate: add checksums", err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT checksums"); err != nil {
-		return nil, s.wrap("migrate", err)
+	if err := s.addColumn(ctx, tx, s.q.readCompatible, s.q.addCompatible); err != nil {
+		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, s.q.applied)
 	if err != nil {
@@ -124,11 +124,12 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 	type applied struct {
 		version        int
 		name, checksum string
+		compatibleFrom sql.NullInt64
 	}
 	var done []applied
 	for rows.Next() {
 		var a applied
-		if err := rows.Scan(&a.version, &a.name, &a.checksum); err != nil {
+		if err := rows.Scan(&a.version, &a.name, &a.checksum, &a.compatibleFrom); err != nil {
 			rows.Close()
 			return nil, s.wrap("migrate: read versions", err)
 		}
@@ -143,8 +144,13 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 	for _, a := range done {
 		seen[a.version] = true
 		if a.version > known {
-			return nil, s.wrap("migrate", fmt.Errorf("%w: the database is at version %d, this release knows versions up to %d; upgrade the code or use another table prefix",
-				ErrSchemaTooNew, a.version, known))
+			// Written by a newer release, which recorded whether the
+			// code of this one can use what it did.
+			if !a.compatibleFrom.Valid || a.compatibleFrom.Int64 > int64(known) {
+				return nil, s.wrap("migrate", fmt.Errorf("%w: the database is at version %d (%s), which needs code that knows version %d; this release knows versions up to %d; upgrade the code or use another table prefix",
+					ErrSchemaTooNew, a.version, a.name, cmp.Or(a.compatibleFrom.Int64, int64(a.version)), known))
+			}
+			continue
 		}
 		i := slices.IndexFunc(migs, func(m migration) bool { return m.version == a.version })
 		switch {
@@ -157,8 +163,44 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 		case a.checksum != migs[i].checksum:
 			return nil, s.wrap("migrate", fmt.Errorf("%w: version %d (%s) was applied from a file that differs from this release's", ErrSchemaMismatch, a.version, a.name))
 		}
+		if c := migs[i].compatible(); c != nil && !a.compatibleFrom.Valid {
+			if _, err := tx.ExecContext(ctx, s.q.setCompatible, a.version, c); err != nil {
+				return nil, s.wrap("migrate: record compatibility", err)
+			}
+		}
 	}
 	return seen, nil
+}
+
+// addColumn adds a column to the version table, which older releases
+// made without it, unless read, a statement that selects it, succeeds.
+// The savepoint keeps the transaction usable after the failed read.
+func (s *Store) addColumn(ctx context.Context, tx *sql.Tx, read, add string) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT version_column"); err != nil {
+		return s.wrap("migrate", err)
+	}
+	if _, err := tx.ExecContext(ctx, read); err != nil {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT version_column"); err != nil {
+			return s.wrap("migrate", err)
+		}
+		if _, err := tx.ExecContext(ctx, add); err != nil {
+			return s.wrap("migrate: add a column to the version table", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT version_column"); err != nil {
+		return s.wrap("migrate", err)
+	}
+	return nil
+}
+
+// compatible is the value recorded beside m's version: the oldest
+// version whose code can use the tables m leaves, or nil (NULL) where
+// that is m's own.
+func (m migration) compatible() any {
+	if m.compatibleFrom == 0 {
+		return nil
+	}
+	return m.compatibleFrom
 }
 
 // lockKey names the store's tables for the migration lock.
@@ -169,8 +211,9 @@ func (s *Store) lockKey() int64 {
 }
 
 // loadMigrations reads the migrations/NNNN_name.sql files of fsys in
-// version order.
-func loadMigrations(fsys fs.FS) ([]migration, error) {
+// version order, with the compatibility compatible declares for them
+// (see Dialect.CompatibleFrom).
+func loadMigrations(fsys fs.FS, compatible map[int]int) ([]migration, error) {
 	names, err := fs.Glob(fsys, "migrations/*.sql")
 	if err != nil {
 		return nil, err
@@ -197,6 +240,13 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 	}
 	if len(migs) == 0 {
 		return nil, fmt.Errorf("no migrations")
+	}
+	for v, from := range compatible {
+		i := slices.IndexFunc(migs, func(m migration) bool { return m.version == v })
+		if i < 0 || from < 1 || from >= v {
+			return nil, fmt.Errorf("migration %d compatible from version %d: want a migration's version and an older one", v, from)
+		}
+		migs[i].compatibleFrom = from
 	}
 	return migs, nil
 }

@@ -12,13 +12,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestLoadMigrations(t *testing.T) {
 	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
-	migs, err := loadMigrations(fstest.MapFS{
+	two := fstest.MapFS{
 		"migrations/0010_later.sql": file("B"),
 		"migrations/0002_first.sql": file("A"),
 		"migrations/README":         file("not a migration"),
-	})
+	}
+	migs, err := loadMigrations(two, map[int]int{10: 2})
 	if err != nil || len(migs) != 2 || migs[0].version != 2 || migs[0].name != "first" || migs[1].sql != "B" {
 		t.Fatalf("loadMigrations = %+v, %v", migs, err)
+	}
+	if migs[0].compatible() != nil || migs[1].compatible() != 2 {
+		t.Errorf("compatibility recorded as %v and %v, want NULL and 2", migs[0].compatible(), migs[1].compatible())
+	}
+	for _, compatible := range []map[int]int{{3: 2}, {10: 10}, {10: 11}, {10: 0}} {
+		if _, err := loadMigrations(two, compatible); err == nil {
+			t.Errorf("loadMigrations accepted compatibility %v", compatible)
+		}
 	}
 	for name, fsys := range map[string]fstest.MapFS{
 		"none":       {},
@@ -26,7 +35,7 @@ func TestLoadMigrations(t *testing.T) {
 		"zero":       {"migrations/0000_init.sql": file("")},
 		"duplicate":  {"migrations/0001_a.sql": file(""), "migrations/1_b.sql": file("")},
 	} {
-		if _, err := loadMigrations(fsys); err == nil {
+		if _, err := loadMigrations(fsys, nil); err == nil {
 			t.Errorf("%s: loadMigrations accepted it", name)
 		}
 	}

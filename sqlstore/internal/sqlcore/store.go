@@ -68,12 +68,15 @@ WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 	// row beside its watcher row, in the watcher index's order.
 	sqlWatchedFilteredIDs = `SELECT page.id FROM (SELECT w.task_id AS id FROM {watchers} w JOIN {tasks} t ON t.id = w.task_id WHERE %[1]s%[2]s) page`
 
-	sqlCreateVersions = `CREATE TABLE IF NOT EXISTS {versions} (version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL DEFAULT '')`
+	sqlCreateVersions = `CREATE TABLE IF NOT EXISTS {versions} (version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL DEFAULT '', compatible_from integer)`
 	sqlReadChecksum   = `SELECT checksum FROM {versions} WHERE 1 = 0`
 	sqlAddChecksum    = `ALTER TABLE {versions} ADD COLUMN checksum text NOT NULL DEFAULT ''`
-	sqlApplied        = `SELECT version, name, checksum FROM {versions} ORDER BY version`
+	sqlReadCompatible = `SELECT compatible_from FROM {versions} WHERE 1 = 0`
+	sqlAddCompatible  = `ALTER TABLE {versions} ADD COLUMN compatible_from integer`
+	sqlApplied        = `SELECT version, name, checksum, compatible_from FROM {versions} ORDER BY version`
 	sqlSetChecksum    = `UPDATE {versions} SET checksum = $2 WHERE version = $1`
-	sqlRecordVersion  = `INSERT INTO {versions} (version, name, checksum) VALUES ($1, $2, $3)`
+	sqlSetCompatible  = `UPDATE {versions} SET compatible_from = $2 WHERE version = $1`
+	sqlRecordVersion  = `INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES ($1, $2, $3, $4)`
 
 	// A renewal is one upsert whose expiry the database computes; on
 	// conflict, extended records whether the lease it replaces was live.
@@ -114,6 +117,7 @@ type queries struct {
 	insertWatchers, dropWatchers, deleteFinished, list       string
 	owned, watched, watchedFiltered                          string
 	createVersions, readChecksum, addChecksum, applied       string
+	readCompatible, addCompatible, setCompatible             string
 	setChecksum, recordVersion                               string
 	probes                                                   []string
 	renewLease, releaseLease, liveLeases, pruneLeases        string
@@ -158,6 +162,9 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			addChecksum:     x(sqlAddChecksum),
 			applied:         x(sqlApplied),
 			setChecksum:     x(sqlSetChecksum),
+			readCompatible:  x(sqlReadCompatible),
+			addCompatible:   x(sqlAddCompatible),
+			setCompatible:   x(sqlSetCompatible),
 			recordVersion:   x(sqlRecordVersion),
 			probes:          append([]string{x(sqlProbe), x(sqlProbeLease)}, expandAll(x, d.Probes)...),
 			renewLease:      x(sqlRenewLease),

@@ -74,7 +74,8 @@ func MigrateConcurrently[M Migrator](t *testing.T, stores []M) {
 }
 
 // MigrateRefusals checks that Migrate refuses tables that do not match
-// the migrations it knows, and changes nothing then. fresh returns a
+// the migrations it knows, and that it accepts versions newer than it
+// knows when each was recorded as compatible with its code. fresh returns a
 // newly migrated store and a function that runs SQL on its database, in
 // which {versions} and {tasks} stand for the store's table names.
 func MigrateRefusals[M Migrator](t *testing.T, fresh func(t *testing.T) (M, func(query string) error), tooNew, mismatch error) {
@@ -83,6 +84,11 @@ func MigrateRefusals[M Migrator](t *testing.T, fresh func(t *testing.T) (M, func
 		want      error
 	}{
 		{"NewerVersion", `INSERT INTO {versions} (version, name, checksum) VALUES (9999, 'from_the_future', '')`, tooNew},
+		// A newer release recorded that this one can use its tables, as
+		// during a rollout or after a rollback: Migrate goes on.
+		{"NewerCompatibleVersions", `INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES (9998, 'adds_a_function', '', 1), (9999, 'adds_an_index', '', 2)`, nil},
+		{"NewerVersionNeedingNewerCode", `INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES (9999, 'from_the_future', '', 9990)`, tooNew},
+		{"NewerVersionsOneNeedingNewerCode", `INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES (9998, 'from_the_future', '', NULL), (9999, 'adds_an_index', '', 1)`, tooNew},
 		{"EditedMigration", `UPDATE {versions} SET checksum = 'edited' WHERE version = 1`, mismatch},
 		{"UnknownVersion", `DELETE FROM {versions} WHERE version = 1; INSERT INTO {versions} (version, name, checksum) VALUES (1, 'init', 'x')`, mismatch},
 		{"MissingColumn", `ALTER TABLE {tasks} DROP COLUMN stack`, mismatch},
@@ -98,6 +104,24 @@ func MigrateRefusals[M Migrator](t *testing.T, fresh func(t *testing.T) (M, func
 			}
 		})
 	}
+	// A version table from before compatibility was kept gains the
+	// column, and what is then recorded in it is read.
+	t.Run("CompatibilityAddedToOlderTables", func(t *testing.T) {
+		t.Parallel()
+		s, exec := fresh(t)
+		if err := exec(`ALTER TABLE {versions} DROP COLUMN compatible_from`); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatalf("Migrate over a version table without compatibility: %v", err)
+		}
+		if err := exec(`INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES (9999, 'adds_an_index', '', 1)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatalf("Migrate after a compatible version: %v", err)
+		}
+	})
 	// A version table from before checksums were kept is upgraded, and
 	// the checksums it gains are then enforced.
 	t.Run("ChecksumsAddedToOlderTables", func(t *testing.T) {
