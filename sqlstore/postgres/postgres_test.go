@@ -226,33 +226,82 @@ func TestMigrateRefusesMismatchedTables(t *testing.T) {
 	}, postgres.ErrSchemaTooNew, postgres.ErrSchemaMismatch)
 }
 
-// Version 6 is recorded as usable by the code of version 5, on a new
-// database and on one that version 6 reached before compatibility was
-// recorded, so that a release that knows version 5 only, and reads the
-// record, may run on it.
+// Migrate records, beside each version, the oldest version whose code
+// can use the tables it leaves: 5 for version 6, which only adds a
+// function, and each other version's own. It records it on a version
+// table from before the column, and raises a record looser than its
+// own, but never lowers one, so that the releases of a rollout never
+// undo each other's records.
 func TestMigrateRecordsWhatOlderCodeCanUse(t *testing.T) {
 	t.Parallel()
 	sc := newScratchT(t)
 	s := sc.store(t)
 	versions := `"` + sc.schema + `".workers_schema_version`
-	check := func(when string) {
+	exec := func(q string) {
 		t.Helper()
-		var from *int
-		if err := sc.pool.QueryRow(t.Context(), `SELECT compatible_from FROM `+versions+` WHERE version = 6`).Scan(&from); err != nil {
+		if _, err := sc.pool.Exec(t.Context(), q); err != nil {
 			t.Fatal(err)
 		}
-		if from == nil || *from != 5 {
-			t.Errorf("%s: version 6 compatible from %v, want 5", when, from)
+	}
+	check := func(when string, want map[int]int) {
+		t.Helper()
+		if err := s.Migrate(t.Context()); err != nil {
+			t.Fatalf("%s: Migrate: %v", when, err)
+		}
+		rows, err := sc.pool.Query(t.Context(), `SELECT version, compatible_from FROM `+versions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int]int{}
+		for rows.Next() {
+			var v int
+			var from *int
+			if err := rows.Scan(&v, &from); err != nil {
+				t.Fatal(err)
+			}
+			got[v] = -1 // NULL
+			if from != nil {
+				got[v] = *from
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: versions compatible from %v, want %v", when, got, want)
 		}
 	}
-	check("migrated")
-	if _, err := sc.pool.Exec(t.Context(), `ALTER TABLE `+versions+` DROP COLUMN compatible_from`); err != nil {
+	own := map[int]int{}
+	for v := range sqltest.MigrationFiles(t) {
+		own[v+1] = v + 1
+	}
+	own[6] = 5
+	check("a new database", own)
+	exec(`ALTER TABLE ` + versions + ` DROP COLUMN compatible_from`)
+	check("a version table without the column", own)
+	exec(`UPDATE ` + versions + ` SET compatible_from = 4 WHERE version = 6`)
+	check("a looser record", own)
+	exec(`UPDATE ` + versions + ` SET compatible_from = 6 WHERE version = 6`)
+	stricter := maps.Clone(own)
+	stricter[6] = 6
+	check("a stricter record", stricter)
+}
+
+// A refusal names the version the database is at and the version that
+// needs newer code.
+func TestMigrateNamesTheVersionThatNeedsNewerCode(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	_, err := sc.pool.Exec(t.Context(), `INSERT INTO "`+sc.schema+`".workers_schema_version (version, name, checksum, compatible_from)
+VALUES (9998, 'changes_a_column', '', 9998), (9999, 'adds_an_index', '', 1)`)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
+	err = s.Migrate(t.Context())
+	if !errors.Is(err, postgres.ErrSchemaTooNew) || !strings.Contains(err.Error(), "at version 9999, and its version 9998 (changes_a_column) needs code that knows version 9998") {
+		t.Errorf("Migrate = %v, want ErrSchemaTooNew naming versions 9999 and 9998", err)
 	}
-	check("migrated again over a version table without the column")
 }
 
 func TestNames(t *testing.T) {

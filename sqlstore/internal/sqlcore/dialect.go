@@ -122,10 +122,14 @@ type Dialect struct {
 	// CompatibleFrom maps the version of a migration that older code
 	// can live with (it only adds what that code never uses: a
 	// function, an index) to the oldest version whose code can still use
-	// the tables once it is applied. Migrate records it beside the
-	// version, so that a release that finds the database ahead of it
-	// (during a rollout, or after a rollback) can tell whether it may go
-	// on; a version not named here needs code that knows it.
+	// the tables once it is applied; a version not named here needs code
+	// that knows it. Migrate records this beside each version, so that a
+	// release that finds the database ahead of it (during a rollout, or
+	// after a rollback) can tell whether it may go on. A record that
+	// names an older version than the dialect does is raised to it, so
+	// a release can correct an entry that claimed too much; one that
+	// names a newer version is left, so that the releases of a rollout
+	// never undo each other's.
 	CompatibleFrom map[int]int
 }
 

@@ -35,8 +35,7 @@ type migration struct {
 	sql      string
 	checksum string // hex SHA-256 of the file's text
 	// compatibleFrom is the oldest version whose code can use the tables
-	// once this one is applied (Dialect.CompatibleFrom), or 0 for this
-	// version itself.
+	// once this one is applied: Dialect.CompatibleFrom's, or version.
 	compatibleFrom int
 }
 
@@ -80,7 +79,7 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 			if _, err := tx.ExecContext(ctx, s.cfg.expand(m.sql)); err != nil {
 				return s.wrap(fmt.Sprintf("migrate: version %d (%s)", m.version, m.name), err)
 			}
-			if _, err := tx.ExecContext(ctx, s.q.recordVersion, m.version, m.name, m.checksum, m.compatible()); err != nil {
+			if _, err := tx.ExecContext(ctx, s.q.recordVersion, m.version, m.name, m.checksum, m.compatibleFrom); err != nil {
 				return s.wrap("migrate: record version", err)
 			}
 		}
@@ -145,10 +144,11 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 		seen[a.version] = true
 		if a.version > known {
 			// Written by a newer release, which recorded whether the
-			// code of this one can use what it did.
-			if !a.compatibleFrom.Valid || a.compatibleFrom.Int64 > int64(known) {
-				return nil, s.wrap("migrate", fmt.Errorf("%w: the database is at version %d (%s), which needs code that knows version %d; this release knows versions up to %d; upgrade the code or use another table prefix",
-					ErrSchemaTooNew, a.version, a.name, cmp.Or(a.compatibleFrom.Int64, int64(a.version)), known))
+			// code of this one can use what it did; NULL, written by a
+			// release that kept no such record, says it cannot.
+			if needs := cmp.Or(a.compatibleFrom.Int64, int64(a.version)); needs > int64(known) {
+				return nil, s.wrap("migrate", fmt.Errorf("%w: the database is at version %d, and its version %d (%s) needs code that knows version %d; this release knows versions up to %d; upgrade the code or use another table prefix",
+					ErrSchemaTooNew, done[len(done)-1].version, a.version, a.name, needs, known))
 			}
 			continue
 		}
@@ -163,8 +163,12 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 		case a.checksum != migs[i].checksum:
 			return nil, s.wrap("migrate", fmt.Errorf("%w: version %d (%s) was applied from a file that differs from this release's", ErrSchemaMismatch, a.version, a.name))
 		}
-		if c := migs[i].compatible(); c != nil && !a.compatibleFrom.Valid {
-			if _, err := tx.ExecContext(ctx, s.q.setCompatible, a.version, c); err != nil {
+		// A row recorded without the column gets it; one recorded as
+		// usable by older code than this release says is corrected. A
+		// record is only ever raised, so that two releases in a rollout
+		// never undo each other's.
+		if !a.compatibleFrom.Valid || a.compatibleFrom.Int64 < int64(migs[i].compatibleFrom) {
+			if _, err := tx.ExecContext(ctx, s.q.setCompatible, a.version, migs[i].compatibleFrom); err != nil {
 				return nil, s.wrap("migrate: record compatibility", err)
 			}
 		}
@@ -179,28 +183,23 @@ func (s *Store) addColumn(ctx context.Context, tx *sql.Tx, read, add string) err
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT version_column"); err != nil {
 		return s.wrap("migrate", err)
 	}
-	if _, err := tx.ExecContext(ctx, read); err != nil {
-		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT version_column"); err != nil {
-			return s.wrap("migrate", err)
+	if _, readErr := tx.ExecContext(ctx, read); readErr != nil {
+		if ctx.Err() != nil {
+			return s.wrap("migrate", readErr)
 		}
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT version_column"); err != nil {
+			return s.wrap("migrate", errors.Join(readErr, err))
+		}
+		// The read failed for want of the column, or for another
+		// reason, which the add then fails on too: both are told.
 		if _, err := tx.ExecContext(ctx, add); err != nil {
-			return s.wrap("migrate: add a column to the version table", err)
+			return s.wrap("migrate: add a column to the version table", errors.Join(readErr, err))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT version_column"); err != nil {
 		return s.wrap("migrate", err)
 	}
 	return nil
-}
-
-// compatible is the value recorded beside m's version: the oldest
-// version whose code can use the tables m leaves, or nil (NULL) where
-// that is m's own.
-func (m migration) compatible() any {
-	if m.compatibleFrom == 0 {
-		return nil
-	}
-	return m.compatibleFrom
 }
 
 // lockKey names the store's tables for the migration lock.
@@ -230,7 +229,7 @@ func loadMigrations(fsys fs.FS, compatible map[int]int) ([]migration, error) {
 			return nil, err
 		}
 		sum := sha256.Sum256(text)
-		migs = append(migs, migration{version: v, name: name, sql: string(text), checksum: hex.EncodeToString(sum[:])})
+		migs = append(migs, migration{version: v, name: name, sql: string(text), checksum: hex.EncodeToString(sum[:]), compatibleFrom: v})
 	}
 	slices.SortFunc(migs, func(a, b migration) int { return cmp.Compare(a.version, b.version) })
 	for i := 1; i < len(migs); i++ {

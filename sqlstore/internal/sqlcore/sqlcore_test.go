@@ -21,8 +21,8 @@ func TestLoadMigrations(t *testing.T) {
 	if err != nil || len(migs) != 2 || migs[0].version != 2 || migs[0].name != "first" || migs[1].sql != "B" {
 		t.Fatalf("loadMigrations = %+v, %v", migs, err)
 	}
-	if migs[0].compatible() != nil || migs[1].compatible() != 2 {
-		t.Errorf("compatibility recorded as %v and %v, want NULL and 2", migs[0].compatible(), migs[1].compatible())
+	if migs[0].compatibleFrom != 2 || migs[1].compatibleFrom != 2 {
+		t.Errorf("compatible from versions %d and %d, want 2 and 2", migs[0].compatibleFrom, migs[1].compatibleFrom)
 	}
 	for _, compatible := range []map[int]int{{3: 2}, {10: 10}, {10: 11}, {10: 0}} {
 		if _, err := loadMigrations(two, compatible); err == nil {

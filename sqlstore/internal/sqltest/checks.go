@@ -87,7 +87,8 @@ func MigrateRefusals[M Migrator](t *testing.T, fresh func(t *testing.T) (M, func
 		// A newer release recorded that this one can use its tables, as
 		// during a rollout or after a rollback: Migrate goes on.
 		{"NewerCompatibleVersions", `INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES (9998, 'adds_a_function', '', 1), (9999, 'adds_an_index', '', 2)`, nil},
-		{"NewerVersionNeedingNewerCode", `INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES (9999, 'from_the_future', '', 9990)`, tooNew},
+		{"NewerVersionUsableByTheNewestKnown", `INSERT INTO {versions} (version, name, checksum, compatible_from) SELECT 9999, 'adds_an_index', '', max(version) FROM {versions}`, nil},
+		{"NewerVersionNeedingNewerCode", `INSERT INTO {versions} (version, name, checksum, compatible_from) SELECT 9999, 'from_the_future', '', max(version) + 1 FROM {versions}`, tooNew},
 		{"NewerVersionsOneNeedingNewerCode", `INSERT INTO {versions} (version, name, checksum, compatible_from) VALUES (9998, 'from_the_future', '', NULL), (9999, 'adds_an_index', '', 1)`, tooNew},
 		{"EditedMigration", `UPDATE {versions} SET checksum = 'edited' WHERE version = 1`, mismatch},
 		{"UnknownVersion", `DELETE FROM {versions} WHERE version = 1; INSERT INTO {versions} (version, name, checksum) VALUES (1, 'init', 'x')`, mismatch},
