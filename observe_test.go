@@ -540,3 +540,29 @@ func TestObserverSeesOneEndWhenARunEndsDuringASync(t *testing.T) {
 	rt.hooks.Store(nil)
 	assert.Equal(t, []EventKind{EventSubmitted, EventStarted, EventFinished}, rec.kinds(sub.ID))
 }
+
+// A Cancel that ends a run before its submission was reported (here,
+// from an observer of the submission, before the next observer hears of
+// it) is reported after the submission to every observer: whoever hears
+// of a run hears of its submission first.
+func TestObserverHearsOfASubmissionBeforeTheEndOfItsRun(t *testing.T) {
+	t.Parallel()
+	var rt *Runtime[*MemStore]
+	canceller := ObserverFunc(func(ctx context.Context, e Event) {
+		if e.Kind == EventSubmitted {
+			assert.NoError(t, rt.Cancel(context.Background(), e.TaskID, System))
+		}
+	})
+	rec := &recorder{}
+	rt = newRuntime(t, NewMemStore(), Config{Observers: []Observer{canceller, rec}})
+	sub, err := rt.Submit(ctx, "k", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	assert.Equal(t, []EventKind{EventSubmitted, EventFinished}, rec.kinds(sub.ID))
+	fin, _ := rec.last(sub.ID, EventFinished)
+	assert.Equal(t, CauseCancelled, fin.Cause)
+	rt.early.Range(func(k, _ any) bool {
+		t.Errorf("an end is still held for %v", k)
+		return true
+	})
+}

@@ -179,6 +179,11 @@ type Runtime[S Store] struct {
 	queues  map[string]*queue // guarded by mu
 	started bool              // guarded by mu
 	loops   loops             // guarded by mu: the background goroutines
+
+	// early holds, by run (*Task), the end of a run that another writer
+	// ended before its submission was reported: its submitter reports
+	// it next (see reportEnd).
+	early sync.Map
 }
 
 // cacheLinePad keeps the fields before it and those after it off one
@@ -492,10 +497,52 @@ func (rt *Runtime[S]) register(ctx context.Context, k runIDs, base *runOptions, 
 	h := rt.keys.lock(id)
 	t, sub, ch, err := rt.decide(ctx, k, base, c, o, fn, adm, refused)
 	h.unlock()
-	if ch.kind != 0 {
+	switch ch.kind {
+	case 0:
+	case changeSubmitted:
+		rt.announce(t, &ch)
+	default:
 		rt.emit(&ch)
 	}
 	return t, sub, err
+}
+
+// announce reports the submission of run t, then its end if another
+// writer ended it meanwhile (a Cancel, once the task's lock was free):
+// whoever hears of a run hears of its submission first.
+func (rt *Runtime[S]) announce(t *Task, c *change) {
+	rt.emit(c)
+	if t.flags.Or(runAnnounced)&runEndWaiting != 0 {
+		if end, ok := rt.early.LoadAndDelete(t); ok {
+			rt.emit(end.(*change))
+		}
+	}
+}
+
+// reportEnd reports c, the end of run t that another writer made (t is
+// nil when this runtime does not hold the run), unless it was reported
+// already. If t's submission has not been reported yet, its submitter
+// reports c after it (see announce).
+func (rt *Runtime[S]) reportEnd(t *Task, c *change) {
+	if t == nil {
+		rt.emit(c)
+		return
+	}
+	if !t.claim(runEndSeen) {
+		return
+	}
+	for {
+		f := t.flags.Load()
+		if f&runAnnounced != 0 {
+			rt.emit(c)
+			return
+		}
+		rt.early.Store(t, c)
+		if t.flags.CompareAndSwap(f, f|runEndWaiting) {
+			return
+		}
+		rt.early.Delete(t) // the flags moved: look again
+	}
 }
 
 // decide is register's rule table; the task's lock is held. The change

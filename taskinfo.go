@@ -51,7 +51,7 @@ type Task struct {
 	watchers atomic.Pointer[[]string]
 	first    [1]string
 
-	flags atomic.Uint32 // runFinishing, runEndSeen and runPoked
+	flags atomic.Uint32 // the run* bits below
 
 	// startsRegistered is set for a run registered RUNNING (an async run
 	// admitted at once), whose start needs no write of its own.
@@ -123,7 +123,9 @@ const (
 	// writer ended (a Cancel here, or a record found ended elsewhere), so
 	// the run's finished event is reported once.
 	runEndSeen
-	runPoked // queued for the hub's progress pump
+	runPoked      // queued for the hub's progress pump
+	runAnnounced  // the run's submission was reported
+	runEndWaiting // an end reported before the submission waits in Runtime.early
 )
 
 // has reports whether flag is set.
