@@ -16,9 +16,11 @@
 // from its submission to its terminal record. It is a child of the span
 // in the context passed to Submit (the run's context keeps the
 // submission's values), so a task shows up under the request that
-// submitted it even though it outlives it. Starts, retries and panics
-// are span events; a FAILED run sets the span's status to Error. The
-// callback's ctx carries the span, so spans it starts are its children.
+// submitted it even though it outlives it. Starts and retries are span
+// events; a panic, and the error a run FAILED with, are recorded as
+// exceptions (events named "exception", a panic's with its stack), and a
+// FAILED run sets the span's status to Error. The callback's ctx carries
+// the span, so spans it starts are its children.
 //
 // Attributes: workers.queue ("default" for the async path),
 // workers.run.id, workers.task.status, workers.task.cause and
@@ -37,8 +39,11 @@
 //   - workers.tasks.running, workers.tasks.waiting: up-down counters of
 //     this runtime's runs executing now and waiting to start, by queue.
 //
-// Runs another process executes are counted when this runtime sees their
-// end (a Cancel made here, a recovery) under workers.tasks.finished only.
+// Each run is measured by the runtime that executes it, so that the sum
+// over the replicas of a store counts each run once. A run another
+// process executes is counted there, even when this runtime cancels it;
+// one whose process ended is counted under workers.tasks.finished by the
+// runtime that recovers it.
 package workersotel
 
 import (
@@ -233,8 +238,11 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 				attrs = append(attrs, attribute.String("exception.message", e.Err.Error()))
 			}
 			if e.Kind == workers.EventPanicked {
-				attrs = append(attrs, attribute.String("exception.stacktrace", string(e.Stack)))
-				r.span.AddEvent("panic", trace.WithAttributes(attrs...))
+				// OpenTelemetry's form for an exception: an event named
+				// "exception", with the panic's own stack.
+				attrs = append(attrs, attribute.String("exception.type", "panic"),
+					attribute.String("exception.stacktrace", string(e.Stack)))
+				r.span.AddEvent("exception", trace.WithAttributes(attrs...))
 			} else {
 				r.span.AddEvent("retry", trace.WithAttributes(attrs...))
 				r.span.SetAttributes(attribute.Int("workers.task.attempt", e.Attempt))
@@ -242,6 +250,9 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		}
 
 	case workers.EventFinished, workers.EventRecovered:
+		if e.Kind == workers.EventFinished && e.Task == nil {
+			return // another process's run, which that process measures
+		}
 		status := attribute.String("workers.task.status", string(e.Status))
 		cause := attribute.String("workers.task.cause", string(e.Cause))
 		i.finished.Add(ctx, 1, metric.WithAttributes(q, status, cause))
@@ -266,6 +277,7 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 			msg := string(e.Cause)
 			if e.Err != nil {
 				msg = e.Err.Error()
+				r.span.RecordError(e.Err)
 			}
 			r.span.SetStatus(codes.Error, msg)
 		}

@@ -22,12 +22,25 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type fixture struct {
 	rt     *workers.Runtime[*workers.MemStore]
+	inst   *workersotel.Instrumentation
 	spans  *tracetest.SpanRecorder
 	reader *sdkmetric.ManualReader
 	tp     *sdktrace.TracerProvider
 }
 
+// setup instruments a runtime over a new MemStore.
 func setup(t *testing.T, opts ...workersotel.Option) *fixture {
+	t.Helper()
+	return setupOver(t, workers.NewMemStore(), func(inst *workersotel.Instrumentation) workers.Config {
+		return workers.Config{
+			Middleware: []workers.Middleware{inst.Middleware()},
+			Observers:  []workers.Observer{inst.Observer()},
+		}
+	}, opts...)
+}
+
+// setupOver instruments a runtime over s, configured by config.
+func setupOver(t *testing.T, s *workers.MemStore, config func(*workersotel.Instrumentation) workers.Config, opts ...workersotel.Option) *fixture {
 	t.Helper()
 	f := &fixture{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	f.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
@@ -36,10 +49,8 @@ func setup(t *testing.T, opts ...workersotel.Option) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.rt = workers.NewRuntime(workers.NewMemStore(), workers.Config{
-		Middleware: []workers.Middleware{inst.Middleware()},
-		Observers:  []workers.Observer{inst.Observer()},
-	})
+	f.inst = inst
+	f.rt = workers.NewRuntime(s, config(inst))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -50,6 +61,32 @@ func setup(t *testing.T, opts ...workersotel.Option) *fixture {
 		_ = mp.Shutdown(ctx)
 	})
 	return f
+}
+
+// metrics collects the sums (counters, up-down counters) and the
+// histograms' counts, by name.
+func (f *fixture) metrics(t *testing.T) (sums map[string]int64, counts map[string]uint64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	sums, counts = map[string]int64{}, map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					sums[m.Name] += p.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					counts[m.Name] += p.Count
+				}
+			}
+		}
+	}
+	return sums, counts
 }
 
 // wait waits for the task's record to end.
@@ -252,20 +289,7 @@ func TestGaugesWhileRunning(t *testing.T) {
 	}
 	<-started
 	// The started event is observed before the callback is called.
-	var rm metricdata.ResourceMetrics
-	if err := f.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if d, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, p := range d.DataPoints {
-					got[m.Name] += p.Value
-				}
-			}
-		}
-	}
+	got, _ := f.metrics(t)
 	close(release)
 	f.wait(t, sub.ID)
 	if got["workers.tasks.running"] != 1 || got["workers.tasks.waiting"] != 0 {
@@ -283,5 +307,102 @@ func TestTaskIDsAreOptIn(t *testing.T) {
 	s := f.span(t, sub.RunID)
 	if attrOf(s.Attributes(), "workers.task.id") != sub.ID || attrOf(s.Attributes(), "workers.task.owner") != "alice" {
 		t.Errorf("attributes %v", s.Attributes())
+	}
+}
+
+// A panic and the error a run failed with are recorded as OpenTelemetry
+// exceptions: events named "exception", the panic's with its stack.
+func TestPanicsAndFailuresAreExceptions(t *testing.T) {
+	f := setup(t)
+	calls := 0
+	sub, err := f.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+		if calls++; calls == 1 {
+			panic("first attempt")
+		}
+		return nil, errors.New("broken")
+	}, workers.MustOwner("alice"), workers.WithRetry(workers.RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Microsecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wait(t, sub.ID)
+	var panics, failures int
+	for _, ev := range f.span(t, sub.RunID).Events() {
+		if ev.Name != "exception" {
+			continue
+		}
+		switch msg := attrOf(ev.Attributes, "exception.message"); {
+		case attrOf(ev.Attributes, "exception.type") == "panic" && attrOf(ev.Attributes, "exception.stacktrace") != "":
+			panics++
+		case msg == "broken":
+			failures++
+		default:
+			t.Errorf("exception event %v", ev.Attributes)
+		}
+	}
+	if panics != 1 || failures != 1 {
+		t.Errorf("%d panic and %d failure exceptions, want 1 and 1", panics, failures)
+	}
+}
+
+// A run cancelled by another replica is measured once, by the replica
+// that executes it: the sum over the replicas counts it once.
+func TestARunIsMeasuredByTheReplicaThatExecutesIt(t *testing.T) {
+	s := workers.NewMemStore()
+	config := func(inst *workersotel.Instrumentation) workers.Config {
+		return workers.Config{Observers: []workers.Observer{inst.Observer()}, SyncInterval: 2 * time.Millisecond}
+	}
+	here, there := setupOver(t, s, config), setupOver(t, s, config)
+	started := make(chan struct{})
+	sub, err := here.rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := there.rt.Cancel(context.Background(), sub.ID, workers.System); err != nil {
+		t.Fatal(err)
+	}
+	here.span(t, sub.RunID) // ended once here learns of the cancel
+	hs, hc := here.metrics(t)
+	ts, tc := there.metrics(t)
+	if hs["workers.tasks.finished"] != 1 || ts["workers.tasks.finished"] != 0 {
+		t.Errorf("finished: %d here, %d on the replica that cancelled; want 1 and 0", hs["workers.tasks.finished"], ts["workers.tasks.finished"])
+	}
+	if hc["workers.task.duration"] != 1 || tc["workers.task.duration"] != 0 {
+		t.Errorf("durations: %d here, %d on the replica that cancelled; want 1 and 0", hc["workers.task.duration"], tc["workers.task.duration"])
+	}
+}
+
+// A run cancelled as it is submitted, by an observer that hears of the
+// submission first, still has its span ended and leaves no run waiting.
+func TestARunCancelledAsItIsSubmittedEndsItsSpan(t *testing.T) {
+	var rt *workers.Runtime[*workers.MemStore]
+	canceller := workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+		if e.Kind == workers.EventSubmitted {
+			if err := rt.Cancel(context.Background(), e.TaskID, workers.System); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	f := setupOver(t, workers.NewMemStore(), func(inst *workersotel.Instrumentation) workers.Config {
+		return workers.Config{Observers: []workers.Observer{canceller, inst.Observer()}}
+	})
+	rt = f.rt
+	sub, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap := f.wait(t, sub.ID); snap.Status != workers.StatusCancelled {
+		t.Fatalf("status %s, want cancelled", snap.Status)
+	}
+	if got := attrOf(f.span(t, sub.RunID).Attributes(), "workers.task.status"); got != "cancelled" {
+		t.Errorf("span status attribute %q, want cancelled", got)
+	}
+	sums, _ := f.metrics(t)
+	if sums["workers.tasks.waiting"] != 0 || sums["workers.tasks.running"] != 0 || sums["workers.tasks.finished"] != 1 {
+		t.Errorf("waiting %d, running %d, finished %d; want 0, 0, 1", sums["workers.tasks.waiting"], sums["workers.tasks.running"], sums["workers.tasks.finished"])
 	}
 }
