@@ -22,6 +22,10 @@ func TestRefusedOnlyWhenTheStatementRolledBack(t *testing.T) {
 		{"localized, from an old server", &pgconn.PgError{Severity: "ERROR", Code: "23505"}, true},
 		{"localized severity", &pgconn.PgError{Severity: "ERREUR", SeverityUnlocalized: "ERROR", Code: "22008"}, true},
 		{"backend terminated", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, false},
+		// A pooler that lost the server's connection, perhaps after the
+		// commit, says so as an ERROR.
+		{"a pooler's lost server connection", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01", Message: "server conn crashed?"}, false},
+		{"a pooler's backend terminated", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57P01"}, false},
 		{"connection lost", errors.New("unexpected EOF"), false},
 	} {
 		if got := dialect.Refused(c.err); got != c.want {

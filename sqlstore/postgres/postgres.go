@@ -148,25 +148,17 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
-	// A backend ended by the server (pg_terminate_backend, a shutdown or
-	// a restart: SQLSTATE 57P01 to 57P03), a connection exception (class
-	// 08), or a connection the driver found closed or cut.
-	ConnLost: func(err error) bool {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
-		}
-		var ne *net.OpError
-		return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
-			errors.Is(err, io.EOF) || errors.As(err, &ne)
-	},
+	ConnLost: connLost,
 	// An ERROR (not FATAL: the session goes on) for a statement run
 	// outside a transaction means it rolled back; a FATAL one, such as
 	// an administrator terminating the backend, may come after the
-	// commit.
+	// commit. So may an ERROR that says the connection was lost (class
+	// 08, 57P01 to 57P03), which a connection pooler between the store
+	// and the server sends, as ERROR, when it loses the server's
+	// connection, perhaps after the commit.
 	Refused: func(err error) bool {
 		var pe *pgconn.PgError
-		return errors.As(err, &pe) && cmp.Or(pe.SeverityUnlocalized, pe.Severity) == "ERROR"
+		return errors.As(err, &pe) && cmp.Or(pe.SeverityUnlocalized, pe.Severity) == "ERROR" && !connLost(err)
 	},
 	// Group commit: the rows come as one array per column, to the
 	// function of migration 0006, whose statement inserts and transitions
@@ -198,6 +190,20 @@ INSERT INTO {watchers} (task_id, created_at, user_id)
 SELECT t.id, $15, w.user_id FROM t, unnest($17::text[]) WITH ORDINALITY AS w(user_id, n)
 ORDER BY w.n
 ON CONFLICT DO NOTHING`,
+}
+
+// connLost reports whether err says that the connection a statement went
+// on was lost: a backend ended by the server (pg_terminate_backend, a
+// shutdown or a restart: SQLSTATE 57P01 to 57P03), a connection exception
+// (class 08), or a connection the driver found closed or cut.
+func connLost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	var ne *net.OpError
+	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) || errors.As(err, &ne)
 }
 
 // Store is a workers.Store on a PostgreSQL database. It is safe for
