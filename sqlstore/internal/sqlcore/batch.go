@@ -110,7 +110,9 @@ func (c *combiner[T]) take() []*call[T] {
 			rest = append(rest, c.queue[i:]...)
 			break
 		}
-		if w.gone.Load() {
+		// A caller whose context ended may not have woken yet to say it
+		// left: its write is dropped all the same.
+		if w.gone.Load() || w.ctx.Err() != nil {
 			w.err = w.ctx.Err()
 			close(w.done)
 			continue

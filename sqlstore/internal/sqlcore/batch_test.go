@@ -167,6 +167,29 @@ func TestCombinerDropsAWriteWhoseCallerLeft(t *testing.T) {
 	})
 }
 
+// A write whose caller's context ended is dropped by the next batch even
+// when its caller has not yet woken to say it left.
+func TestCombinerDropsAWriteWhoseContextEndedBeforeItsCallerWoke(t *testing.T) {
+	r := &recorder{}
+	c := newCombiner(r, 1, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w := &call[int]{ctx: ctx, key: "left", done: make(chan struct{})}
+	c.queue = append(c.queue, w, &call[int]{ctx: context.Background(), key: "stays", done: make(chan struct{})})
+	batch := c.take()
+	if len(batch) != 1 || batch[0].key != "stays" {
+		t.Errorf("batch = %v, want only the write whose caller waits", batch)
+	}
+	select {
+	case <-w.done:
+		if !errors.Is(w.err, context.Canceled) {
+			t.Errorf("the dropped write's error = %v, want context.Canceled", w.err)
+		}
+	default:
+		t.Error("the dropped write's caller was not released")
+	}
+}
+
 // A batch runs while anyone waits for it, and its context ends once every
 // caller in it has left; each caller returns when its own context ends.
 func TestCombinerBatchEndsWhenEveryCallerLeft(t *testing.T) {
