@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -301,6 +302,41 @@ VALUES (9998, 'changes_a_column', '', 9998), (9999, 'adds_an_index', '', 1)`)
 	err = s.Migrate(t.Context())
 	if !errors.Is(err, postgres.ErrSchemaTooNew) || !strings.Contains(err.Error(), "at version 9999, and its version 9998 (changes_a_column) needs code that knows version 9998") {
 		t.Errorf("Migrate = %v, want ErrSchemaTooNew naming versions 9999 and 9998", err)
+	}
+}
+
+// A renewal that replaced an expired lease reports so, even when the
+// prune of the other expired leases that follows it fails: here it waits
+// on a row another transaction holds until the renewal's context ends.
+// Reported as a failure, the runtime would have missed that its lease
+// had lapsed, since its next renewal extends a live one.
+func TestRenewalAfterALapseIsReportedWhenThePruneFails(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	leases := `"` + sc.schema + `".workers_leases`
+	if _, err := sc.pool.Exec(ctx, `INSERT INTO `+leases+` (instance, expires_at, extended)
+VALUES ('me', now() - interval '1 second', false), ('other', now() - interval '1 second', false)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sc.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+leases+` WHERE instance = 'other' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	extended, err := s.RenewLease(rctx, "me", 10*time.Second)
+	if extended || err != nil {
+		t.Fatalf("renewal after the lapse = %v, %v; want false, nil", extended, err)
+	}
+	live, err := s.LiveInstances(ctx)
+	if err != nil || !slices.Equal(live, []string{"me"}) {
+		t.Errorf("live instances = %v, %v; want [me]", live, err)
 	}
 }
 

@@ -12,7 +12,10 @@ import (
 // RenewLease implements workers.Leaser: one upsert whose expiry the
 // database computes from its own clock. A renewal that created a lease
 // (extended is false) also deletes the leases that have expired, which
-// count as none.
+// count as none: deleting them changes nothing, so a failure to (a lost
+// connection, ctx ending while another process's prune holds their
+// rows) leaves them for the next such renewal, and the renewal, which
+// landed, is reported as it was.
 func (s *Store) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
 	if ttl <= 0 {
 		return false, fmt.Errorf("%w: lease ttl %v, want a positive duration", workers.ErrInvalidOption, ttl)
@@ -22,9 +25,7 @@ func (s *Store) RenewLease(ctx context.Context, instance string, ttl time.Durati
 		return false, s.wrap("renew lease", err)
 	}
 	if !extended {
-		if _, err := s.w.ExecContext(ctx, s.q.pruneLeases); err != nil {
-			return false, s.wrap("prune leases", err)
-		}
+		_, _ = s.w.ExecContext(ctx, s.q.pruneLeases)
 	}
 	return extended, nil
 }
