@@ -54,7 +54,8 @@ type Config struct {
 	// submission's context and by what is left of LeaseTTL (LeaseInterval
 	// once that has passed; a whole LeaseTTL for the first, which takes
 	// the lease); submissions waiting meanwhile share its answer, and
-	// Shutdown ends their wait with ErrClosed. Defaults to 15 seconds.
+	// Shutdown ends their wait with ErrClosed. Defaults to five
+	// LeaseIntervals: 15 seconds with the default interval.
 	LeaseTTL time.Duration
 
 	// RecoverInterval is how often the recovery loop, started by Start

@@ -257,31 +257,35 @@ func phaseTwo(ctx context.Context, out io.Writer, path string) error {
 	fmt.Fprintln(out)
 
 	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: leaseInterval})
+	err = recovered(ctx, out, rt)
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	defer cancel()
+	if serr := rt.Shutdown(shutdown); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "shut down cleanly: every run settled")
+	return nil
+}
+
+// recovered starts rt, waits for its recovery loop to end the dead
+// process's runs, and shows the result.
+func recovered(ctx context.Context, out io.Writer, rt *workers.Runtime[*sqlite.Store]) error {
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
 	// Wait returns when a record ends: here, when the recovery loop finds
 	// the dead process's lease expired.
+	wctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	for i, tk := range tasks {
-		if _, err := rt.Wait(ctx, id(i), tk.owner); err != nil {
-			return err
+		if _, err := rt.Wait(wctx, id(i), tk.owner); err != nil {
+			return fmt.Errorf("waiting for the recovery of %s: %w", id(i), err)
 		}
 	}
-	shutdown := func() error {
-		ctx, cancel := context.WithTimeout(ctx, limit)
-		defer cancel()
-		return rt.Shutdown(ctx)
-	}
-	err = show(ctx, out, rt)
-	if err != nil {
-		_ = shutdown()
-		return err
-	}
-	if err := shutdown(); err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "shut down cleanly: every run settled")
-	return nil
+	return show(ctx, out, rt)
 }
 
 // show prints what the recovery loop made of the records, checks

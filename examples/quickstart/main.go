@@ -42,9 +42,24 @@ func steps(n int, d time.Duration) workers.Func {
 	}
 }
 
+// run shows the flow on a new runtime, which it shuts down however the
+// flow ends.
 func run(ctx context.Context, out io.Writer, live bool, step time.Duration) error {
-	store := workers.NewMemStore()
-	rt := workers.NewRuntime(store, workers.Config{})
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	err := show(ctx, rt, out, live, step)
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if serr := rt.Shutdown(shutdown); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "shut down; goroutines left: %d (main)\n", goroutinesSettle(1, time.Second))
+	return nil
+}
+
+func show(ctx context.Context, rt *workers.Runtime[*workers.MemStore], out io.Writer, live bool, step time.Duration) error {
 	alice := workers.MustOwner("alice")
 	bob := workers.MustOwner("bob")
 
@@ -107,8 +122,8 @@ func run(ctx context.Context, out io.Writer, live bool, step time.Duration) erro
 			break
 		}
 		if snap, _ := rt.Status(ctx, report.ID, alice); !cancelled && snap.Progress >= 40 {
-			// Alice changes her mind about the long reindex.
-			if err := rt.Cancel(ctx, reindex.ID, alice); err != nil {
+			// Alice changes her mind about the long reindex, and says why.
+			if err := rt.Cancel(ctx, reindex.ID, alice, workers.WithReason("the report reads the old index")); err != nil {
 				return err
 			}
 			cancelled = true
@@ -120,8 +135,8 @@ func run(ctx context.Context, out io.Writer, live bool, step time.Duration) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s ended %s at %d%%: %q (cancelled by user: %v)\n",
-		snap.ID, snap.Status, snap.Progress, snap.Error, errors.Is(snap.Err(), workers.ErrCancelled))
+	fmt.Fprintf(out, "%s ended %s at %d%%: %q (cancelled by user: %v), by %s: %q\n",
+		snap.ID, snap.Status, snap.Progress, snap.Error, errors.Is(snap.Err(), workers.ErrCancelled), snap.CancelledBy, snap.CancelReason)
 	done, err := rt.Status(ctx, report.ID, alice)
 	if err != nil {
 		return err
@@ -137,13 +152,6 @@ func run(ctx context.Context, out io.Writer, live bool, step time.Duration) erro
 		return err
 	}
 	fmt.Fprintf(out, "alice lists %d tasks; bob's are not among them\n", len(mine))
-
-	shutdown, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rt.Shutdown(shutdown); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "shut down; goroutines left: %d (main)\n", goroutinesSettle(1, time.Second))
 	return nil
 }
 

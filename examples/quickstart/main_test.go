@@ -21,7 +21,7 @@ func TestQuickstartRuns(t *testing.T) {
 		assert.Contains(t, got, "bob asks for alice::quarterly-report: workers: task not found")
 		assert.Contains(t, got, "bob tries to cancel alice::reindex: workers: task not found")
 		assert.Contains(t, got, `alice::reindex ended cancelled`)
-		assert.Contains(t, got, `"Cancelled by user" (cancelled by user: true)`)
+		assert.Contains(t, got, `"Cancelled by user" (cancelled by user: true), by alice: "the report reads the old index"`)
 		assert.Contains(t, got, "alice::quarterly-report result: map[steps:25]")
 		assert.Contains(t, got, "alice lists 2 tasks")
 		assert.Contains(t, got, "shut down")
