@@ -166,6 +166,17 @@ type slot struct {
 	revoked bool      // a newer run the subscriber may not see replaced the task
 }
 
+// endOf returns the terminal snapshot of run runID that the slot holds,
+// or nil.
+func (sl *slot) endOf(runID string) *Snapshot {
+	for _, end := range []*Snapshot{sl.ended, &sl.snap} {
+		if end != nil && end.RunID == runID && end.Status.Terminal() {
+			return end
+		}
+	}
+	return nil
+}
+
 // event is one change as the hub hands it to subscribers.
 type event struct {
 	snap     Snapshot
@@ -316,6 +327,12 @@ func (h *hub) progress(t *Task) {
 	r := t.run.Load()
 	if r == nil {
 		return // not begun
+	}
+	if t.cause() != nil || t.has(runFinishing) {
+		// Ending: cancelled (its record may already say so), timed out
+		// or writing its outcome. The snapshot last published may be an
+		// older one, from before the end, if nobody subscribed then.
+		return
 	}
 	ev := &event{watchers: t.watcherList()}
 	h.mu.Lock()
@@ -476,9 +493,10 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // and ending after the terminal one. A caller who may not see the task
 // gets one ErrNotFound and nothing else, as from Status. Authorization
 // is checked again on every change: if the task is re-run and the new
-// run's watchers exclude the caller, the stream ends with ErrNotFound and
-// never shows the new run. Other errors end the stream as well: those of
-// Status, or ctx.Err() when ctx ends.
+// run's watchers exclude the caller, the stream never shows the new run;
+// it ends with the end of the run the caller followed, if the caller had
+// not read it yet, and with ErrNotFound otherwise. Other errors end the
+// stream as well: those of Status, or ctx.Err() when ctx ends.
 //
 // Watch returns an iterator rather than a channel: the loop runs on the
 // caller's goroutine, so there is no goroutine to leak and nothing to
@@ -514,7 +532,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 		var last Snapshot
 		emit := func(snap Snapshot) (more bool) {
 			monotonic(&last, &snap)
-			if sameSnapshot(&last, &snap) {
+			if sameSnapshot(&last, &snap) || behindInRun(&last, &snap) {
 				return true
 			}
 			last = snap
@@ -550,7 +568,14 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 			slots, stale, resync := s.take()
 			for _, sl := range slots {
 				if sl.revoked {
-					yield(Snapshot{}, ErrNotFound)
+					// A run the caller may not see replaced the one it
+					// followed: that one's end, if it came first, is
+					// still the caller's to see, and ends the stream.
+					if end := sl.endOf(last.RunID); end != nil {
+						emit(*end)
+					} else {
+						yield(Snapshot{}, ErrNotFound)
+					}
 					return
 				}
 				if sl.ended != nil && !follow(sl.ended) {
@@ -681,6 +706,12 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// set, a record read from the store after every event yielded so
 		// far, which no event yielded before it can be newer than.
 		emit := func(snap Snapshot, read bool) bool {
+			if f.Queue != "" && snap.Queue != f.Queue {
+				// Never shown, so not followed: a task that moved to
+				// another queue is let go.
+				delete(tracked, snap.ID)
+				return true
+			}
 			e, isEnded := ended[snap.ID]
 			if isEnded && e == snap.RunID {
 				return true
@@ -692,7 +723,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			if ok {
 				monotonic(&last, &snap)
 			}
-			if ok && sameSnapshot(&last, &snap) {
+			if ok && (sameSnapshot(&last, &snap) || behindInRun(&last, &snap)) {
 				return true
 			}
 			if snap.Status.Terminal() {
@@ -793,6 +824,34 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 func monotonic(last, snap *Snapshot) {
 	if snap.RunID == last.RunID && !snap.Status.Terminal() && snap.Progress < last.Progress {
 		snap.Progress = last.Progress
+	}
+}
+
+// behindInRun reports whether snap, of the same run as last, shows an
+// earlier state than last did: a report that was queued before a store
+// read that a stream yielded first (PENDING after the read's RUNNING, or
+// an earlier attempt). A run's status only moves forward, PENDING to
+// RUNNING to its end, and its attempts only grow.
+func behindInRun(last, snap *Snapshot) bool {
+	if snap.RunID != last.RunID {
+		return false
+	}
+	if r, l := statusRank(snap.Status), statusRank(last.Status); r != l {
+		return r < l
+	}
+	return snap.Status == StatusRunning && snap.Attempt < last.Attempt
+}
+
+// statusRank orders the statuses of one run: PENDING, RUNNING, then the
+// terminal ones.
+func statusRank(s Status) int {
+	switch {
+	case s == StatusPending:
+		return 0
+	case s == StatusRunning:
+		return 1
+	default:
+		return 2
 	}
 }
 

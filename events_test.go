@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -86,7 +88,7 @@ func TestWatchOfAFinishedTaskYieldsItsEnd(t *testing.T) {
 	assert.Equal(t, StatusCompleted, snaps[0].Status)
 }
 
-func TestWatchEndsWithNotFoundWhenReRunExcludesWatcher(t *testing.T) {
+func TestWatchEndsWithTheFollowedRunsEndWhenAReRunExcludesTheWatcher(t *testing.T) {
 	rt := memRuntime(t)
 	g := newGate()
 	sub, err := rt.Submit(ctx, "shared", g.fn, alice, WithScope(ScopeGlobal), WithWatchers(bob))
@@ -107,10 +109,13 @@ func TestWatchEndsWithNotFoundWhenReRunExcludesWatcher(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, sub.RunID, sub2.RunID)
 
+	// bob still gets the end of the run he followed, and nothing of the
+	// new one.
 	snap, err, ok := next()
 	require.True(t, ok)
-	assert.ErrorIs(t, err, ErrNotFound, "a watcher of the old run only learns that it may no longer look")
-	assert.Empty(t, snap.RunID)
+	require.NoError(t, err)
+	assert.Equal(t, sub.RunID, snap.RunID)
+	assert.Equal(t, StatusCompleted, snap.Status)
 	_, _, ok = next()
 	assert.False(t, ok, "the stream has ended")
 	g2.open()
@@ -819,4 +824,150 @@ func TestSubscribeOfARunJoinedElsewhere(t *testing.T) {
 	}
 	g.open()
 	assert.Equal(t, StatusCompleted, untilEnd(t, next, sub.RunID, "the run joined").Status)
+}
+
+// A run that ended while nobody subscribed, and whose callback still
+// reports progress, is never offered as RUNNING to a later subscriber:
+// the snapshot last published, from before its end, is stale.
+func TestProgressIsNotOfferedForARunThatEnded(t *testing.T) {
+	rt := memRuntime(t)
+	first := rt.subscribe(caller{system: true}, "", Filter{})
+	g := stubbornGate()
+	sub, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the callback")
+	rt.hub.remove(first) // the run's RUNNING snapshot was published; now nobody listens
+	require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+
+	later := rt.subscribe(caller{system: true}, "", Filter{})
+	defer rt.hub.remove(later)
+	tk := g.task.Load()
+	tk.SetProgress(42)
+	rt.hub.progress(tk) // as the pump would, at once
+	slots, _, _ := later.take()
+	for _, sl := range slots {
+		assert.NotEqual(t, StatusRunning, sl.snap.Status, "a cancelled run offered as %s at %d%%", sl.snap.Status, sl.snap.Progress)
+	}
+	g.open()
+	wait(t, g.ran, "the callback's return")
+}
+
+// pendingLate holds a queue item's submission after its insert, its start
+// after it lands, and a read of it, so that a Watch reads the record
+// RUNNING while the item's PENDING submission waits in its inbox.
+type pendingLate struct {
+	Store
+	id                                 string
+	inserted, startLanded, reading     chan struct{}
+	releaseInsert, releaseStart, reads chan struct{}
+	readOnce                           sync.Once
+}
+
+func (s *pendingLate) InsertTask(ctx context.Context, rec Record) error {
+	err := s.Store.InsertTask(ctx, rec)
+	if rec.ID == s.id {
+		close(s.inserted)
+		<-s.releaseInsert
+	}
+	return err
+}
+
+func (s *pendingLate) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	ok, err := s.Store.TransitionTask(ctx, id, runID, from, next)
+	if id == s.id && next.Status == StatusRunning {
+		close(s.startLanded)
+		<-s.releaseStart
+	}
+	return ok, err
+}
+
+func (s *pendingLate) GetTask(ctx context.Context, id string) (Record, error) {
+	if id == s.id {
+		s.readOnce.Do(func() { close(s.reading); <-s.reads })
+	}
+	return s.Store.GetTask(ctx, id)
+}
+
+// A report queued before a store read that a stream yielded first never
+// follows it: the stream shows RUNNING, then never PENDING again.
+func TestWatchNeverShowsARunGoingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		id, err := ScopedTaskKey("b", alice)
+		require.NoError(t, err)
+		s := &pendingLate{Store: NewMemStore(), id: id,
+			inserted: make(chan struct{}), startLanded: make(chan struct{}), reading: make(chan struct{}),
+			releaseInsert: make(chan struct{}), releaseStart: make(chan struct{}), reads: make(chan struct{})}
+		rt := newRuntime(t, s, Config{})
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := rt.SubmitSequential(ctx, "q", "b", noop, alice)
+			submitted <- err
+		}()
+		<-s.inserted
+		next, stop := iter.Pull2(rt.Watch(ctx, id, alice))
+		defer stop()
+		type got struct {
+			snap Snapshot
+			err  error
+		}
+		results := make(chan got)
+		pull := func() {
+			snap, err, ok := next()
+			if !ok {
+				err = errors.New("the stream ended")
+			}
+			results <- got{snap, err}
+		}
+		go pull()
+		<-s.reading            // subscribed
+		close(s.releaseInsert) // the submission is offered PENDING
+		<-s.startLanded        // RUNNING is stored; its report waits
+		close(s.reads)         // the stream reads RUNNING
+		r := <-results
+		require.NoError(t, r.err)
+		require.Equal(t, StatusRunning, r.snap.Status)
+		go pull()
+		synctest.Wait() // the stream has taken its inbox: the PENDING report
+		close(s.releaseStart)
+		require.NoError(t, <-submitted)
+		r = <-results
+		require.NoError(t, r.err)
+		assert.NotEqual(t, StatusPending, r.snap.Status, "the stream went back from RUNNING to PENDING")
+		settled(t, rt, id)
+	})
+}
+
+// Subscribe filtered by queue does not follow the tasks of other queues:
+// over a store without notices, its poll reads none of them.
+func TestSubscribeByQueueReadsNoTaskOfAnotherQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var reads atomic.Int64
+		s := &hookStore{Store: NewMemStore(), onGet: func(context.Context, Record) { reads.Add(1) }}
+		rt := NewRuntime(s, Config{})
+		sctx, cancel := context.WithCancel(ctx)
+		next, stop := iter.Pull2(rt.Subscribe(sctx, System, WithQueue("a")))
+		ended := make(chan struct{})
+		go func() { defer close(ended); next() }() // nothing of queue "a" comes
+		synctest.Wait()
+		var gates []*gate
+		for i := range 3 {
+			g := newGate()
+			gates = append(gates, g)
+			_, err := rt.Submit(ctx, strconv.Itoa(i), g.fn, alice)
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		reads.Store(0)
+		time.Sleep(5 * subscribePoll) // five polls
+		assert.Zero(t, reads.Load(), "store reads of tasks of another queue")
+		cancel()
+		<-ended
+		stop()
+		for _, g := range gates {
+			g.open()
+		}
+		sd, done := context.WithTimeout(context.Background(), time.Minute)
+		defer done()
+		require.NoError(t, rt.Shutdown(sd))
+	})
 }
