@@ -68,6 +68,9 @@ func (rt *Runtime[S]) emit(c *change) {
 //
 //go:noinline
 func (rt *Runtime[S]) observe(c *change) {
+	if c.task != nil && c.task.has(runRetired) {
+		return // its submission failed: observers never heard of it
+	}
 	e := Event{
 		Kind:        eventKinds[c.kind],
 		TaskID:      c.id,

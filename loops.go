@@ -610,7 +610,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		// The run's own outcome will be fenced out: the end its record
 		// already holds is the run's finished event.
 		if rec.RunID == t.RunID() && rec.Status.Terminal() {
-			rt.reportEnd(t, &change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
+			rt.reportEnd(t, change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
 		}
 	}
 }

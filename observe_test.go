@@ -566,3 +566,31 @@ func TestObserverHearsOfASubmissionBeforeTheEndOfItsRun(t *testing.T) {
 		return true
 	})
 }
+
+// landsThenFails stores a record and reports a transient failure, as a
+// write whose acknowledgement was lost does.
+type landsThenFails struct{ Store }
+
+func (s landsThenFails) InsertTask(ctx context.Context, rec Record) error {
+	if err := s.Store.InsertTask(ctx, rec); err != nil {
+		return err
+	}
+	return errors.New("connection reset")
+}
+
+// A submission that failed after its record was written is not reported
+// to observers, nor is the end the runtime writes for that record; Wait
+// sees the end.
+func TestObserverHearsNothingOfASubmissionThatFailed(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	rt := newRuntime(t, landsThenFails{NewMemStore()}, Config{Observers: []Observer{rec}})
+	_, err := rt.Submit(ctx, "k", noop, alice)
+	require.Error(t, err)
+	id, err := ScopedTaskKey("k", alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, id)
+	assert.True(t, snap.Status.Terminal(), "the record left behind ends: %s", snap.Status)
+	require.NoError(t, rt.Shutdown(ctx)) // every run settled, every event reported
+	assert.Empty(t, rec.kinds(id))
+}

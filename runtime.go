@@ -510,7 +510,9 @@ func (rt *Runtime[S]) register(ctx context.Context, k runIDs, base *runOptions, 
 
 // announce reports the submission of run t, then its end if another
 // writer ended it meanwhile (a Cancel, once the task's lock was free):
-// whoever hears of a run hears of its submission first.
+// whoever hears of the end of a run this runtime submitted hears of its
+// submission first. (A join of the run, reported by the joining
+// submission, may come before it.)
 func (rt *Runtime[S]) announce(t *Task, c *change) {
 	rt.emit(c)
 	if t.flags.Or(runAnnounced)&runEndWaiting != 0 {
@@ -523,10 +525,11 @@ func (rt *Runtime[S]) announce(t *Task, c *change) {
 // reportEnd reports c, the end of run t that another writer made (t is
 // nil when this runtime does not hold the run), unless it was reported
 // already. If t's submission has not been reported yet, its submitter
-// reports c after it (see announce).
-func (rt *Runtime[S]) reportEnd(t *Task, c *change) {
+// reports c after it (see announce). c is taken by value so that only an
+// end that waits is copied to the heap.
+func (rt *Runtime[S]) reportEnd(t *Task, c change) {
 	if t == nil {
-		rt.emit(c)
+		rt.emit(&c)
 		return
 	}
 	if !t.claim(runEndSeen) {
@@ -535,10 +538,11 @@ func (rt *Runtime[S]) reportEnd(t *Task, c *change) {
 	for {
 		f := t.flags.Load()
 		if f&runAnnounced != 0 {
-			rt.emit(c)
+			rt.emit(&c)
 			return
 		}
-		rt.early.Store(t, c)
+		waiting := c
+		rt.early.Store(t, &waiting)
 		if t.flags.CompareAndSwap(f, f|runEndWaiting) {
 			return
 		}
@@ -690,6 +694,7 @@ func (rt *Runtime[S]) retire(t *Task, err error) {
 	if permanentStoreError(err) {
 		return
 	}
+	t.mark(runRetired) // no observer heard of its submission
 	t.cancel(ErrAbandoned)
 	rt.runs.addOther(t)
 	go rt.execute(t)

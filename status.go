@@ -281,7 +281,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		}
 		if ok {
 			t = rt.cancelRun(id, rec.RunID, t)
-			rt.reportEnd(t, &change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
+			rt.reportEnd(t, change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
 			return nil
 		}
 	}

@@ -126,6 +126,7 @@ const (
 	runPoked      // queued for the hub's progress pump
 	runAnnounced  // the run's submission was reported
 	runEndWaiting // an end reported before the submission waits in Runtime.early
+	runRetired    // its submission failed: its end reaches Wait and the streams, not the observers
 )
 
 // has reports whether flag is set.
