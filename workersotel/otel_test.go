@@ -64,7 +64,8 @@ func setupOver(t *testing.T, s *workers.MemStore, config func(*workersotel.Instr
 }
 
 // metrics collects the sums (counters, up-down counters) and the
-// histograms' counts, by name.
+// histograms' counts, by name; workers.tasks.finished is also summed by
+// status, as "workers.tasks.finished/<status>".
 func (f *fixture) metrics(t *testing.T) (sums map[string]int64, counts map[string]uint64) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -78,6 +79,9 @@ func (f *fixture) metrics(t *testing.T) (sums map[string]int64, counts map[strin
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
 					sums[m.Name] += p.Value
+					if st, ok := p.Attributes.Value("workers.task.status"); ok && m.Name == "workers.tasks.finished" {
+						sums[m.Name+"/"+st.AsString()] += p.Value
+					}
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
@@ -235,31 +239,7 @@ func TestSpansAndMetricsForEachEnding(t *testing.T) {
 		}
 	}
 
-	var rm metricdata.ResourceMetrics
-	if err := f.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	sums := map[string]int64{}
-	hist := map[string]uint64{}
-	finished := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					sums[m.Name] += p.Value
-					if m.Name == "workers.tasks.finished" {
-						st, _ := p.Attributes.Value("workers.task.status")
-						finished[st.AsString()] += p.Value
-					}
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					hist[m.Name] += p.Count
-				}
-			}
-		}
-	}
+	sums, hist := f.metrics(t)
 	for name, v := range map[string]int64{
 		"workers.tasks.submitted": 4, "workers.tasks.started": 4, "workers.tasks.finished": 4,
 		"workers.tasks.running": 0, "workers.tasks.waiting": 0,
@@ -268,8 +248,8 @@ func TestSpansAndMetricsForEachEnding(t *testing.T) {
 			t.Errorf("%s = %d, want %d", name, sums[name], v)
 		}
 	}
-	if finished["completed"] != 2 || finished["failed"] != 1 || finished["cancelled"] != 1 {
-		t.Errorf("finished by status: %v", finished)
+	if sums["workers.tasks.finished/completed"] != 2 || sums["workers.tasks.finished/failed"] != 1 || sums["workers.tasks.finished/cancelled"] != 1 {
+		t.Errorf("finished by status: %v", sums)
 	}
 	if hist["workers.task.duration"] != 4 || hist["workers.task.queue_wait"] != 4 {
 		t.Errorf("histogram counts: %v", hist)
