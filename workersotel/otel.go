@@ -42,8 +42,8 @@
 // Each run is measured by the runtime that executes it, so that the sum
 // over the replicas of a store counts each run once. A run another
 // process executes is counted there, even when this runtime cancels it;
-// one whose process ended is counted under workers.tasks.finished by the
-// runtime that recovers it.
+// one whose process ended is counted, under workers.tasks.finished and
+// workers.task.duration, by the runtime that recovers it.
 package workersotel
 
 import (
