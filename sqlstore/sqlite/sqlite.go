@@ -58,11 +58,13 @@
 // one row per task id, with result as JSON text and times as integer Unix
 // microseconds (NULL for the zero time); watchers, one row per (task,
 // user), deleted with their task; and leases, one row per runtime
-// instance, its expiry in Unix microseconds. Indexes on tasks(owner),
-// watchers(user_id) and tasks(status, completed_at) make a status read one
-// primary-key lookup, listing one user's tasks cost in proportion to that
-// user's tasks, and the recovery and cleanup scans touch only the rows
-// they select.
+// instance, its expiry in Unix microseconds. A fourth, schema_version,
+// records the migrations applied. A status read is one primary-key
+// lookup; indexes on tasks(owner, created_at, id), tasks(created_at, id)
+// and watchers(user_id, created_at, task_id) make a listing read its
+// page in order, at a cost in proportion to the page, and one on
+// tasks(status, completed_at) lets the recovery and cleanup scans touch
+// only the rows they select.
 //
 // Results are stored as JSON, as the runtime encodes them; decode one with
 // workers.ResultAs. A write whose result is not valid JSON fails with an
