@@ -2,9 +2,11 @@ package storetest_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +61,15 @@ var brokenStores = map[string]struct {
 	"SilentNotifier": {
 		func() workers.Store { return silentNotifier{workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(500 * time.Millisecond)},
 		storetest.Run, "Notify/EveryWriteReachesEveryListener"},
+	"InsertOverwrites": {
+		func() workers.Store { return insertOverwrites{workers.NewMemStore()} }, nil,
+		storetest.Run, "Insert/ConcurrentExactlyOneWins"},
+	"ReplaceChecksThenWrites": {
+		newReplaceChecksThenWrites, nil,
+		storetest.Run, "Replace/ConcurrentExactlyOneWins"},
+	"WatchersOutliveDelete": {
+		func() workers.Store { return &watchersOutliveDelete{MemStore: workers.NewMemStore()} }, nil,
+		storetest.Run, "Delete/LeavesNothingBehind"},
 	"DropsStack": {
 		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
 		storetest.Run, "RoundTrip/EndingFields"},
@@ -323,4 +334,93 @@ type dropsStack struct{ *workers.MemStore }
 func (s dropsStack) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	next.Stack = ""
 	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+}
+
+// insertOverwrites inserts as INSERT OR REPLACE would: a record of an id
+// that has one overwrites it.
+type insertOverwrites struct{ *workers.MemStore }
+
+func (s insertOverwrites) InsertTask(ctx context.Context, rec workers.Record) error {
+	if err := s.MemStore.InsertTask(ctx, rec); !errors.Is(err, workers.ErrConflict) {
+		return err
+	}
+	cur, err := s.GetTask(ctx, rec.ID)
+	if err != nil {
+		return err
+	}
+	return s.MemStore.ReplaceTask(ctx, rec, cur.RunID)
+}
+
+// replaceChecksThenWrites checks the run it replaces, then writes over
+// whatever run is stored by then. Between the two it yields, for up to
+// a second, until a second caller has checked too, so that a race finds
+// the window open.
+type replaceChecksThenWrites struct {
+	*workers.MemStore
+	checked *atomic.Int32
+}
+
+func newReplaceChecksThenWrites() workers.Store {
+	return replaceChecksThenWrites{MemStore: workers.NewMemStore(), checked: new(atomic.Int32)}
+}
+
+func (s replaceChecksThenWrites) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	cur, err := s.GetTask(ctx, rec.ID)
+	if err != nil {
+		return err
+	}
+	if cur.RunID != prevRunID {
+		return workers.ErrConflict
+	}
+	s.checked.Add(1)
+	for deadline := time.Now().Add(time.Second); s.checked.Load() < 2 && time.Now().Before(deadline); {
+		runtime.Gosched()
+	}
+	for { // over whatever run is stored now
+		cur, err = s.GetTask(ctx, rec.ID)
+		if err != nil {
+			return err
+		}
+		if err := s.MemStore.ReplaceTask(ctx, rec, cur.RunID); !errors.Is(err, workers.ErrConflict) {
+			return err
+		}
+	}
+}
+
+// watchersOutliveDelete keeps the watchers of the records it deletes and
+// gives them to the next record of the same id, as a database whose
+// watcher rows are not deleted with their task would.
+type watchersOutliveDelete struct {
+	*workers.MemStore
+	mu   sync.Mutex
+	left map[string][]string
+}
+
+func (s *watchersOutliveDelete) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	recs, err := s.ListTasks(ctx, workers.Filter{Statuses: []workers.Status{workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled}})
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	if s.left == nil {
+		s.left = map[string][]string{}
+	}
+	for _, r := range recs {
+		if r.CompletedAt.Before(cutoff) {
+			s.left[r.ID] = r.Watchers
+		}
+	}
+	s.mu.Unlock()
+	return s.MemStore.DeleteFinished(ctx, cutoff)
+}
+
+func (s *watchersOutliveDelete) InsertTask(ctx context.Context, rec workers.Record) error {
+	s.mu.Lock()
+	for _, w := range s.left[rec.ID] {
+		if !slices.Contains(rec.Watchers, w) {
+			rec.Watchers = append(rec.Watchers, w)
+		}
+	}
+	s.mu.Unlock()
+	return s.MemStore.InsertTask(ctx, rec)
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -237,6 +238,54 @@ func (su *suite) transitionRace(t *testing.T, s workers.Store) {
 	wantStored(t, s, r)
 }
 
+func (su *suite) insertRace(t *testing.T, s workers.Store) {
+	var wins, winner atomic.Int32
+	su.within(t, func(ctx context.Context) {
+		race(racers, func(i int) {
+			r := record("alice::a", fmt.Sprintf("run-%d", i), "alice", fmt.Sprintf("w%d", i))
+			err := s.InsertTask(ctx, r)
+			switch {
+			case err == nil:
+				wins.Add(1)
+				winner.Store(int32(i))
+			case !errors.Is(err, workers.ErrConflict):
+				t.Errorf("racing InsertTask: %v, want nil or ErrConflict", err)
+			}
+		})
+	})
+	if n := wins.Load(); n != 1 {
+		t.Fatalf("%d of %d racing InsertTask calls of one id succeeded, want exactly 1", n, racers)
+	}
+	i := int(winner.Load())
+	wantStored(t, s, record("alice::a", fmt.Sprintf("run-%d", i), "alice", fmt.Sprintf("w%d", i)))
+}
+
+func (su *suite) replaceRace(t *testing.T, s workers.Store) {
+	old := record("alice::a", "run-0", "alice")
+	old.State = outcome(workers.StatusCompleted, 0)
+	insert(t, s, old)
+	var wins, winner atomic.Int32
+	next := func(i int) workers.Record {
+		return record("alice::a", fmt.Sprintf("run-%d", i+1), "alice", fmt.Sprintf("w%d", i))
+	}
+	su.within(t, func(ctx context.Context) {
+		race(racers, func(i int) {
+			err := s.ReplaceTask(ctx, next(i), old.RunID)
+			switch {
+			case err == nil:
+				wins.Add(1)
+				winner.Store(int32(i))
+			case !errors.Is(err, workers.ErrConflict):
+				t.Errorf("racing ReplaceTask: %v, want nil or ErrConflict", err)
+			}
+		})
+	})
+	if n := wins.Load(); n != 1 {
+		t.Fatalf("%d of %d racing ReplaceTask calls of one run succeeded, want exactly 1", n, racers)
+	}
+	wantStored(t, s, next(int(winner.Load())))
+}
+
 func (*suite) fencingStaleRun(t *testing.T, s workers.Store) {
 	r := record("alice::a", "run-2")
 	insert(t, s, r)
@@ -332,6 +381,24 @@ func (*suite) deleteFinished(t *testing.T, s workers.Store) {
 		} else {
 			get(t, s, row.id)
 		}
+	}
+}
+
+// deleteThenReinsert checks that a deleted record leaves nothing of
+// itself behind: a new record of its id has only its own watchers, and a
+// watcher of the deleted one no longer sees the id.
+func (*suite) deleteThenReinsert(t *testing.T, s workers.Store) {
+	old := record("alice::nightly", "run-1", "alice", "mallory")
+	old.State = outcome(workers.StatusCompleted, 1)
+	insert(t, s, old)
+	if n, err := s.DeleteFinished(t.Context(), at(100)); err != nil || n != 1 {
+		t.Fatalf("DeleteFinished = %d, %v; want 1, nil", n, err)
+	}
+	next := record("alice::nightly", "run-2", "alice", "bob")
+	insert(t, s, next)
+	wantStored(t, s, next)
+	if recs := list(t, s, workers.Filter{VisibleTo: "mallory"}); len(recs) != 0 {
+		t.Errorf("a watcher of the deleted record still sees %d records", len(recs))
 	}
 }
 
