@@ -1055,3 +1055,24 @@ func TestSyncLoopLeavesLiveRunsAlone(t *testing.T) {
 		assert.NoError(t, task.CancelReason())
 	})
 }
+
+// A Config the runtime cannot run with is refused by every call that
+// would start its loops, not only by Start: a submission without Start
+// neither panics on a negative interval nor runs on a lease that lapses
+// between its renewals.
+func TestMisconfiguredRuntimeRefusesWithoutStart(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"negative LeaseInterval":           {LeaseInterval: -time.Second},
+		"negative SyncInterval":            {SyncInterval: -time.Second},
+		"LeaseTTL not above LeaseInterval": {LeaseInterval: time.Second, LeaseTTL: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := newRuntime(t, NewMemStore(), cfg)
+			_, err := rt.Submit(ctx, "k", noop, alice)
+			assert.ErrorIs(t, err, ErrInvalidOption)
+			_, err = rt.Wait(ctx, "alice::k", alice)
+			assert.ErrorIs(t, err, ErrInvalidOption)
+			assert.ErrorIs(t, rt.Start(ctx), ErrInvalidOption)
+		})
+	}
+}

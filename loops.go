@@ -141,6 +141,9 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	if rt.lease.held.Load() {
 		return nil
 	}
+	if rt.cfgErr != nil {
+		return rt.cfgErr // no loop starts on a Config it cannot run with
+	}
 	if err := rt.lease.take(ctx, rt.gate.shut); err != nil {
 		return err
 	}

@@ -141,6 +141,7 @@ type Runtime[S Store] struct {
 	// written seldom (the lease, once an interval).
 	store    S
 	cfg      Config
+	cfgErr   error  // what is wrong with cfg: Start and every call that needs the lease return it
 	instance string // this runtime's instance id: the prefix of its run ids
 
 	// life ends when Shutdown returns: every store call made on a run's
@@ -198,8 +199,33 @@ type Runtime[S Store] struct {
 // bytes apart may still share one.
 type cacheLinePad [64]byte
 
+// validate reports the first setting of c, its defaults applied, that a
+// runtime cannot run with, as ErrInvalidOption (ErrInvalidKey for a
+// queue's name).
+func (c *Config) validate() error {
+	for _, q := range c.Queues {
+		if err := validateText("queue", q, MaxKeyLen, ErrInvalidKey); err != nil {
+			return err
+		}
+	}
+	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
+		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if c.LeaseTTL <= c.LeaseInterval {
+		return fmt.Errorf("%w: LeaseTTL %v must exceed LeaseInterval %v", ErrInvalidOption, c.LeaseTTL, c.LeaseInterval)
+	}
+	return nil
+}
+
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
-// Start.
+// Start. A Config it cannot run with (a negative interval, a LeaseTTL
+// not above LeaseInterval, invalid Limits or queue names) is reported as
+// ErrInvalidOption (ErrInvalidKey for a queue's name) by Start, and by
+// every call that would take the runtime's lease (Submit, Wait, Watch,
+// Subscribe) when Start was never called.
 func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
 	cfg.LeaseInterval = cmp.Or(cfg.LeaseInterval, 3*time.Second)
@@ -226,6 +252,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	rt := &Runtime[S]{
 		store:    store,
 		cfg:      cfg,
+		cfgErr:   cfg.validate(),
 		instance: instance,
 		life:     life,
 		endLife:  endLife,
@@ -262,20 +289,8 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 // after Shutdown and ErrStarted if it already ran; a Start that failed (a
 // store error during recovery) may be called again.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
-	for _, q := range rt.cfg.Queues {
-		if err := validateText("queue", q, MaxKeyLen, ErrInvalidKey); err != nil {
-			return err
-		}
-	}
-	c := &rt.cfg
-	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
-		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
-	}
-	if err := c.Limits.validate(); err != nil {
-		return err
-	}
-	if c.LeaseTTL <= c.LeaseInterval {
-		return fmt.Errorf("%w: LeaseTTL %v must exceed LeaseInterval %v", ErrInvalidOption, c.LeaseTTL, c.LeaseInterval)
+	if rt.cfgErr != nil {
+		return rt.cfgErr
 	}
 	if !rt.gate.enter() {
 		return ErrClosed
