@@ -239,27 +239,48 @@ func (rt *Runtime[S]) renewUnlessShut(ctx context.Context, l Leaser) error {
 	return err
 }
 
-// renewLease renews the lease every LeaseInterval until ctx ends.
+// renewLease renews the lease every LeaseInterval until ctx ends. While
+// renewals fail, it also wakes at the lease's earliest end, if that comes
+// before the next renewal: the lease is then lost on time.
 func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
+	ls := &rt.lease
 	tick := time.NewTicker(rt.cfg.LeaseInterval)
 	defer tick.Stop()
+	end := time.NewTimer(time.Hour)
+	end.Stop()
+	defer end.Stop()
 	for {
+		due := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			due = true
+		case <-end.C:
 		}
-		if rt.lease.take(ctx, nil) != nil {
+		if ls.take(ctx, nil) != nil {
 			return
 		}
-		_ = rt.renew(ctx, l) // renew logs a failure; the next tick tries again
-		rt.lease.give()
+		if due {
+			_ = rt.renew(ctx, l) // it logs a failure, and loses the lease past its end
+		} else if until := ls.until.Load(); !ls.lost && until != 0 && ls.now() >= until {
+			// Past the earliest end of the last renewal that landed:
+			// another instance may recover the runs from now on.
+			rt.loseLease("the lease could not be renewed before its end")
+		}
+		if ls.lastErr != nil && !ls.lost {
+			end.Reset(max(time.Duration(ls.until.Load()-ls.now()), 0))
+		} else {
+			end.Stop()
+		}
+		ls.give()
 	}
 }
 
 // renew renews the lease once; the caller holds its turn. When the store
-// says the lease had expired, or a renewal fails a whole LeaseTTL after
-// the last one that succeeded, the instance may have been
+// says the lease had expired, or a renewal fails past the earliest end
+// of the last one that succeeded (LeaseTTL after that one was sent),
+// the instance may have been
 // declared dead and its runs recovered by another: the lease is lost,
 // and every run is cancelled with ErrAbandoned, its late writes fenced
 // out wherever a recovery got there first. The runs are abandoned once
@@ -298,8 +319,8 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 	ls.lastErr = err
 	if err != nil {
 		rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
-		if !ls.lost && time.Since(ls.renewed) >= rt.cfg.LeaseTTL {
-			rt.loseLease("the lease could not be renewed for its whole TTL")
+		if !ls.lost && ls.now() >= ls.until.Load() {
+			rt.loseLease("the lease could not be renewed before its end")
 		}
 		return err
 	}

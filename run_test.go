@@ -659,9 +659,9 @@ func TestLostLeaseEndsTheQueuesWaitingItems(t *testing.T) {
 	})
 }
 
-// A submission that finds the lease's end passed renews it itself; when
-// the store answers that the lease had expired, the runs of the old
-// lease are abandoned, and the submission's run goes on, on the new one.
+// The runs of a lease whose renewals fail are abandoned at its end; a
+// submission after it renews the lease itself, and its run goes on, on
+// the new lease.
 func TestASubmissionThatFindsTheLeaseExpiredRunsOnTheNewOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int32
@@ -677,19 +677,20 @@ func TestASubmissionThatFindsTheLeaseExpiredRunsOnTheNewOne(t *testing.T) {
 		}}
 		rt, first := leasedRuntime(t, s)
 		// Renewals: 1 s, sent 1 s, landed 1.5 s (the lease ends at 4 s at
-		// the earliest); 2.5 s and 3.5 s fail, short of a TTL after the
-		// answer. At 4.2 s the lease's end has passed, but the loop has not
-		// declared it lost.
-		time.Sleep(4200 * time.Millisecond)
+		// the earliest); 2.5 s and 3.5 s fail. At 4 s the loop declares
+		// the lease lost, on time, though no renewal is due then.
+		time.Sleep(3999 * time.Millisecond)
 		synctest.Wait()
-		require.Equal(t, StatusRunning, mustStatus(t, rt, first.ID).Status, "not yet declared lost")
+		require.Equal(t, StatusRunning, mustStatus(t, rt, first.ID).Status, "lost before the lease's end")
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "a run of the expired lease")
 		expired.Store(true)
 		before := calls.Load()
 		later, err := rt.Submit(ctx, "later", untilCancelled, alice)
 		require.NoError(t, err)
 		assert.Equal(t, before+1, calls.Load(), "the submission renewed the lease")
 		synctest.Wait()
-		assert.Equal(t, CauseAbandoned, mustStatus(t, rt, first.ID).Cause, "a run of the expired lease")
 		assert.Equal(t, StatusRunning, mustStatus(t, rt, later.ID).Status, "the run on the new lease")
 		expired.Store(false)
 		require.NoError(t, rt.Shutdown(ctx))
@@ -937,4 +938,39 @@ func TestToMicroIsUTCTruncatedToTheMicrosecond(t *testing.T) {
 		require.True(t, got.Equal(want), "%v: got %v, want %v", tm, got, want)
 		require.Equal(t, want, got, "%v: same location, no monotonic reading", tm)
 	}
+}
+
+// While renewals fail at once, the lease is lost at the earliest end of
+// the last renewal that landed (LeaseTTL after it was sent), when a peer
+// may start recovering the runs, and not at the next interval after it.
+func TestLeaseIsLostOnTimeWhileRenewalsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var refuse atomic.Bool
+		var lastSent atomic.Int64 // when the last renewal that landed was sent, in Unix nanoseconds
+		s := &renewing{MemStore: NewMemStore(), renew: func(ctx context.Context) (bool, error) {
+			if refuse.Load() {
+				return false, errors.New("connection refused")
+			}
+			sent := time.Now()
+			time.Sleep(100 * time.Millisecond) // each renewal takes a while to land
+			lastSent.Store(sent.UnixNano())
+			return true, nil
+		}}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		g := newGate()
+		sub, err := rt.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err)
+		<-g.started
+		time.Sleep(1500 * time.Millisecond) // one renewal by the loop has landed
+		refuse.Store(true)
+		<-g.task.Load().context().Done()
+		end := time.Unix(0, lastSent.Load()).Add(3 * time.Second)
+		assert.False(t, time.Now().After(end), "the runs were abandoned %v after the lease's earliest end", time.Since(end))
+		assert.ErrorIs(t, context.Cause(g.task.Load().context()), ErrAbandoned)
+		g.open()
+		_, _ = rt.Wait(ctx, sub.ID, alice)
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_ = rt.Shutdown(sctx)
+	})
 }
