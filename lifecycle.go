@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,7 +26,9 @@ const shutdownSlack = 100 * time.Millisecond
 //     registering; one that registers later is cancelled at once;
 //  2. stops every sequential queue fetching, and admission dispatching
 //     (see Limits), and records each item that never started, queued or
-//     waiting for a slot, CANCELLED with the shutdown message;
+//     waiting for a slot, CANCELLED with the shutdown message: up to 16
+//     such writes at once, alongside the steps below, so that a long
+//     backlog does not take the time the runs in flight are given;
 //  3. lets callbacks in flight run until the grace point (see
 //     Config.ShutdownGrace: by default three quarters of the time ctx
 //     leaves), then cancels those still running with ErrShutdown;
@@ -79,10 +82,16 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	if rt.adm != nil {
 		backlog = append(backlog, rt.adm.drain()...)
 	}
-	rt.abandon(backlog)
+	// The backlog is recorded beside the grace period, not before it: a
+	// long one must not take the time the runs in flight are given.
+	abandoned := make(chan struct{})
+	go func() {
+		defer close(abandoned)
+		rt.abandon(backlog)
+	}()
 
 	inflight := rt.runs.all()
-	done := make([]<-chan struct{}, len(inflight))
+	done := make([]<-chan struct{}, len(inflight), len(inflight)+len(queues))
 	for i, t := range inflight {
 		done[i] = t.doneChan()
 	}
@@ -96,6 +105,10 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		done = append(done, q.exited)
 	}
 	open := waitAll(ctx, done)
+	// The backlog's writes end by the cutoff (ctx's end plus the slack),
+	// with every store call: what they could not write is counted below,
+	// among the unwritten records.
+	<-abandoned
 	// Runners end once their runs settled: they are counted only when no
 	// run is left, or each unsettled run would count twice.
 	if gone := rt.runners.stop(); open == 0 {
@@ -340,12 +353,28 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 	causeOutcome(ErrShutdown).apply(&st, now())
 	for _, t := range items {
 		t.cancel(ErrShutdown)
-		t.mark(runFinishing)
-		w := st
-		rt.write(opAbandon, t, StatusPending, &w, nil)
-		rt.settle(t)
 	}
+	// Up to abandonWriters writes at once: a store that batches
+	// concurrent writes (group commit) records a long backlog in a few
+	// statements.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(items), abandonWriters) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(items)); i = next.Add(1) - 1 {
+				t := items[i]
+				t.mark(runFinishing)
+				w := st
+				rt.write(opAbandon, t, StatusPending, &w, nil)
+				rt.settle(t)
+			}
+		})
+	}
+	wg.Wait()
 }
+
+// abandonWriters bounds the writes abandon makes at once.
+const abandonWriters = 16
 
 // Reset is for tests: it drops the runtime's live state without draining.
 // It records waiting queue items, and tasks waiting for a slot under

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -238,5 +239,40 @@ func TestFaultConcurrentShutdownsWaitForTheSameSubmissions(t *testing.T) {
 		}
 		<-submitted
 		require.NoError(t, <-b)
+	})
+}
+
+// A long backlog of queue items is recorded beside the grace period, with
+// several writes at once, and does not take the time the runs in flight
+// are given: the run executing is cancelled at the grace point, and every
+// item is recorded CANCELLED within the bound.
+func TestFaultShutdownRecordsALongBacklogBesideTheGracePeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Delay, Delay: 10 * time.Millisecond,
+			Match: func(c *storetest.Call) bool { return c.Next.Cause == workers.CauseShutdown }})
+		start := time.Now()
+		var cancelledAt atomic.Int64
+		head, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			cancelledAt.Store(int64(time.Since(start)))
+			return nil, context.Cause(ctx)
+		}, owner)
+		require.NoError(t, err)
+		var backlog []workers.Submission
+		for i := range 200 {
+			sub, err := rt.SubmitSequential(context.Background(), "q", fmt.Sprint("item-", i), func(context.Context, *workers.Task) (any, error) { return nil, nil }, owner)
+			require.NoError(t, err)
+			backlog = append(backlog, sub)
+		}
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(ctx))
+		assert.Equal(t, 750*time.Millisecond, time.Duration(cancelledAt.Load()), "the run in flight is cancelled at the grace point")
+		endedAs(t, mem, head.ID, workers.StatusCancelled, workers.CauseShutdown)
+		for _, sub := range backlog {
+			endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseShutdown)
+		}
 	})
 }
