@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/taskgate/workers"
 )
@@ -413,6 +414,8 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 	deep.Result = []byte(strings.Repeat("[", 1001) + strings.Repeat("]", 1001))
 	unknown := outcome(workers.StatusCompleted, 1)
 	unknown.Status = "paused"
+	farOff := outcome(workers.StatusCompleted, 1)
+	farOff.CompletedAt = time.Date(300_000, time.January, 1, 0, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		name string
 		st   workers.State
@@ -422,6 +425,7 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 		{"a result that is not UTF-8", notUTF8, workers.ErrResultEncoding},
 		{"a result nested deeper than every store holds", deep, workers.ErrResultEncoding},
 		{"an unknown status", unknown, workers.ErrInvalidOption},
+		{"a time beyond what every store holds (year 300,000)", farOff, workers.ErrInvalidData},
 	} {
 		bad := record("alice::bad", "run-1")
 		bad.State = c.st

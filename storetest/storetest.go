@@ -132,7 +132,7 @@ var cases = []testCase{
 		"SetTask writes every State field and keeps the stored RunID, Watchers, Queue and CreatedAt, whatever its argument holds.",
 		(*suite).setStateOnly},
 	{"State/InvalidRefused",
-		"InsertTask, SetTask and TransitionTask refuse a state CheckState refuses (an unknown status, a result that is not JSON) with its errors, and write nothing.",
+		"InsertTask, SetTask and TransitionTask refuse a state CheckState refuses (an unknown status, a result that is not JSON) with its errors, and one with a time no store holds (year 300,000) with ErrInvalidData, and write nothing.",
 		(*suite).invalidStateRefused},
 	{"Set/MissingIsNotFound",
 		"SetTask of an id with no record returns ErrNotFound and creates nothing.",

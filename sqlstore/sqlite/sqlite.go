@@ -77,6 +77,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -92,8 +93,11 @@ import (
 var migrations embed.FS
 
 var dialect = &sqlcore.Dialect{
-	Name:         "sqlstore/sqlite",
-	Time:         func(t time.Time) any { return t.UnixMicro() },
+	Name: "sqlstore/sqlite",
+	Time: func(t time.Time) any { return t.UnixMicro() },
+	// The times UnixMicro holds: beyond them it would wrap around.
+	MinTime:      time.UnixMicro(math.MinInt64),
+	MaxTime:      time.UnixMicro(math.MaxInt64),
 	JSONAgg:      "json_group_array",
 	RowShareLock: "", // one writer: the INSERT ... SELECT cannot interleave with another write
 	Now:          "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",

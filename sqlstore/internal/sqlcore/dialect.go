@@ -108,6 +108,13 @@ type Dialect struct {
 	// failure of the connection or the server, which may pass.
 	DataError func(err error) bool
 
+	// MinTime and MaxTime, if set, bound the times the dialect's Time
+	// encoding holds: a write of a time outside them is refused with
+	// workers.ErrInvalidData instead of storing another time. A dialect
+	// whose database refuses such a time itself (DataError) leaves them
+	// unset.
+	MinTime, MaxTime time.Time
+
 	// Now is the database's clock in the representation of its time
 	// columns, and Expiry is Now plus $2 microseconds: lease expiries are
 	// computed and compared by these, never by a caller's clock.

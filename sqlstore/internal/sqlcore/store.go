@@ -225,7 +225,7 @@ func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) 
 // together in one statement (see combiner), each insert still made only
 // if its id is free.
 func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
-	if err := workers.CheckRecord(rec); err != nil {
+	if err := s.checkRecord(&rec); err != nil {
 		return err
 	}
 	if s.writes != nil {
@@ -271,7 +271,7 @@ func (s *Store) insertOne(ctx context.Context, rec workers.Record) error {
 
 // SetTask implements workers.Store: an UPDATE of the state columns only.
 func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
-	if err := workers.CheckState(rec.State); err != nil {
+	if err := s.checkState(&rec.State); err != nil {
 		return err
 	}
 	n, err := affected(s.w.ExecContext(ctx, s.q.set, s.stateArgs(rec.ID, &rec.State)...))
@@ -289,7 +289,7 @@ func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
 // UPDATE matches nothing, a read in the same transaction tells ErrNotFound
 // from ErrConflict.
 func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
-	if err := workers.CheckRecord(rec); err != nil {
+	if err := s.checkRecord(&rec); err != nil {
 		return err
 	}
 	args := append(s.recordArgs(&rec), prevRunID)
@@ -322,7 +322,7 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 		return false, workers.ErrInvalidRunID
 	}
 	if len(from) > 0 {
-		if err := workers.CheckState(next); err != nil {
+		if err := s.checkState(&next); err != nil {
 			return false, err
 		}
 		row := transitionRow{id: id, runID: runID, from: from, next: next}
@@ -611,6 +611,36 @@ func (s *Store) recordArgs(rec *workers.Record) []any {
 }
 
 // time encodes t for the dialect; the zero time is NULL.
+// checkRecord is workers.CheckRecord, and checkTimes of rec's times.
+func (s *Store) checkRecord(rec *workers.Record) error {
+	if err := workers.CheckRecord(*rec); err != nil {
+		return err
+	}
+	return s.checkTimes(rec.CreatedAt, rec.StartedAt, rec.CompletedAt)
+}
+
+// checkState is workers.CheckState, and checkTimes of st's times.
+func (s *Store) checkState(st *workers.State) error {
+	if err := workers.CheckState(*st); err != nil {
+		return err
+	}
+	return s.checkTimes(st.StartedAt, st.CompletedAt)
+}
+
+// checkTimes refuses, with workers.ErrInvalidData, a time outside
+// Dialect.MinTime and MaxTime.
+func (s *Store) checkTimes(times ...time.Time) error {
+	if s.d.MaxTime.IsZero() {
+		return nil
+	}
+	for _, t := range times {
+		if !t.IsZero() && (t.Before(s.d.MinTime) || t.After(s.d.MaxTime)) {
+			return fmt.Errorf("%s: %w: time %v outside the range the store holds", s.d.Name, workers.ErrInvalidData, t)
+		}
+	}
+	return nil
+}
+
 func (s *Store) time(t time.Time) any {
 	if t.IsZero() {
 		return nil
