@@ -54,6 +54,9 @@ var brokenStores = map[string]struct {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
 		storetest.Run, "Clear/DurableHasNoClearer"},
 
+	"LeaseLastsTooLong": {
+		func() workers.Store { return longLease{workers.NewMemStore()} }, nil,
+		storetest.Run, "Lease/ExpiresByTheStoresClock"},
 	"LeaseNeverExpires": {
 		func() workers.Store { return eternalLease{workers.NewMemStore()} }, []storetest.Option{storetest.Timeout(2 * time.Second)},
 		storetest.Run, "Lease/ExpiresByTheStoresClock"},
@@ -316,6 +319,13 @@ type eternalLease struct{ *workers.MemStore }
 
 func (s eternalLease) RenewLease(ctx context.Context, instance string, _ time.Duration) (bool, error) {
 	return s.MemStore.RenewLease(ctx, instance, 24*time.Hour)
+}
+
+// longLease grants every lease twenty times the ttl it is given.
+type longLease struct{ *workers.MemStore }
+
+func (s longLease) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	return s.MemStore.RenewLease(ctx, instance, 20*ttl)
 }
 
 // silentNotifier listens, says Resync, and then never says anything.

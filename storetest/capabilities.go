@@ -221,15 +221,23 @@ func (*suite) leaseRelease(t *testing.T, s workers.Store) {
 }
 
 // leaseTTL is the lease the expiry case lets lapse: long enough for a
-// renewal round trip to a database, short enough to wait for.
-const leaseTTL = 300 * time.Millisecond
+// renewal round trip to a database, short enough to wait for. It must
+// lapse within leaseSlack of its end: the round trips, the polling
+// interval and a busy machine's delays, and nowhere near a second ttl.
+const (
+	leaseTTL   = 300 * time.Millisecond
+	leaseSlack = 2 * time.Second
+)
 
 func (su *suite) leaseExpiry(t *testing.T, s workers.Store) {
 	l := leaser(t, s)
 	su.within(t, func(ctx context.Context) {
+		renewed := time.Now()
 		renew(t, ctx, l, "inst-short", leaseTTL)
 		renew(t, ctx, l, "inst-long", time.Hour)
-		// The store's clock decides; poll it until the lease lapses.
+		// The store's clock decides; poll it until the lease lapses,
+		// which must be about when the ttl says, not much later: a peer
+		// recovers the runs of a lease only once it has lapsed.
 		tick := time.NewTicker(leaseTTL / 10)
 		defer tick.Stop()
 		for live(t, ctx, l, "inst-short") {
@@ -239,6 +247,9 @@ func (su *suite) leaseExpiry(t *testing.T, s workers.Store) {
 				t.Errorf("a lease of %v never expired", leaseTTL)
 				return
 			}
+		}
+		if late := time.Since(renewed) - leaseTTL; late > leaseSlack {
+			t.Errorf("a lease of %v lapsed %v after it was renewed, more than %v late", leaseTTL, time.Since(renewed), leaseSlack)
 		}
 		if !live(t, ctx, l, "inst-long") {
 			t.Error("an unexpired lease is not live")

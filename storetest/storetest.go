@@ -304,7 +304,7 @@ var cases = []testCase{
 		"ReleaseLease ends that instance's lease at once and no other; the next RenewLease creates a new one (extended = false); releasing a lease that does not exist is not an error.",
 		(*suite).leaseRelease},
 	{"Lease/ExpiresByTheStoresClock",
-		"a lease not renewed for its ttl, by the store's clock, leaves LiveInstances while a longer one stays, and the next RenewLease reports extended = false.",
+		"a lease not renewed for its ttl, by the store's clock, leaves LiveInstances about then (within 2s of its end) while a longer one stays, and the next RenewLease reports extended = false.",
 		(*suite).leaseExpiry},
 	{"Lease/NonPositiveTTLRefused",
 		"RenewLease with a ttl of zero or less returns ErrInvalidOption and creates no lease.",
