@@ -108,6 +108,11 @@ type Dialect struct {
 	// failure of the connection or the server, which may pass.
 	DataError func(err error) bool
 
+	// DeleteFinished, if set, replaces the shared statement of one batch
+	// of DeleteFinished (sqlDeleteFinished), with the same parameters,
+	// where the database plans the shared one badly.
+	DeleteFinished string
+
 	// MinTime and MaxTime, if set, bound the times the dialect's Time
 	// encoding holds: a write of a time outside them is refused with
 	// workers.ErrInvalidData instead of storing another time. A dialect

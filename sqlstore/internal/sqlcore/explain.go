@@ -49,7 +49,7 @@ func IndexedStatements(s *Store, id, userID string, after workers.Position) []St
 		page("page: all, newest", workers.Filter{Order: workers.NewestFirst}),
 		page("page: all, next newest", workers.Filter{Order: workers.NewestFirst, After: &after}),
 		{Name: "delete finished", SQL: s.q.deleteFinished, Args: []any{s.time(time.Unix(1e9, 0)),
-			string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled)}},
+			string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled), deleteBatch}},
 	}
 }
 

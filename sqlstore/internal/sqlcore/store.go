@@ -1,6 +1,7 @@
 package sqlcore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -56,8 +57,11 @@ ON CONFLICT DO NOTHING`
 	// task id, its created_at, the user id.
 	sqlInsertWatchers = `INSERT INTO {watchers} (task_id, created_at, user_id) VALUES `
 
-	sqlDeleteFinished = `DELETE FROM {tasks}
-WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
+	// One batch of DeleteFinished: at most $5 rows, each its own
+	// transaction's worth, so that no statement holds the write lock
+	// (SQLite's, the whole file's) for long.
+	sqlDeleteFinished = `DELETE FROM {tasks} WHERE id IN (
+SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5)`
 
 	// A listing's branches (see listQuery): the ids of one range of one
 	// source, read in order from its (owner | user_id | -, created_at, id)
@@ -152,7 +156,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			runOf:           x(sqlRunOf),
 			insertWatchers:  x(sqlInsertWatchers),
 			dropWatchers:    x(sqlDropWatchers),
-			deleteFinished:  x(sqlDeleteFinished),
+			deleteFinished:  x(cmp.Or(d.DeleteFinished, sqlDeleteFinished)),
 			list:            x(sqlSelect),
 			owned:           x(sqlOwnedIDs),
 			watched:         x(sqlWatchedIDs),
@@ -519,19 +523,32 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 	return s.q.list + " WHERE t.id IN (" + strings.Join(branches, " UNION ") + ")" + order("t.created_at", "t.id") + limit, args
 }
 
-// DeleteFinished implements workers.Store: one DELETE over the (status,
-// completed_at) index; the watcher rows go with it (ON DELETE CASCADE).
+// DeleteFinished implements workers.Store: DELETEs over the (status,
+// completed_at) index of at most deleteBatch records each, until one
+// deletes fewer; the watcher rows go with their records (ON DELETE
+// CASCADE).
 func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
 	if !cutoff.After(time.Time{}) {
 		return 0, nil // nothing completed before the zero time
 	}
-	n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.time(cutoff),
-		string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled)))
-	if err != nil {
-		return 0, s.wrap("delete finished", err)
+	deleted := 0
+	for {
+		n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.time(cutoff),
+			string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled), deleteBatch))
+		if err != nil {
+			return deleted, s.wrap("delete finished", err)
+		}
+		deleted += int(n)
+		if n < deleteBatch {
+			return deleted, nil
+		}
 	}
-	return int(n), nil
 }
+
+// deleteBatch is how many records one statement of DeleteFinished
+// deletes at most: a cleanup of a long history goes in many short
+// transactions, between which other writers get their turn.
+const deleteBatch = 1000
 
 // runOf returns the run id stored for id, or ErrNotFound.
 func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error) {

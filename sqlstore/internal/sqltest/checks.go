@@ -3,6 +3,7 @@ package sqltest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -22,11 +23,45 @@ func Run(t *testing.T, newStore func(t *testing.T) workers.Store) {
 		{"Times/ReturnedInUTC", timesUTC},
 		{"Lease/ExpiresByTheDatabaseClock", leaseExpiry},
 		{"Lease/LostLeaseRecordsNoLateResult", lostLease},
+		{"Delete/ALongHistoryInBatches", deleteLongHistory},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.check(t, newStore(t))
 		})
+	}
+}
+
+// deleteLongHistory checks that DeleteFinished deletes every finished
+// record of a history longer than one of its batches, and counts them.
+func deleteLongHistory(t *testing.T, s workers.Store) {
+	const n = 2500 // two and a half batches
+	done := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			rec := workers.Record{ID: fmt.Sprintf("owner::done-%d", i), RunID: "run-1", Watchers: []string{"owner"}, CreatedAt: done,
+				State: workers.State{Status: workers.StatusCompleted, StartedAt: done, CompletedAt: done}}
+			if err := s.InsertTask(t.Context(), rec); err != nil {
+				t.Error(err)
+			}
+		})
+		if i%16 == 15 {
+			wg.Wait() // sixteen at a time
+		}
+	}
+	wg.Wait()
+	live := workers.Record{ID: "owner::live", RunID: "run-1", CreatedAt: done, State: workers.State{Status: workers.StatusPending}}
+	if err := s.InsertTask(t.Context(), live); err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := s.DeleteFinished(t.Context(), done.Add(time.Hour))
+	if err != nil || deleted != n {
+		t.Fatalf("DeleteFinished = %d, %v; want %d, nil", deleted, err, n)
+	}
+	left, err := s.ListTasks(t.Context(), workers.Filter{})
+	if err != nil || len(left) != 1 || left[0].ID != live.ID {
+		t.Errorf("left after DeleteFinished: %d records (%v), want only the live one", len(left), err)
 	}
 }
 
