@@ -240,51 +240,45 @@ func (su *suite) transitionRace(t *testing.T, s workers.Store) {
 }
 
 func (su *suite) insertRace(t *testing.T, s workers.Store) {
-	var wins, winner atomic.Int32
-	su.within(t, func(ctx context.Context) {
-		race(racers, func(i int) {
-			r := record("alice::a", fmt.Sprintf("run-%d", i), "alice", fmt.Sprintf("w%d", i))
-			err := s.InsertTask(ctx, r)
-			switch {
-			case err == nil:
-				wins.Add(1)
-				winner.Store(int32(i))
-			case !errors.Is(err, workers.ErrConflict):
-				t.Errorf("racing InsertTask: %v, want nil or ErrConflict", err)
-			}
-		})
-	})
-	if n := wins.Load(); n != 1 {
-		t.Fatalf("%d of %d racing InsertTask calls of one id succeeded, want exactly 1", n, racers)
+	r := func(i int) workers.Record {
+		return record("alice::a", fmt.Sprintf("run-%d", i), "alice", fmt.Sprintf("w%d", i))
 	}
-	i := int(winner.Load())
-	wantStored(t, s, record("alice::a", fmt.Sprintf("run-%d", i), "alice", fmt.Sprintf("w%d", i)))
+	i := su.exactlyOneWins(t, "InsertTask calls of one id", func(ctx context.Context, i int) error { return s.InsertTask(ctx, r(i)) })
+	wantStored(t, s, r(i))
 }
 
 func (su *suite) replaceRace(t *testing.T, s workers.Store) {
 	old := record("alice::a", "run-0", "alice")
 	old.State = outcome(workers.StatusCompleted, 0)
 	insert(t, s, old)
-	var wins, winner atomic.Int32
 	next := func(i int) workers.Record {
 		return record("alice::a", fmt.Sprintf("run-%d", i+1), "alice", fmt.Sprintf("w%d", i))
 	}
+	i := su.exactlyOneWins(t, "ReplaceTask calls of one run", func(ctx context.Context, i int) error { return s.ReplaceTask(ctx, next(i), old.RunID) })
+	wantStored(t, s, next(i))
+}
+
+// exactlyOneWins races racers calls of call and fails t unless exactly
+// one returns nil and the others ErrConflict; it returns the winner's i.
+func (su *suite) exactlyOneWins(t *testing.T, what string, call func(ctx context.Context, i int) error) int {
+	t.Helper()
+	var wins, winner atomic.Int32
 	su.within(t, func(ctx context.Context) {
 		race(racers, func(i int) {
-			err := s.ReplaceTask(ctx, next(i), old.RunID)
+			err := call(ctx, i)
 			switch {
 			case err == nil:
 				wins.Add(1)
 				winner.Store(int32(i))
 			case !errors.Is(err, workers.ErrConflict):
-				t.Errorf("racing ReplaceTask: %v, want nil or ErrConflict", err)
+				t.Errorf("racing %s: %v, want nil or ErrConflict", what, err)
 			}
 		})
 	})
 	if n := wins.Load(); n != 1 {
-		t.Fatalf("%d of %d racing ReplaceTask calls of one run succeeded, want exactly 1", n, racers)
+		t.Fatalf("%d of %d racing %s succeeded, want exactly 1", n, racers, what)
 	}
-	wantStored(t, s, next(int(winner.Load())))
+	return int(winner.Load())
 }
 
 func (*suite) fencingStaleRun(t *testing.T, s workers.Store) {
