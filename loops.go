@@ -380,13 +380,17 @@ func (rt *Runtime[S]) abandonRuns() {
 }
 
 // alive reports whether a live record's run is alive: held by this
-// runtime if it is one of its runs, and otherwise run by an instance
-// whose lease is live. Over a store without leases another runtime's run
-// is taken for alive.
+// runtime, and not cancelled, if it is one of its runs, and otherwise run
+// by an instance whose lease is live. A run of this runtime that was
+// cancelled (abandoned with a lost lease, or cancelled while the store
+// failed) is ending, whatever its record says until its write lands: a
+// submission replaces it rather than join it. Over a store without
+// leases another runtime's run is taken for alive.
 func (rt *Runtime[S]) alive(ctx context.Context, rec *Record) (bool, error) {
 	inst := InstanceOf(rec.RunID)
 	if inst == rt.instance {
-		return rt.handle(rec.ID, rec.RunID) != nil, nil
+		t := rt.handle(rec.ID, rec.RunID)
+		return t != nil && t.cause() == nil, nil
 	}
 	l, ok := any(rt.store).(Leaser)
 	if !ok {

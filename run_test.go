@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -972,5 +973,51 @@ func TestLeaseIsLostOnTimeWhileRenewalsFail(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		_ = rt.Shutdown(sctx)
+	})
+}
+
+// downStore is a renewing store whose run writes fail while down is set.
+type downStore struct {
+	*renewing
+	down *atomic.Bool
+}
+
+func (s downStore) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if s.down.Load() {
+		return false, errors.New("connection refused")
+	}
+	return s.renewing.TransitionTask(ctx, id, runID, from, next)
+}
+
+// A submission never joins a run that this runtime's lost lease
+// cancelled, though the run's record still says RUNNING (its abandon
+// write could not land yet) and its callback still runs: it replaces it.
+func TestASubmissionNeverJoinsARunItsLostLeaseCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := new(atomic.Bool)
+		s := downStore{renewing: &renewing{MemStore: NewMemStore(), renew: func(context.Context) (bool, error) {
+			if down.Load() {
+				return false, errors.New("connection refused")
+			}
+			return true, nil
+		}}, down: down}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		g := stubbornGate()
+		first, err := rt.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err)
+		<-g.started
+		down.Store(true)
+		time.Sleep(4 * time.Second) // the lease is lost; the run is abandoned, its record still RUNNING
+		synctest.Wait()
+		require.ErrorIs(t, g.task.Load().cause(), ErrAbandoned)
+		down.Store(false)
+		again, err := rt.Submit(ctx, "k", noop, alice)
+		require.NoError(t, err)
+		assert.False(t, again.Joined, "joined the run the lost lease cancelled")
+		assert.NotEqual(t, first.RunID, again.RunID)
+		g.open()
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(sctx))
 	})
 }
