@@ -549,6 +549,10 @@ type Stats struct {
 type QueueLoad struct {
 	Name    string
 	Running int
+	// Waiting counts the queue's items not yet begun, including those
+	// cancelled whose turn has not come (a cancelled item leaves the
+	// queue when its turn comes, at once): a count that costs no walk of
+	// the queue. QueueStatus lists only the items still to run.
 	Waiting int
 }
 
