@@ -535,7 +535,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 		var last Snapshot
 		emit := func(snap Snapshot) (more bool) {
 			monotonic(&last, &snap)
-			if sameSnapshot(&last, &snap) || behindInRun(&last, &snap) {
+			if nothingNew(&last, &snap) {
 				return true
 			}
 			last = snap
@@ -726,7 +726,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			if ok {
 				monotonic(&last, &snap)
 			}
-			if ok && (sameSnapshot(&last, &snap) || behindInRun(&last, &snap)) {
+			if ok && nothingNew(&last, &snap) {
 				return true
 			}
 			if snap.Status.Terminal() {
@@ -830,12 +830,16 @@ func monotonic(last, snap *Snapshot) {
 	}
 }
 
-// behindInRun reports whether snap, of the same run as last, shows an
-// earlier state than last did: a report that was queued before a store
-// read that a stream yielded first (PENDING after the read's RUNNING, or
-// an earlier attempt). A run's status only moves forward, PENDING to
-// RUNNING to its end, and its attempts only grow.
-func behindInRun(last, snap *Snapshot) bool {
+// nothingNew reports whether a stream that last yielded last has nothing
+// to yield in snap: the same snapshot, or one of the same run that shows
+// an earlier state, a report queued before a store read the stream
+// yielded first (PENDING after the read's RUNNING, or an earlier
+// attempt). A run's status only moves forward, PENDING to RUNNING to its
+// end, and its attempts only grow.
+func nothingNew(last, snap *Snapshot) bool {
+	if sameSnapshot(last, snap) {
+		return true
+	}
 	if snap.RunID != last.RunID {
 		return false
 	}
@@ -848,14 +852,13 @@ func behindInRun(last, snap *Snapshot) bool {
 // statusRank orders the statuses of one run: PENDING, RUNNING, then the
 // terminal ones.
 func statusRank(s Status) int {
-	switch {
-	case s == StatusPending:
+	switch s {
+	case StatusPending:
 		return 0
-	case s == StatusRunning:
+	case StatusRunning:
 		return 1
-	default:
-		return 2
 	}
+	return 2
 }
 
 // runOrder is how one run of a key stands to another.

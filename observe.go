@@ -104,16 +104,18 @@ type Event struct {
 // Observe is called synchronously, after the store write the event
 // reports has landed, on the goroutine that made it, with no runtime,
 // task or store lock held: an observer may call the Runtime, even about
-// the same task. Each observer hears of the submission of a run this
-// runtime registered before it hears of the run's end, whoever ends it:
-// a Cancel that lands before the submission is reported (from an earlier
-// observer of it, say) is reported after it, on the submitting goroutine,
-// and that Cancel may return before observers hear of its end. A
-// submission that fails after its record may have been written is not
-// reported; nor is the end of the record it may have left, which the
-// runtime writes, though Wait, Watch and Subscribe see it. ctx is the run's context when this runtime holds the run
-// (it carries the submission's values, such as a trace span, and is
+// the same task. ctx is the run's context when this runtime holds the
+// run (it carries the submission's values, such as a trace span, and is
 // cancelled when the run is), context.Background otherwise.
+//
+// Each observer hears of the submission of a run this runtime registered
+// before it hears of the run's end, whoever ends it: a Cancel that lands
+// before the submission is reported (from an earlier observer of it,
+// say) is reported after it, on the submitting goroutine, and that Cancel
+// may return before observers hear of its end. A submission that fails
+// after its record may have been written is not reported; nor is the end
+// of the record it may have left, which the runtime writes, though Wait,
+// Watch and Subscribe see it.
 //
 // A slow observer slows only what made the event: the run it observes
 // (its goroutine, or its sequential queue's processor, which then starts

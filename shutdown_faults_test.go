@@ -245,34 +245,47 @@ func TestFaultConcurrentShutdownsWaitForTheSameSubmissions(t *testing.T) {
 // A long backlog of queue items is recorded beside the grace period, with
 // several writes at once, and does not take the time the runs in flight
 // are given: the run executing is cancelled at the grace point, and every
-// item is recorded CANCELLED within the bound.
+// item is recorded CANCELLED within the bound, also when some of those
+// writes fail before they land, or after, and are tried again.
 func TestFaultShutdownRecordsALongBacklogBesideTheGracePeriod(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := faulty(workers.Config{})
-		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Delay, Delay: 10 * time.Millisecond,
-			Match: func(c *storetest.Call) bool { return c.Next.Cause == workers.CauseShutdown }})
-		start := time.Now()
-		var cancelledAt atomic.Int64
-		head, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
-			<-ctx.Done()
-			cancelledAt.Store(int64(time.Since(start)))
-			return nil, context.Cause(ctx)
-		}, owner)
-		require.NoError(t, err)
-		var backlog []workers.Submission
-		for i := range 200 {
-			sub, err := rt.SubmitSequential(context.Background(), "q", fmt.Sprint("item-", i), func(context.Context, *workers.Task) (any, error) { return nil, nil }, owner)
-			require.NoError(t, err)
-			backlog = append(backlog, sub)
-		}
-		synctest.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		require.NoError(t, rt.Shutdown(ctx))
-		assert.Equal(t, 750*time.Millisecond, time.Duration(cancelledAt.Load()), "the run in flight is cancelled at the grace point")
-		endedAs(t, mem, head.ID, workers.StatusCancelled, workers.CauseShutdown)
-		for _, sub := range backlog {
-			endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseShutdown)
-		}
-	})
+	for _, fault := range []storetest.Fault{storetest.Delay, storetest.FailBefore, storetest.FailAfter} {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{})
+				abandons := func(c *storetest.Call) bool { return c.Next.Cause == workers.CauseShutdown }
+				if fault != storetest.Delay {
+					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: fault, Times: 20, Match: abandons})
+				}
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Delay, Delay: 10 * time.Millisecond, Match: abandons})
+				start := time.Now()
+				var cancelledAt atomic.Int64
+				head, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+					<-ctx.Done()
+					cancelledAt.Store(int64(time.Since(start)))
+					return nil, context.Cause(ctx)
+				}, owner)
+				require.NoError(t, err)
+				var backlog []workers.Submission
+				for i := range 200 {
+					sub, err := rt.SubmitSequential(context.Background(), "q", fmt.Sprint("item-", i), func(context.Context, *workers.Task) (any, error) { return nil, nil }, owner)
+					require.NoError(t, err)
+					backlog = append(backlog, sub)
+				}
+				synctest.Wait()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				require.NoError(t, rt.Shutdown(ctx))
+				faults := 200 // each abandon write is slow
+				if fault != storetest.Delay {
+					faults += 20 // and twenty failed first, to be tried again
+				}
+				assert.GreaterOrEqual(t, f.Injected(storetest.OpTransitionTask), faults, "abandon writes that met their faults")
+				assert.Equal(t, 750*time.Millisecond, time.Duration(cancelledAt.Load()), "the run in flight is cancelled at the grace point")
+				endedAs(t, mem, head.ID, workers.StatusCancelled, workers.CauseShutdown)
+				for _, sub := range backlog {
+					endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseShutdown)
+				}
+			})
+		})
+	}
 }

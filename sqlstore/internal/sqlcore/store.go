@@ -57,9 +57,8 @@ ON CONFLICT DO NOTHING`
 	// task id, its created_at, the user id.
 	sqlInsertWatchers = `INSERT INTO {watchers} (task_id, created_at, user_id) VALUES `
 
-	// One batch of DeleteFinished: at most $5 rows, each its own
-	// transaction's worth, so that no statement holds the write lock
-	// (SQLite's, the whole file's) for long.
+	// One batch of DeleteFinished: at most $5 rows, so that no statement
+	// holds the write lock (SQLite's, the whole file's) for long.
 	sqlDeleteFinished = `DELETE FROM {tasks} WHERE id IN (
 SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5)`
 
