@@ -238,7 +238,7 @@ func TestTimedOutRunSettlesOnlyAfterItsTerminalWrite(t *testing.T) {
 			select {
 			case <-task.Load().doneChan():
 				settledFirst.Store(true)
-			case <-time.After(time.Minute): // fake time: nothing else can run
+			case <-time.After(time.Second): // fake time, within StoreTimeout: nothing else can run meanwhile
 			}
 		}
 		rt := newRuntime(t, s, Config{})

@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -337,6 +338,141 @@ func TestFaultLostLeaseAbandonsAWaitingItemThroughAFailedWrite(t *testing.T) {
 			assert.Equal(t, workers.CauseAbandoned, rec.Cause)
 			close(release)
 			require.NoError(t, rt.Shutdown(t.Context()))
+		})
+	}
+}
+
+// storeTimeout is the bound the StoreTimeout tests set in their bubbles.
+const storeTimeout = 2 * time.Second
+
+// A run's outcome write that the store never answers is cut off after
+// StoreTimeout and tried again: whether the try had not landed (Hang) or
+// had landed before the store froze (HangAfter), the run ends once, as
+// it would have, a StoreTimeout late. Without the bound, the run waits
+// for the store for as long as the store hangs.
+func TestFaultARunWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
+	for _, fault := range []storetest.Fault{storetest.Hang, storetest.HangAfter} {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				finished := make(chan workers.Event, 2)
+				rt, mem, f := faulty(workers.Config{StoreTimeout: storeTimeout, Observers: []workers.Observer{
+					workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+						if e.Kind == workers.EventFinished {
+							finished <- e
+						}
+					}),
+				}})
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: fault, Times: 1, Match: to(workers.StatusCompleted)})
+				began := time.Now()
+				sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+				require.NoError(t, err)
+				timeout := time.NewTimer(time.Minute)
+				select {
+				case e := <-finished:
+					assert.Equal(t, workers.StatusCompleted, e.Status)
+				case <-timeout.C:
+					t.Fatal("the run's outcome write never returned")
+				}
+				took := time.Since(began)
+				assert.GreaterOrEqual(t, took, storeTimeout, "the hung try was waited for")
+				assert.Less(t, took, storeTimeout+time.Second, "the try was cut off at StoreTimeout and tried again at once")
+				assert.Zero(t, f.Hung())
+				assert.Equal(t, 2, f.Calls(storetest.OpTransitionTask), "the hung try and the one after it")
+				endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+				require.NoError(t, rt.Shutdown(context.Background()))
+				assert.Empty(t, finished, "the run ended once")
+			})
+		})
+	}
+}
+
+// The sync loop writes a run's progress under the run's write lock: a
+// progress write the store never answers is cut off after StoreTimeout,
+// and holds the run's own outcome write back no longer than that. (Not
+// in a synctest bubble: the outcome write waits on a mutex, which does
+// not let a bubble's clock advance.)
+func TestFaultAProgressWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
+	rt, mem, f := faulty(workers.Config{StoreTimeout: 100 * time.Millisecond, SyncInterval: 20 * time.Millisecond})
+	f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Times: 1, Match: func(c *storetest.Call) bool {
+		return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
+	}})
+	proceed := make(chan struct{})
+	sub, err := rt.Submit(context.Background(), "k", func(_ context.Context, task *workers.Task) (any, error) {
+		task.SetProgress(50)
+		<-proceed
+		return "done", nil
+	}, owner)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, f.WaitInjected(ctx, storetest.OpTransitionTask, 1), "the progress write hangs")
+	close(proceed)
+	snap, err := rt.Wait(ctx, sub.ID, owner)
+	require.NoError(t, err, "the run's outcome never landed")
+	assert.Equal(t, workers.StatusCompleted, snap.Status)
+	assert.Zero(t, f.Hung())
+	endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+	require.NoError(t, rt.Shutdown(ctx))
+}
+
+// A pass of recovery, or of cleanup, that the store never answers is cut
+// off after StoreTimeout: the next pass does the work.
+func TestFaultALoopPassTheStoreNeverAnswersIsCutOff(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		loop string
+		cfg  workers.Config
+		hang storetest.Op
+		// leave leaves work for the loop and returns whether it is done.
+		leave func(*testing.T, *workers.Runtime[workers.Store], *workers.MemStore) func() bool
+	}{{
+		loop: "recovery",
+		cfg:  workers.Config{RecoverInterval: time.Second},
+		hang: storetest.OpListTasks,
+		leave: func(t *testing.T, _ *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+			// The run of an instance that holds no lease.
+			id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+			require.NoError(t, mem.InsertTask(ctx, workers.Record{
+				ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+				State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+			}))
+			return func() bool {
+				rec, err := mem.GetTask(ctx, id)
+				require.NoError(t, err)
+				return rec.Status == workers.StatusFailed && rec.Cause == workers.CauseAbandoned
+			}
+		},
+	}, {
+		loop: "cleanup",
+		cfg:  workers.Config{CleanupInterval: time.Second, Retention: time.Millisecond},
+		hang: storetest.OpDeleteFinished,
+		leave: func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+			done, err := rt.Submit(ctx, "done", result("r"), owner)
+			require.NoError(t, err)
+			_, err = rt.Wait(ctx, done.ID, owner)
+			require.NoError(t, err)
+			return func() bool {
+				_, err := mem.GetTask(ctx, done.ID)
+				return errors.Is(err, workers.ErrNotFound)
+			}
+		},
+	}} {
+		t.Run(c.loop, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c.cfg.StoreTimeout = storeTimeout
+				rt, mem, f := faulty(c.cfg)
+				require.NoError(t, rt.Start(ctx))
+				f.Add(storetest.Rule{Op: c.hang, Fault: storetest.Hang, Times: 1})
+				done := c.leave(t, rt, mem)
+				time.Sleep(time.Second) // the loop's first pass
+				synctest.Wait()
+				require.Equal(t, 1, f.Hung(), "the pass hangs")
+				for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(100 * time.Millisecond) {
+					require.True(t, time.Now().Before(deadline), "the %s loop hung for good", c.loop)
+				}
+				assert.Zero(t, f.Hung())
+				require.NoError(t, rt.Shutdown(ctx))
+			})
 		})
 	}
 }

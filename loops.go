@@ -648,7 +648,10 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 // replaced or deleted by someone else. It returns a nil cause while the
 // record is still t's and live, and when the read fails.
 func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
-	rec, err := rt.store.GetTask(ctx, t.ID())
+	call, cancel := rt.bounded(ctx)
+	rec, err := rt.store.GetTask(call, t.ID())
+	err = rt.cutOff(call, err)
+	cancel()
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return rec, ErrSuperseded
@@ -707,7 +710,10 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	}
 	st := r.last.state()
 	st.Progress = p
-	ok, err := rt.store.TransitionTask(rt.life, t.ID(), t.RunID(), fromRunning, st)
+	ctx, cancel := rt.bounded(rt.life)
+	ok, err := rt.store.TransitionTask(ctx, t.ID(), t.RunID(), fromRunning, st)
+	err = rt.cutOff(ctx, err)
+	cancel()
 	if ok {
 		r.last.progress = int32(p)
 	}

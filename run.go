@@ -408,16 +408,45 @@ const lastWriteTimeout = 5 * time.Second
 // on its own, since no Shutdown waits for it; a queue item's abandon
 // write, made for Shutdown, gets none.
 func (rt *Runtime[S]) transition(op runOp, t *Task, from []Status, st *State) (bool, error) {
-	ctx := rt.life
-	if rt.life.Err() != nil && op != opAbandon {
-		var cancel context.CancelFunc
+	ctx, cancel := rt.life, noCancel
+	switch {
+	case rt.life.Err() != nil && op != opAbandon:
 		ctx, cancel = context.WithTimeout(context.Background(), lastWriteTimeout)
-		defer cancel()
+	case rt.mem == nil:
+		ctx, cancel = rt.bounded(ctx) // each try: one cut off is tried again
 	}
+	defer cancel()
 	if rt.mem != nil {
 		return rt.mem.transition(ctx, t.ID(), t.rec, t.RunID(), from, *st)
 	}
-	return rt.store.TransitionTask(ctx, t.ID(), t.RunID(), from, *st)
+	ok, err := rt.store.TransitionTask(ctx, t.ID(), t.RunID(), from, *st)
+	return ok, rt.cutOff(ctx, err)
+}
+
+// errStoreCutOff is the cause of the deadline Config.StoreTimeout sets.
+var errStoreCutOff = errors.New("workers: store call cut off by StoreTimeout")
+
+// bounded returns ctx bounded by Config.StoreTimeout, for a store call
+// the runtime makes on its own, and the func that releases the bound.
+// Over a MemStore, or with the bound disabled, it returns ctx as it is.
+func (rt *Runtime[S]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if rt.mem != nil || rt.cfg.StoreTimeout < 0 {
+		return ctx, noCancel
+	}
+	return context.WithTimeoutCause(ctx, rt.cfg.StoreTimeout, errStoreCutOff)
+}
+
+func noCancel() {}
+
+// cutOff returns err, the error of a store call made under ctx (see
+// bounded), as an error that names StoreTimeout when its bound ended the
+// call, rather than as context.DeadlineExceeded alone, which reads as a
+// deadline of the caller's.
+func (rt *Runtime[S]) cutOff(ctx context.Context, err error) error {
+	if err != nil && context.Cause(ctx) == errStoreCutOff {
+		return fmt.Errorf("workers: the store did not answer within StoreTimeout (%v): %w", rt.cfg.StoreTimeout, err)
+	}
+	return err
 }
 
 // errLandedUnknown is the failure of a write whose earlier try may have

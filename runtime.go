@@ -101,6 +101,23 @@ type Config struct {
 	// checked.
 	SyncInterval time.Duration
 
+	// StoreTimeout bounds each store call the runtime makes on its own,
+	// with no caller's context to bound it: each try of a run's write
+	// (its start, a retry, its outcome, its progress), the read of a
+	// run's record when the sync loop or a notice checks it, and each
+	// pass of recovery and of cleanup. A database that never answers (a
+	// connection lost without a reset, a row lock that a stuck
+	// transaction holds) then delays a run, or a loop, by this much at a
+	// time instead of holding it until the connection's own timeouts
+	// end it. A run's write that is cut off is retried like one that
+	// failed: it may have landed, which the runtime reads to tell, and
+	// every try is fenced on the run. A pass cut off runs again at its
+	// next tick; what it had done stays done. Lease renewals have their
+	// own bound (see LeaseTTL), and a MemStore, which waits on nothing,
+	// is not bounded. Defaults to LeaseTTL; a negative value disables
+	// the bound.
+	StoreTimeout time.Duration
+
 	// Limits bounds how many callbacks execute at once, how many tasks
 	// each owner may have running and waiting, and how many a sequential
 	// queue runs at once; when saturated, waiting tasks start fairly
@@ -231,6 +248,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	cfg.LeaseInterval = cmp.Or(cfg.LeaseInterval, 3*time.Second)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 5*cfg.LeaseInterval)
 	cfg.RecoverInterval = cmp.Or(cfg.RecoverInterval, cfg.LeaseInterval)
+	cfg.StoreTimeout = cmp.Or(cfg.StoreTimeout, cfg.LeaseTTL)
 	if cfg.SyncInterval == 0 {
 		if _, ok := any(store).(Notifier); ok {
 			cfg.SyncInterval = 10 * time.Second
@@ -320,14 +338,18 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.loops.every(rt.cfg.CleanupInterval, func(ctx context.Context) {
-		if _, err := rt.Cleanup(ctx, rt.cfg.Retention); err != nil && ctx.Err() == nil {
-			rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
+		pass, cancel := rt.bounded(ctx)
+		defer cancel()
+		if _, err := rt.Cleanup(pass, rt.cfg.Retention); err != nil && ctx.Err() == nil {
+			rt.cfg.Logger.Error("workers: cleanup failed", "err", rt.cutOff(pass, err))
 		}
 	})
 	if leased {
 		rt.loops.every(rt.cfg.RecoverInterval, func(ctx context.Context) {
-			if _, err := rt.recoverRuns(ctx, false); err != nil && ctx.Err() == nil {
-				rt.cfg.Logger.Error("workers: recovery failed", "err", err)
+			pass, cancel := rt.bounded(ctx)
+			defer cancel()
+			if _, err := rt.recoverRuns(pass, false); err != nil && ctx.Err() == nil {
+				rt.cfg.Logger.Error("workers: recovery failed", "err", rt.cutOff(pass, err))
 			}
 		})
 	}

@@ -56,6 +56,11 @@ const (
 	// Delay waits the rule's Delay, or until the context ends (returning
 	// its error), and then calls the inner store.
 	Delay
+	// HangAfter calls the inner store, and then blocks until the call's
+	// context ends, and returns the context's error, or until
+	// [Faults.Release], and returns what the inner store returned: a
+	// database that committed the write and froze before it answered.
+	HangAfter
 )
 
 func (f Fault) String() string {
@@ -68,6 +73,8 @@ func (f Fault) String() string {
 		return "hang"
 	case Delay:
 		return "delay"
+	case HangAfter:
+		return "hang-after"
 	}
 	return fmt.Sprintf("Fault(%d)", uint8(f))
 }
@@ -134,7 +141,7 @@ type ruleState struct {
 // Add appends r to the schedule and returns the func that removes it.
 // A rule with no Fault is refused with a panic: it is a bug in the test.
 func (f *Faults) Add(r Rule) (remove func()) {
-	if r.Fault < FailBefore || r.Fault > Delay {
+	if r.Fault < FailBefore || r.Fault > HangAfter {
 		panic("storetest: Rule without a valid Fault")
 	}
 	rs := &ruleState{Rule: r}
@@ -168,8 +175,9 @@ func (f *Faults) Heal() {
 	f.Release()
 }
 
-// Release lets every call hung now go on to the inner store. Calls that
-// hang later wait for the next Release.
+// Release lets every call hung now go on: a [Hang] call to the inner
+// store, a [HangAfter] call back to its caller with the inner store's
+// answer. Calls that hang later wait for the next Release.
 func (f *Faults) Release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -267,7 +275,7 @@ func (f *Faults) decide(c *Call) (fault Fault, err error, delay time.Duration, r
 			close(f.changed)
 			f.changed = nil
 		}
-		if r.Fault == Hang {
+		if r.Fault == Hang || r.Fault == HangAfter {
 			if f.release == nil {
 				f.release = make(chan struct{})
 			}
@@ -285,6 +293,22 @@ func cmpErr(err error) error {
 	return err
 }
 
+// hold blocks a hung call until ctx ends, and returns its error, or
+// until release is closed, and returns nil.
+func (f *Faults) hold(ctx context.Context, release <-chan struct{}) error {
+	f.mu.Lock()
+	f.hung++
+	f.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-release:
+	}
+	f.mu.Lock()
+	f.hung--
+	f.mu.Unlock()
+	return ctx.Err()
+}
+
 // around runs call, the inner store's method, under the fault the
 // schedule picks for c. It returns injected when the fault replaces the
 // call's error.
@@ -297,19 +321,15 @@ func around(ctx context.Context, f *Faults, c *Call, call func() error) error {
 		_ = call()
 		return ferr
 	case Hang:
-		f.mu.Lock()
-		f.hung++
-		f.mu.Unlock()
-		select {
-		case <-ctx.Done():
-		case <-release:
-		}
-		f.mu.Lock()
-		f.hung--
-		f.mu.Unlock()
-		if err := ctx.Err(); err != nil {
+		if err := f.hold(ctx, release); err != nil {
 			return err
 		}
+	case HangAfter:
+		err := call()
+		if herr := f.hold(ctx, release); herr != nil {
+			return herr
+		}
+		return err
 	case Delay:
 		timer := time.NewTimer(delay)
 		select {
