@@ -1,0 +1,83 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// lockedBuffer is a bytes.Buffer that a logger and a test share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A run's outcome write that the database does not answer (here it waits
+// on a row lock that another transaction holds) is cut off after
+// Config.StoreTimeout, through the group commit and the driver, and tried
+// again; once the lock is released, a try lands and the run completes.
+func TestARunWriteTheDatabaseDoesNotAnswerIsCutOff(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	logs := &lockedBuffer{}
+	rt := workers.NewRuntime(s, workers.Config{StoreTimeout: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	defer func() {
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	proceed := make(chan struct{})
+	sub, err := rt.Submit(ctx, "stuck", func(context.Context, *workers.Task) (any, error) {
+		<-proceed
+		return "done", nil
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sc.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = $1 FOR UPDATE`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "did not answer within StoreTimeout") })
+	if snap, err := rt.Status(ctx, sub.ID, workers.MustOwner("alice")); err != nil || snap.Status != workers.StatusRunning {
+		t.Fatalf("while the lock is held the record stays RUNNING: got %v, %v", snap.Status, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := rt.Wait(ctx, sub.ID, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Status != workers.StatusCompleted {
+		t.Fatalf("status %s, want completed", snap.Status)
+	}
+}
