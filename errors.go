@@ -48,8 +48,10 @@ var (
 	// reached a terminal status, or that was re-run since Cancel read it.
 	ErrFinished = errors.New("workers: task already finished")
 
-	// ErrClosed is returned by submit calls after Runtime.Shutdown has
-	// begun, in the manner of http.ErrServerClosed.
+	// ErrClosed is returned by submit calls and Runtime.Ready after
+	// Runtime.Shutdown has begun, in the manner of http.ErrServerClosed,
+	// and ends every Watch and Subscribe stream once Shutdown has
+	// returned.
 	ErrClosed = errors.New("workers: runtime closed")
 
 	// ErrInvalidRunID is returned by a store asked for a fenced write with
@@ -63,6 +65,13 @@ var (
 	// ErrInvalidOption reports a submit option or Config value out of
 	// range, such as a negative timeout.
 	ErrInvalidOption = errors.New("workers: invalid option")
+
+	// ErrInvalidConfig is wrapped, beside ErrInvalidOption (ErrInvalidKey
+	// for a queue's name), by the error of a runtime built with a Config
+	// it cannot run with (see NewRuntime): the fault of whoever built the
+	// runtime, not of a caller, which every call that needs the runtime
+	// running returns. An HTTP handler answers it as a server error.
+	ErrInvalidConfig = errors.New("workers: runtime misconfigured")
 
 	// ErrInvalidData reports a value a store cannot hold: text with a NUL
 	// byte or invalid UTF-8, a value its column type refuses. A store

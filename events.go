@@ -473,6 +473,16 @@ func (s *subscriber) take() (slots []slot, stale []string, resync bool) {
 	return slots, stale, resync
 }
 
+// streamable returns the error a stream (Watch, Subscribe) ends with at
+// once: ErrClosed once Shutdown has returned, when no change will reach a
+// stream again, or the error of taking the lease.
+func (rt *Runtime[S]) streamable(ctx context.Context) error {
+	if rt.life.Err() != nil {
+		return ErrClosed
+	}
+	return rt.ensureLease(ctx)
+}
+
 // subscribe registers a subscriber and makes sure the progress pump runs.
 func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 	s := &subscriber{
@@ -499,7 +509,9 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // run's watchers exclude the caller, the stream never shows the new run;
 // it ends with the end of the run the caller followed, if the caller had
 // not read it yet, and with ErrNotFound otherwise. Other errors end the
-// stream as well: those of Status, or ctx.Err() when ctx ends.
+// stream as well: those of Status, ctx.Err() when ctx ends, and ErrClosed
+// once the runtime's Shutdown has returned, after the changes that
+// reached the stream before.
 //
 // Watch returns an iterator rather than a channel: the loop runs on the
 // caller's goroutine, so there is no goroutine to leak and nothing to
@@ -523,7 +535,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 			err = validateID(id)
 		}
 		if err == nil {
-			err = rt.ensureLease(ctx)
+			err = rt.streamable(ctx)
 		}
 		if err != nil {
 			yield(Snapshot{}, err)
@@ -542,6 +554,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 			return yield(snap, nil) && !snap.Status.Terminal()
 		}
 		read := true // the first snapshot is read from the store
+		closing := false
 		// follow emits a report of this runtime's, unless it is a late
 		// report of a run the key has moved past, or of a run that cannot
 		// be ordered against the one last shown, which another runtime
@@ -605,6 +618,14 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 			case <-ctx.Done():
 				yield(Snapshot{}, ctx.Err())
 				return
+			case <-rt.life.Done():
+				// Shutdown has returned: no change reaches the stream
+				// again. What reached it first is taken once more.
+				if closing {
+					yield(Snapshot{}, ErrClosed)
+					return
+				}
+				closing = true
 			}
 		}
 	}
@@ -614,8 +635,10 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // changes: for an Owner the tasks it owns or watches, for System every
 // task, narrowed by the same options as List (WithStatus, WithQueue;
 // WithLimit does not apply to a stream). It begins with the current
-// snapshot of every live task that passes, and runs until ctx ends or the
-// consumer stops ranging; ctx's end is yielded as its error. A task the
+// snapshot of every live task that passes, and runs until ctx ends, the
+// consumer stops ranging, or the runtime's Shutdown has returned: ctx's
+// end is yielded as its error, and Shutdown's as ErrClosed, after the
+// changes that reached the stream before. A task the
 // caller may not see is never yielded, including the new run of a key
 // re-run without the caller among its watchers.
 //
@@ -663,7 +686,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		}
 		failed := err
 		if failed == nil {
-			failed = rt.ensureLease(ctx)
+			failed = rt.streamable(ctx)
 		}
 		if failed != nil {
 			if s != nil {
@@ -677,6 +700,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		}
 		defer rt.hub.remove(s)
 		_, notices := any(rt.store).(Notifier)
+		closing := false
 		// tracked is the last snapshot yielded of each live task.
 		tracked := make(map[string]Snapshot)
 		pass := func(snap *Snapshot) bool {
@@ -816,6 +840,14 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			case <-ctx.Done():
 				yield(Snapshot{}, ctx.Err())
 				return
+			case <-rt.life.Done():
+				// Shutdown has returned: no change reaches the stream
+				// again. What reached it first is taken once more.
+				if closing {
+					yield(Snapshot{}, ErrClosed)
+					return
+				}
+				closing = true
 			}
 		}
 	}

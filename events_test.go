@@ -971,3 +971,69 @@ func TestSubscribeByQueueReadsNoTaskOfAnotherQueue(t *testing.T) {
 		require.NoError(t, rt.Shutdown(sd))
 	})
 }
+
+// Once Shutdown has returned, no change reaches a stream again: Watch and
+// Subscribe end with ErrClosed, after the changes that reached them
+// before (the end Shutdown gave a run), and a stream begun later ends
+// with ErrClosed at once.
+func TestStreamsEndWithErrClosedOnceShutdownReturns(t *testing.T) {
+	s := NewMemStore()
+	runner := newRuntime(t, s, Config{}) // runs the task the closing runtime watches
+	rt := NewRuntime(s, Config{})
+	block := func(ctx context.Context, _ *Task) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
+	own, err := rt.Submit(ctx, "own", block, alice)
+	require.NoError(t, err)
+	theirs, err := runner.Submit(ctx, "theirs", block, alice)
+	require.NoError(t, err)
+
+	type ended struct {
+		seen []Status
+		err  error
+	}
+	follow := func(seq iter.Seq2[Snapshot, error], first chan<- struct{}, out chan<- ended) {
+		var e ended
+		for snap, err := range seq {
+			if err != nil {
+				e.err = err
+				break
+			}
+			if len(e.seen) == 0 {
+				close(first)
+			}
+			e.seen = append(e.seen, snap.Status)
+		}
+		out <- e
+	}
+	watched, subscribed := make(chan struct{}), make(chan struct{})
+	watch, subscribe := make(chan ended, 1), make(chan ended, 1)
+	go follow(rt.Watch(ctx, theirs.ID, alice), watched, watch)
+	go follow(rt.Subscribe(ctx, alice, WithStatus(StatusRunning, StatusCancelled)), subscribed, subscribe)
+	<-watched
+	<-subscribed
+	require.NoError(t, rt.Shutdown(ctx)) // no deadline: cancels its run at once
+
+	wait := func(ch <-chan ended) ended {
+		t.Helper()
+		select {
+		case e := <-ch:
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream outlived the runtime's Shutdown")
+			return ended{}
+		}
+	}
+	w := wait(watch)
+	assert.ErrorIs(t, w.err, ErrClosed)
+	assert.Equal(t, []Status{StatusRunning}, w.seen, "another runtime's run, still running")
+	sub := wait(subscribe)
+	assert.ErrorIs(t, sub.err, ErrClosed)
+	assert.Equal(t, StatusCancelled, sub.seen[len(sub.seen)-1], "the end Shutdown gave %s came first: %v", own.ID, sub.seen)
+
+	for _, err := range rt.Subscribe(ctx, alice) {
+		assert.ErrorIs(t, err, ErrClosed)
+	}
+	for _, err := range rt.Watch(ctx, theirs.ID, alice) {
+		assert.ErrorIs(t, err, ErrClosed)
+	}
+	require.NoError(t, runner.Cancel(ctx, theirs.ID, alice))
+}

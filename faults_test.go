@@ -392,7 +392,7 @@ func TestFaultARunWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
 // in a synctest bubble: the outcome write waits on a mutex, which does
 // not let a bubble's clock advance.)
 func TestFaultAProgressWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
-	rt, mem, f := faulty(workers.Config{StoreTimeout: 100 * time.Millisecond, SyncInterval: 20 * time.Millisecond})
+	rt, mem, f := faulty(workers.Config{StoreTimeout: time.Second, SyncInterval: 20 * time.Millisecond})
 	f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Times: 1, Match: func(c *storetest.Call) bool {
 		return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
 	}})
@@ -406,6 +406,7 @@ func TestFaultAProgressWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, f.WaitInjected(ctx, storetest.OpTransitionTask, 1), "the progress write hangs")
+	require.Equal(t, 1, f.Hung(), "the progress write still hangs as the callback returns")
 	close(proceed)
 	snap, err := rt.Wait(ctx, sub.ID, owner)
 	require.NoError(t, err, "the run's outcome never landed")
@@ -475,4 +476,32 @@ func TestFaultALoopPassTheStoreNeverAnswersIsCutOff(t *testing.T) {
 			})
 		})
 	}
+}
+
+// StoreTimeout bounds each call of the recovery loop, not its whole pass:
+// a pass whose calls each answer within the bound recovers, however
+// long the calls take together.
+func TestFaultARecoveryPassLongerThanStoreTimeoutRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		rt, mem, f := faulty(workers.Config{StoreTimeout: storeTimeout, RecoverInterval: time.Second})
+		require.NoError(t, rt.Start(ctx))
+		f.Add(storetest.Rule{Op: storetest.OpListTasks, Fault: storetest.Delay, Delay: storeTimeout * 3 / 4})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Delay, Delay: storeTimeout * 3 / 4})
+		id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+		require.NoError(t, mem.InsertTask(ctx, workers.Record{
+			ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+			State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+		}))
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			rec, err := mem.GetTask(ctx, id)
+			require.NoError(t, err)
+			if rec.Status.Terminal() {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no recovery pass got through")
+		}
+		endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
 }

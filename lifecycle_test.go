@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -1070,9 +1071,58 @@ func TestMisconfiguredRuntimeRefusesWithoutStart(t *testing.T) {
 			rt := newRuntime(t, NewMemStore(), cfg)
 			_, err := rt.Submit(ctx, "k", noop, alice)
 			assert.ErrorIs(t, err, ErrInvalidOption)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "the runtime's fault, not the caller's")
 			_, err = rt.Wait(ctx, "alice::k", alice)
 			assert.ErrorIs(t, err, ErrInvalidOption)
+			assert.ErrorIs(t, rt.Ready(ctx), ErrInvalidConfig)
+			for _, err := range rt.Subscribe(ctx, alice) {
+				assert.ErrorIs(t, err, ErrInvalidConfig)
+			}
 			assert.ErrorIs(t, rt.Start(ctx), ErrInvalidOption)
 		})
 	}
+	// A queue's bad name is a *ValidationError still.
+	rt := newRuntime(t, NewMemStore(), Config{Queues: []string{""}})
+	err := rt.Start(ctx)
+	var ve *ValidationError
+	assert.ErrorAs(t, err, &ve)
+	assert.ErrorIs(t, err, ErrInvalidKey)
+	assert.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+// Ready answers what a submission would fail with before its record:
+// nil on a runtime that can take work, the lease's error while the
+// store cannot renew it, ErrClosed once Shutdown has begun.
+func TestReadyReportsWhatASubmissionWouldMeet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &failingLeaser{MemStore: NewMemStore()}
+		rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, rt.Ready(ctx), "the first call takes the lease")
+		s.fail.Store(true)
+		time.Sleep(16 * time.Second) // past LeaseTTL: the lease may have ended
+		err := rt.Ready(ctx)
+		require.ErrorIs(t, err, errLeaseStore)
+		_, serr := rt.Submit(ctx, "k", noop, alice)
+		assert.ErrorIs(t, serr, errLeaseStore, "a submission meets the same")
+		s.fail.Store(false)
+		require.NoError(t, rt.Ready(ctx), "Ready renewed the lease")
+		require.NoError(t, rt.Shutdown(ctx))
+		assert.ErrorIs(t, rt.Ready(ctx), ErrClosed)
+	})
+}
+
+// errLeaseStore is the error failingLeaser's renewals fail with.
+var errLeaseStore = errors.New("lease table unreachable")
+
+// failingLeaser is a MemStore whose lease renewals fail while fail is set.
+type failingLeaser struct {
+	*MemStore
+	fail atomic.Bool
+}
+
+func (s *failingLeaser) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	if s.fail.Load() {
+		return false, errLeaseStore
+	}
+	return s.MemStore.RenewLease(ctx, instance, ttl)
 }

@@ -436,7 +436,19 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 	if !leased && !manual {
 		return 0, nil
 	}
-	recs, err := rt.store.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
+	// Each call of the loop's is bounded by StoreTimeout; those of a
+	// manual recovery, by its caller's ctx.
+	call := func(f func(context.Context) error) error {
+		if manual {
+			return f(ctx)
+		}
+		return rt.boundedCall(ctx, f)
+	}
+	var recs []Record
+	err := call(func(ctx context.Context) (err error) {
+		recs, err = rt.store.ListTasks(ctx, Filter{Statuses: []Status{StatusPending, StatusRunning}})
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -446,7 +458,11 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 	// an instance that took its lease and registered a run in between.
 	var live map[string]struct{}
 	if leased {
-		if live, err = rt.liveInstances(ctx, l); err != nil {
+		err = call(func(ctx context.Context) (err error) {
+			live, err = rt.liveInstances(ctx, l)
+			return err
+		})
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -464,17 +480,21 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 		st := rec.State
 		o.apply(&st, ts)
 		ok := false
+		end := func(ctx context.Context) (err error) {
+			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+			return err
+		}
 		if own {
 			// Under the task's lock, a registration's insert and the
 			// publishing of its handle are one step: a run registered
 			// since the list is either seen live here or has another id.
 			h := rt.keys.lock(rec.ID)
 			if rt.handle(rec.ID, rec.RunID) == nil {
-				ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+				err = call(end)
 			}
 			h.unlock()
 		} else {
-			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
+			err = call(end)
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return n, err
@@ -606,6 +626,9 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		runs = rt.runs.matching(ids) // in proportion to the notices, not to the runs held here
 	}
 	for _, t := range runs {
+		if ctx.Err() != nil {
+			return // the loops were halted: Shutdown waits for this one
+		}
 		if t.cause() != nil {
 			continue // ending already: its final write carries its state
 		}
@@ -710,9 +733,11 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	}
 	st := r.last.state()
 	st.Progress = p
-	ctx, cancel := rt.bounded(rt.life)
-	ok, err := rt.store.TransitionTask(ctx, t.ID(), t.RunID(), fromRunning, st)
-	err = rt.cutOff(ctx, err)
+	// The write carries the runtime's life, as the run's own writes do,
+	// and with it this instance as its origin (see MemStore.Listen).
+	call, cancel := rt.bounded(rt.life)
+	ok, err := rt.store.TransitionTask(call, t.ID(), t.RunID(), fromRunning, st)
+	err = rt.cutOff(call, err)
 	cancel()
 	if ok {
 		r.last.progress = int32(p)

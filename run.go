@@ -403,7 +403,8 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 const lastWriteTimeout = 5 * time.Second
 
 // transition is one try of a run's write. While the runtime lives, the
-// call carries its life, which Shutdown's cutoff ends. Afterwards, a run
+// call carries its life, which Shutdown's cutoff ends, bounded by
+// StoreTimeout (see bounded). Afterwards, a run
 // whose callback returned late still gets one try at its outcome, bounded
 // on its own, since no Shutdown waits for it; a queue item's abandon
 // write, made for Shutdown, gets none.
@@ -437,6 +438,14 @@ func (rt *Runtime[S]) bounded(ctx context.Context) (context.Context, context.Can
 }
 
 func noCancel() {}
+
+// boundedCall runs f, a store call, under ctx bounded by StoreTimeout,
+// and returns its error as cutOff does.
+func (rt *Runtime[S]) boundedCall(ctx context.Context, f func(context.Context) error) error {
+	call, cancel := rt.bounded(ctx)
+	defer cancel()
+	return rt.cutOff(call, f(call))
+}
 
 // cutOff returns err, the error of a store call made under ctx (see
 // bounded), as an error that names StoreTimeout when its bound ended the

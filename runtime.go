@@ -103,19 +103,28 @@ type Config struct {
 
 	// StoreTimeout bounds each store call the runtime makes on its own,
 	// with no caller's context to bound it: each try of a run's write
-	// (its start, a retry, its outcome, its progress), the read of a
-	// run's record when the sync loop or a notice checks it, and each
-	// pass of recovery and of cleanup. A database that never answers (a
-	// connection lost without a reset, a row lock that a stuck
-	// transaction holds) then delays a run, or a loop, by this much at a
-	// time instead of holding it until the connection's own timeouts
-	// end it. A run's write that is cut off is retried like one that
-	// failed: it may have landed, which the runtime reads to tell, and
-	// every try is fenced on the run. A pass cut off runs again at its
-	// next tick; what it had done stays done. Lease renewals have their
-	// own bound (see LeaseTTL), and a MemStore, which waits on nothing,
-	// is not bounded. Defaults to LeaseTTL; a negative value disables
-	// the bound.
+	// (its start, a retry, its outcome, its progress), the sync loop's
+	// and the notices' reads of a run's record, each call of the recovery
+	// loop, and each pass of cleanup (one DeleteFinished call, which
+	// deletes in batches). A call cut off is treated as one that failed:
+	// a run's write is tried again, fenced on its run, after reading
+	// whether the try landed; a loop goes on with its next call or pass.
+	//
+	// What the bound cures is a call stuck on its connection (one lost
+	// without a reset, whose statement would otherwise wait for the
+	// operating system's timeouts): the next try takes another
+	// connection. What holds every connection alike, a row lock that a
+	// stuck transaction holds, still holds every try, and the run waits
+	// for it, a StoreTimeout at a time; the loops meanwhile go on with
+	// other work. Set it well above the store's slowest normal call: a
+	// call that always takes longer fails every try.
+	//
+	// Lease renewals have their own bound (see LeaseTTL), and the read
+	// that tells whether a cut-off try landed, like the one try a run
+	// makes at its outcome after Shutdown gave up on it, is bounded to 5
+	// seconds. Calls on a *MemStore itself wait on nothing and are not
+	// bounded; a store that wraps one is. Defaults to LeaseTTL; a negative
+	// value disables the bound.
 	StoreTimeout time.Duration
 
 	// Limits bounds how many callbacks execute at once, how many tasks
@@ -240,9 +249,10 @@ func (c *Config) validate() error {
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
 // Start. A Config it cannot run with (a negative interval, a LeaseTTL
 // not above LeaseInterval, invalid Limits or queue names) is reported as
-// ErrInvalidOption (ErrInvalidKey for a queue's name) by Start, and by
-// every call that would take the runtime's lease (Submit, Wait, Watch,
-// Subscribe) when Start was never called.
+// ErrInvalidConfig, wrapping ErrInvalidOption (ErrInvalidKey for a
+// queue's name), by Start, by Ready, and by every call that would take
+// the runtime's lease (Submit, Wait, Watch, Subscribe) when Start was
+// never called.
 func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
 	cfg.LeaseInterval = cmp.Or(cfg.LeaseInterval, 3*time.Second)
@@ -270,7 +280,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	rt := &Runtime[S]{
 		store:    store,
 		cfg:      cfg,
-		cfgErr:   cfg.validate(),
+		cfgErr:   configError(cfg.validate()),
 		instance: instance,
 		life:     life,
 		endLife:  endLife,
@@ -289,6 +299,31 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		rt.adm = newAdmission(cfg.Limits, func(t *Task) { go rt.execute(t) })
 	}
 	return rt
+}
+
+// configError wraps err, what is wrong with a Config, in
+// ErrInvalidConfig; nil stays nil.
+func configError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+}
+
+// Ready reports whether the runtime can take submissions now, and if
+// not, why: ErrClosed once Shutdown has begun, the error of a Config it
+// cannot run with (ErrInvalidConfig), or, over a store that implements
+// Leaser, the error of taking the instance lease, or of renewing it once
+// it may have ended, which Ready then does as a submission would. A
+// service can serve it as its readiness check: it costs no store call
+// while the lease is known to be live.
+func (rt *Runtime[S]) Ready(ctx context.Context) error {
+	if !rt.gate.enter() {
+		return ErrClosed
+	}
+	defer rt.gate.leave()
+	_, err := rt.leaseForRun(ctx)
+	return err
 }
 
 // Store returns the store the runtime was built over.
@@ -338,18 +373,18 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.loops.every(rt.cfg.CleanupInterval, func(ctx context.Context) {
-		pass, cancel := rt.bounded(ctx)
-		defer cancel()
-		if _, err := rt.Cleanup(pass, rt.cfg.Retention); err != nil && ctx.Err() == nil {
-			rt.cfg.Logger.Error("workers: cleanup failed", "err", rt.cutOff(pass, err))
+		err := rt.boundedCall(ctx, func(ctx context.Context) error {
+			_, err := rt.Cleanup(ctx, rt.cfg.Retention)
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			rt.cfg.Logger.Error("workers: cleanup failed", "err", err)
 		}
 	})
 	if leased {
 		rt.loops.every(rt.cfg.RecoverInterval, func(ctx context.Context) {
-			pass, cancel := rt.bounded(ctx)
-			defer cancel()
-			if _, err := rt.recoverRuns(pass, false); err != nil && ctx.Err() == nil {
-				rt.cfg.Logger.Error("workers: recovery failed", "err", rt.cutOff(pass, err))
+			if _, err := rt.recoverRuns(ctx, false); err != nil && ctx.Err() == nil {
+				rt.cfg.Logger.Error("workers: recovery failed", "err", err)
 			}
 		})
 	}

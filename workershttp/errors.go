@@ -31,6 +31,9 @@ var statuses = []struct {
 	code    string
 	message string // for a 4xx, what a client is told besides the code
 }{
+	// A runtime's Config error wraps ErrInvalidOption too, but it is the
+	// server's fault, not the request's.
+	{workers.ErrInvalidConfig, http.StatusInternalServerError, "internal", ""},
 	{ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated", "authentication required"},
 	{workers.ErrNoAuthority, http.StatusUnauthorized, "unauthenticated", "authentication required"},
 	{workers.ErrNotFound, http.StatusNotFound, "not_found", "task not found"},
@@ -60,6 +63,8 @@ const conflictRetry = time.Second
 // workers.ErrFinished, 503 workers.ErrConflict and workers.ErrClosed,
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
 // ErrInvalidOption, ErrInvalidCursor, and this package's ErrBadRequest),
+// except the runtime's own misconfiguration (workers.ErrInvalidConfig),
+// which is 500,
 // 413 a body over its bound (an *http.MaxBytesError),
 // 499 when the client went away (context.Canceled), 504 for
 // context.DeadlineExceeded (a deadline passed before the store answered:

@@ -39,6 +39,7 @@ func TestStatusCodeTable(t *testing.T) {
 		{workers.ErrClosed, 503, ""},
 		{invalidOwner(), 400, ""},
 		{workers.ErrInvalidOption, 400, ""},
+		{fmt.Errorf("%w: %w: negative interval", workers.ErrInvalidConfig, workers.ErrInvalidOption), 500, ""},
 		{workershttp.ErrBadRequest, 400, ""},
 		{fmt.Errorf("read task: %w", context.DeadlineExceeded), 504, ""},
 		{fmt.Errorf("read task: %w", context.Canceled), 499, ""},

@@ -13,15 +13,17 @@
 //
 //	GET  /tasks                 list: ?status=running,pending &limit=N &cursor=C, newest first
 //	GET  /tasks/{id}            one task
-//	POST /tasks/{id}/cancel     cancel; optional JSON body {"reason": "..."}
+//	POST /tasks/{id}/cancel     cancel; optional JSON body {"reason": "..."}; the task after it, or 204 if it could not be read
 //	GET  /tasks/{id}/events     Server-Sent Events: the task's snapshots until its end
 //	GET  /events                Server-Sent Events: every task the caller may see
 //	GET  /                      the dashboard, with WithDashboard
 //
-// Every route authenticates the request first; a failure is 401. What a
-// caller may see is decided by the runtime: a task of someone else's is
-// 404, exactly like a missing one. POST routes are guarded by
-// http.CrossOriginProtection.
+// Every route but the dashboard's page, which holds no data and whose
+// requests go to the other routes, authenticates the request first; a
+// failure is 401. What a caller may see is decided by the runtime: a task
+// of someone else's is 404, exactly like a missing one. POST routes are
+// guarded by http.CrossOriginProtection; the default one refuses a
+// cross-origin request with a JSON 403 of code "cross_origin".
 //
 // # Events
 //
@@ -62,6 +64,7 @@ type runtime interface {
 	Cancel(ctx context.Context, id string, auth workers.TaskAuthority, opts ...workers.CancelOption) error
 	Watch(ctx context.Context, id string, auth workers.TaskAuthority) iter.Seq2[workers.Snapshot, error]
 	Subscribe(ctx context.Context, auth workers.TaskAuthority, opts ...workers.ListOption) iter.Seq2[workers.Snapshot, error]
+	Ready(ctx context.Context) error
 }
 
 // Option configures Handler.
@@ -107,7 +110,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithStreamContext(ctx context.Context) Option { return func(c *config) { c.streams = ctx } }
 
 // WithCrossOriginProtection replaces the default protection of the POST
-// routes, for example to add trusted origins.
+// routes, for example to add trusted origins. Its deny handler is its
+// own: set one that answers in JSON, as WriteError does, to keep every
+// error of the handler JSON.
 func WithCrossOriginProtection(p *http.CrossOriginProtection) Option {
 	return func(c *config) { c.cop = p }
 }
@@ -128,6 +133,7 @@ func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Re
 	}
 	if c.cop == nil {
 		c.cop = http.NewCrossOriginProtection()
+		c.cop.SetDenyHandler(http.HandlerFunc(crossOriginDenied))
 	}
 	h := &handler{rt: rt, auth: authenticate, cfg: c}
 	mux := http.NewServeMux()
@@ -287,10 +293,19 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request, auth workers.Ta
 	}
 	snap, err := h.rt.Status(r.Context(), id, auth)
 	if err != nil {
-		h.fail(w, r, err)
+		// The cancel landed: a retry would be told the task finished.
+		h.logUnexpected(r, "workershttp: reading a task after its cancel failed", err)
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	writeJSON(w, http.StatusOK, FromSnapshot(snap))
+}
+
+// crossOriginDenied answers a request the default cross-origin
+// protection refused, in JSON like every other error.
+func crossOriginDenied(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusForbidden, errorBody{errorDetail{Code: "cross_origin", Message: "cross-origin request refused"}})
 }
 
 // parseStatuses reads a status filter: a comma-separated list.

@@ -64,7 +64,8 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 	}
 	if r.Method == http.MethodHead {
 		// A HEAD response has no body: a stream would never end, since
-		// nothing it writes fails.
+		// nothing it writes fails. The route asked what GET would
+		// refuse before this.
 		open()
 		return
 	}
@@ -181,6 +182,13 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth worker
 	last := r.Header.Get("Last-Event-ID")
 	id := r.PathValue("id")
 	watch := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Watch(ctx, id, auth) }
+	if r.Method == http.MethodHead {
+		// As GET would answer: a task the caller may not see is 404.
+		if _, err := h.rt.Status(r.Context(), id, auth); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
 	h.stream(w, r, watch, func(it item) bool {
 		// A client that already has this run's end is told to stop.
 		if last != "" && it.snap.Status.Terminal() && last == it.snap.RunID+"/end" {
@@ -206,14 +214,17 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 		return h.rt.Subscribe(ctx, auth, opts...)
 	}
 	// The stream opens before its first event, which may be long in
-	// coming: what would refuse it (an identity the runtime refuses, a
-	// store that fails) is asked first, so that it is answered with its
-	// status rather than with an empty stream a client reconnects to.
-	if r.Method != http.MethodHead {
-		if _, err := h.rt.List(r.Context(), auth, workers.WithStatus(workers.StatusPending, workers.StatusRunning), workers.WithLimit(1)); err != nil {
-			h.fail(w, r, err)
-			return
-		}
+	// coming: what would refuse it (a runtime shut down or misconfigured,
+	// an identity it refuses, a store that fails) is asked first, so that
+	// it is answered with its status rather than with an empty stream a
+	// client reconnects to.
+	if err := h.rt.Ready(r.Context()); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if _, err := h.rt.List(r.Context(), auth, workers.WithStatus(workers.StatusPending, workers.StatusRunning), workers.WithLimit(1)); err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	h.stream(w, r, subscribe, nil)
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -270,4 +271,81 @@ func TestEventStreamBehindAWriterThatCannotFlushEndsAndIsLogged(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Contains(t, logs.String(), "cannot flush")
+}
+
+// GET /events is refused with the status of what refuses the
+// subscription, not answered with an empty stream that an EventSource
+// would reconnect to forever: a runtime shut down is 503, one built with
+// a Config it cannot run with is the server's fault, 500, and logged.
+func TestAllEventsRefusedByTheRuntimeIsNotAnEmptyStream(t *testing.T) {
+	for name, c := range map[string]struct {
+		rt     func(t *testing.T) *workers.Runtime[*workers.MemStore]
+		status int
+		logged string
+	}{
+		"shut down": {func(t *testing.T) *workers.Runtime[*workers.MemStore] {
+			rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+			require.NoError(t, rt.Shutdown(context.Background()))
+			return rt
+		}, http.StatusServiceUnavailable, ""},
+		"misconfigured": {func(*testing.T) *workers.Runtime[*workers.MemStore] {
+			return workers.NewRuntime(workers.NewMemStore(), workers.Config{CleanupInterval: -1})
+		}, http.StatusInternalServerError, "negative interval"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := c.rt(t)
+			var mu sync.Mutex
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+			srv := start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithLogger(logger), workershttp.WithHeartbeat(0))))
+			for _, method := range []string{"GET", "HEAD"} {
+				req, err := http.NewRequest(method, srv.URL+"/events", nil)
+				require.NoError(t, err)
+				req.Header.Set("X-User", "alice")
+				res, err := srv.Client().Do(req)
+				require.NoError(t, err)
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				assert.Equal(t, c.status, res.StatusCode, "%s /events: %q (Content-Type %q)", method, body, res.Header.Get("Content-Type"))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Contains(t, logs.String(), c.logged)
+		})
+	}
+}
+
+// HEAD on a task's event route answers as GET would: 404 for a task the
+// caller may not see.
+func TestHeadOnTheEventsOfATaskTheCallerMayNotSeeIs404(t *testing.T) {
+	f := newFixture(t, workershttp.WithHeartbeat(0))
+	sub, err := f.rt.Submit(context.Background(), "mine", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	require.NoError(t, err)
+	waitEnd(t, f.rt, sub.ID)
+	res, _ := f.do(t, "HEAD", "/tasks/"+url.PathEscape(sub.ID)+"/events", "bob", nil)
+	assert.Equal(t, http.StatusNotFound, res.StatusCode, "bob may not see alice's task")
+	res, _ = f.do(t, "HEAD", "/tasks/alice::nothing/events", "alice", nil)
+	assert.Equal(t, http.StatusNotFound, res.StatusCode)
+	res, _ = f.do(t, "HEAD", "/tasks/"+url.PathEscape(sub.ID)+"/events", "alice", nil)
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+}
+
+// The default cross-origin protection refuses in JSON, like every other
+// error of the handler.
+func TestCrossOriginRefusalIsJSON(t *testing.T) {
+	f := newFixture(t)
+	req, err := http.NewRequest("POST", f.srv.URL+"/tasks/alice::k/cancel", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-User", "alice")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	res, err := f.srv.Client().Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
+	var body struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	assert.Equal(t, "cross_origin", body.Error.Code)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskgate/workers"
 )
 
@@ -66,7 +68,33 @@ func TestARunWriteTheDatabaseDoesNotAnswerIsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(proceed)
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "did not answer within StoreTimeout") })
+	// Each try cut off has its statement cancelled by the driver, which
+	// sends the cancel request as the next try begins: the tries, each a
+	// statement of its own, wait on the lock one at a time, or two for
+	// the moment the cancel takes to land. Tries never cancelled would
+	// pile up.
+	tries := map[string]bool{}
+	waitFor(t, func() bool {
+		rows, err := sc.pool.Query(ctx, `SELECT pid::text || '@' || query_start::text FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(waiting) > 2 {
+			t.Fatalf("%d statements wait on the lock at once: the tries cut off were not cancelled", len(waiting))
+		}
+		for _, w := range waiting {
+			tries[w] = true
+		}
+		return len(tries) >= 4
+	})
+	if !strings.Contains(logs.String(), "did not answer within StoreTimeout") {
+		t.Errorf("the log does not name the bound:\n%s", logs)
+	}
 	if snap, err := rt.Status(ctx, sub.ID, workers.MustOwner("alice")); err != nil || snap.Status != workers.StatusRunning {
 		t.Fatalf("while the lock is held the record stays RUNNING: got %v, %v", snap.Status, err)
 	}
