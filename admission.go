@@ -16,8 +16,9 @@ import (
 //
 // # Admission
 //
-// A submission that starts a new run (a join never costs quota) is
-// admitted in one of three ways: it starts at once when the runtime and
+// A submission that starts a new run is admitted in one of three ways
+// (a join is never refused, and gives back the place it reserved before
+// it read the store once it has joined): it starts at once when the runtime and
 // its owner are under their running caps and the owner has nothing
 // waiting; otherwise it waits, as a PENDING record, when its owner is
 // under OwnerLimits.Waiting and the runtime under MaxWaiting; otherwise
@@ -205,10 +206,12 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		return r, nil
 	}
 	if !under(o.waiting, o.limits.Waiting) {
-		return r, a.refusal("owner waiting", o.limits.Waiting, o.waiting, o)
+		// The owner's waiting drains through its own running slots.
+		return r, a.refusal("owner waiting", o.limits.Waiting, o.waiting, cmp.Or(o.limits.Running, a.limits.MaxRunning), o)
 	}
 	if !under(a.waiting, a.limits.MaxWaiting) {
-		return r, a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, o)
+		// The runtime's, through all of them.
+		return r, a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, a.limits.MaxRunning, o)
 	}
 	r.slot = slotWaiting
 	r.waits = !sequential
@@ -220,11 +223,12 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 func under(n, limit int) bool { return limit <= 0 || n < limit }
 
 // refusal builds the *QuotaError of a submission refused by limit. Its
-// retry hint is how long the waiting ahead of it should take to drain
-// at the recent pace, between one second and five minutes.
-func (a *admission) refusal(which string, limit, current int, o *ownerLoad) error {
+// retry hint is how long the current waiting ahead of it should take to
+// drain through lanes running slots at the recent pace, between one
+// second and five minutes.
+func (a *admission) refusal(which string, limit, current, lanes int, o *ownerLoad) error {
 	a.forget(o)
-	lanes := max(1, cmp.Or(o.limits.Running, a.limits.MaxRunning))
+	lanes = max(1, lanes)
 	hint := a.avg * time.Duration(1+current/lanes)
 	return &QuotaError{Owner: o.id, Limit: which, Max: limit, Current: current, Retry: min(max(hint, time.Second), 5*time.Minute)}
 }

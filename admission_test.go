@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strconv"
@@ -777,4 +778,96 @@ func TestRemoteCancelOfAWaitingRunWhoseCheckFails(t *testing.T) {
 			endedWithoutRunning(t, here, third, behind, ran)
 		})
 	}
+}
+
+// A refusal at the runtime's waiting cap hints at the time that waiting
+// takes to drain through every running slot, not through the refused
+// owner's own.
+func TestRuntimeWaitingRefusalHintsAtTheRuntimesPace(t *testing.T) {
+	a := newAdmission(Limits{MaxRunning: 8, MaxWaiting: 16, Owner: OwnerLimits{Running: 1}}, func(*Task) {})
+	a.avg, a.running, a.waiting = 10*time.Second, 8, 16
+	r, err := a.reserve(ctx, caller{userID: "carol"}, false)
+	require.NotNil(t, r)
+	var qe *QuotaError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, "runtime waiting", qe.Limit)
+	assert.Equal(t, 30*time.Second, qe.RetryAfter(), "16 waiting through 8 slots at 10s each, and this one")
+}
+
+// Items cancelled while they wait in a sequential queue leave it in
+// batches, not only at their turn: under Limits each cancel gives its
+// waiting place back at once, so a tenant that submits and cancels over
+// and over behind a long-running head would otherwise grow the queue,
+// and the runs held, without bound.
+func TestCancelledQueueItemsDoNotPileUpBehindALongHead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxWaiting: 1, Owner: OwnerLimits{Waiting: 1}}})
+		head := newGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		const n = 5000
+		for i := range n {
+			sub, err := rt.SubmitSequential(ctx, "q", strconv.Itoa(i), noop, alice)
+			require.NoError(t, err, "the cancelled items' places were given back")
+			require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+		}
+		synctest.Wait() // the dropped items end
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Less(t, st.Queues[0].Waiting, queueDropMin, "items the queue still holds")
+		assert.Less(t, rt.runs.len(), queueDropMin+1, "runs held")
+		rec, err := rt.Store().GetTask(ctx, "alice::0")
+		require.NoError(t, err)
+		assert.Equal(t, StatusCancelled, rec.Status)
+		close(head.release)
+		synctest.Wait()
+		st, err = rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Zero(t, st.Queues[0].Waiting+st.Running)
+	})
+}
+
+// hangingWrites is a lapsing store whose run writes, once hang is set,
+// wait until their context ends.
+type hangingWrites struct {
+	*renewing
+	hang atomic.Bool
+}
+
+func (s *hangingWrites) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	return s.renewing.TransitionTask(ctx, id, runID, from, next)
+}
+
+// A lost lease ends the tasks waiting for a slot through a bounded
+// number of goroutines, not one each: its writes go to a store that is
+// likely out of reach, where each may wait long.
+func TestLostLeaseEndsWaitingTasksThroughBoundedGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner, lapsed := lapsing()
+		s := &hangingWrites{renewing: inner}
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, Logger: slog.New(slog.DiscardHandler), Limits: Limits{MaxRunning: 1}})
+		head := stubbornGate()
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		const n = 500
+		for i := range n {
+			_, err := rt.Submit(ctx, strconv.Itoa(i), noop, alice)
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		before := runtime.NumGoroutine()
+		s.hang.Store(true)
+		lapsed.Store(true)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.LessOrEqual(t, runtime.NumGoroutine()-before, abandonWriters+4, "goroutines ending the %d waiting tasks", n)
+		s.hang.Store(false)
+		head.open()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -503,5 +504,45 @@ func TestFaultARecoveryPassLongerThanStoreTimeoutRecovers(t *testing.T) {
 		}
 		endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
 		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// A submission whose insert failed and whose run is retired (its end
+// written by a write that retries, since the insert may have landed)
+// keeps its place under Limits until that run settles: a tenant retrying
+// through a store outage cannot pile up runs beyond its caps.
+func TestFaultARetiredRunKeepsItsPlaceUnderLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, _, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1, Owner: workers.OwnerLimits{Running: 1, Waiting: 1}}})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.FailBefore})
+		stop := f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore})
+		var injected, refused int
+		for i := range 20 {
+			_, err := rt.Submit(context.Background(), strconv.Itoa(i), result(1), owner)
+			switch {
+			case errors.Is(err, storetest.ErrInjected):
+				injected++
+			case errors.Is(err, workers.ErrQuotaExceeded):
+				refused++
+			default:
+				t.Fatalf("submission %d: %v", i, err)
+			}
+		}
+		assert.Equal(t, 2, injected, "a running place and a waiting place, each held by a retired run")
+		assert.Equal(t, 18, refused)
+		st, err := rt.Stats(context.Background(), workers.System)
+		require.NoError(t, err)
+		assert.Equal(t, 2, st.Running+st.Waiting, "both places are counted: %+v", st)
+
+		stop() // the retired runs' ends land, and their places free
+		f.Clear()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		st, err = rt.Stats(context.Background(), workers.System)
+		require.NoError(t, err)
+		assert.Zero(t, st.Running+st.Waiting)
+		_, err = rt.Submit(context.Background(), "after", result(1), owner)
+		require.NoError(t, err)
+		require.NoError(t, rt.Shutdown(context.Background()))
 	})
 }

@@ -354,26 +354,41 @@ func (rt *Runtime[S]) abandon(items []*Task) {
 	for _, t := range items {
 		t.cancel(ErrShutdown)
 	}
-	// Up to abandonWriters writes at once: a store that batches
-	// concurrent writes (group commit) records a long backlog in a few
-	// statements.
-	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(len(items), abandonWriters) {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(len(items)); i = next.Add(1) - 1 {
-				t := items[i]
-				t.mark(runFinishing)
-				w := st
-				rt.write(opAbandon, t, StatusPending, &w, nil)
-				rt.settle(t)
-			}
-		})
-	}
+	fanOut(&wg, items, func(t *Task) {
+		t.mark(runFinishing)
+		w := st
+		rt.write(opAbandon, t, StatusPending, &w, nil)
+		rt.settle(t)
+	})
 	wg.Wait()
 }
 
-// abandonWriters bounds the writes abandon makes at once.
+// endNow ends runs that never start, each cancelled already, up to
+// abandonWriters at once, on goroutines that end with the last:
+// execute records each one's cause, fenced on its run, and settles it.
+// Shutdown waits for them as for every run in flight.
+func (rt *Runtime[S]) endNow(items []*Task) {
+	fanOut(new(sync.WaitGroup), items, rt.execute)
+}
+
+// fanOut calls f with each of items on up to abandonWriters goroutines,
+// which wg counts, and returns at once. Writes made at once go together
+// where a store batches concurrent writes (group commit), so a long
+// backlog is recorded in a few statements, by a bounded number of
+// goroutines.
+func fanOut(wg *sync.WaitGroup, items []*Task, f func(*Task)) {
+	var next atomic.Int64
+	for range min(len(items), abandonWriters) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(items)); i = next.Add(1) - 1 {
+				f(items[i])
+			}
+		})
+	}
+}
+
+// abandonWriters bounds the goroutines of fanOut.
 const abandonWriters = 16
 
 // Reset is for tests: it drops the runtime's live state without draining.

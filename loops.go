@@ -374,9 +374,7 @@ func (rt *Runtime[S]) abandonRuns() {
 	if rt.adm != nil {
 		waiting = append(waiting, rt.adm.takeCancelled()...)
 	}
-	for _, t := range waiting {
-		go rt.execute(t)
-	}
+	rt.endNow(waiting)
 }
 
 // alive reports whether a live record's run is alive: held by this
@@ -705,9 +703,7 @@ func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
 func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
 	if _, cause := rt.endedBy(ctx, t); cause != nil {
 		t.cancel(cause)
-		if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
-			go rt.execute(t) // it never starts: this settles it
-		}
+		rt.endWaiting(t)
 	}
 }
 

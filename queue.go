@@ -22,6 +22,12 @@ type queue struct {
 	running  []*Task     // guarded by mu: the runs executing now, in start order
 	draining bool        // guarded by mu: set once by Shutdown; never cleared
 
+	// cancelled counts the items cancelled while they waited, since the
+	// queue last dropped its cancelled items (see dropCancelled); guarded
+	// by mu. It may count an item the processor took since: it only
+	// paces the drops.
+	cancelled int
+
 	wake   chan struct{} // capacity 1: an item was pushed or a run settled
 	exited chan struct{} // closed when the processor and its runs have returned
 }
@@ -187,6 +193,32 @@ func (q *queue) drain() []*Task {
 func (q *queue) takeCancelled() []*Task {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.takeCancelledLocked()
+}
+
+// queueDropMin is the fewest cancelled items a queue drops at once.
+const queueDropMin = 64
+
+// dropCancelled counts an item cancelled while it waited. Once the count
+// reaches queueDropMin and half the waiting items, it takes the
+// cancelled items out of the queue and returns them, for the caller to
+// end: a queue holds no more cancelled items than waiting ones, nor than
+// queueDropMin, for long, however many a tenant submits and cancels
+// while the items ahead run (under Limits a cancelled item's waiting
+// place is given back at once). A drop walks the queue once, after as
+// many cancels as half its length: a cancel costs O(1), amortized.
+func (q *queue) dropCancelled() []*Task {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cancelled++; q.cancelled < queueDropMin || 2*q.cancelled < q.items.len() {
+		return nil
+	}
+	return q.takeCancelledLocked()
+}
+
+// takeCancelledLocked is takeCancelled with mu held.
+func (q *queue) takeCancelledLocked() []*Task {
+	q.cancelled = 0
 	var cancelled []*Task
 	for _, t := range q.items.takeAll() {
 		if t.cause() != nil {

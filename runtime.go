@@ -502,8 +502,11 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 	}
 	t, sub, err := rt.register(ctx, k, base, c, o, fn, adm, refused)
 	if err != nil || t == nil {
-		if adm != nil {
-			rt.adm.release(adm) // a join or a failure takes no place
+		// A join or a failure takes no place, except a run retired after
+		// its insert failed: it holds its place while it ends, and
+		// settling it gives the place back.
+		if adm != nil && (adm.t == nil || !adm.t.has(runRetired)) {
+			rt.adm.release(adm)
 		}
 		return sub, err
 	}

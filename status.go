@@ -307,11 +307,31 @@ func (rt *Runtime[S]) cancelRun(id, runID string, t *Task) *Task {
 	}
 	if t != nil {
 		t.cancel(ErrCancelled)
-		if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
-			go rt.execute(t) // it never starts: this settles it
-		}
+		rt.endWaiting(t)
 	}
 	return t
+}
+
+// endWaiting follows the cancel of run t, which may be waiting for its
+// turn. Under Limits, its owner's waiting place is given back at once,
+// and a run waiting for a slot is taken out and ended now, on a
+// goroutine of its own. A queue item waits in its queue, which drops it
+// with the other items cancelled meanwhile once they are many (see
+// queue.dropCancelled), and ends them; or its turn comes first.
+func (rt *Runtime[S]) endWaiting(t *Task) {
+	if t.adm != nil && rt.adm.cancelWaiting(t.adm) {
+		go rt.execute(t) // it never starts: this settles it
+		return
+	}
+	if t.opts.queue == "" {
+		return
+	}
+	rt.mu.RLock()
+	q := rt.queues[t.opts.queue]
+	rt.mu.RUnlock()
+	if q != nil {
+		rt.endNow(q.dropCancelled())
+	}
 }
 
 // holds reports whether the record id is run runID's with exactly the
