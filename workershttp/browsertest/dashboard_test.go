@@ -3,11 +3,13 @@ package browsertest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +55,48 @@ func server(rt *workers.Runtime[*workers.MemStore]) http.Handler {
 	mux.Handle("/", workershttp.Handler(rt, auth, workershttp.WithDashboard(), workershttp.WithHeartbeat(time.Second)))
 	return mux
 }
+
+// openBrowser starts Chromium, headless, and returns the context of its
+// first tab, with a deadline of a minute; t's cleanup closes it.
+func openBrowser(t *testing.T, bin string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(420, 900), // a phone's width
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	// The first Run starts the browser, with no deadline of its own.
+	if err := chromedp.Do(browser); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	bctx, cancelTimeout := context.WithTimeout(browser, 60*time.Second)
+	t.Cleanup(cancelTimeout)
+	return bctx
+}
+
+// row selects a task's row on the dashboard.
+func row(id string) string { return fmt.Sprintf(`tr[data-id=%q]`, id) }
+
+// attr waits until the element sel has the data attribute name at want.
+func attr(sel, name, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e !== null && e.dataset[%q] === %q })()`,
+		strconv.Quote(sel), name, want), chromedp.WithPollingTimeout(20*time.Second))
+}
+
+// isLive waits until the dashboard says it is live: its list is in.
+var isLive = chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "Live"`, chromedp.WithPollingTimeout(20*time.Second))
 
 func TestDashboardInChromium(t *testing.T) {
 	bin := chromium(t)
@@ -103,40 +147,12 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(420, 900), // a phone's width
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// The first Run starts the browser, with no deadline of its own.
-	if err := chromedp.Do(browser); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
-	bctx, cancelTimeout := context.WithTimeout(browser, 60*time.Second)
-	defer cancelTimeout()
-
-	row := func(id string) string { return fmt.Sprintf(`tr[data-id=%q]`, id) }
-	attr := func(sel, name, want string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%s); return e !== null && e.dataset[%q] === %q })()`,
-			strconv.Quote(sel), name, want), chromedp.WithPollingTimeout(20*time.Second))
-	}
+	bctx := openBrowser(t, bin)
 	if err := chromedp.Do(bctx,
 		chromedp.Navigate(srv.URL+"/login?user=alice"),
 		chromedp.WaitVisible(chromedp.CSS(row(report.ID))),
 		chromedp.WaitVisible(chromedp.CSS(row(export.ID))),
-		chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "Live"`, chromedp.WithPollingTimeout(20*time.Second)),
+		isLive,
 	); err != nil {
 		t.Fatalf("dashboard did not load: %v", err)
 	}
@@ -189,5 +205,82 @@ func TestDashboardInChromium(t *testing.T) {
 	t.Logf("screenshot: %s", path)
 	if err := rt.Cancel(ctx, secret.ID, bob); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The dashboard's list request and its event stream answer on two
+// connections, in either order. A task that ends after the list was read
+// but before its answer arrives shows its end, from the stream, and the
+// late list does not put it back to running.
+func TestDashboardKeepsAnEndThatArrivesBeforeTheList(t *testing.T) {
+	bin := chromium(t)
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	// The list is read at once, and its answer held until released.
+	h := server(rt)
+	var hold atomic.Bool
+	listRead, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/tasks" || !hold.CompareAndSwap(true, false) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		close(listRead)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	defer func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	finish := make(chan struct{})
+	late, err := rt.Submit(context.Background(), "late", func(ctx context.Context, _ *workers.Task) (any, error) {
+		select {
+		case <-finish:
+			return "done", nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	bctx := openBrowser(t, bin)
+	hold.Store(true)
+	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/login?user=alice")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-listRead: // the list has the task running
+	case <-time.After(20 * time.Second):
+		t.Fatal("the dashboard never asked for the list")
+	}
+	close(finish)
+	if err := chromedp.Do(bctx, attr(row(late.ID), "status", "completed")); err != nil {
+		t.Fatalf("the stream's end never shown: %v", err)
+	}
+	close(release)
+	if err := chromedp.Do(bctx, isLive); err != nil {
+		t.Fatalf("the list never rendered: %v", err)
+	}
+	shown, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%s).dataset.status`, strconv.Quote(row(late.ID)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown != "completed" {
+		t.Fatalf("after the late list the task shows %q, not its end", shown)
 	}
 }
