@@ -18,12 +18,13 @@ import (
 //
 // A submission that starts a new run is admitted in one of three ways
 // (a join is never refused, and gives back the place it reserved before
-// it read the store once it has joined): it starts at once when the runtime and
-// its owner are under their running caps and the owner has nothing
-// waiting; otherwise it waits, as a PENDING record, when its owner is
-// under OwnerLimits.Waiting and the runtime under MaxWaiting; otherwise
-// it is refused with a *QuotaError (ErrQuotaExceeded) and nothing is
-// written to the store. A waiting task holds no goroutine. It is visible
+// it read the store once it has joined): it starts at once when the
+// runtime and its owner are under their running caps and none of the
+// owner's tasks waits for a running slot (a queue item waits for one
+// only once its turn in its queue has come); otherwise it waits, as a
+// PENDING record, when its owner is under OwnerLimits.Waiting and the
+// runtime under MaxWaiting; otherwise it is refused with a *QuotaError
+// (ErrQuotaExceeded) and nothing is written to the store. A waiting task holds no goroutine. It is visible
 // to its watchers, Cancel ends it without ever starting it, and Shutdown
 // records it CANCELLED like a sequential backlog item.
 //
@@ -210,8 +211,9 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		return r, a.refusal("owner waiting", o.limits.Waiting, o.waiting, cmp.Or(o.limits.Running, a.limits.MaxRunning), o)
 	}
 	if !under(a.waiting, a.limits.MaxWaiting) {
-		// The runtime's, through all of them.
-		return r, a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, a.limits.MaxRunning, o)
+		// The runtime's, through all of them: MaxRunning, or, without it,
+		// as many as run now.
+		return r, a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, cmp.Or(a.limits.MaxRunning, a.running, o.limits.Running), o)
 	}
 	r.slot = slotWaiting
 	r.waits = !sequential

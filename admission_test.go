@@ -871,3 +871,16 @@ func TestLostLeaseEndsWaitingTasksThroughBoundedGoroutines(t *testing.T) {
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
+
+// Without MaxRunning, a refusal at the runtime's waiting cap hints at the
+// time its waiting takes to drain through the slots running now.
+func TestRuntimeWaitingRefusalWithoutMaxRunningHintsAtTheRunningSlots(t *testing.T) {
+	a := newAdmission(Limits{MaxWaiting: 100, Owner: OwnerLimits{Running: 10}}, func(*Task) {})
+	a.avg, a.waiting, a.running = time.Second, 100, 10
+	a.owners["carol"] = &ownerLoad{id: "carol", running: 10}
+	_, err := a.reserve(ctx, caller{userID: "carol"}, false)
+	var qe *QuotaError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, "runtime waiting", qe.Limit)
+	assert.Equal(t, 11*time.Second, qe.RetryAfter(), "100 waiting through the 10 running slots at 1s each, and this one")
+}

@@ -50,8 +50,8 @@ var (
 
 	// ErrClosed is returned by submit calls and Runtime.Ready after
 	// Runtime.Shutdown has begun, in the manner of http.ErrServerClosed,
-	// and ends every Watch and Subscribe stream once Shutdown has
-	// returned.
+	// and ends every Watch and Subscribe stream once Shutdown has ended
+	// (returned, or passed its deadline's cutoff).
 	ErrClosed = errors.New("workers: runtime closed")
 
 	// ErrInvalidRunID is returned by a store asked for a fenced write with

@@ -474,8 +474,9 @@ func (s *subscriber) take() (slots []slot, stale []string, resync bool) {
 }
 
 // streamable returns the error a stream (Watch, Subscribe) ends with at
-// once: ErrClosed once Shutdown has returned, when no change will reach a
-// stream again, or the error of taking the lease.
+// once: ErrClosed once the runtime's life has ended (Shutdown returned,
+// or passed its cutoff), when no change will reach a stream again, or
+// the error of taking the lease.
 func (rt *Runtime[S]) streamable(ctx context.Context) error {
 	if rt.life.Err() != nil {
 		return ErrClosed
@@ -510,7 +511,8 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // it ends with the end of the run the caller followed, if the caller had
 // not read it yet, and with ErrNotFound otherwise. Other errors end the
 // stream as well: those of Status, ctx.Err() when ctx ends, and ErrClosed
-// once the runtime's Shutdown has returned, after the changes that
+// once the runtime's Shutdown has ended (returned, or passed its
+// deadline's cutoff), after the changes that
 // reached the stream before.
 //
 // Watch returns an iterator rather than a channel: the loop runs on the
@@ -636,9 +638,10 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // task, narrowed by the same options as List (WithStatus, WithQueue;
 // WithLimit does not apply to a stream). It begins with the current
 // snapshot of every live task that passes, and runs until ctx ends, the
-// consumer stops ranging, or the runtime's Shutdown has returned: ctx's
-// end is yielded as its error, and Shutdown's as ErrClosed, after the
-// changes that reached the stream before. A task the
+// consumer stops ranging, or the runtime's Shutdown has ended (returned,
+// or passed its deadline's cutoff): ctx's end is yielded as its error,
+// and Shutdown's as ErrClosed, after the changes that reached the
+// stream before, even when the range begins after Shutdown. A task the
 // caller may not see is never yielded, including the new run of a key
 // re-run without the caller among its watchers.
 //
@@ -674,7 +677,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 	var early *subscriber // the subscription the call starts, for the first range
 	var stop func() bool  // ends the removal of early when ctx ends
 	var taken atomic.Bool
-	if err == nil && ctx.Err() == nil {
+	if err == nil && ctx.Err() == nil && rt.life.Err() == nil {
 		early = rt.subscribe(c, "", f)
 		stop = context.AfterFunc(ctx, func() { rt.hub.remove(early) })
 	}
@@ -684,8 +687,15 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			s = early
 			defer stop()
 		}
+		// A subscription made by the call before Shutdown returned yields
+		// what reached it, then ErrClosed; one made later, ErrClosed at once.
+		closing := s != nil && rt.life.Err() != nil
 		failed := err
-		if failed == nil {
+		switch {
+		case failed != nil:
+		case closing:
+			failed = rt.ensureLease(ctx)
+		default:
 			failed = rt.streamable(ctx)
 		}
 		if failed != nil {
@@ -700,7 +710,6 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		}
 		defer rt.hub.remove(s)
 		_, notices := any(rt.store).(Notifier)
-		closing := false
 		// tracked is the last snapshot yielded of each live task.
 		tracked := make(map[string]Snapshot)
 		pass := func(snap *Snapshot) bool {

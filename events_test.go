@@ -1037,3 +1037,29 @@ func TestStreamsEndWithErrClosedOnceShutdownReturns(t *testing.T) {
 	}
 	require.NoError(t, runner.Cancel(ctx, theirs.ID, alice))
 }
+
+// A Subscribe called before Shutdown, and ranged after it returned,
+// yields the changes that reached its subscription, then ErrClosed: its
+// subscription started with the call.
+func TestSubscribeCalledBeforeShutdownYieldsWhatReachedIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{})
+		g := newGate()
+		_, err := rt.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err)
+		<-g.started
+		seq := rt.Subscribe(ctx, alice)
+		require.NoError(t, rt.Shutdown(ctx)) // the run ends CANCELLED
+		var seen []Status
+		var end error
+		for snap, err := range seq {
+			if err != nil {
+				end = err
+				break
+			}
+			seen = append(seen, snap.Status)
+		}
+		assert.Equal(t, []Status{StatusCancelled}, seen)
+		assert.ErrorIs(t, end, ErrClosed)
+	})
+}

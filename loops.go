@@ -697,7 +697,8 @@ func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
 // a notice that someone else may have ended or replaced it. If they did,
 // its context is cancelled as a local Cancel would, so it frees that
 // place now; a task waiting for a slot is taken out and ended, and a
-// queue item ends when its turn comes, without running. A run that waits
+// queue item ends without running, dropped with the queue's other
+// cancelled items or when its turn comes (see endWaiting). A run that waits
 // without limits holds no place and is not read: its fenced start finds
 // the record ended when its turn comes.
 func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {

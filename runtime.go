@@ -336,9 +336,10 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 // processors, and the background loops: lease renewal, recovery, cleanup,
 // sync, and the listener of a Notifier store. Start is optional when none
 // of that is wanted: the first submission takes the lease and starts the
-// renewal and the listener itself. It returns a *ValidationError for a
-// bad queue name in Config.Queues, ErrInvalidOption for a negative
-// interval or Retention or a LeaseTTL not above LeaseInterval, ErrClosed
+// renewal and the listener itself. For a Config it cannot run with it
+// returns ErrInvalidConfig, wrapping a *ValidationError for a bad queue
+// name in Config.Queues, or ErrInvalidOption for a negative interval or
+// Retention or a LeaseTTL not above LeaseInterval; it returns ErrClosed
 // after Shutdown and ErrStarted if it already ran; a Start that failed (a
 // store error during recovery) may be called again.
 func (rt *Runtime[S]) Start(ctx context.Context) error {

@@ -62,13 +62,6 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		}
 		return true
 	}
-	if r.Method == http.MethodHead {
-		// A HEAD response has no body: a stream would never end, since
-		// nothing it writes fails. The route asked what GET would
-		// refuse before this.
-		open()
-		return
-	}
 	// Each write gets its own deadline, so that a client that stopped
 	// reading cannot hold the handler in a write for good, nor the
 	// server's WriteTimeout end a stream that is merely old.
@@ -114,6 +107,11 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			return
 		}
 		send = true
+	}
+	if r.Method == http.MethodHead {
+		// Answered as GET would begin; a HEAD response has no body, and a
+		// stream would never end, since nothing it writes fails.
+		return
 	}
 	var beat <-chan time.Time // nil, and never ready, without heartbeats
 	if h.cfg.heartbeat > 0 {
@@ -182,13 +180,6 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth worker
 	last := r.Header.Get("Last-Event-ID")
 	id := r.PathValue("id")
 	watch := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Watch(ctx, id, auth) }
-	if r.Method == http.MethodHead {
-		// As GET would answer: a task the caller may not see is 404.
-		if _, err := h.rt.Status(r.Context(), id, auth); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-	}
 	h.stream(w, r, watch, func(it item) bool {
 		// A client that already has this run's end is told to stop.
 		if last != "" && it.snap.Status.Terminal() && last == it.snap.RunID+"/end" {

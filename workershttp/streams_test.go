@@ -349,3 +349,43 @@ func TestCrossOriginRefusalIsJSON(t *testing.T) {
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
 	assert.Equal(t, "cross_origin", body.Error.Code)
 }
+
+// HEAD on a task's events answers what GET answers, whatever refuses it:
+// a runtime shut down (503), a caller who may not see the task (404), a
+// client that has the run's end already (204).
+func TestHeadOnTaskEventsAnswersAsGetDoes(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	f := &fixture{rt: rt, srv: start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0))))}
+	sub, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	require.NoError(t, err)
+	end := waitEnd(t, rt, sub.ID)
+	path := "/tasks/" + url.PathEscape(sub.ID) + "/events"
+	both := func(user, lastID string) (get, head int) {
+		t.Helper()
+		for _, method := range []string{"GET", "HEAD"} {
+			req, err := http.NewRequest(method, f.srv.URL+path, nil)
+			require.NoError(t, err)
+			req.Header.Set("X-User", user)
+			if lastID != "" {
+				req.Header.Set("Last-Event-ID", lastID)
+			}
+			res, err := f.srv.Client().Do(req)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if method == "GET" {
+				get = res.StatusCode
+			} else {
+				head = res.StatusCode
+			}
+		}
+		return get, head
+	}
+	get, head := both("bob", "")
+	assert.Equal(t, [2]int{404, 404}, [2]int{get, head}, "a task bob may not see")
+	get, head = both("alice", end.RunID+"/end")
+	assert.Equal(t, [2]int{204, 204}, [2]int{get, head}, "a client that has the end")
+	require.NoError(t, rt.Shutdown(context.Background()))
+	get, head = both("alice", "")
+	assert.Equal(t, [2]int{503, 503}, [2]int{get, head}, "after Shutdown")
+}
