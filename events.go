@@ -796,8 +796,12 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				live := make(map[string]struct{}, len(recs))
 				for i := range recs {
 					live[recs[i].ID] = struct{}{}
-					if polled && rt.handle(recs[i].ID, recs[i].RunID) != nil {
-						continue // this runtime's own: its changes arrive as events
+					if _, known := tracked[recs[i].ID]; known && polled && rt.handle(recs[i].ID, recs[i].RunID) != nil {
+						// This runtime's own, shown already: its changes
+						// arrive as events. One not shown yet is the
+						// caller's by a join made elsewhere, which its run
+						// learns of from this read (see snapshot).
+						continue
 					}
 					if !emit(rt.snapshot(&recs[i], isSystem(auth)), true) {
 						return

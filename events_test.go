@@ -1063,3 +1063,58 @@ func TestSubscribeCalledBeforeShutdownYieldsWhatReachedIt(t *testing.T) {
 		assert.ErrorIs(t, end, ErrClosed)
 	})
 }
+
+// leasedNoNotices is a store shared by processes without notices, as
+// SQLite is: a MemStore that hides its Notifier.
+type leasedNoNotices struct {
+	Store
+	Leaser
+}
+
+// A caller who joins, through another runtime, a live task this runtime
+// runs is shown the task by its Subscribe here, from the next re-read of
+// the live tasks, though this runtime's run learned of the join from no
+// event of its own.
+func TestSubscribeShowsATaskJoinedThroughAnotherRuntime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
+		s := leasedNoNotices{mem, mem}
+		runner, joiner := NewRuntime[Store](s, Config{}), NewRuntime[Store](s, Config{})
+		g := newGate()
+		sub, err := runner.Submit(ctx, "g", g.fn, alice, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+		<-g.started
+		sctx, cancel := context.WithCancel(ctx)
+		seen := make(chan Snapshot, 64)
+		go func() {
+			for snap, err := range runner.Subscribe(sctx, bob) {
+				if err != nil {
+					return
+				}
+				seen <- snap
+			}
+		}()
+		synctest.Wait()
+		assert.Empty(t, seen, "bob does not watch g yet")
+		j, err := joiner.Submit(ctx, "g", noop, bob, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+		require.True(t, j.Joined)
+		time.Sleep(2 * time.Second) // a re-read of the live tasks
+		synctest.Wait()
+		require.NotEmpty(t, seen, "bob's Subscribe never showed the task he joined")
+		snap := <-seen
+		assert.Equal(t, sub.ID, snap.ID)
+		assert.Equal(t, StatusRunning, snap.Status)
+		g.open()
+		synctest.Wait()
+		var last Snapshot
+		for len(seen) > 0 {
+			last = <-seen
+		}
+		assert.Equal(t, StatusCompleted, last.Status, "and its end, as an event of this runtime's")
+		cancel()
+		require.NoError(t, runner.Shutdown(ctx))
+		require.NoError(t, joiner.Shutdown(ctx))
+	})
+}

@@ -325,3 +325,22 @@ func TestListPageAllocatesPerPageNotPerRecord(t *testing.T) {
 	small, large := page(5), page(100)
 	assert.LessOrEqual(t, large, small+2, "a page of 100 allocates about what a page of 5 does (%v vs %v)", large, small)
 }
+
+// System granting exactly one owner with WithWatchers: that owner
+// watches the task, as with two or more.
+func TestSystemGrantsASingleWatcher(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "nightly", returns(1, nil), System, WithWatchers(bob))
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	snap, err := rt.Status(ctx, sub.ID, bob)
+	require.NoError(t, err, "bob was granted the task")
+	assert.Equal(t, 1, snap.WatcherCount)
+	list, err := rt.List(ctx, bob)
+	require.NoError(t, err)
+	assert.Len(t, list, 1)
+	rec, err := rt.Store().GetTask(ctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bob"}, rec.Watchers)
+}

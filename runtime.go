@@ -804,9 +804,9 @@ func (rt *Runtime[S]) newRunAs(ctx context.Context, k runIDs, base *runOptions, 
 	if o.timeout != 0 || o.retry != (RetryPolicy{}) {
 		t.opts = &runOptions{queue: base.queue, timeout: o.timeout, retry: o.retry, hub: &rt.hub}
 	}
-	var w []string
+	w := t.first[:0] // the first watcher, whoever it is, needs no slice of its own
 	if !c.system {
-		w = append(t.first[:0], c.userID)
+		w = append(w, c.userID)
 	}
 	for _, g := range o.watchers {
 		if g != c.userID {
