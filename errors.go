@@ -31,7 +31,8 @@ var (
 	ErrNotFound = errors.New("workers: task not found")
 
 	// ErrInvalidCursor is returned by Runtime.ListPage for a cursor that is
-	// not in the format its pages' cursors have (WithCursor).
+	// not in the format its pages' cursors have (WithCursor), or that
+	// names a time no store holds.
 	ErrInvalidCursor = errors.New("workers: invalid list cursor")
 
 	// ErrConflict is returned by Store.InsertTask when a record with the

@@ -149,6 +149,16 @@ func encodeCursor(order Order, p *Position) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// A cursor's position is a record's creation time, which every store
+// holds exactly between cursorMin and cursorMax (PostgreSQL's earliest
+// time, and the latest a MemStore keeps): a cursor crafted with a time
+// outside is refused, rather than handed to a store that keeps times as
+// 64-bit counts of microseconds and would wrap it around.
+var (
+	cursorMin = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC)
+	cursorMax = time.Date(285000, time.January, 1, 0, 0, 0, 0, time.UTC)
+)
+
 func decodeCursor(s string) (Order, *Position, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) <= cursorHeader || b[0] != cursorVersion || b[1] > byte(NewestFirst) || b[2] > 1 {
@@ -164,6 +174,9 @@ func decodeCursor(s string) (Order, *Position, error) {
 			return 0, nil, ErrInvalidCursor
 		}
 		p.CreatedAt = time.Unix(int64(binary.BigEndian.Uint64(b[3:])), int64(nanos)).UTC()
+		if p.CreatedAt.Before(cursorMin) || p.CreatedAt.After(cursorMax) {
+			return 0, nil, ErrInvalidCursor
+		}
 	} else if nanos != 0 || binary.BigEndian.Uint64(b[3:]) != 0 {
 		return 0, nil, ErrInvalidCursor
 	}

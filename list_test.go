@@ -344,3 +344,22 @@ func TestSystemGrantsASingleWatcher(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"bob"}, rec.Watchers)
 }
+
+// A cursor crafted with a time no store holds exactly is refused, not
+// handed to a store that would wrap it around; the range's ends pass.
+func TestCursorWithATimeNoStoreHoldsIsRefused(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	for _, at := range []time.Time{time.Unix(1<<62, 0), cursorMax.Add(time.Second), cursorMin.Add(-time.Second), time.Unix(-1<<62, 0)} {
+		c := encodeCursor(OldestFirst, &Position{ID: "alice::zzz", CreatedAt: at})
+		_, err := rt.ListPage(ctx, alice, WithCursor(c))
+		assert.ErrorIs(t, err, ErrInvalidCursor, "%v", at)
+	}
+	for _, at := range []time.Time{cursorMin, cursorMax} {
+		c := encodeCursor(OldestFirst, &Position{ID: "alice::zzz", CreatedAt: at})
+		_, err := rt.ListPage(ctx, alice, WithCursor(c))
+		assert.NoError(t, err, "%v", at)
+	}
+	_, ok := toMemTime(cursorMax)
+	assert.True(t, ok, "a MemStore holds the latest time a cursor may name")
+}
