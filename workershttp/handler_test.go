@@ -276,15 +276,22 @@ func readSSE(r io.Reader, events chan<- sseEvent, comments chan<- string) error 
 	return sc.Err()
 }
 
-func openSSE(t *testing.T, f *fixture, path, user, lastID string) (*http.Response, chan sseEvent, chan string) {
+// eventsRequest is a request of an event route as user, resuming after
+// lastID unless it is empty.
+func eventsRequest(t *testing.T, f *fixture, method, path, user, lastID string) *http.Request {
 	t.Helper()
-	req, err := http.NewRequest("GET", f.srv.URL+path, nil)
+	req, err := http.NewRequest(method, f.srv.URL+path, nil)
 	require.NoError(t, err)
 	req.Header.Set("X-User", user)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
-	res, err := f.srv.Client().Do(req)
+	return req
+}
+
+func openSSE(t *testing.T, f *fixture, path, user, lastID string) (*http.Response, chan sseEvent, chan string) {
+	t.Helper()
+	res, err := f.srv.Client().Do(eventsRequest(t, f, "GET", path, user, lastID))
 	require.NoError(t, err)
 	events, comments := make(chan sseEvent, 100), make(chan string, 1)
 	if res.StatusCode == 200 {

@@ -363,13 +363,7 @@ func TestHeadOnTaskEventsAnswersAsGetDoes(t *testing.T) {
 	both := func(user, lastID string) (get, head int) {
 		t.Helper()
 		for _, method := range []string{"GET", "HEAD"} {
-			req, err := http.NewRequest(method, f.srv.URL+path, nil)
-			require.NoError(t, err)
-			req.Header.Set("X-User", user)
-			if lastID != "" {
-				req.Header.Set("Last-Event-ID", lastID)
-			}
-			res, err := f.srv.Client().Do(req)
+			res, err := f.srv.Client().Do(eventsRequest(t, f, method, path, user, lastID))
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, res.Body)
 			res.Body.Close()

@@ -86,6 +86,22 @@ func openBrowser(t *testing.T, bin string) context.Context {
 	return bctx
 }
 
+// serve serves h, which serves rt, on a test server; t's cleanup closes
+// the server, then shuts rt down.
+func serve(t *testing.T, rt *workers.Runtime[*workers.MemStore], h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv
+}
+
 // row selects a task's row on the dashboard.
 func row(id string) string { return fmt.Sprintf(`tr[data-id=%q]`, id) }
 
@@ -101,16 +117,7 @@ var isLive = chromedp.Poll[chromedp.Void](`document.getElementById("state").text
 func TestDashboardInChromium(t *testing.T) {
 	bin := chromium(t)
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	srv := httptest.NewServer(server(rt))
-	defer func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := rt.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := serve(t, rt, server(rt))
 	ctx := context.Background()
 	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
 
@@ -219,7 +226,7 @@ func TestDashboardKeepsAnEndThatArrivesBeforeTheList(t *testing.T) {
 	h := server(rt)
 	var hold atomic.Bool
 	listRead, release := make(chan struct{}), make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/tasks" || !hold.CompareAndSwap(true, false) {
 			h.ServeHTTP(w, r)
 			return
@@ -236,15 +243,6 @@ func TestDashboardKeepsAnEndThatArrivesBeforeTheList(t *testing.T) {
 		w.WriteHeader(rec.Code)
 		_, _ = w.Write(rec.Body.Bytes())
 	}))
-	defer func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := rt.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
 	finish := make(chan struct{})
 	late, err := rt.Submit(context.Background(), "late", func(ctx context.Context, _ *workers.Task) (any, error) {
 		select {
