@@ -691,11 +691,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// what reached it, then ErrClosed; one made later, ErrClosed at once.
 		closing := s != nil && rt.life.Err() != nil
 		failed := err
-		switch {
-		case failed != nil:
-		case closing:
-			failed = rt.ensureLease(ctx)
-		default:
+		if failed == nil && !closing {
 			failed = rt.streamable(ctx)
 		}
 		if failed != nil {
@@ -785,7 +781,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// events. A re-read after the inbox overflowed, or at the start,
 		// shows every live task.
 		polled := false
-		resync := true
+		resync := !closing // after Shutdown, what reached the subscription, and no read
 		for {
 			if resync {
 				recs, err := rt.store.ListTasks(ctx, lf)
@@ -796,10 +792,10 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				live := make(map[string]struct{}, len(recs))
 				for i := range recs {
 					live[recs[i].ID] = struct{}{}
-					if _, known := tracked[recs[i].ID]; known && polled && rt.handle(recs[i].ID, recs[i].RunID) != nil {
-						// This runtime's own, shown already: its changes
-						// arrive as events. One not shown yet is the
-						// caller's by a join made elsewhere, which its run
+					if t := rt.handle(recs[i].ID, recs[i].RunID); polled && t != nil && t.visibleTo(c) {
+						// This runtime's own: its changes arrive as
+						// events. One its run does not know the caller
+						// may see was joined elsewhere, which the run
 						// learns of from this read (see snapshot).
 						continue
 					}

@@ -1118,3 +1118,73 @@ func TestSubscribeShowsATaskJoinedThroughAnotherRuntime(t *testing.T) {
 		require.NoError(t, joiner.Shutdown(ctx))
 	})
 }
+
+// Subscribe's timed re-read, over a store without notices, shows none of
+// this runtime's own live tasks again, however many there are: their
+// changes arrive as events, and it remembers at most maxTracked tasks.
+func TestSubscribeRereadRepeatsNoTaskOfItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		rt := NewRuntime[Store](leasedNoNotices{mem, mem}, Config{})
+		head := newGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		for i := range maxTracked + 10 {
+			_, err := rt.SubmitSequential(ctx, "q", strconv.Itoa(i), noop, alice)
+			require.NoError(t, err)
+		}
+		<-head.started
+		sctx, cancel := context.WithCancel(ctx)
+		shown := map[string]int{}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for snap, err := range rt.Subscribe(sctx, alice) {
+				if err != nil {
+					return
+				}
+				shown[snap.ID]++
+			}
+		}()
+		time.Sleep(3500 * time.Millisecond) // three re-reads
+		synctest.Wait()
+		cancel()
+		<-done
+		assert.Len(t, shown, maxTracked+11)
+		for id, n := range shown {
+			if n > 1 {
+				t.Errorf("%s shown %d times with nothing changed", id, n)
+			}
+		}
+		head.open()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// A Subscribe called before Shutdown, on a runtime that never took its
+// lease, yields what reached it all the same, then ErrClosed.
+func TestSubscribeBeforeShutdownOnARuntimeThatNeverLeased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		runner, front := NewRuntime(mem, Config{}), NewRuntime(mem, Config{})
+		g := newGate()
+		sub, err := runner.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err)
+		<-g.started
+		seq := front.Subscribe(ctx, alice)
+		require.NoError(t, front.Cancel(ctx, sub.ID, alice))
+		require.NoError(t, front.Shutdown(ctx))
+		var seen []Status
+		var end error
+		for snap, err := range seq {
+			if err != nil {
+				end = err
+				break
+			}
+			seen = append(seen, snap.Status)
+		}
+		assert.Equal(t, []Status{StatusCancelled}, seen)
+		assert.ErrorIs(t, end, ErrClosed)
+		require.NoError(t, runner.Shutdown(ctx))
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -149,14 +150,14 @@ func encodeCursor(order Order, p *Position) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// A cursor's position is a record's creation time, which every store
-// holds exactly between cursorMin and cursorMax (PostgreSQL's earliest
-// time, and the latest a MemStore keeps): a cursor crafted with a time
-// outside is refused, rather than handed to a store that keeps times as
-// 64-bit counts of microseconds and would wrap it around.
+// A cursor's position is a record's creation time. Every store keeps
+// its times within cursorMin and cursorMax, the range of 64-bit counts
+// of microseconds since 1970, as SQLite keeps them: a cursor crafted with
+// a time outside is refused, rather than handed to a store that would
+// wrap it around.
 var (
-	cursorMin = time.Date(-4712, time.January, 1, 0, 0, 0, 0, time.UTC)
-	cursorMax = time.Date(285000, time.January, 1, 0, 0, 0, 0, time.UTC)
+	cursorMin = time.UnixMicro(math.MinInt64).UTC()
+	cursorMax = time.UnixMicro(math.MaxInt64).UTC()
 )
 
 func decodeCursor(s string) (Order, *Position, error) {

@@ -73,6 +73,13 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 	if h.cfg.writes > 0 {
 		defer rc.SetWriteDeadline(time.Time{})
 	}
+	if first == nil && r.Method == http.MethodHead {
+		// Nothing of the stream decides the answer: the route asked
+		// already. A HEAD response has no body, and a stream would never
+		// end, since nothing it writes fails.
+		open()
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	if h.cfg.streams != nil {
 		defer context.AfterFunc(h.cfg.streams, cancel)()
@@ -109,9 +116,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		send = true
 	}
 	if r.Method == http.MethodHead {
-		// Answered as GET would begin; a HEAD response has no body, and a
-		// stream would never end, since nothing it writes fails.
-		return
+		return // answered as GET begins
 	}
 	var beat <-chan time.Time // nil, and never ready, without heartbeats
 	if h.cfg.heartbeat > 0 {

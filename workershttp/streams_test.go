@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -382,4 +383,32 @@ func TestHeadOnTaskEventsAnswersAsGetDoes(t *testing.T) {
 	require.NoError(t, rt.Shutdown(context.Background()))
 	get, head = both("alice", "")
 	assert.Equal(t, [2]int{503, 503}, [2]int{get, head}, "after Shutdown")
+}
+
+// countingLists is a MemStore that counts its ListTasks calls.
+type countingLists struct {
+	*workers.MemStore
+	n atomic.Int32
+}
+
+func (s *countingLists) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	s.n.Add(1)
+	return s.MemStore.ListTasks(ctx, f)
+}
+
+// HEAD on /events reads the store once, for the check GET makes before
+// its stream, and starts no subscription.
+func TestHeadOnAllEventsStartsNoSubscription(t *testing.T) {
+	s := &countingLists{MemStore: workers.NewMemStore()}
+	rt := workers.NewRuntime(s, workers.Config{})
+	srv := start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0))))
+	req, err := http.NewRequest("HEAD", srv.URL+"/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-User", "alice")
+	res, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NoError(t, rt.Shutdown(context.Background())) // a subscription would have read by now
+	assert.Equal(t, int32(1), s.n.Load(), "store reads")
 }
