@@ -32,7 +32,7 @@ var (
 
 	// ErrInvalidCursor is returned by Runtime.ListPage for a cursor that is
 	// not in the format its pages' cursors have (WithCursor), or that
-	// names a time no store holds.
+	// names a time no store holds, or one its store cannot hold.
 	ErrInvalidCursor = errors.New("workers: invalid list cursor")
 
 	// ErrConflict is returned by Store.InsertTask when a record with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -58,6 +59,11 @@ func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...
 	}
 	f.Limit = size + 1 // one more tells whether a next page exists
 	tasks, more, err := rt.listSnapshots(ctx, f, c.system, true)
+	if f.After != nil && errors.Is(err, ErrInvalidData) {
+		// The store cannot hold the cursor's time (PostgreSQL's begins in
+		// 4714 BC): a cursor it never gave.
+		return Page{}, fmt.Errorf("%w: %w", ErrInvalidCursor, err)
+	}
 	if err != nil {
 		return Page{}, err
 	}
