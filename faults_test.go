@@ -393,7 +393,7 @@ func TestFaultARunWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
 // in a synctest bubble: the outcome write waits on a mutex, which does
 // not let a bubble's clock advance.)
 func TestFaultAProgressWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
-	rt, mem, f := faulty(workers.Config{StoreTimeout: time.Second, SyncInterval: 20 * time.Millisecond})
+	rt, mem, f := faulty(workers.Config{StoreTimeout: 2 * time.Second, SyncInterval: 20 * time.Millisecond})
 	f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Times: 1, Match: func(c *storetest.Call) bool {
 		return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
 	}})
@@ -407,6 +407,11 @@ func TestFaultAProgressWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, f.WaitInjected(ctx, storetest.OpTransitionTask, 1), "the progress write hangs")
+	// Injected, the write counts as hung a moment later, once it waits.
+	for f.Hung() == 0 {
+		require.NoError(t, ctx.Err(), "the progress write never hung")
+		time.Sleep(time.Millisecond) // polling, with ctx's deadline
+	}
 	require.Equal(t, 1, f.Hung(), "the progress write still hangs as the callback returns")
 	close(proceed)
 	snap, err := rt.Wait(ctx, sub.ID, owner)
