@@ -641,7 +641,8 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // consumer stops ranging, or the runtime's Shutdown has ended (returned,
 // or passed its deadline's cutoff): ctx's end is yielded as its error,
 // and Shutdown's as ErrClosed, after the changes that reached the
-// stream before, even when the range begins after Shutdown. A task the
+// stream before. A range that begins after Shutdown yields only those:
+// no snapshot of the live tasks, which no longer change here. A task the
 // caller may not see is never yielded, including the new run of a key
 // re-run without the caller among its watchers.
 //

@@ -1188,3 +1188,47 @@ func TestSubscribeBeforeShutdownOnARuntimeThatNeverLeased(t *testing.T) {
 		require.NoError(t, runner.Shutdown(ctx))
 	})
 }
+
+// A join made through another runtime reaches this runtime's run by any
+// read of its record (a Status, say) before Subscribe's own re-read: the
+// subscriber who joined is shown the task all the same.
+func TestSubscribeShowsATaskJoinedElsewhereThatAnotherReadLearnedOf(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
+		s := leasedNoNotices{mem, mem}
+		runner, joiner := NewRuntime[Store](s, Config{}), NewRuntime[Store](s, Config{})
+		g := newGate()
+		sub, err := runner.Submit(ctx, "g", g.fn, alice, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+		<-g.started
+		sctx, cancel := context.WithCancel(ctx)
+		seen := make(chan Snapshot, 64)
+		go func() {
+			for snap, err := range runner.Subscribe(sctx, bob) {
+				if err != nil {
+					return
+				}
+				seen <- snap
+			}
+		}()
+		synctest.Wait()
+		j, err := joiner.Submit(ctx, "g", noop, bob, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+		require.True(t, j.Joined)
+		_, err = runner.Status(ctx, sub.ID, alice) // teaches the run that bob watches
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.NotEmpty(t, seen, "bob's Subscribe never showed the task he joined")
+		snap := <-seen
+		assert.Equal(t, sub.ID, snap.ID)
+		assert.Equal(t, StatusRunning, snap.Status)
+		assert.Equal(t, 2, snap.WatcherCount)
+		g.open()
+		synctest.Wait()
+		cancel()
+		require.NoError(t, runner.Shutdown(ctx))
+		require.NoError(t, joiner.Shutdown(ctx))
+	})
+}

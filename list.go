@@ -47,7 +47,8 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 // unfiltered, in proportion to the page, whatever the user's history; with
 // WithStatus or WithQueue, in proportion to the user's tasks it passes
 // over, which MemStore reads under its lock. Errors: ErrNoAuthority,
-// ErrInvalidCursor, or a store error.
+// ErrInvalidCursor, a *ValidationError (ErrInvalidKey) for a queue's
+// name, or a store error.
 func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...ListOption) (Page, error) {
 	c, f, err := listFilter(auth, opts)
 	if err != nil {
@@ -59,9 +60,8 @@ func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...
 	}
 	f.Limit = size + 1 // one more tells whether a next page exists
 	tasks, more, err := rt.listSnapshots(ctx, f, c.system, true)
-	if f.After != nil && errors.Is(err, ErrInvalidData) {
-		// The store cannot hold the cursor's time (PostgreSQL's begins in
-		// 4714 BC): a cursor it never gave.
+	if f.After != nil && f.After.CreatedAt.Before(earliestHeldByAll) && errors.Is(err, ErrInvalidData) {
+		// The store cannot hold the cursor's time: a cursor it never gave.
 		return Page{}, fmt.Errorf("%w: %w", ErrInvalidCursor, err)
 	}
 	if err != nil {
@@ -124,6 +124,13 @@ func listFilter(auth TaskAuthority, opts []ListOption) (caller, Filter, error) {
 	if o.f.Order != OldestFirst && o.f.Order != NewestFirst {
 		return caller{}, Filter{}, fmt.Errorf("%w: unknown order %d", ErrInvalidOption, o.f.Order)
 	}
+	if o.f.Queue != "" {
+		// Checked as a queue's name is at submission: a store may refuse
+		// bytes no queue's name has.
+		if err := validateText("queue", o.f.Queue, MaxKeyLen, ErrInvalidKey); err != nil {
+			return caller{}, Filter{}, err
+		}
+	}
 	if o.cursor != "" {
 		order, pos, err := decodeCursor(o.cursor)
 		if err != nil {
@@ -165,6 +172,10 @@ var (
 	cursorMin = time.UnixMicro(math.MinInt64).UTC()
 	cursorMax = time.UnixMicro(math.MaxInt64).UTC()
 )
+
+// earliestHeldByAll is the earliest time every store holds; PostgreSQL's
+// times begin there (4714 BC), and it refuses a position before.
+var earliestHeldByAll = time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC)
 
 func decodeCursor(s string) (Order, *Position, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -413,4 +415,25 @@ func TestCursorWithATimeTheStoreRefusesIsInvalid(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidCursor)
 	_, err = rt.ListPage(ctx, alice)
 	assert.NoError(t, err)
+}
+
+// A queue filter is checked as a queue's name is at submission, so that
+// a store's refusal of bytes no queue's name has is never taken for a
+// bad cursor; a valid cursor stays valid.
+func TestListFilterChecksTheQueueName(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	for i := range 3 {
+		_, err := rt.SubmitSequential(ctx, "q", strconv.Itoa(i), returns(i, nil), alice)
+		require.NoError(t, err)
+	}
+	page, err := rt.ListPage(ctx, alice, WithQueue("q"), WithLimit(1))
+	require.NoError(t, err)
+	require.NotEmpty(t, page.Next)
+	for _, q := range []string{"q\x00", "\xff", strings.Repeat("q", MaxKeyLen+1)} {
+		_, err := rt.ListPage(ctx, alice, WithQueue(q), WithCursor(page.Next))
+		assert.ErrorIs(t, err, ErrInvalidKey, "%q", q)
+		_, err = rt.List(ctx, alice, WithQueue(q))
+		assert.ErrorIs(t, err, ErrInvalidKey, "%q", q)
+	}
 }

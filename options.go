@@ -178,7 +178,9 @@ func WithStatus(s ...Status) ListOption {
 	return func(o *listOptions) { o.f.Statuses = append(o.f.Statuses, s...) }
 }
 
-// WithQueue keeps tasks of the named sequential queue.
+// WithQueue keeps tasks of the named sequential queue. A name no queue
+// could have (see SubmitSequential) makes the call fail with a
+// *ValidationError (ErrInvalidKey).
 func WithQueue(name string) ListOption {
 	return func(o *listOptions) { o.f.Queue = name }
 }

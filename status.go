@@ -146,13 +146,16 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 // snapshot renders a record, with live progress when this runtime runs it;
 // the stack of a panic is shown to System only. A live run held here
 // learns the record's watchers, which may have grown by a join made
-// through another runtime.
+// through another runtime; its subscribers hear of such a join as of one
+// made here, so a watcher who may now see the run is shown it.
 func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	var s Snapshot
 	s.fromRecord(rec, system)
 	if !s.Status.Terminal() {
 		if t := rt.handle(s.ID, s.RunID); t != nil {
-			t.learnWatchers(rec.Watchers)
+			if t.learnWatchers(rec.Watchers) && rt.hub.n.Load() > 0 {
+				rt.hub.publish(&change{kind: changeJoined, id: s.ID, runID: s.RunID, queue: s.Queue, task: t, created: rec.CreatedAt, state: rec.State})
+			}
 			t.showLive(&s)
 		}
 	}

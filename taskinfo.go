@@ -364,22 +364,22 @@ func (t *Task) setWatchers(w []string) { t.watchers.Store(&w) }
 // name once known stays: a read that raced a join never takes the copy
 // back, and two lists that each miss a join the other has are merged.
 // Only membership is read from the copy; its order may differ from the
-// record's.
-func (t *Task) learnWatchers(w []string) {
+// record's. It reports whether the copy gained a name.
+func (t *Task) learnWatchers(w []string) bool {
 	for {
 		p := t.watchers.Load()
-		var known []string
+		known := t.watcherList()
 		if p != nil {
 			known = *p
 		}
 		merged := mergeWatchers(known, w)
 		if merged == nil {
-			return
+			return false
 		}
 		c := new([]string) // allocated here, not on the common path above
 		*c = merged
 		if t.watchers.CompareAndSwap(p, c) {
-			return
+			return true
 		}
 	}
 }
