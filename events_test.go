@@ -1050,17 +1050,7 @@ func TestSubscribeCalledBeforeShutdownYieldsWhatReachedIt(t *testing.T) {
 		<-g.started
 		seq := rt.Subscribe(ctx, alice)
 		require.NoError(t, rt.Shutdown(ctx)) // the run ends CANCELLED
-		var seen []Status
-		var end error
-		for snap, err := range seq {
-			if err != nil {
-				end = err
-				break
-			}
-			seen = append(seen, snap.Status)
-		}
-		assert.Equal(t, []Status{StatusCancelled}, seen)
-		assert.ErrorIs(t, end, ErrClosed)
+		assertCancelledThenClosed(t, seq)
 	})
 }
 
@@ -1072,51 +1062,61 @@ type leasedNoNotices struct {
 }
 
 // A caller who joins, through another runtime, a live task this runtime
-// runs is shown the task by its Subscribe here, from the next re-read of
-// the live tasks, though this runtime's run learned of the join from no
-// event of its own.
+// runs is shown the task by its Subscribe here, though this runtime's run
+// learned of the join from no event of its own: from the next re-read of
+// the live tasks, or, when another read of the record (a Status, say)
+// taught the run first, from that read.
 func TestSubscribeShowsATaskJoinedThroughAnotherRuntime(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		mem := NewMemStore()
-		mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
-		s := leasedNoNotices{mem, mem}
-		runner, joiner := NewRuntime[Store](s, Config{}), NewRuntime[Store](s, Config{})
-		g := newGate()
-		sub, err := runner.Submit(ctx, "g", g.fn, alice, WithScope(ScopeGlobal))
-		require.NoError(t, err)
-		<-g.started
-		sctx, cancel := context.WithCancel(ctx)
-		seen := make(chan Snapshot, 64)
-		go func() {
-			for snap, err := range runner.Subscribe(sctx, bob) {
-				if err != nil {
-					return
+	for _, read := range []bool{false, true} {
+		t.Run(fmt.Sprintf("status read between=%v", read), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := NewMemStore()
+				mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
+				s := leasedNoNotices{mem, mem}
+				runner, joiner := NewRuntime[Store](s, Config{}), NewRuntime[Store](s, Config{})
+				g := newGate()
+				sub, err := runner.Submit(ctx, "g", g.fn, alice, WithScope(ScopeGlobal))
+				require.NoError(t, err)
+				<-g.started
+				sctx, cancel := context.WithCancel(ctx)
+				seen := make(chan Snapshot, 64)
+				go func() {
+					for snap, err := range runner.Subscribe(sctx, bob) {
+						if err != nil {
+							return
+						}
+						seen <- snap
+					}
+				}()
+				synctest.Wait()
+				assert.Empty(t, seen, "bob does not watch g yet")
+				j, err := joiner.Submit(ctx, "g", noop, bob, WithScope(ScopeGlobal))
+				require.NoError(t, err)
+				require.True(t, j.Joined)
+				if read {
+					_, err = runner.Status(ctx, sub.ID, alice) // teaches the run that bob watches
+					require.NoError(t, err)
 				}
-				seen <- snap
-			}
-		}()
-		synctest.Wait()
-		assert.Empty(t, seen, "bob does not watch g yet")
-		j, err := joiner.Submit(ctx, "g", noop, bob, WithScope(ScopeGlobal))
-		require.NoError(t, err)
-		require.True(t, j.Joined)
-		time.Sleep(2 * time.Second) // a re-read of the live tasks
-		synctest.Wait()
-		require.NotEmpty(t, seen, "bob's Subscribe never showed the task he joined")
-		snap := <-seen
-		assert.Equal(t, sub.ID, snap.ID)
-		assert.Equal(t, StatusRunning, snap.Status)
-		g.open()
-		synctest.Wait()
-		var last Snapshot
-		for len(seen) > 0 {
-			last = <-seen
-		}
-		assert.Equal(t, StatusCompleted, last.Status, "and its end, as an event of this runtime's")
-		cancel()
-		require.NoError(t, runner.Shutdown(ctx))
-		require.NoError(t, joiner.Shutdown(ctx))
-	})
+				time.Sleep(2 * time.Second) // a re-read of the live tasks
+				synctest.Wait()
+				require.NotEmpty(t, seen, "bob's Subscribe never showed the task he joined")
+				snap := <-seen
+				assert.Equal(t, sub.ID, snap.ID)
+				assert.Equal(t, StatusRunning, snap.Status)
+				assert.Equal(t, 2, snap.WatcherCount)
+				g.open()
+				synctest.Wait()
+				var last Snapshot
+				for len(seen) > 0 {
+					last = <-seen
+				}
+				assert.Equal(t, StatusCompleted, last.Status, "and its end, as an event of this runtime's")
+				cancel()
+				require.NoError(t, runner.Shutdown(ctx))
+				require.NoError(t, joiner.Shutdown(ctx))
+			})
+		})
+	}
 }
 
 // Subscribe's timed re-read, over a store without notices, shows none of
@@ -1174,61 +1174,25 @@ func TestSubscribeBeforeShutdownOnARuntimeThatNeverLeased(t *testing.T) {
 		seq := front.Subscribe(ctx, alice)
 		require.NoError(t, front.Cancel(ctx, sub.ID, alice))
 		require.NoError(t, front.Shutdown(ctx))
-		var seen []Status
-		var end error
-		for snap, err := range seq {
-			if err != nil {
-				end = err
-				break
-			}
-			seen = append(seen, snap.Status)
-		}
-		assert.Equal(t, []Status{StatusCancelled}, seen)
-		assert.ErrorIs(t, end, ErrClosed)
+		assertCancelledThenClosed(t, seq)
 		require.NoError(t, runner.Shutdown(ctx))
 	})
 }
 
-// A join made through another runtime reaches this runtime's run by any
-// read of its record (a Status, say) before Subscribe's own re-read: the
-// subscriber who joined is shown the task all the same.
-func TestSubscribeShowsATaskJoinedElsewhereThatAnotherReadLearnedOf(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		mem := NewMemStore()
-		mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
-		s := leasedNoNotices{mem, mem}
-		runner, joiner := NewRuntime[Store](s, Config{}), NewRuntime[Store](s, Config{})
-		g := newGate()
-		sub, err := runner.Submit(ctx, "g", g.fn, alice, WithScope(ScopeGlobal))
-		require.NoError(t, err)
-		<-g.started
-		sctx, cancel := context.WithCancel(ctx)
-		seen := make(chan Snapshot, 64)
-		go func() {
-			for snap, err := range runner.Subscribe(sctx, bob) {
-				if err != nil {
-					return
-				}
-				seen <- snap
-			}
-		}()
-		synctest.Wait()
-		j, err := joiner.Submit(ctx, "g", noop, bob, WithScope(ScopeGlobal))
-		require.NoError(t, err)
-		require.True(t, j.Joined)
-		_, err = runner.Status(ctx, sub.ID, alice) // teaches the run that bob watches
-		require.NoError(t, err)
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		require.NotEmpty(t, seen, "bob's Subscribe never showed the task he joined")
-		snap := <-seen
-		assert.Equal(t, sub.ID, snap.ID)
-		assert.Equal(t, StatusRunning, snap.Status)
-		assert.Equal(t, 2, snap.WatcherCount)
-		g.open()
-		synctest.Wait()
-		cancel()
-		require.NoError(t, runner.Shutdown(ctx))
-		require.NoError(t, joiner.Shutdown(ctx))
-	})
+// assertCancelledThenClosed ranges over seq, a stream of one run that a
+// Shutdown ended, and asserts that it yields the run's CANCELLED end,
+// then ErrClosed.
+func assertCancelledThenClosed(t *testing.T, seq iter.Seq2[Snapshot, error]) {
+	t.Helper()
+	var seen []Status
+	var end error
+	for snap, err := range seq {
+		if err != nil {
+			end = err
+			break
+		}
+		seen = append(seen, snap.Status)
+	}
+	assert.Equal(t, []Status{StatusCancelled}, seen)
+	assert.ErrorIs(t, end, ErrClosed)
 }
