@@ -412,3 +412,43 @@ func TestHeadOnAllEventsStartsNoSubscription(t *testing.T) {
 	require.NoError(t, rt.Shutdown(context.Background())) // a subscription would have read by now
 	assert.Equal(t, int32(1), s.n.Load(), "store reads")
 }
+
+// readFailsAfterCancel is a MemStore that fails every read once a task
+// was cancelled: a database that went away just after the cancel landed.
+type readFailsAfterCancel struct {
+	*workers.MemStore
+	cancelled atomic.Bool
+}
+
+func (s *readFailsAfterCancel) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	if s.cancelled.Load() {
+		return workers.Record{}, errors.New("connection reset")
+	}
+	return s.MemStore.GetTask(ctx, id)
+}
+
+func (s *readFailsAfterCancel) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	ok, err := s.MemStore.TransitionTask(ctx, id, runID, from, next)
+	if ok && next.Status == workers.StatusCancelled {
+		s.cancelled.Store(true)
+	}
+	return ok, err
+}
+
+// A cancel that landed is answered 204 when the read of the task after
+// it fails: not a 5xx, whose retry would be told the task finished.
+func TestCancelThatLandedIsNotAnErrorWhenTheReadAfterItFails(t *testing.T) {
+	s := &readFailsAfterCancel{MemStore: workers.NewMemStore()}
+	rt := workers.NewRuntime(s, workers.Config{})
+	f := &fixture{srv: start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0))))}
+	release := make(chan struct{})
+	defer close(release)
+	sub, err := rt.Submit(context.Background(), "k", blocker(release), alice)
+	require.NoError(t, err)
+	res, body := f.do(t, "POST", "/tasks/"+url.PathEscape(sub.ID)+"/cancel", "alice", nil)
+	assert.Equal(t, http.StatusNoContent, res.StatusCode, "%s", body)
+	assert.True(t, s.cancelled.Load())
+	rec, err := s.MemStore.GetTask(context.Background(), sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, workers.StatusCancelled, rec.Status)
+}
