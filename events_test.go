@@ -1196,3 +1196,76 @@ func assertCancelledThenClosed(t *testing.T, seq iter.Seq2[Snapshot, error]) {
 	assert.Equal(t, []Status{StatusCancelled}, seen)
 	assert.ErrorIs(t, end, ErrClosed)
 }
+
+// heldReads is a shared store whose GetTask, while hold is set, reads the
+// record and then waits for release before it answers: a read that the
+// run outpaces.
+type heldReads struct {
+	leasedNoNotices
+	hold    atomic.Bool
+	read    chan struct{}
+	release chan struct{}
+}
+
+func (s *heldReads) GetTask(ctx context.Context, id string) (Record, error) {
+	rec, err := s.leasedNoNotices.GetTask(ctx, id)
+	if s.hold.CompareAndSwap(true, false) {
+		close(s.read)
+		<-s.release
+	}
+	return rec, err
+}
+
+// A read that teaches a run of a join made elsewhere, answered after the
+// run ended, never shows the run's subscribers the state it read: they
+// read the record again, and see its end.
+func TestALateReadThatLearnsOfAJoinShowsNoStaleState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
+		s := &heldReads{leasedNoNotices: leasedNoNotices{mem, mem}, read: make(chan struct{}), release: make(chan struct{})}
+		finishing, settle := make(chan struct{}), make(chan struct{})
+		runner := NewRuntime[Store](s, Config{Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
+			if e.Kind == EventFinished {
+				close(finishing)
+				<-settle // the run's handle stays until the observers return
+			}
+		})}})
+		joiner := NewRuntime[Store](leasedNoNotices{mem, mem}, Config{})
+		g := newGate()
+		sub, err := runner.Submit(ctx, "g", g.fn, alice, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+		<-g.started
+		_, err = joiner.Submit(ctx, "g", noop, bob, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+
+		s.hold.Store(true)
+		go func() { _, _ = runner.Status(ctx, sub.ID, alice) }() // reads RUNNING, answers late
+		<-s.read
+		g.open()
+		<-finishing // the end landed, and nobody subscribed to hear it
+		sctx, cancel := context.WithCancel(ctx)
+		var seen []Status
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for snap, err := range runner.Subscribe(sctx, bob) {
+				if err != nil {
+					return
+				}
+				seen = append(seen, snap.Status)
+			}
+		}()
+		synctest.Wait()
+		close(s.release) // the late read learns that bob watches
+		synctest.Wait()
+		close(settle)
+		synctest.Wait()
+		cancel()
+		<-done
+		assert.NotContains(t, seen, StatusRunning, "bob was shown the run alive after its end")
+		assert.Contains(t, seen, StatusCompleted)
+		require.NoError(t, runner.Shutdown(ctx))
+		require.NoError(t, joiner.Shutdown(ctx))
+	})
+}

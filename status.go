@@ -146,15 +146,17 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 // snapshot renders a record, with live progress when this runtime runs it;
 // the stack of a panic is shown to System only. A live run held here
 // learns the record's watchers, which may have grown by a join made
-// through another runtime; its subscribers hear of such a join as of one
-// made here, so a watcher who may now see the run is shown it.
+// through another runtime. Its subscribers then read the record again,
+// so a watcher who may now see the run is shown it: as the record is
+// then, not as this read found it, which the run may have left behind
+// since. (Observers heard of the join from the runtime that made it.)
 func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	var s Snapshot
 	s.fromRecord(rec, system)
 	if !s.Status.Terminal() {
 		if t := rt.handle(s.ID, s.RunID); t != nil {
 			if t.learnWatchers(rec.Watchers) && rt.hub.n.Load() > 0 {
-				rt.hub.publish(&change{kind: changeJoined, id: s.ID, runID: s.RunID, queue: s.Queue, task: t, created: rec.CreatedAt, state: rec.State})
+				rt.hub.publish(&change{kind: changeJoined, id: s.ID, runID: s.RunID}) // no run: a read
 			}
 			t.showLive(&s)
 		}
