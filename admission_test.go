@@ -538,7 +538,7 @@ func TestLostLeaseEndsWaitingTasksAtOnce(t *testing.T) {
 		}, alice)
 		require.NoError(t, err)
 		lapsed.Store(true)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // a renewal or two: the lease is found lapsed
 		synctest.Wait()
 		snap := mustStatus(t, rt, w.ID)
 		assert.Equal(t, CauseAbandoned, snap.Cause, "the waiting task is ended while the head still holds the slot")
@@ -863,7 +863,7 @@ func TestLostLeaseEndsWaitingTasksThroughBoundedGoroutines(t *testing.T) {
 		before := runtime.NumGoroutine()
 		s.hang.Store(true)
 		lapsed.Store(true)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // a renewal or two: the lease is found lapsed
 		synctest.Wait()
 		assert.LessOrEqual(t, runtime.NumGoroutine()-before, abandonWriters+4, "goroutines ending the %d waiting tasks", n)
 		s.hang.Store(false)

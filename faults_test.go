@@ -388,96 +388,104 @@ func TestFaultARunWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
 }
 
 // The sync loop writes a run's progress under the run's write lock: a
-// progress write the store never answers is cut off after StoreTimeout,
-// and holds the run's own outcome write back no longer than that. (Not
-// in a synctest bubble: the outcome write waits on a mutex, which does
-// not let a bubble's clock advance.)
+// progress write the store never answers, before it lands or after, is
+// cut off after StoreTimeout, and holds the run's own outcome write back
+// no longer than that. (Not in a synctest bubble: the outcome write
+// waits on a mutex, which does not let a bubble's clock advance.)
 func TestFaultAProgressWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
-	rt, mem, f := faulty(workers.Config{StoreTimeout: 2 * time.Second, SyncInterval: 20 * time.Millisecond})
-	f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Times: 1, Match: func(c *storetest.Call) bool {
-		return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
-	}})
-	proceed := make(chan struct{})
-	sub, err := rt.Submit(context.Background(), "k", func(_ context.Context, task *workers.Task) (any, error) {
-		task.SetProgress(50)
-		<-proceed
-		return "done", nil
-	}, owner)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, f.WaitInjected(ctx, storetest.OpTransitionTask, 1), "the progress write hangs")
-	// Injected, the write counts as hung a moment later, once it waits.
-	for f.Hung() == 0 {
-		require.NoError(t, ctx.Err(), "the progress write never hung")
-		time.Sleep(time.Millisecond) // polling, with ctx's deadline
+	for _, fault := range []storetest.Fault{storetest.Hang, storetest.HangAfter} {
+		t.Run(fault.String(), func(t *testing.T) {
+			rt, mem, f := faulty(workers.Config{StoreTimeout: 2 * time.Second, SyncInterval: 20 * time.Millisecond})
+			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: fault, Times: 1, Match: func(c *storetest.Call) bool {
+				return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
+			}})
+			proceed := make(chan struct{})
+			sub, err := rt.Submit(context.Background(), "k", func(_ context.Context, task *workers.Task) (any, error) {
+				task.SetProgress(50)
+				<-proceed
+				return "done", nil
+			}, owner)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			require.NoError(t, f.WaitInjected(ctx, storetest.OpTransitionTask, 1), "the progress write hangs")
+			// Injected, the write counts as hung a moment later, once it waits.
+			for f.Hung() == 0 {
+				require.NoError(t, ctx.Err(), "the progress write never hung")
+				time.Sleep(time.Millisecond) // polling, with ctx's deadline
+			}
+			require.Equal(t, 1, f.Hung(), "the progress write still hangs as the callback returns")
+			close(proceed)
+			snap, err := rt.Wait(ctx, sub.ID, owner)
+			require.NoError(t, err, "the run's outcome never landed")
+			assert.Equal(t, workers.StatusCompleted, snap.Status)
+			assert.Zero(t, f.Hung())
+			endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+			require.NoError(t, rt.Shutdown(ctx))
+		})
 	}
-	require.Equal(t, 1, f.Hung(), "the progress write still hangs as the callback returns")
-	close(proceed)
-	snap, err := rt.Wait(ctx, sub.ID, owner)
-	require.NoError(t, err, "the run's outcome never landed")
-	assert.Equal(t, workers.StatusCompleted, snap.Status)
-	assert.Zero(t, f.Hung())
-	endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
-	require.NoError(t, rt.Shutdown(ctx))
 }
 
 // A pass of recovery, or of cleanup, that the store never answers is cut
 // off after StoreTimeout: the next pass does the work.
 func TestFaultALoopPassTheStoreNeverAnswersIsCutOff(t *testing.T) {
 	ctx := context.Background()
+	// The run of an instance that holds no lease, for recovery.
+	dead := func(t *testing.T, _ *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+		// The run of an instance that holds no lease.
+		id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+		require.NoError(t, mem.InsertTask(ctx, workers.Record{
+			ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+			State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+		}))
+		return func() bool {
+			rec, err := mem.GetTask(ctx, id)
+			require.NoError(t, err)
+			return rec.Status == workers.StatusFailed && rec.Cause == workers.CauseAbandoned
+		}
+	}
+	// A finished task, for cleanup.
+	finished := func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+		done, err := rt.Submit(ctx, "done", result("r"), owner)
+		require.NoError(t, err)
+		_, err = rt.Wait(ctx, done.ID, owner)
+		require.NoError(t, err)
+		return func() bool {
+			_, err := mem.GetTask(ctx, done.ID)
+			return errors.Is(err, workers.ErrNotFound)
+		}
+	}
+	recovery := workers.Config{RecoverInterval: time.Second}
+	cleanup := workers.Config{CleanupInterval: time.Second, Retention: time.Millisecond}
 	for _, c := range []struct {
-		loop string
-		cfg  workers.Config
-		hang storetest.Op
+		loop  string
+		cfg   workers.Config
+		hang  storetest.Op
+		fault storetest.Fault
 		// leave leaves work for the loop and returns whether it is done.
 		leave func(*testing.T, *workers.Runtime[workers.Store], *workers.MemStore) func() bool
-	}{{
-		loop: "recovery",
-		cfg:  workers.Config{RecoverInterval: time.Second},
-		hang: storetest.OpListTasks,
-		leave: func(t *testing.T, _ *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
-			// The run of an instance that holds no lease.
-			id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
-			require.NoError(t, mem.InsertTask(ctx, workers.Record{
-				ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
-				State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
-			}))
-			return func() bool {
-				rec, err := mem.GetTask(ctx, id)
-				require.NoError(t, err)
-				return rec.Status == workers.StatusFailed && rec.Cause == workers.CauseAbandoned
-			}
-		},
-	}, {
-		loop: "cleanup",
-		cfg:  workers.Config{CleanupInterval: time.Second, Retention: time.Millisecond},
-		hang: storetest.OpDeleteFinished,
-		leave: func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
-			done, err := rt.Submit(ctx, "done", result("r"), owner)
-			require.NoError(t, err)
-			_, err = rt.Wait(ctx, done.ID, owner)
-			require.NoError(t, err)
-			return func() bool {
-				_, err := mem.GetTask(ctx, done.ID)
-				return errors.Is(err, workers.ErrNotFound)
-			}
-		},
-	}} {
+	}{
+		{"recovery's read", recovery, storetest.OpListTasks, storetest.Hang, dead},
+		{"recovery's write", recovery, storetest.OpTransitionTask, storetest.Hang, dead},
+		{"recovery's write, landed", recovery, storetest.OpTransitionTask, storetest.HangAfter, dead},
+		{"cleanup", cleanup, storetest.OpDeleteFinished, storetest.Hang, finished},
+		{"cleanup, landed", cleanup, storetest.OpDeleteFinished, storetest.HangAfter, finished},
+	} {
 		t.Run(c.loop, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c.cfg.StoreTimeout = storeTimeout
 				rt, mem, f := faulty(c.cfg)
 				require.NoError(t, rt.Start(ctx))
-				f.Add(storetest.Rule{Op: c.hang, Fault: storetest.Hang, Times: 1})
 				done := c.leave(t, rt, mem)
+				f.Add(storetest.Rule{Op: c.hang, Fault: c.fault, Times: 1})
 				time.Sleep(time.Second) // the loop's first pass
 				synctest.Wait()
 				require.Equal(t, 1, f.Hung(), "the pass hangs")
-				for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(100 * time.Millisecond) {
-					require.True(t, time.Now().Before(deadline), "the %s loop hung for good", c.loop)
+				// Done, and the hung call cut off: a landed call does the
+				// work and still hangs.
+				for deadline := time.Now().Add(time.Minute); !done() || f.Hung() > 0; time.Sleep(100 * time.Millisecond) {
+					require.True(t, time.Now().Before(deadline), "the %s hung for good", c.loop)
 				}
-				assert.Zero(t, f.Hung())
 				require.NoError(t, rt.Shutdown(ctx))
 			})
 		})
@@ -517,9 +525,17 @@ func TestFaultARecoveryPassLongerThanStoreTimeoutRecovers(t *testing.T) {
 // keeps its place under Limits until that run settles: a tenant retrying
 // through a store outage cannot pile up runs beyond its caps.
 func TestFaultARetiredRunKeepsItsPlaceUnderLimits(t *testing.T) {
+	for _, insert := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
+		t.Run("insert "+insert.String(), func(t *testing.T) { retiredRunKeepsItsPlace(t, insert) })
+	}
+}
+
+// retiredRunKeepsItsPlace is TestFaultARetiredRunKeepsItsPlaceUnderLimits
+// with inserts that fail as insert says.
+func retiredRunKeepsItsPlace(t *testing.T, insert storetest.Fault) {
 	synctest.Test(t, func(t *testing.T) {
 		rt, _, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1, Owner: workers.OwnerLimits{Running: 1, Waiting: 1}}})
-		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.FailBefore})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: insert})
 		stop := f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore})
 		var injected, refused int
 		for i := range 20 {
@@ -549,5 +565,53 @@ func TestFaultARetiredRunKeepsItsPlaceUnderLimits(t *testing.T) {
 		_, err = rt.Submit(context.Background(), "after", result(1), owner)
 		require.NoError(t, err)
 		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// sharedNoNotices is a MemStore shared by processes without notices, as
+// SQLite is: the sync loop alone tells a run that another process ended
+// its record.
+type sharedNoNotices struct {
+	workers.Store
+	workers.Leaser
+}
+
+// The sync loop's read of a run's record, which the store never answers,
+// is cut off after StoreTimeout: a later pass reads it again and cancels
+// the run another process cancelled. Without the bound, the loop would
+// wait on that read for as long as the store hangs.
+func TestFaultASyncReadTheStoreNeverAnswersIsCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		rt := workers.NewRuntime(storetest.Faulty(sharedNoNotices{mem, mem}, f),
+			workers.Config{Logger: quiet, StoreTimeout: storeTimeout, SyncInterval: time.Second})
+		ctx := context.Background()
+		cancelled := make(chan error, 1)
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			cancelled <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}, owner)
+		require.NoError(t, err)
+		synctest.Wait()
+		// Another process cancels the run: a write to the shared records.
+		st := workers.State{Status: workers.StatusCancelled, Cause: workers.CauseCancelled, CompletedAt: time.Now()}
+		ok, err := mem.TransitionTask(ctx, sub.ID, sub.RunID, liveStates, st)
+		require.NoError(t, err)
+		require.True(t, ok)
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Fault: storetest.Hang, Times: 1})
+		time.Sleep(time.Second) // the sync loop's pass, whose read hangs
+		synctest.Wait()
+		require.Equal(t, 1, f.Hung(), "the sync read hangs")
+		timeout := time.NewTimer(time.Minute)
+		select {
+		case cause := <-cancelled:
+			assert.ErrorIs(t, cause, workers.ErrCancelled)
+		case <-timeout.C:
+			t.Fatal("the sync loop never read the record again")
+		}
+		assert.Zero(t, f.Hung())
+		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
