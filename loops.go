@@ -669,10 +669,11 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 // replaced or deleted by someone else. It returns a nil cause while the
 // record is still t's and live, and when the read fails.
 func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
-	call, cancel := rt.bounded(ctx)
-	rec, err := rt.store.GetTask(call, t.ID())
-	err = rt.cutOff(call, err)
-	cancel()
+	var rec Record
+	err := rt.boundedCall(ctx, func(ctx context.Context) (err error) {
+		rec, err = rt.store.GetTask(ctx, t.ID())
+		return err
+	})
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return rec, ErrSuperseded
@@ -732,10 +733,11 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 	st.Progress = p
 	// The write carries the runtime's life, as the run's own writes do,
 	// and with it this instance as its origin (see MemStore.Listen).
-	call, cancel := rt.bounded(rt.life)
-	ok, err := rt.store.TransitionTask(call, t.ID(), t.RunID(), fromRunning, st)
-	err = rt.cutOff(call, err)
-	cancel()
+	var ok bool
+	err := rt.boundedCall(rt.life, func(ctx context.Context) (err error) {
+		ok, err = rt.store.TransitionTask(ctx, t.ID(), t.RunID(), fromRunning, st)
+		return err
+	})
 	if ok {
 		r.last.progress = int32(p)
 	}

@@ -413,7 +413,7 @@ func (rt *Runtime[S]) transition(op runOp, t *Task, from []Status, st *State) (b
 	switch {
 	case rt.life.Err() != nil && op != opAbandon:
 		ctx, cancel = context.WithTimeout(context.Background(), lastWriteTimeout)
-	case rt.mem == nil:
+	default:
 		ctx, cancel = rt.bounded(ctx) // each try: one cut off is tried again
 	}
 	defer cancel()
