@@ -148,7 +148,9 @@ type options struct {
 
 // WithTablePrefix begins every table and index name with prefix, so that
 // several stores can share a database file. It must be empty or a plain
-// identifier of at most 32 bytes. Defaults to "workers_".
+// identifier of at most 32 bytes, in lower case: SQLite's names ignore
+// case, so "A_" and "a_" would name the same tables. Defaults to
+// "workers_".
 func WithTablePrefix(prefix string) Option {
 	return func(o *options) { o.Prefix = prefix }
 }
@@ -169,6 +171,11 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	if err := o.Validate(); err != nil {
 		return nil, err
+	}
+	if strings.ToLower(o.Prefix) != o.Prefix {
+		// SQLite's names ignore case, quoted or not: "A_" would name the
+		// tables of "a_", another store's.
+		return nil, fmt.Errorf("sqlstore/sqlite: invalid table prefix %q: SQLite's table names ignore case, so a prefix must be lower case", o.Prefix)
 	}
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.Contains(path, "?") {
 		return nil, fmt.Errorf("sqlstore/sqlite: %q is not a database file name", path)

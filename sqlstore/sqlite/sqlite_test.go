@@ -154,7 +154,8 @@ func TestTablePrefix(t *testing.T) {
 	if _, err := b.GetTask(t.Context(), rec.ID); !errors.Is(err, workers.ErrNotFound) {
 		t.Errorf("a store with another prefix sees the record: %v", err)
 	}
-	for _, p := range []string{`x"; DROP TABLE a_tasks; --`, "1abc", "a-b", strings.Repeat("p", 33)} {
+	// "A_" would name a's tables: SQLite's names ignore case.
+	for _, p := range []string{`x"; DROP TABLE a_tasks; --`, "1abc", "a-b", strings.Repeat("p", 33), "A_"} {
 		if _, err := sqlite.Open(t.Context(), path, sqlite.WithTablePrefix(p)); err == nil {
 			t.Errorf("Open accepted table prefix %q", p)
 		}
