@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -60,10 +59,6 @@ func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...
 	}
 	f.Limit = size + 1 // one more tells whether a next page exists
 	tasks, more, err := rt.listSnapshots(ctx, f, c.system, true)
-	if f.After != nil && f.After.CreatedAt.Before(earliestHeldByAll) && errors.Is(err, ErrInvalidData) {
-		// The store cannot hold the cursor's time: a cursor it never gave.
-		return Page{}, fmt.Errorf("%w: %w", ErrInvalidCursor, err)
-	}
 	if err != nil {
 		return Page{}, err
 	}
@@ -165,17 +160,12 @@ func encodeCursor(order Order, p *Position) string {
 
 // A cursor's position is a record's creation time. Every store keeps
 // its times within cursorMin and cursorMax, the range of 64-bit counts
-// of microseconds since 1970, as SQLite keeps them: a cursor crafted with
-// a time outside is refused, rather than handed to a store that would
-// wrap it around.
+// of microseconds since 1970: a cursor with a time outside is one no
+// page gave, and is refused.
 var (
 	cursorMin = time.UnixMicro(math.MinInt64).UTC()
 	cursorMax = time.UnixMicro(math.MaxInt64).UTC()
 )
-
-// earliestHeldByAll is the earliest time every store holds; PostgreSQL's
-// times begin there (4714 BC), and it refuses a position before.
-var earliestHeldByAll = time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC)
 
 func decodeCursor(s string) (Order, *Position, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)

@@ -394,29 +394,6 @@ func TestListPageTakesBackTheCursorsItGives(t *testing.T) {
 	assert.Equal(t, []string{"alice::r2", "alice::r1", "alice::r0"}, got)
 }
 
-// earlyTimesRefused is a store whose times begin in 4714 BC, as
-// PostgreSQL's do: a position before is data it cannot hold.
-type earlyTimesRefused struct{ *MemStore }
-
-func (s earlyTimesRefused) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
-	if f.After != nil && f.After.CreatedAt.Year() < -4712 {
-		return nil, fmt.Errorf("%w: timestamp out of range", ErrInvalidData)
-	}
-	return s.MemStore.ListTasks(ctx, f)
-}
-
-// A cursor whose time the store cannot hold is an invalid cursor, not a
-// store failure: no page of that store's ever named it.
-func TestCursorWithATimeTheStoreRefusesIsInvalid(t *testing.T) {
-	t.Parallel()
-	rt := newRuntime(t, earlyTimesRefused{NewMemStore()}, Config{})
-	c := encodeCursor(OldestFirst, &Position{ID: "alice::zzz", CreatedAt: time.Date(-100000, 1, 1, 0, 0, 0, 0, time.UTC)})
-	_, err := rt.ListPage(ctx, alice, WithCursor(c))
-	assert.ErrorIs(t, err, ErrInvalidCursor)
-	_, err = rt.ListPage(ctx, alice)
-	assert.NoError(t, err)
-}
-
 // A queue filter is checked as a queue's name is at submission, so that
 // a store's refusal of bytes no queue's name has is never taken for a
 // bad cursor; a valid cursor stays valid.

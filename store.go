@@ -145,7 +145,9 @@ type Filter struct {
 	// CompareRecords orders records, or NewestFirst, its exact reverse.
 	Order Order
 	// After, when set, keeps the records that come strictly after that
-	// position in Order: the next page after a record at After.
+	// position in Order: the next page after a record at After. Its
+	// time may be one no store holds (year 300,000, say): it compares
+	// with the stored times as any other, and is no error.
 	After *Position
 }
 
@@ -308,9 +310,11 @@ type Store interface {
 	ListTasks(ctx context.Context, f Filter) ([]Record, error)
 
 	// DeleteFinished deletes terminal records whose CompletedAt is before
-	// cutoff and returns how many it deleted. PENDING and RUNNING records
-	// are never deleted. With an error, the count is what was deleted
-	// before it, which may be 0 even when some were.
+	// cutoff (one without a CompletedAt as if at the zero time) and
+	// returns how many it deleted. PENDING and RUNNING records are never
+	// deleted. A cutoff beyond every time the store holds is no error.
+	// With an error, the count is what was deleted before it, which may
+	// be 0 even when some were.
 	DeleteFinished(ctx context.Context, cutoff time.Time) (int, error)
 
 	// QueueAuthorizer returns the queue authorizer; nil means no queue

@@ -100,10 +100,10 @@
 // The suite writes times as the runtime does: UTC, truncated to the
 // microsecond. Stores keep times to at least microsecond precision and
 // return zero times as zero; the suite compares them with time.Time.Equal,
-// so a store may return them in any location. Results are compared as JSON
-// values, so a store may re-encode them (as a jsonb column does). Watcher
-// order is not part of the contract, and an empty watcher list or result
-// may come back nil or empty.
+// so a store may return them in any location. Results are compared byte
+// for byte, as CheckState promises: a store must not re-encode them (as
+// a jsonb column would). Watcher order is not part of the contract, and
+// an empty watcher list or result may come back nil or empty.
 //
 // # Runtime cases
 //

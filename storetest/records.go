@@ -2,12 +2,12 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/taskgate/workers"
 )
@@ -40,6 +40,43 @@ func (*suite) roundTripAllFields(t *testing.T, s workers.Store) {
 		insert(t, s, r)
 		wantStored(t, s, r)
 	}
+}
+
+func (*suite) roundTripResultBytes(t *testing.T, s workers.Store) {
+	// Each is valid JSON that a store re-encoding it would change: an
+	// integer beyond float64's, escapes, a duplicate key, spacing, a
+	// trailing zero.
+	results := []string{
+		`{"n": 123456789012345678901234567890, "n": 2}`,
+		`"\u0041\u00e9\u0000"`,
+		` [ 1.50 , {"b":1,"a":2} ] `,
+		`-0.0e+00`,
+	}
+	r := workers.Record{ID: "alice::exact", RunID: "run-1", Watchers: []string{"alice"}, CreatedAt: epoch,
+		State: workers.State{Status: workers.StatusRunning, StartedAt: at(1), Result: json.RawMessage(results[0])}}
+	insert(t, s, r)
+	wantStored(t, s, r)
+
+	r.Result = json.RawMessage(results[1])
+	if err := s.SetTask(t.Context(), r); err != nil {
+		t.Fatalf("SetTask: %v", err)
+	}
+	wantStored(t, s, r)
+
+	next := outcome(workers.StatusCompleted, 1)
+	next.Result = json.RawMessage(results[2])
+	if ok, err := s.TransitionTask(t.Context(), r.ID, r.RunID, []workers.Status{workers.StatusRunning}, next); !ok || err != nil {
+		t.Fatalf("TransitionTask = %v, %v; want true, nil", ok, err)
+	}
+	r.State = next
+	wantStored(t, s, r)
+
+	again := r
+	again.RunID, again.Result = "run-2", json.RawMessage(results[3])
+	if err := s.ReplaceTask(t.Context(), again, r.RunID); err != nil {
+		t.Fatalf("ReplaceTask: %v", err)
+	}
+	wantStored(t, s, again)
 }
 
 func (*suite) roundTripZeroValues(t *testing.T, s workers.Store) {
@@ -334,15 +371,17 @@ func (su *suite) fencingSuperseded(t *testing.T, s workers.Store) {
 
 func (*suite) deleteFinished(t *testing.T, s workers.Store) {
 	cutoff := at(100)
+	const undated = -1 << 20 // a terminal record without a CompletedAt
 	rows := []struct {
 		id        string
 		status    workers.Status
-		completed int // minutes after epoch; ignored for live statuses
+		completed int // minutes after epoch, or undated; ignored for live statuses
 		deleted   bool
 	}{
 		{"alice::completed-old", workers.StatusCompleted, 10, true},
 		{"alice::failed-old", workers.StatusFailed, 20, true},
 		{"alice::cancelled-old", workers.StatusCancelled, 99, true},
+		{"alice::completed-undated", workers.StatusCompleted, undated, true},
 		{"alice::pending-old", workers.StatusPending, 0, false},
 		{"alice::running-old", workers.StatusRunning, 0, false},
 		{"alice::completed-at-cutoff", workers.StatusCompleted, 100, false},
@@ -356,13 +395,29 @@ func (*suite) deleteFinished(t *testing.T, s workers.Store) {
 		if row.status == workers.StatusRunning {
 			r.StartedAt = at(-9000)
 		}
-		if row.status.Terminal() {
-			r.StartedAt, r.CompletedAt = at(row.completed-1), at(row.completed)
+		if row.completed == undated {
+			// A record is inserted with its CompletedAt, but a state
+			// without one may be set.
+			r.Status = workers.StatusPending
+			insert(t, s, r)
+			r.State = workers.State{Status: row.status}
+			if err := s.SetTask(t.Context(), r); err != nil {
+				t.Fatalf("setup: SetTask(%q): %v", r.ID, err)
+			}
+		} else {
+			if row.status.Terminal() {
+				r.StartedAt, r.CompletedAt = at(row.completed-1), at(row.completed)
+			}
+			insert(t, s, r)
 		}
-		insert(t, s, r)
 		if row.deleted {
 			want++
 		}
+	}
+	// A cutoff before every time a store holds deletes nothing, and is
+	// not an error.
+	if n, err := s.DeleteFinished(t.Context(), farPast); err != nil || n != 0 {
+		t.Errorf("DeleteFinished(year -300,000) = %d, %v; want 0, nil", n, err)
 	}
 	for _, w := range []int{want, 0} {
 		n, err := s.DeleteFinished(t.Context(), cutoff)
@@ -377,6 +432,13 @@ func (*suite) deleteFinished(t *testing.T, s workers.Store) {
 			get(t, s, row.id)
 		}
 	}
+	// A cutoff after every time a store holds deletes every terminal
+	// record, and is not an error.
+	if n, err := s.DeleteFinished(t.Context(), farFuture); err != nil || n != 2 {
+		t.Errorf("DeleteFinished(year 300,000) = %d, %v; want 2, nil", n, err)
+	}
+	get(t, s, "alice::pending-old")
+	get(t, s, "alice::running-old")
 }
 
 // deleteThenReinsert checks that a deleted record leaves nothing of
@@ -409,7 +471,7 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 	unknown := outcome(workers.StatusCompleted, 1)
 	unknown.Status = "paused"
 	farOff := outcome(workers.StatusCompleted, 1)
-	farOff.CompletedAt = time.Date(300_000, time.January, 1, 0, 0, 0, 0, time.UTC)
+	farOff.CompletedAt = farFuture
 	for _, c := range []struct {
 		name string
 		st   workers.State
@@ -431,6 +493,8 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 		wantErr(t, "SetTask with "+c.name, s.SetTask(t.Context(), arg), c.want)
 		_, err := s.TransitionTask(t.Context(), stored.ID, stored.RunID, []workers.Status{workers.StatusPending}, c.st)
 		wantErr(t, "TransitionTask with "+c.name, err, c.want)
+		arg.RunID = "run-2"
+		wantErr(t, "ReplaceTask with "+c.name, s.ReplaceTask(t.Context(), arg, stored.RunID), c.want)
 		wantStored(t, s, stored)
 	}
 }

@@ -250,6 +250,31 @@ func (*suite) listAfterMoved(t *testing.T, s workers.Store) {
 	}
 }
 
+func (*suite) listAfterFarOff(t *testing.T, s workers.Store) {
+	insert(t, s, fixture()...)
+	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
+		all := ids(list(t, s, workers.Filter{Order: order}))
+		for _, c := range []struct {
+			name  string
+			at    time.Time
+			first bool // the position comes before every record in order
+		}{
+			{"year -300,000", farPast, order == workers.OldestFirst},
+			{"year 300,000", farFuture, order == workers.NewestFirst},
+		} {
+			f := workers.Filter{Order: order, After: &workers.Position{CreatedAt: c.at, ID: "alice::a"}}
+			var want []string
+			if c.first {
+				want = all
+			}
+			got, err := s.ListTasks(t.Context(), f)
+			if err != nil || !slices.Equal(ids(got), want) {
+				t.Errorf("ListTasks(%v after %s) = %q, %v; want %q, nil", order, c.name, ids(got), err, want)
+			}
+		}
+	}
+}
+
 func (*suite) listEmpty(t *testing.T, s workers.Store) {
 	for _, f := range []workers.Filter{{}, {VisibleTo: "alice", Statuses: allStatuses, Queue: "q1", Limit: 5}} {
 		if got := list(t, s, f); len(got) != 0 {

@@ -136,8 +136,13 @@ import (
 var migrations embed.FS
 
 var dialect = &sqlcore.Dialect{
-	Name:          "sqlstore/postgres",
-	Time:          func(t time.Time) any { return t.UTC() },
+	Name: "sqlstore/postgres",
+	Time: func(t time.Time) any { return t.UTC() },
+	// The range of timestamptz, and its infinities beyond.
+	MinTime:       time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC),
+	MaxTime:       time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC),
+	Before:        "-infinity",
+	After:         "infinity",
 	JSONAgg:       "json_agg",
 	RowShareLock:  " FOR SHARE",
 	NullsFirst:    " NULLS FIRST",

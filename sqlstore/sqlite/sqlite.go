@@ -95,9 +95,12 @@ var migrations embed.FS
 var dialect = &sqlcore.Dialect{
 	Name: "sqlstore/sqlite",
 	Time: func(t time.Time) any { return t.UnixMicro() },
-	// The times UnixMicro holds: beyond them it would wrap around.
-	MinTime:      time.UnixMicro(math.MinInt64),
-	MaxTime:      time.UnixMicro(math.MaxInt64),
+	// The times UnixMicro holds, beyond which it would wrap around, but
+	// for the one at each end, which stands for every time beyond.
+	MinTime:      time.UnixMicro(math.MinInt64 + 1),
+	MaxTime:      time.UnixMicro(math.MaxInt64 - 1),
+	Before:       int64(math.MinInt64),
+	After:        int64(math.MaxInt64),
 	JSONAgg:      "json_group_array",
 	RowShareLock: "", // one writer: the INSERT ... SELECT cannot interleave with another write
 	Now:          "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",

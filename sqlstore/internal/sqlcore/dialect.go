@@ -113,12 +113,18 @@ type Dialect struct {
 	// where the database plans the shared one badly.
 	DeleteFinished string
 
-	// MinTime and MaxTime, if set, bound the times the dialect's Time
-	// encoding holds: a write of a time outside them is refused with
-	// workers.ErrInvalidData instead of storing another time. A dialect
-	// whose database refuses such a time itself (DataError) leaves them
-	// unset.
+	// MinTime and MaxTime bound the times the dialect's Time encoding
+	// holds: a write of a time outside them is refused with
+	// workers.ErrInvalidData instead of storing another time (or failing
+	// in the database).
 	MinTime, MaxTime time.Time
+
+	// Before and After encode a time before MinTime and one after
+	// MaxTime, for comparisons only (a cutoff, a listing's position):
+	// each compares beyond every time the columns can hold, so that a
+	// far-off time given to a comparison is neither wrapped around nor
+	// refused.
+	Before, After any
 
 	// Now is the database's clock in the representation of its time
 	// columns, and Expiry is Now plus $2 microseconds: lease expiries are

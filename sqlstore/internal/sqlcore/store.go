@@ -464,7 +464,7 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 				ranges = append(ranges, func(c, _ string) string { return c + " IS NOT NULL" })
 			}
 		} else {
-			pc := param(&args, s.time(p.CreatedAt))
+			pc := param(&args, s.bound(p.CreatedAt))
 			cmp := " > "
 			if desc {
 				cmp = " < "
@@ -532,7 +532,7 @@ func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time) (int, erro
 	}
 	deleted := 0
 	for {
-		n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.time(cutoff),
+		n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.bound(cutoff),
 			string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled), deleteBatch))
 		if err != nil {
 			return deleted, s.wrap("delete finished", err)
@@ -646,9 +646,6 @@ func (s *Store) checkState(st *workers.State) error {
 // checkTimes refuses, with workers.ErrInvalidData, a time outside
 // Dialect.MinTime and MaxTime.
 func (s *Store) checkTimes(times ...time.Time) error {
-	if s.d.MaxTime.IsZero() {
-		return nil
-	}
 	for _, t := range times {
 		if !t.IsZero() && (t.Before(s.d.MinTime) || t.After(s.d.MaxTime)) {
 			return fmt.Errorf("%s: %w: time %v outside the range the store holds", s.d.Name, workers.ErrInvalidData, t)
@@ -660,6 +657,19 @@ func (s *Store) checkTimes(times ...time.Time) error {
 func (s *Store) time(t time.Time) any {
 	if t.IsZero() {
 		return nil
+	}
+	return s.d.Time(t)
+}
+
+// bound encodes t, which is not zero, to be compared with stored times:
+// as time does, or as Dialect.Before or After for a time outside the
+// range the columns hold, which compares the same with every stored time.
+func (s *Store) bound(t time.Time) any {
+	switch {
+	case t.Before(s.d.MinTime):
+		return s.d.Before
+	case t.After(s.d.MaxTime):
+		return s.d.After
 	}
 	return s.d.Time(t)
 }
