@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/taskgate/workers"
 )
 
@@ -17,9 +18,11 @@ var _ workers.Notifier = (*Store)(nil)
 // Listen implements workers.Notifier with LISTEN/NOTIFY. A trigger on the
 // tables sends a notice on the store's channel when a task row is
 // inserted or updated and when a watcher is added, delivered once the
-// write commits. Listen holds one connection of its own, opened with the
-// pool's configuration but outside the pool, named "workers listener" in
-// pg_stat_activity.
+// write commits. Listen holds one connection of its own, opened outside
+// the pool as the pool opens its own (its configuration, with its
+// BeforeConnect and AfterConnect hooks run for each connection, so that
+// credentials a hook supplies serve the listener too), and named
+// "workers listener" in pg_stat_activity.
 //
 // It calls changed with a Resync as soon as it listens, and again after
 // every reconnect, since notices sent while it was not listening are
@@ -27,13 +30,12 @@ var _ workers.Notifier = (*Store)(nil)
 // 5 s). Listen returns ctx's error when ctx ends, and another error only
 // when its first connection fails.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
-	cfg := s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = listenerName
+	pc := s.pool.Config()
 	listen := "LISTEN " + pgx.Identifier{s.Channel()}.Sanitize()
 	const first, most = 50 * time.Millisecond, 5 * time.Second
 	backoff := first
 	for listened := false; ; {
-		err := listenOnce(ctx, cfg, listen, func(c workers.Change) {
+		err := listenOnce(ctx, pc, listen, func(c workers.Change) {
 			listened, backoff = true, first
 			changed(c)
 		})
@@ -57,9 +59,19 @@ func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error 
 // listenerName is the application_name of Listen's connection.
 const listenerName = "workers listener"
 
-// listenOnce opens a connection, listens, reports a Resync, then every
-// notice until the connection fails or ctx ends.
-func listenOnce(ctx context.Context, cfg *pgx.ConnConfig, listen string, changed func(workers.Change)) error {
+// listenOnce opens a connection as the pool pc would, listens, reports a
+// Resync, then every notice until the connection fails or ctx ends.
+func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, changed func(workers.Change)) error {
+	cfg := pc.ConnConfig.Copy()
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = listenerName
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -69,6 +81,11 @@ func listenOnce(ctx context.Context, cfg *pgx.ConnConfig, listen string, changed
 		defer cancel()
 		conn.Close(closing)
 	}()
+	if pc.AfterConnect != nil {
+		if err := pc.AfterConnect(ctx, conn); err != nil {
+			return err
+		}
+	}
 	if _, err := conn.Exec(ctx, listen); err != nil {
 		return err
 	}

@@ -138,17 +138,19 @@ var migrations embed.FS
 var dialect = &sqlcore.Dialect{
 	Name: "sqlstore/postgres",
 	Time: func(t time.Time) any { return t.UTC() },
-	// The range of timestamptz, and its infinities beyond.
-	MinTime:       time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC),
-	MaxTime:       time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC),
-	Before:        "-infinity",
-	After:         "infinity",
-	JSONAgg:       "json_agg",
-	RowShareLock:  " FOR SHARE",
-	NullsFirst:    " NULLS FIRST",
-	NullsLast:     " NULLS LAST",
-	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
-	MigrationTx:   &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+	// The range of timestamptz, which refuses a time beyond, and its
+	// infinities beyond.
+	DatabaseChecksTimes: true,
+	MinTime:             time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC),
+	MaxTime:             time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC),
+	Before:              "-infinity",
+	After:               "infinity",
+	JSONAgg:             "json_agg",
+	RowShareLock:        " FOR SHARE",
+	NullsFirst:          " NULLS FIRST",
+	NullsLast:           " NULLS LAST",
+	MigrationLock:       "SELECT pg_advisory_xact_lock($1)",
+	MigrationTx:         &sql.TxOptions{Isolation: sql.LevelReadCommitted},
 	DataError: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
@@ -184,9 +186,14 @@ var dialect = &sqlcore.Dialect{
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,
 	// A batch's ids as an array: the shared form, id IN (subquery), is
-	// planned as a hash join over a scan of the whole table.
+	// planned as a hash join over a scan of the whole table. The outer
+	// WHERE repeats the conditions: a row that another transaction
+	// changed while the DELETE waited for its lock is checked again, as
+	// it is now, against the outer WHERE alone, and a finished task
+	// re-run since must not be deleted.
 	DeleteFinished: `DELETE FROM {tasks} WHERE id = ANY(ARRAY(
-SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5))`,
+SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5))
+AND status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`,
 	// Version 6 only adds a function, which the code of version 5 never
 	// calls.
 	CompatibleFrom: map[int]int{6: 5},

@@ -113,11 +113,16 @@ type Dialect struct {
 	// where the database plans the shared one badly.
 	DeleteFinished string
 
-	// MinTime and MaxTime bound the times the dialect's Time encoding
-	// holds: a write of a time outside them is refused with
-	// workers.ErrInvalidData instead of storing another time (or failing
-	// in the database).
+	// MinTime and MaxTime, if set, bound the times the dialect's Time
+	// encoding holds: a write of a time outside them is refused with
+	// workers.ErrInvalidData instead of storing another time, unless
+	// the database refuses it itself (DatabaseChecksTimes).
 	MinTime, MaxTime time.Time
+
+	// DatabaseChecksTimes reports that the database refuses a time
+	// outside MinTime and MaxTime with a DataError, so that a write's
+	// times need no check before it is sent.
+	DatabaseChecksTimes bool
 
 	// Before and After encode a time before MinTime and one after
 	// MaxTime, for comparisons only (a cutoff, a listing's position):

@@ -58,9 +58,13 @@ ON CONFLICT DO NOTHING`
 	sqlInsertWatchers = `INSERT INTO {watchers} (task_id, created_at, user_id) VALUES `
 
 	// One batch of DeleteFinished: at most $5 rows, so that no statement
-	// holds the write lock (SQLite's, the whole file's) for long.
+	// holds the write lock (SQLite's, the whole file's) for long. The
+	// outer WHERE repeats the conditions, for a database that checks a
+	// row changed while the DELETE waited for it against the outer WHERE
+	// alone: a task re-run since is not deleted.
 	sqlDeleteFinished = `DELETE FROM {tasks} WHERE id IN (
-SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5)`
+SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5)
+AND status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 
 	// A listing's branches (see listQuery): the ids of one range of one
 	// source, read in order from its (owner | user_id | -, created_at, id)
@@ -646,6 +650,9 @@ func (s *Store) checkState(st *workers.State) error {
 // checkTimes refuses, with workers.ErrInvalidData, a time outside
 // Dialect.MinTime and MaxTime.
 func (s *Store) checkTimes(times ...time.Time) error {
+	if s.d.DatabaseChecksTimes || s.d.MaxTime.IsZero() {
+		return nil
+	}
 	for _, t := range times {
 		if !t.IsZero() && (t.Before(s.d.MinTime) || t.After(s.d.MaxTime)) {
 			return fmt.Errorf("%s: %w: time %v outside the range the store holds", s.d.Name, workers.ErrInvalidData, t)
@@ -666,6 +673,7 @@ func (s *Store) time(t time.Time) any {
 // range the columns hold, which compares the same with every stored time.
 func (s *Store) bound(t time.Time) any {
 	switch {
+	case s.d.MaxTime.IsZero():
 	case t.Before(s.d.MinTime):
 		return s.d.Before
 	case t.After(s.d.MaxTime):
