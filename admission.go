@@ -83,7 +83,7 @@ type Limits struct {
 	// keep it cheap (cache what it reads); its answer applies from then on
 	// to that owner's admission. An error refuses the submission, wrapped,
 	// and nothing is written; so does an answer with a negative field
-	// (ErrInvalidOption). Defaults to nil: Owner for all.
+	// (ErrInvalidConfig). Defaults to nil: Owner for all.
 	OwnerLimits func(ctx context.Context, owner Owner) (OwnerLimits, error)
 }
 
@@ -179,11 +179,13 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 	lim := a.limits.Owner
 	if !c.system && a.limits.OwnerLimits != nil {
 		l, err := a.limits.OwnerLimits(ctx, Owner{id: c.userID})
-		if err == nil {
-			err = l.validate() // a negative cap would read as none
-		}
 		if err != nil {
 			return nil, fmt.Errorf("workers: owner limits of %q: %w", c.userID, err)
+		}
+		if err := l.validate(); err != nil {
+			// A negative cap would read as none. The answer is the
+			// service's own mistake, not its caller's.
+			return nil, fmt.Errorf("%w: owner limits of %q: %v", ErrInvalidConfig, c.userID, err)
 		}
 		lim = l
 	}

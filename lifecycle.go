@@ -48,7 +48,8 @@ const shutdownSlack = 100 * time.Millisecond
 // an error that says what was left, wrapping ctx.Err() when ctx ended
 // (when it did not, the store refused the records' writes): runs whose
 // callbacks still execute (they keep their handles, and release them
-// when they return, but can no longer write: their records stay live),
+// when they return; each then makes one try, of at most 5 seconds, at
+// writing its outcome, and its record stays live if that fails),
 // submissions still registering (each in a store call that ignores its
 // context) and records that could not be written in time (a queue item still
 // PENDING, a run still RUNNING). Such records belong to this runtime's

@@ -1126,3 +1126,11 @@ func (s *failingLeaser) RenewLease(ctx context.Context, instance string, ttl tim
 	}
 	return s.MemStore.RenewLease(ctx, instance, ttl)
 }
+
+// A nil store is refused where it is given, not at the first call that
+// reads it.
+func TestNewRuntimePanicsOnANilStore(t *testing.T) {
+	const want = "workers: NewRuntime with a nil Store"
+	assert.PanicsWithValue(t, want, func() { NewRuntime[Store](nil, Config{}) })
+	assert.PanicsWithValue(t, want, func() { NewRuntime((*MemStore)(nil), Config{}) })
+}

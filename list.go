@@ -119,6 +119,14 @@ func listFilter(auth TaskAuthority, opts []ListOption) (caller, Filter, error) {
 	if o.f.Order != OldestFirst && o.f.Order != NewestFirst {
 		return caller{}, Filter{}, fmt.Errorf("%w: unknown order %d", ErrInvalidOption, o.f.Order)
 	}
+	if o.f.Limit < 0 {
+		return caller{}, Filter{}, fmt.Errorf("%w: negative limit %d", ErrInvalidOption, o.f.Limit)
+	}
+	for _, st := range o.f.Statuses {
+		if !st.Valid() {
+			return caller{}, Filter{}, fmt.Errorf("%w: unknown status %q", ErrInvalidOption, st)
+		}
+	}
 	if o.f.Queue != "" {
 		// Checked as a queue's name is at submission: a store may refuse
 		// bytes no queue's name has.

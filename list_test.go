@@ -414,3 +414,18 @@ func TestListFilterChecksTheQueueName(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidKey, "%q", q)
 	}
 }
+
+// A filter no task could match by mistake is refused, not answered with
+// an empty list or every task.
+func TestListRefusesAnUnknownStatusAndANegativeLimit(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	_, err := rt.Submit(ctx, "a", returns(1, nil), alice)
+	require.NoError(t, err)
+	for _, opt := range []ListOption{WithStatus(StatusCompleted, "bogus"), WithLimit(-1)} {
+		_, err := rt.List(ctx, alice, opt)
+		assert.ErrorIs(t, err, ErrInvalidOption)
+		_, err = rt.ListPage(ctx, alice, opt)
+		assert.ErrorIs(t, err, ErrInvalidOption)
+	}
+}

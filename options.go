@@ -173,7 +173,8 @@ type listOptions struct {
 	cursor string
 }
 
-// WithStatus keeps tasks in one of the given statuses.
+// WithStatus keeps tasks in one of the given statuses. A status that is
+// none of the five makes the call fail with ErrInvalidOption.
 func WithStatus(s ...Status) ListOption {
 	return func(o *listOptions) { o.f.Statuses = append(o.f.Statuses, s...) }
 }
@@ -185,7 +186,9 @@ func WithQueue(name string) ListOption {
 	return func(o *listOptions) { o.f.Queue = name }
 }
 
-// WithLimit returns at most n tasks: the page size of ListPage.
+// WithLimit returns at most n tasks: the page size of ListPage. 0, the
+// default, is no limit for List and DefaultPageSize for ListPage; a
+// negative n makes the call fail with ErrInvalidOption.
 func WithLimit(n int) ListOption {
 	return func(o *listOptions) { o.f.Limit = n }
 }

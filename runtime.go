@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -252,8 +253,11 @@ func (c *Config) validate() error {
 // ErrInvalidConfig, wrapping ErrInvalidOption (ErrInvalidKey for a
 // queue's name), by Start, by Ready, and by every call that would take
 // the runtime's lease (Submit, Wait, Watch, Subscribe) when Start was
-// never called.
+// never called. NewRuntime panics if store is nil.
 func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
+	if v := reflect.ValueOf(store); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		panic("workers: NewRuntime with a nil Store")
+	}
 	cfg.Retention = cmp.Or(cfg.Retention, 24*time.Hour)
 	cfg.LeaseInterval = cmp.Or(cfg.LeaseInterval, 3*time.Second)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 5*cfg.LeaseInterval)

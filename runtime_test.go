@@ -521,8 +521,27 @@ func TestUnencodableResultFailsTheRun(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(snap.Error, "result encoding"), "said once: %s", snap.Error)
 		assert.Nil(t, snap.Result)
 		_, err = ResultAs[int](snap)
-		assert.ErrorIs(t, err, ErrResultEncoding)
+		var te *TaskError
+		assert.ErrorAs(t, err, &te, "ResultAs of a failed task is its failure")
 	}
+}
+
+// ResultAs of a task that did not complete says why it has no result:
+// its failure, or that it has not finished.
+func TestResultAsOfATaskWithoutAResult(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "fails", returns(nil, errors.New("disk full")), alice)
+	require.NoError(t, err)
+	_, err = ResultAs[int](settled(t, rt, sub.ID))
+	var te *TaskError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, StatusFailed, te.Status)
+	assert.Contains(t, te.Error(), "disk full")
+
+	_, err = ResultAs[int](Snapshot{ID: "alice::live", Status: StatusRunning})
+	assert.ErrorIs(t, err, ErrResultEncoding)
+	assert.Contains(t, err.Error(), "has not finished")
 }
 
 func TestCallbackErrorFailsTheTask(t *testing.T) {

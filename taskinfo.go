@@ -517,11 +517,19 @@ func (s *Snapshot) setState(st *State) {
 // ResultAs decodes a task's stored JSON result into a T. Every store
 // keeps results as JSON, so a callback that returned a struct yields a
 // map when read back as any; ResultAs gives the typed value instead. It
-// fails with an error wrapping ErrResultEncoding when the task has no
-// result or the result does not decode into T.
+// fails with the task's own error (Snapshot.Err, a *TaskError) when the
+// task FAILED or was CANCELLED, and otherwise with an error wrapping
+// ErrResultEncoding when the task has no result (it has not finished,
+// or its callback returned none) or the result does not decode into T.
 func ResultAs[T any](s Snapshot) (T, error) {
 	var v T
+	if err := s.Err(); err != nil {
+		return v, err
+	}
 	if s.Result == nil {
+		if !s.Status.Terminal() {
+			return v, fmt.Errorf("%w: task %q has not finished (%s)", ErrResultEncoding, s.ID, s.Status)
+		}
 		return v, fmt.Errorf("%w: task %q has no result", ErrResultEncoding, s.ID)
 	}
 	if err := json.Unmarshal(s.Result, &v); err != nil {

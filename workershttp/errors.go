@@ -133,8 +133,13 @@ type errorDetail struct {
 // WriteError writes err as a JSON error response with the status
 // StatusCode gives it, and a Retry-After header when RetryAfter has one.
 // The body of a 5xx never carries the error's text, which may describe
-// internals; only its stable code and the status text.
+// internals; only its stable code and the status text. A nil err, a
+// mistake of the caller's, is answered as an internal error (500), never
+// as a success.
 func WriteError(w http.ResponseWriter, err error) {
+	if err == nil {
+		err = errors.New("workershttp: WriteError with a nil error")
+	}
 	status, code, msg := classify(err)
 	if d, ok := RetryAfter(err); ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))

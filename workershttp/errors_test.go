@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -19,6 +20,26 @@ type quotaErr struct{ after time.Duration }
 
 func (e quotaErr) Error() string             { return "quota: tenant t1 over 10 tasks" }
 func (e quotaErr) RetryAfter() time.Duration { return e.after }
+
+// WriteError is for errors: called with none, it answers no success.
+func TestWriteErrorOfNilIsNoSuccess(t *testing.T) {
+	w := httptest.NewRecorder()
+	workershttp.WriteError(w, nil)
+	assert.Equal(t, http.StatusInternalServerError, w.Code)
+	assert.JSONEq(t, `{"error":{"code":"internal","message":"Internal Server Error"}}`, w.Body.String())
+}
+
+// Handler refuses what it could never serve when it is built, not on
+// each request.
+func TestHandlerPanicsOnNilArguments(t *testing.T) {
+	const want = "workershttp: Handler with a nil Runtime or authenticate function"
+	assert.PanicsWithValue(t, want, func() {
+		workershttp.Handler[*workers.MemStore](nil, func(*http.Request) (workers.TaskAuthority, error) { return workers.System, nil })
+	})
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(context.Background())
+	assert.PanicsWithValue(t, want, func() { workershttp.Handler(rt, nil) })
+}
 
 func TestStatusCodeTable(t *testing.T) {
 	cases := []struct {

@@ -120,10 +120,14 @@ func WithCrossOriginProtection(p *http.CrossOriginProtection) Option {
 // Handler returns the HTTP handler for rt. authenticate is the
 // application's: it returns the identity a request acts as (a
 // workers.Owner, or workers.System for an administrator), or an error,
-// which is answered 401 without its text. Every error is answered in
+// which is answered 401 without its text. Handler panics if rt or
+// authenticate is nil. Every error is answered in
 // JSON (see WriteError), a request no route takes too: 404, or 405 with
 // the route's Allow header.
 func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Request) (workers.TaskAuthority, error), opts ...Option) http.Handler {
+	if rt == nil || authenticate == nil {
+		panic("workershttp: Handler with a nil Runtime or authenticate function")
+	}
 	c := config{heartbeat: 15 * time.Second, writes: 30 * time.Second}
 	for _, o := range opts {
 		o(&c)
