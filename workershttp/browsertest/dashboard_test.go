@@ -282,3 +282,62 @@ func TestDashboardKeepsAnEndThatArrivesBeforeTheList(t *testing.T) {
 		t.Fatalf("after the late list the task shows %q, not its end", shown)
 	}
 }
+
+// A stream the server refuses (here 503, as a runtime shut down answers,
+// or a 401 once a session ends) is one the browser never opens again: the
+// dashboard shows the list meanwhile, says so, and opens the stream
+// itself once the server takes it.
+func TestDashboardRetriesAStreamTheServerRefused(t *testing.T) {
+	bin := chromium(t)
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	h := server(rt)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var refused atomic.Int32
+	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/events" && refuse.Load() {
+			refused.Add(1)
+			workershttp.WriteError(w, workers.ErrClosed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	finish := make(chan struct{})
+	task, err := rt.Submit(context.Background(), "report", func(ctx context.Context, _ *workers.Task) (any, error) {
+		select {
+		case <-finish:
+			return "done", nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	bctx := openBrowser(t, bin)
+	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/login?user=alice")); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, attr(row(task.ID), "status", "running")); err != nil {
+		t.Fatalf("the list never shown while the stream was refused: %v", err)
+	}
+	unavailable := chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent.startsWith("Live updates unavailable")`, chromedp.WithPollingTimeout(20*time.Second))
+	if err := chromedp.Do(bctx, unavailable); err != nil {
+		t.Fatalf("the page never said the stream was refused: %v", err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); refused.Load() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the page never asked for the refused stream again")
+		}
+		time.Sleep(10 * time.Millisecond) // polling, with a deadline
+	}
+	refuse.Store(false)
+	if err := chromedp.Do(bctx, isLive); err != nil {
+		t.Fatalf("the stream never opened once the server took it: %v", err)
+	}
+	close(finish)
+	if err := chromedp.Do(bctx, attr(row(task.ID), "status", "completed")); err != nil {
+		t.Fatalf("the end never streamed: %v", err)
+	}
+}
