@@ -18,6 +18,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"log"
@@ -142,21 +143,27 @@ func authenticate(r *http.Request) (workers.TaskAuthority, error) {
 	user := r.Header.Get("X-User")
 	if user == "" {
 		if c, err := r.Cookie("user"); err == nil {
-			user = c.Value
+			b, err := base64.RawURLEncoding.DecodeString(c.Value)
+			if err != nil {
+				return nil, err
+			}
+			user = string(b)
 		}
 	}
 	return workers.NewOwner(user)
 }
 
 // login is the demo's stand-in for signing in: it remembers ?user= in a
-// cookie and opens the dashboard.
+// cookie and opens the dashboard. The cookie holds the id base64url
+// encoded: a cookie drops the bytes it cannot hold (é, ;, a space), which
+// would sign "éric" in as "ric".
 func login(w http.ResponseWriter, r *http.Request) {
 	owner, err := workers.NewOwner(r.URL.Query().Get("user"))
 	if err != nil {
 		workershttp.WriteError(w, fmt.Errorf("%w: %v", workershttp.ErrBadRequest, err))
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: "user", Value: owner.ID(), Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	http.SetCookie(w, &http.Cookie{Name: "user", Value: base64.RawURLEncoding.EncodeToString([]byte(owner.ID())), Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 

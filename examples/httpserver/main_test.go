@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
@@ -137,4 +138,24 @@ func TestQuotaAnswers429WithRetryAfter(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, c.do("GET", "/tasks/alice::c", "alice", nil), "the refused task left no record")
 	assert.Equal(t, http.StatusAccepted, c.do("POST", "/tasks?key=a&steps=1", "bob", nil), "bob is not held back by alice")
 	require.NoError(t, rt.Shutdown(context.Background()))
+}
+
+// /login's cookie signs in the user it names, whatever bytes the id
+// holds that a cookie's value cannot.
+func TestLoginSignsInTheUserItNames(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(context.Background())
+	api := newAPI(rt, t.Context())
+	for _, user := range []string{"alice", "éric", "a;b", "a b"} {
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, httptest.NewRequest("GET", "/login?user="+url.QueryEscape(user), nil))
+		require.Equal(t, http.StatusSeeOther, w.Code, user)
+		cookies := w.Result().Cookies()
+		require.Len(t, cookies, 1, user)
+		req := httptest.NewRequest("GET", "/tasks", nil)
+		req.AddCookie(cookies[0])
+		auth, err := authenticate(req)
+		require.NoError(t, err, user)
+		assert.Equal(t, workers.MustOwner(user), auth, user)
+	}
 }
