@@ -52,7 +52,7 @@ func causeOutcome(cause error) outcome {
 
 // apply writes o into st, with the completion time.
 func (o outcome) apply(st *State, completed time.Time) {
-	st.Status, st.Cause, st.Error, st.CompletedAt = o.status, o.code, o.message, completed
+	st.Status, st.Cause, st.Error, st.CompletedAt = o.status, o.code, truncateText(o.message, MaxErrorLen), completed
 }
 
 // causeOf maps a record's cause code back to the error it stands for, or

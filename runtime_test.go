@@ -556,6 +556,19 @@ func TestCallbackErrorFailsTheTask(t *testing.T) {
 	assert.Nil(t, errors.Unwrap(snap.Err()))
 }
 
+// A callback's error is recorded up to MaxErrorLen bytes, cut at a
+// character's start.
+func TestALongCallbackErrorIsTruncated(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	long := strings.Repeat("é", MaxErrorLen) // two bytes each
+	sub, err := rt.Submit(ctx, "k", returns(nil, errors.New(long)), alice)
+	require.NoError(t, err)
+	snap := settled(t, rt, sub.ID)
+	assert.Equal(t, StatusFailed, snap.Status)
+	assert.Equal(t, long[:MaxErrorLen], snap.Error)
+}
+
 // Many callers joining one global key at once: every grant survives.
 func TestConcurrentJoinsLoseNoWatcher(t *testing.T) {
 	t.Parallel()

@@ -49,7 +49,8 @@ type State struct {
 	// ResultAs.
 	Result json.RawMessage
 
-	// Error is the recorded message of a FAILED or CANCELLED run.
+	// Error is the recorded message of a FAILED or CANCELLED run: the
+	// runtime keeps the first MaxErrorLen bytes of a longer one.
 	Error string
 
 	StartedAt   time.Time // zero until RUNNING
@@ -94,6 +95,12 @@ const (
 // MaxStackLen bounds State.Stack: a longer stack keeps its first
 // MaxStackLen bytes.
 const MaxStackLen = 16 << 10
+
+// MaxErrorLen bounds the message the runtime records in State.Error: a
+// callback's longer error keeps its first MaxErrorLen bytes. Every
+// status read, listing and event carries the message, so one callback's
+// error the size of its input would weigh on them all.
+const MaxErrorLen = 16 << 10
 
 // Record is what a store holds for one task id. The identity fields (ID,
 // RunID, Queue, Watchers, CreatedAt) are written only by InsertTask,
