@@ -52,7 +52,7 @@ func TestCancelClaimsBeforeTheRunsContextEnds(t *testing.T) {
 	s := &hookStore{Store: NewMemStore()}
 	s.onTransition = func(ctx context.Context, _ string, _ []Status, next State) {
 		if ctx.Value(callerTag{}) != nil && next.Status == StatusCancelled {
-			causeAtClaim.Store(struct{ err error }{task.Load().CancelReason()})
+			causeAtClaim.Store(struct{ err error }{task.Load().CancelCause()})
 		}
 	}
 	rt := newRuntime(t, s, Config{})
@@ -502,7 +502,7 @@ func TestSyncLoopSparesARunThatFinishedDuringItsRead(t *testing.T) {
 		s.armed.Store(true)
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
-		assert.NoError(t, task.CancelReason(), "a finished run is not cancelled")
+		assert.NoError(t, task.CancelCause(), "a finished run is not cancelled")
 		require.NoError(t, rt.Shutdown(context.Background()))
 	})
 }

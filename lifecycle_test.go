@@ -43,7 +43,7 @@ func TestTimeoutFailsTheTaskAtOnceAndIsNeverRetried(t *testing.T) {
 		require.ErrorAs(t, snap.Err(), &te)
 		assert.Equal(t, time.Second, te.Timeout)
 		assert.ErrorIs(t, snap.Err(), ErrTimeout)
-		require.ErrorAs(t, task.CancelReason(), &te, "the context's cause is the typed timeout")
+		require.ErrorAs(t, task.CancelCause(), &te, "the context's cause is the typed timeout")
 
 		time.Sleep(time.Hour)
 		synctest.Wait()
@@ -495,7 +495,7 @@ func TestUserCancelCauseSurvivesShutdown(t *testing.T) {
 	go func() { shut <- rt.Shutdown(ctx) }()
 	close(release)
 	require.NoError(t, <-shut)
-	assert.ErrorIs(t, task.CancelReason(), ErrCancelled)
+	assert.ErrorIs(t, task.CancelCause(), ErrCancelled)
 	assert.Equal(t, "Cancelled by user", mustStatus(t, rt, sub.ID).Error)
 }
 
@@ -1019,10 +1019,10 @@ func TestSyncLoopCancelsRunsEndedElsewhere(t *testing.T) {
 
 				c.end(t, s, other, sub.ID)
 				synctest.Wait()
-				assert.NoError(t, task.CancelReason(), "nothing reaches the run before the loop runs")
+				assert.NoError(t, task.CancelCause(), "nothing reaches the run before the loop runs")
 				time.Sleep(time.Second)
 				synctest.Wait()
-				assert.ErrorIs(t, task.CancelReason(), c.cause)
+				assert.ErrorIs(t, task.CancelCause(), c.cause)
 				select {
 				case <-g.ran:
 				default:
@@ -1046,14 +1046,14 @@ func TestSyncLoopLeavesLiveRunsAlone(t *testing.T) {
 		task := g.task.Load()
 		time.Sleep(time.Hour)
 		synctest.Wait()
-		assert.NoError(t, task.CancelReason())
+		assert.NoError(t, task.CancelCause())
 		g.open()
 		synctest.Wait()
 		assert.Equal(t, StatusCompleted, mustStatus(t, rt, sub.ID).Status)
-		assert.NoError(t, task.CancelReason(), "a finished run is not cancelled after the fact")
+		assert.NoError(t, task.CancelCause(), "a finished run is not cancelled after the fact")
 		time.Sleep(time.Hour)
 		synctest.Wait()
-		assert.NoError(t, task.CancelReason())
+		assert.NoError(t, task.CancelCause())
 	})
 }
 

@@ -239,7 +239,7 @@ func TestSupersededRunLateWriteNeverLands(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, second.Joined)
 	wait(t, fresh.started, "the re-run to start: it is not stranded at PENDING")
-	assert.ErrorIs(t, oldTask.CancelReason(), ErrSuperseded)
+	assert.ErrorIs(t, oldTask.CancelCause(), ErrSuperseded)
 
 	old.open()
 	wait(t, old.ran, "first callback to return")
@@ -374,7 +374,7 @@ func TestCancelClaimsTheRecordBeforeCancellingTheContext(t *testing.T) {
 	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
 		close(started)
 		<-ctx.Done()
-		reason = tk.CancelReason()
+		reason = tk.CancelCause()
 		rec, err := s.GetTask(context.Background(), tk.ID())
 		if err != nil {
 			return nil, err

@@ -350,9 +350,12 @@ func (t *Task) Progress() int {
 	return 0
 }
 
-// CancelReason returns the cause the run's context was cancelled with, or
-// nil while it has not been. The first cause is the one that sticks.
-func (t *Task) CancelReason() error {
+// CancelCause returns the cause the run's context was cancelled with
+// (ErrCancelled, ErrShutdown, a *TimeoutError, ...), as context.Cause of
+// the callback's context does, or nil while it has not been. The first
+// cause is the one that sticks. The text a canceller gave (WithReason) is
+// in the record: Snapshot.CancelReason.
+func (t *Task) CancelCause() error {
 	return t.cause()
 }
 

@@ -158,7 +158,7 @@ func nonWatcherSeesNotFound(h *harness) {
 	if rec := h.stored(live.ID); rec.Status != workers.StatusRunning || rec.RunID != live.RunID {
 		h.t.Errorf("after the non-watcher's cancel the record is %s under run %q, want RUNNING under %q", rec.Status, rec.RunID, live.RunID)
 	}
-	if reason := g.task.CancelReason(); reason != nil {
+	if reason := g.task.CancelCause(); reason != nil {
 		h.t.Errorf("the non-watcher's Cancel cancelled the run: %v", reason)
 	}
 	g.open()

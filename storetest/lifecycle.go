@@ -75,7 +75,7 @@ func cancelWhileRunning(h *harness) {
 	if !errors.Is(g.cause, workers.ErrCancelled) {
 		h.t.Errorf("the callback's context ended with the cause %v, want ErrCancelled", g.cause)
 	}
-	if reason := g.task.CancelReason(); !errors.Is(reason, workers.ErrCancelled) {
+	if reason := g.task.CancelCause(); !errors.Is(reason, workers.ErrCancelled) {
 		h.t.Errorf("CancelReason() = %v, want ErrCancelled", reason)
 	}
 

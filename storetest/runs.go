@@ -110,7 +110,7 @@ func rerunSupersedes(h *harness) {
 		h.fatalf("re-submitting the finished key = %+v, want a new run of %q replacing run %q", second, first.ID, first.RunID)
 	}
 	h.wait(fresh.started, "the new run to start (it must not be stranded PENDING)")
-	if reason := old.task.CancelReason(); !errors.Is(reason, workers.ErrSuperseded) {
+	if reason := old.task.CancelCause(); !errors.Is(reason, workers.ErrSuperseded) {
 		h.t.Errorf("the predecessor's CancelReason() = %v, want ErrSuperseded", reason)
 	}
 
@@ -348,7 +348,7 @@ func timeoutFails(h *harness) {
 	if !errors.As(snap.Err(), &te) || te.Timeout != timeout {
 		h.t.Errorf("Snapshot.Err() = %v (recorded %q), want a *TimeoutError for %v", snap.Err(), snap.Error, timeout)
 	}
-	if reason := stuck.task.CancelReason(); !errors.As(reason, &te) {
+	if reason := stuck.task.CancelCause(); !errors.As(reason, &te) {
 		h.t.Errorf("the run's CancelReason() = %v, want a *TimeoutError", reason)
 	}
 
