@@ -102,6 +102,25 @@ func serve(t *testing.T, rt *workers.Runtime[*workers.MemStore], h http.Handler)
 	return srv
 }
 
+// submitHeld submits alice's task key, which runs until finish is
+// closed, then completes.
+func submitHeld(t *testing.T, rt *workers.Runtime[*workers.MemStore], key string) (workers.Submission, chan struct{}) {
+	t.Helper()
+	finish := make(chan struct{})
+	sub, err := rt.Submit(context.Background(), key, func(ctx context.Context, _ *workers.Task) (any, error) {
+		select {
+		case <-finish:
+			return "done", nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, finish
+}
+
 // row selects a task's row on the dashboard.
 func row(id string) string { return fmt.Sprintf(`tr[data-id=%q]`, id) }
 
@@ -243,18 +262,7 @@ func TestDashboardKeepsAnEndThatArrivesBeforeTheList(t *testing.T) {
 		w.WriteHeader(rec.Code)
 		_, _ = w.Write(rec.Body.Bytes())
 	}))
-	finish := make(chan struct{})
-	late, err := rt.Submit(context.Background(), "late", func(ctx context.Context, _ *workers.Task) (any, error) {
-		select {
-		case <-finish:
-			return "done", nil
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	}, workers.MustOwner("alice"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	late, finish := submitHeld(t, rt, "late")
 
 	bctx := openBrowser(t, bin)
 	hold.Store(true)
@@ -302,18 +310,7 @@ func TestDashboardRetriesAStreamTheServerRefused(t *testing.T) {
 		}
 		h.ServeHTTP(w, r)
 	}))
-	finish := make(chan struct{})
-	task, err := rt.Submit(context.Background(), "report", func(ctx context.Context, _ *workers.Task) (any, error) {
-		select {
-		case <-finish:
-			return "done", nil
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	}, workers.MustOwner("alice"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	task, finish := submitHeld(t, rt, "report")
 
 	bctx := openBrowser(t, bin)
 	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/login?user=alice")); err != nil {
