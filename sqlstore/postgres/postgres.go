@@ -224,8 +224,8 @@ func connLost(err error) bool {
 
 // Store is a workers.Store on a PostgreSQL database. It is safe for
 // concurrent use, and several processes may share its tables. The
-// methods of the workers.Store interface, and Migrate, come from the
-// embedded implementation shared with the SQLite store.
+// methods of the workers.Store interface, documented there, come from
+// the embedded implementation shared with the SQLite store.
 type Store struct {
 	*sqlcore.Store
 
@@ -326,3 +326,13 @@ func (s *Store) Close() error {
 	}
 	return err
 }
+
+// Migrate creates the store's tables, or brings them up to date, and
+// does nothing when they are current: call it before the store's first
+// use. It runs in one transaction under an advisory lock, so that processes
+// that start at once (a rolling deploy) apply each version once. Tables
+// a newer release migrated are used as they are when that release
+// recorded them as compatible with this one, and are otherwise refused
+// with ErrSchemaTooNew, untouched; tables whose recorded migrations
+// differ from this release's are refused with ErrSchemaMismatch.
+func (s *Store) Migrate(ctx context.Context) error { return s.Store.Migrate(ctx) }

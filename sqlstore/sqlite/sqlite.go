@@ -111,9 +111,9 @@ var dialect = &sqlcore.Dialect{
 }
 
 // Store is a workers.Store in a SQLite database file. It is safe for
-// concurrent use. The methods of the workers.Store interface, and
-// Migrate, come from the embedded implementation shared with the
-// PostgreSQL store.
+// concurrent use. The methods of the workers.Store interface,
+// documented there, come from the embedded implementation shared with
+// the PostgreSQL store.
 type Store struct {
 	*sqlcore.Store
 
@@ -233,3 +233,13 @@ func open(ctx context.Context, path string, n int, params url.Values) (*sql.DB, 
 func (s *Store) Close() error {
 	return errors.Join(s.read.Close(), s.write.Close())
 }
+
+// Migrate creates the store's tables, or brings them up to date, and
+// does nothing when they are current: call it before the store's first
+// use. It runs in one transaction under the file's write lock, so that processes
+// that start at once (a rolling deploy) apply each version once. Tables
+// a newer release migrated are used as they are when that release
+// recorded them as compatible with this one, and are otherwise refused
+// with ErrSchemaTooNew, untouched; tables whose recorded migrations
+// differ from this release's are refused with ErrSchemaMismatch.
+func (s *Store) Migrate(ctx context.Context) error { return s.Store.Migrate(ctx) }
