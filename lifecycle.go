@@ -435,6 +435,9 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 // replica. Over a store without leases, every other runtime's run counts
 // as dead: call it only where the other processes are known to be gone
 // (at the startup of a single instance, with Config.RecoverZombies).
+//
+// A record it cannot end (its write fails) does not stop it: it goes on
+// with the others, and returns the first such error with its count.
 func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
 	return rt.recoverRuns(ctx, true)
 }

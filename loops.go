@@ -428,7 +428,9 @@ func (rt *Runtime[S]) liveInstances(ctx context.Context, l Leaser) (map[string]s
 // leases, manual recovery takes every other runtime's run for dead, and
 // the loop never runs. Each write is fenced on the run id and status
 // read, so several recoverers at once are harmless, and a run registered
-// since the read is never touched.
+// since the read is never touched. A record that cannot be ended (its
+// write fails, or is cut off) does not hold back the ones after it: the
+// pass goes on, and returns the first such error with its count.
 func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error) {
 	l, leased := any(rt.store).(Leaser)
 	if !leased && !manual {
@@ -467,7 +469,11 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 	o := causeOutcome(ErrAbandoned)
 	ts := now()
 	n := 0
+	var failed error // the first write that failed
 	for _, rec := range recs {
+		if ctx.Err() != nil {
+			break // the loop halted, or a manual caller gave up
+		}
 		inst := InstanceOf(rec.RunID)
 		own := inst == rt.instance
 		if !own && leased {
@@ -495,14 +501,22 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 			err = call(end)
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			return n, err
+			// A row lock a stuck transaction holds, say: the next pass
+			// tries it again, and the records after it go on now.
+			if failed == nil {
+				failed = fmt.Errorf("end %s's abandoned run: %w", rec.ID, err)
+			}
+			continue
 		}
 		if ok {
 			n++
 			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, created: rec.CreatedAt, state: st})
 		}
 	}
-	return n, nil
+	if failed == nil {
+		failed = ctx.Err()
+	}
+	return n, failed
 }
 
 // listen follows a Notifier store's notices until ctx ends: each wakes

@@ -392,7 +392,7 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 			causeOutcome(t.cause()).apply(st, now())
 		}
 		if !sleep(rt.life, jitter(backoff)) {
-			continue // the next try fails at once and logs the give-up
+			continue // the runtime's life ended: one last try (see transition), then the give-up
 		}
 		backoff = min(2*backoff, writeBackoffMax)
 	}
