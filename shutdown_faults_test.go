@@ -210,7 +210,7 @@ func TestFaultCancelWhoseOutcomeIsUnknownStillCancelsTheRun(t *testing.T) {
 // runtime's life and releasing the lease, before it leaves.
 func TestFaultConcurrentShutdownsWaitForTheSameSubmissions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, _, f := faulty(workers.Config{})
+		rt, mem, f := faulty(workers.Config{})
 		// Take the lease first, so the submission below only inserts.
 		first, err := rt.Submit(context.Background(), "first", result(1), owner)
 		require.NoError(t, err)
@@ -232,10 +232,11 @@ func TestFaultConcurrentShutdownsWaitForTheSameSubmissions(t *testing.T) {
 		go func() { b <- rt.Shutdown(context.Background()) }()
 
 		errA := <-a
-		select {
-		case <-submitted:
-		default:
-			t.Errorf("the first Shutdown returned %v while a submission was still registering", errA)
+		// The insert, delayed 2 s, has landed: Shutdown waited for it.
+		// (Whether the submitting goroutine has run on since is up to the
+		// scheduler.)
+		if _, err := mem.GetTask(context.Background(), scoped(t, "slow")); err != nil {
+			t.Errorf("the first Shutdown returned %v while a submission was still registering: %v", errA, err)
 		}
 		<-submitted
 		require.NoError(t, <-b)
