@@ -661,9 +661,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		// so it has a state. If its own end landed since, that write
 		// reported it, and the record holds it: nothing more to do.
 		r := t.run.Load()
-		if !r.writeMu.TryLock() && !rt.leaveEndToWriter(t, &rec) {
-			continue
-		}
+		r.writeMu.Lock()
 		running := r.running()
 		if running {
 			t.cancel(cause)
@@ -678,30 +676,6 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 			rt.reportEnd(t, change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
 		}
 	}
-}
-
-// leaveEndToWriter is checkRuns's step for a run found ended elsewhere
-// while it writes: its outcome, say, retried for as long as the store
-// fails, which the end found fences out. The sync loop does not wait for
-// it: the writer reports the end found if its own write does not land
-// (see write). It reports true, with the run's writeMu held, when the
-// write ended meanwhile and checkRuns is to go on as if it had not been
-// writing.
-func (rt *Runtime[S]) leaveEndToWriter(t *Task, rec *Record) bool {
-	if rec.RunID != t.RunID() || !rec.Status.Terminal() {
-		return false // replaced or deleted: no end of the run's to report
-	}
-	rt.found.Store(t, &change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
-	t.mark(runEndFound)
-	r := t.run.Load()
-	if !r.writeMu.TryLock() {
-		return false // the writer reports it once its write is done
-	}
-	if _, mine := rt.found.LoadAndDelete(t); !mine {
-		r.writeMu.Unlock()
-		return false // the writer took it
-	}
-	return true
 }
 
 // endedBy reads t's record and returns it with the cause t's context is

@@ -323,14 +323,6 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 	r.writeMu.Lock()
 	ok := rt.writeLocked(op, t, from, st)
 	r.writeMu.Unlock()
-	if t.has(runEndFound) {
-		// The sync loop found the run ended elsewhere while this write
-		// went on. Fenced out, the write leaves that end to report; if
-		// it landed, it is the run's own end, reported below.
-		if c, found := rt.found.LoadAndDelete(t); found && !ok {
-			rt.reportEnd(t, *c.(*change))
-		}
-	}
 	if ok {
 		if st.Status.Terminal() {
 			op = opFinish

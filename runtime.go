@@ -213,12 +213,6 @@ type Runtime[S Store] struct {
 	// ended before its submission was reported: its submitter reports
 	// it next (see reportEnd).
 	early sync.Map
-
-	// found holds, by run (*Task), the end the sync loop found in the
-	// record of a run another process ended while the run was writing:
-	// the writer reports it if its own write does not land (see
-	// checkRuns and write).
-	found sync.Map
 }
 
 // cacheLinePad keeps the fields before it and those after it off one

@@ -127,7 +127,6 @@ const (
 	runAnnounced  // the run's submission was reported
 	runEndWaiting // an end reported before the submission waits in Runtime.early
 	runRetired    // its submission failed: its end reaches Wait and the streams, not the observers
-	runEndFound   // the sync loop found the run ended elsewhere while it wrote: the end waits in Runtime.found
 )
 
 // has reports whether flag is set.
