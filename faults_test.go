@@ -492,9 +492,6 @@ func TestFaultALoopPassTheStoreNeverAnswersIsCutOff(t *testing.T) {
 	}
 }
 
-// StoreTimeout bounds each call of the recovery loop, not its whole pass:
-// a pass whose calls each answer within the bound recovers, however
-// long the calls take together.
 // A record whose write never lands (a row lock a stuck transaction
 // holds) holds back no other: every pass cuts its write off, and goes on
 // with the records after it.
@@ -538,6 +535,9 @@ func TestFaultARecordRecoveryCannotEndHoldsBackNoOther(t *testing.T) {
 	}
 }
 
+// StoreTimeout bounds each call of the recovery loop, not its whole pass:
+// a pass whose calls each answer within the bound recovers, however
+// long the calls take together.
 func TestFaultARecoveryPassLongerThanStoreTimeoutRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()

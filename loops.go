@@ -472,7 +472,12 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 	var failed error // the first write that failed
 	for _, rec := range recs {
 		if ctx.Err() != nil {
-			break // the loop halted, or a manual caller gave up
+			// The loop halted, or a manual caller gave up, with records
+			// left to end.
+			if failed == nil {
+				failed = ctx.Err()
+			}
+			break
 		}
 		inst := InstanceOf(rec.RunID)
 		own := inst == rt.instance
@@ -512,9 +517,6 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 			n++
 			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, created: rec.CreatedAt, state: st})
 		}
-	}
-	if failed == nil {
-		failed = ctx.Err()
 	}
 	return n, failed
 }
