@@ -661,15 +661,9 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		}
 		// The run was RUNNING by its own account at the progress check,
 		// so it has a state. If its own end landed since, that write
-		// reported it, and the record holds it: nothing more to do. A
-		// run that is writing is not waited for (its write may retry
-		// for as long as the store fails): fenced out, its outcome or
-		// retry reports the end the record holds (see reportEndFound),
-		// and a retry that landed is cancelled on a later pass.
+		// reported it, and the record holds it: nothing more to do.
 		r := t.run.Load()
-		if !r.writeMu.TryLock() {
-			continue
-		}
+		r.writeMu.Lock()
 		running := r.running()
 		if running {
 			t.cancel(cause)

@@ -328,30 +328,8 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 			op = opFinish
 		}
 		rt.emit(&change{kind: runOps[op].change, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
-	} else if (op == opFinish || op == opRetry) && !t.has(runEndSeen) {
-		rt.reportEndFound(t)
 	}
 	return ok
-}
-
-// reportEndFound reports the end another writer gave run t, whose own
-// outcome or retry was not written: fenced out by that end, the record
-// holds it. The sync loop leaves a run that is writing to this (see
-// checkRuns). A write that gave up, or a run replaced or deleted since,
-// leaves no end of the run's to report.
-func (rt *Runtime[S]) reportEndFound(t *Task) {
-	if rt.life.Err() != nil {
-		return
-	}
-	var rec Record
-	err := rt.boundedCall(rt.life, func(ctx context.Context) (err error) {
-		rec, err = rt.store.GetTask(ctx, t.ID())
-		return err
-	})
-	if err != nil || rec.RunID != t.RunID() || !rec.Status.Terminal() {
-		return
-	}
-	rt.reportEnd(t, change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
 }
 
 // writeLocked is write with the run's writeMu held.
