@@ -663,6 +663,9 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		// so it has a state. If its own end landed since, that write
 		// reported it, and the record holds it: nothing more to do.
 		r := t.run.Load()
+		if t.has(runWriting) && rt.leaveEndToWriter(t, &rec) {
+			continue
+		}
 		r.writeMu.Lock()
 		running := r.running()
 		if running {
@@ -678,6 +681,31 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 			rt.reportEnd(t, change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
 		}
 	}
+}
+
+// leaveEndToWriter is checkRuns's step for run t, found ended by
+// another writer (rec) while the run tries a write of its own, which may
+// retry for as long as the store fails: the pass does not wait for it.
+// The write will not land over that end (an outcome, or a retry, is
+// fenced out); if it does not, it reports the end rec holds, kept in
+// Runtime.found. (A retry that landed before the end was written leaves
+// the run going: a later pass cancels it.) It reports false when the
+// write ended meanwhile, for checkRuns to go on as if there had been
+// none; the end kept is then reported at most once (runEndSeen).
+func (rt *Runtime[S]) leaveEndToWriter(t *Task, rec *Record) bool {
+	if rec.RunID == t.RunID() && rec.Status.Terminal() {
+		rt.found.Store(t, &change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
+		t.mark(runEndKept)
+	}
+	// The write clears runWriting, then looks for runEndKept, both in
+	// the flags: if runWriting is still set here, the write sees the end.
+	if t.has(runWriting) {
+		return true
+	}
+	// The write ended meanwhile, and the run may have settled: checkRuns
+	// goes on itself, and nothing is left kept.
+	rt.found.Delete(t)
+	return false
 }
 
 // endedBy reads t's record and returns it with the cause t's context is

@@ -2,8 +2,11 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,4 +303,192 @@ func TestRetiredRunOverAMemStoreSettles(t *testing.T) {
 	assert.Nil(t, r.rec)
 	_, err := rt.store.GetTask(ctx, "alice::k")
 	assert.ErrorIs(t, err, ErrNotFound, "nothing stored")
+}
+
+// writesFail is a store whose TransitionTask fails, transiently, while
+// failing is set; its reads work.
+type writesFail struct {
+	Store
+	failing atomic.Bool
+	failed  atomic.Int64
+}
+
+func (s *writesFail) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if s.failing.Load() {
+		s.failed.Add(1)
+		return false, errors.New("connection reset")
+	}
+	return s.Store.TransitionTask(ctx, id, runID, from, next)
+}
+
+// The sync loop that finds a run ended elsewhere while the run's outcome
+// write retries (the store's writes fail, its reads work) does not wait
+// for that write: the pass goes on, and the write, which cannot land
+// over that end, reports it, once, when it gives up on the store or is
+// fenced out, also once the record was replaced since.
+func TestSyncDoesNotWaitForARunsRetryingWrite(t *testing.T) {
+	for _, c := range []string{"fenced", "replaced", "shutdown"} {
+		t.Run(c, func(t *testing.T) {
+			bg := context.Background()
+			mem := NewMemStore()
+			s := &writesFail{Store: mem}
+			finished := make(chan Event, 4)
+			rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler), Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
+				if e.Kind == EventFinished {
+					finished <- e
+				}
+			})}})
+			t.Cleanup(func() {
+				sctx, cancel := context.WithTimeout(bg, 10*time.Second)
+				defer cancel()
+				if err := rt.Shutdown(sctx); c != "shutdown" {
+					assert.NoError(t, err)
+				}
+			})
+			g := newGate()
+			sub, err := rt.Submit(bg, "k", g.fn, alice)
+			require.NoError(t, err)
+			wait(t, g.started, "the run to start")
+
+			// Another process cancels the run, in the shared records.
+			st := State{Status: StatusCancelled, Cause: CauseCancelled, Error: "cancelled elsewhere", CompletedAt: now()}
+			ok, err := mem.TransitionTask(bg, sub.ID, sub.RunID, []Status{StatusRunning}, st)
+			require.NoError(t, err)
+			require.True(t, ok)
+			s.failing.Store(true)
+
+			paused, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			rt.hooks.Store(&hooks{syncRead: func() { once.Do(func() { close(paused); <-resume }) }})
+			defer rt.hooks.Store(nil)
+			synced := make(chan struct{})
+			go func() { defer close(synced); rt.syncRuns(bg) }()
+			wait(t, paused, "the sync to find the run running")
+			g.open() // the callback returns; its outcome write fails, and retries
+			eventually(t, func() bool { return s.failed.Load() >= 1 }, "the outcome write to fail")
+			close(resume)
+			wait(t, synced, "the sync pass, while the run's write still retries")
+			select {
+			case e := <-finished:
+				t.Fatalf("an end reported while the run's write retries: %+v", e)
+			default:
+			}
+			switch c {
+			case "replaced":
+				// Another process runs the key again before the write is
+				// fenced out.
+				next := Record{ID: sub.ID, RunID: "elsewhere.1", Watchers: []string{"alice"}, CreatedAt: now(), State: State{Status: StatusPending}}
+				require.NoError(t, mem.ReplaceTask(bg, next, sub.RunID))
+				s.failing.Store(false) // the write is fenced out
+			case "shutdown":
+				// The write gives up at Shutdown's cutoff.
+				sctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+				defer cancel()
+				assert.Error(t, rt.Shutdown(sctx), "a run's write left")
+			default:
+				s.failing.Store(false) // the write is fenced out
+			}
+			select {
+			case e := <-finished:
+				assert.Equal(t, sub.RunID, e.RunID)
+				assert.Equal(t, StatusCancelled, e.Status)
+				assert.Equal(t, CauseCancelled, e.Cause)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the end found was never reported")
+			}
+			eventually(t, func() bool { return rt.handle(sub.ID, sub.RunID) == nil }, "the run to settle")
+			select {
+			case e := <-finished:
+				t.Fatalf("the end reported twice: %+v", e)
+			default:
+			}
+		})
+	}
+}
+
+// retryHeld is a store whose write of a run's second attempt lands, then
+// waits for release before it answers.
+type retryHeld struct {
+	Store
+	landed, release chan struct{}
+}
+
+func (s *retryHeld) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	ok, err := s.Store.TransitionTask(ctx, id, runID, from, next)
+	if next.Status == StatusRunning && next.Attempt == 2 {
+		close(s.landed)
+		<-s.release
+	}
+	return ok, err
+}
+
+// A retry that lands while the sync loop finds the run ended elsewhere:
+// the pass does not wait for the write, and a later pass cancels the
+// attempt the retry began and reports the end, once.
+func TestSyncCancelsOnALaterPassARetryThatLandedWhileItChecked(t *testing.T) {
+	bg := context.Background()
+	mem := NewMemStore()
+	s := &retryHeld{Store: mem, landed: make(chan struct{}), release: make(chan struct{})}
+	finished := make(chan Event, 4)
+	rt := newRuntime(t, s, Config{Logger: slog.New(slog.DiscardHandler), Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
+		if e.Kind == EventFinished {
+			finished <- e
+		}
+	})}})
+	first, second := make(chan struct{}), make(chan struct{})
+	failFirst := make(chan struct{})
+	cause := make(chan error, 1)
+	sub, err := rt.Submit(bg, "k", func(ctx context.Context, task *Task) (any, error) {
+		if task.Attempt() == 1 {
+			close(first)
+			<-failFirst
+			return nil, errors.New("try again")
+		}
+		close(second)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	}, alice, WithRetry(RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond}))
+	require.NoError(t, err)
+	wait(t, first, "the first attempt")
+
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rt.hooks.Store(&hooks{syncRead: func() { once.Do(func() { close(paused); <-resume }) }})
+	defer rt.hooks.Store(nil)
+	synced := make(chan struct{})
+	go func() { defer close(synced); rt.syncRuns(bg) }()
+	wait(t, paused, "the sync to find the run running")
+	close(failFirst)
+	wait(t, s.landed, "the retry's write to land")
+	// Another process cancels the run's second attempt.
+	st := State{Status: StatusCancelled, Cause: CauseCancelled, Error: "cancelled elsewhere", Attempt: 2, CompletedAt: now()}
+	ok, err := mem.TransitionTask(bg, sub.ID, sub.RunID, []Status{StatusRunning}, st)
+	require.NoError(t, err)
+	require.True(t, ok)
+	close(resume)
+	wait(t, synced, "the sync pass, while the retry's write has not answered")
+	close(s.release)
+	wait(t, second, "the second attempt, which the retry began")
+
+	rt.syncRuns(bg) // a later pass
+	select {
+	case err := <-cause:
+		assert.ErrorIs(t, err, ErrCancelled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second attempt was never cancelled")
+	}
+	select {
+	case e := <-finished:
+		assert.Equal(t, StatusCancelled, e.Status)
+		assert.Equal(t, CauseCancelled, e.Cause)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the end was never reported")
+	}
+	eventually(t, func() bool { return rt.handle(sub.ID, sub.RunID) == nil }, "the run to settle")
+	select {
+	case e := <-finished:
+		t.Fatalf("the end reported twice: %+v", e)
+	default:
+	}
 }

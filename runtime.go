@@ -213,6 +213,12 @@ type Runtime[S Store] struct {
 	// ended before its submission was reported: its submitter reports
 	// it next (see reportEnd).
 	early sync.Map
+
+	// found holds, by run (*Task), the end the sync loop found that
+	// another writer gave a run while the run's own write went on: the
+	// write reports it if it does not land (see leaveEndToWriter). settle
+	// drops what is left.
+	found sync.Map
 }
 
 // cacheLinePad keeps the fields before it and those after it off one
@@ -949,6 +955,9 @@ func (rt *Runtime[S]) handle(id, runID string) *Task {
 // settle ends a run's life in the runtime. Only the run that holds the
 // handle removes it: a successor's handle is never touched.
 func (rt *Runtime[S]) settle(t *Task) {
+	if t.has(runEndKept) {
+		rt.found.Delete(t)
+	}
 	rt.runs.settle(t)
 	if t.adm != nil {
 		rt.adm.release(t.adm) // the callback has returned: its slot frees

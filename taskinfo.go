@@ -127,6 +127,8 @@ const (
 	runAnnounced  // the run's submission was reported
 	runEndWaiting // an end reported before the submission waits in Runtime.early
 	runRetired    // its submission failed: its end reaches Wait and the streams, not the observers
+	runWriting    // write is trying the run's own write, which may retry for as long as the store fails
+	runEndKept    // the sync loop kept in Runtime.found an end it found while the run wrote
 )
 
 // has reports whether flag is set.
