@@ -693,8 +693,13 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 // write ended meanwhile, for checkRuns to go on as if there had been
 // none; the end kept is then reported at most once (runEndSeen).
 func (rt *Runtime[S]) leaveEndToWriter(t *Task, rec *Record) bool {
+	if h := rt.hooks.Load(); h != nil && h.keepEnd != nil {
+		h.keepEnd()
+	}
+	var kept *change
 	if rec.RunID == t.RunID() && rec.Status.Terminal() {
-		rt.found.Store(t, &change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
+		kept = &change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State}
+		rt.found.Store(t, kept)
 		t.mark(runEndKept)
 	}
 	// The write clears runWriting, then looks for runEndKept, both in
@@ -703,8 +708,11 @@ func (rt *Runtime[S]) leaveEndToWriter(t *Task, rec *Record) bool {
 		return true
 	}
 	// The write ended meanwhile, and the run may have settled: checkRuns
-	// goes on itself, and nothing is left kept.
-	rt.found.Delete(t)
+	// goes on itself, and leaves nothing of its own kept. (An end another
+	// pass kept stays, for the write or settle.)
+	if kept != nil {
+		rt.found.CompareAndDelete(t, kept)
+	}
 	return false
 }
 

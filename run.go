@@ -320,11 +320,14 @@ const (
 // what landed. err is the callback's error, reported with the change.
 func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error) bool {
 	r := t.ensureState()
+	t.mark(runWriting) // before the lock: a pass that finds it taken by this write does not wait
 	r.writeMu.Lock()
-	t.mark(runWriting)
 	ok := rt.writeLocked(op, t, from, st)
 	t.flags.And(^runWriting)
 	r.writeMu.Unlock()
+	if h := rt.hooks.Load(); h != nil && h.wrote != nil {
+		h.wrote()
+	}
 	if ok {
 		if st.Status.Terminal() {
 			op = opFinish

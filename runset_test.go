@@ -492,3 +492,93 @@ func TestSyncCancelsOnALaterPassARetryThatLandedWhileItChecked(t *testing.T) {
 	default:
 	}
 }
+
+// Two passes at once (the timed one and the notice checker's): the first
+// keeps the end it read and goes on; the record is then replaced, and
+// the second, which found the run writing too, finds the write over by
+// the time it would keep anything. It must not drop the first's end,
+// which the fenced-out write then reports.
+func TestSyncKeptEndSurvivesAnotherPass(t *testing.T) {
+	bg := context.Background()
+	mem := NewMemStore()
+	s := &writesFail{Store: mem}
+	finished := make(chan Event, 4)
+	rt := NewRuntime(s, Config{SyncInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
+		if e.Kind == EventFinished {
+			finished <- e
+		}
+	})}})
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		assert.NoError(t, rt.Shutdown(sctx))
+	})
+	g := newGate()
+	sub, err := rt.Submit(bg, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+	st := State{Status: StatusCancelled, Cause: CauseCancelled, Error: "cancelled elsewhere", CompletedAt: now()}
+	ok, err := mem.TransitionTask(bg, sub.ID, sub.RunID, []Status{StatusRunning}, st)
+	require.NoError(t, err)
+	require.True(t, ok)
+	s.failing.Store(true)
+
+	p1, r1, p2, r2 := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	k2, rk2, w, rw := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var reads, keeps, writes atomic.Int32
+	rt.hooks.Store(&hooks{
+		syncRead: func() {
+			switch reads.Add(1) {
+			case 1:
+				close(p1)
+				<-r1
+			case 2:
+				close(p2)
+				<-r2
+			}
+		},
+		keepEnd: func() {
+			if keeps.Add(1) == 2 {
+				close(k2)
+				<-rk2
+			}
+		},
+		wrote: func() {
+			if writes.Add(1) == 1 {
+				close(w)
+				<-rw
+			}
+		},
+	})
+	defer rt.hooks.Store(nil)
+	d1, d2 := make(chan struct{}), make(chan struct{})
+	go func() { defer close(d1); rt.checkRuns(bg, nil, true) }()
+	wait(t, p1, "the first pass past its progress check")
+	go func() { defer close(d2); rt.checkRuns(bg, nil, true) }()
+	wait(t, p2, "the second pass past its progress check")
+	g.open() // the outcome write fails, and retries
+	eventually(t, func() bool { return s.failed.Load() >= 1 }, "the outcome write to fail")
+	close(r1)
+	wait(t, d1, "the first pass, which keeps the end and goes on")
+	// Another process runs the key again.
+	next := Record{ID: sub.ID, RunID: "elsewhere.1", Watchers: []string{"alice"}, CreatedAt: now(), State: State{Status: StatusPending}}
+	require.NoError(t, mem.ReplaceTask(bg, next, sub.RunID))
+	close(r2)
+	wait(t, k2, "the second pass to find the run writing")
+	s.failing.Store(false) // the write is fenced out
+	wait(t, w, "the write to end")
+	close(rk2)
+	wait(t, d2, "the second pass, which finds the write over")
+	close(rw)
+	select {
+	case e := <-finished:
+		assert.Equal(t, sub.RunID, e.RunID)
+		assert.Equal(t, StatusCancelled, e.Status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the end the first pass kept was never reported")
+	}
+	eventually(t, func() bool { return rt.handle(sub.ID, sub.RunID) == nil }, "the run to settle")
+	left := 0
+	rt.found.Range(func(any, any) bool { left++; return true })
+	assert.Zero(t, left, "an end left kept once the run settled")
+}

@@ -572,6 +572,8 @@ type hooks struct {
 	leaseLost func() // loseLease: between the epoch's bump and the sweep of the runs
 	enqueue   func() // dispatch: before a run that waits for admission, or a queue item, joins its wait
 	syncRead  func() // checkRuns: between a run's progress check and the read of its record
+	keepEnd   func() // leaveEndToWriter: before it keeps the end it read
+	wrote     func() // write: between clearing runWriting and looking for an end kept
 }
 
 // register decides, under the task's lock, whether the submission joins
