@@ -321,6 +321,75 @@ func (s *writesFail) TransitionTask(ctx context.Context, id, runID string, from 
 	return s.Store.TransitionTask(ctx, id, runID, from, next)
 }
 
+// endedElsewhere submits alice's task k over a runtime on s, whose
+// observer sends each finished event to the channel it returns, waits
+// for the callback to start, then has another process cancel the run in
+// mem and s's writes fail. The runtime's cleanup Shutdown must succeed
+// unless mayLeave.
+func endedElsewhere(t *testing.T, mem *MemStore, s *writesFail, cfg Config, mayLeave bool) (*Runtime[*writesFail], Submission, *gate, chan Event) {
+	t.Helper()
+	finished := make(chan Event, 4)
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Observers = []Observer{ObserverFunc(func(_ context.Context, e Event) {
+		if e.Kind == EventFinished {
+			finished <- e
+		}
+	})}
+	rt := NewRuntime(s, cfg)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(sctx); !mayLeave {
+			assert.NoError(t, err)
+		}
+	})
+	g := newGate()
+	sub, err := rt.Submit(context.Background(), "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+	st := State{Status: StatusCancelled, Cause: CauseCancelled, Error: "cancelled elsewhere", CompletedAt: now()}
+	ok, err := mem.TransitionTask(context.Background(), sub.ID, sub.RunID, []Status{StatusRunning}, st)
+	require.NoError(t, err)
+	require.True(t, ok)
+	s.failing.Store(true)
+	return rt, sub, g, finished
+}
+
+// reportedOnce waits for the one finished event of sub's run, which
+// another process cancelled, and for the run to settle with no other.
+func reportedOnce[S Store](t *testing.T, rt *Runtime[S], sub Submission, finished chan Event) {
+	t.Helper()
+	select {
+	case e := <-finished:
+		assert.Equal(t, sub.RunID, e.RunID)
+		assert.Equal(t, StatusCancelled, e.Status)
+		assert.Equal(t, CauseCancelled, e.Cause)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the end found was never reported")
+	}
+	eventually(t, func() bool { return rt.handle(sub.ID, sub.RunID) == nil }, "the run to settle")
+	select {
+	case e := <-finished:
+		t.Fatalf("the end reported twice: %+v", e)
+	default:
+	}
+}
+
+// pausedPass starts a sync pass that stops at its first read of a
+// record, and returns once it has: resume lets it go on, and synced is
+// closed when the pass ends.
+func pausedPass[S Store](t *testing.T, rt *Runtime[S]) (resume chan<- struct{}, synced <-chan struct{}) {
+	t.Helper()
+	paused, r := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rt.hooks.Store(&hooks{syncRead: func() { once.Do(func() { close(paused); <-r }) }})
+	t.Cleanup(func() { rt.hooks.Store(nil) })
+	done := make(chan struct{})
+	go func() { defer close(done); rt.syncRuns(context.Background()) }()
+	wait(t, paused, "the sync to find the run running")
+	return r, done
+}
+
 // The sync loop that finds a run ended elsewhere while the run's outcome
 // write retries (the store's writes fail, its reads work) does not wait
 // for that write: the pass goes on, and the write, which cannot land
@@ -332,38 +401,9 @@ func TestSyncDoesNotWaitForARunsRetryingWrite(t *testing.T) {
 			bg := context.Background()
 			mem := NewMemStore()
 			s := &writesFail{Store: mem}
-			finished := make(chan Event, 4)
-			rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler), Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
-				if e.Kind == EventFinished {
-					finished <- e
-				}
-			})}})
-			t.Cleanup(func() {
-				sctx, cancel := context.WithTimeout(bg, 10*time.Second)
-				defer cancel()
-				if err := rt.Shutdown(sctx); c != "shutdown" {
-					assert.NoError(t, err)
-				}
-			})
-			g := newGate()
-			sub, err := rt.Submit(bg, "k", g.fn, alice)
-			require.NoError(t, err)
-			wait(t, g.started, "the run to start")
+			rt, sub, g, finished := endedElsewhere(t, mem, s, Config{}, c == "shutdown")
 
-			// Another process cancels the run, in the shared records.
-			st := State{Status: StatusCancelled, Cause: CauseCancelled, Error: "cancelled elsewhere", CompletedAt: now()}
-			ok, err := mem.TransitionTask(bg, sub.ID, sub.RunID, []Status{StatusRunning}, st)
-			require.NoError(t, err)
-			require.True(t, ok)
-			s.failing.Store(true)
-
-			paused, resume := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			rt.hooks.Store(&hooks{syncRead: func() { once.Do(func() { close(paused); <-resume }) }})
-			defer rt.hooks.Store(nil)
-			synced := make(chan struct{})
-			go func() { defer close(synced); rt.syncRuns(bg) }()
-			wait(t, paused, "the sync to find the run running")
+			resume, synced := pausedPass(t, rt)
 			g.open() // the callback returns; its outcome write fails, and retries
 			eventually(t, func() bool { return s.failed.Load() >= 1 }, "the outcome write to fail")
 			close(resume)
@@ -388,20 +428,7 @@ func TestSyncDoesNotWaitForARunsRetryingWrite(t *testing.T) {
 			default:
 				s.failing.Store(false) // the write is fenced out
 			}
-			select {
-			case e := <-finished:
-				assert.Equal(t, sub.RunID, e.RunID)
-				assert.Equal(t, StatusCancelled, e.Status)
-				assert.Equal(t, CauseCancelled, e.Cause)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the end found was never reported")
-			}
-			eventually(t, func() bool { return rt.handle(sub.ID, sub.RunID) == nil }, "the run to settle")
-			select {
-			case e := <-finished:
-				t.Fatalf("the end reported twice: %+v", e)
-			default:
-			}
+			reportedOnce(t, rt, sub, finished)
 		})
 	}
 }
@@ -452,13 +479,7 @@ func TestSyncCancelsOnALaterPassARetryThatLandedWhileItChecked(t *testing.T) {
 	require.NoError(t, err)
 	wait(t, first, "the first attempt")
 
-	paused, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	rt.hooks.Store(&hooks{syncRead: func() { once.Do(func() { close(paused); <-resume }) }})
-	defer rt.hooks.Store(nil)
-	synced := make(chan struct{})
-	go func() { defer close(synced); rt.syncRuns(bg) }()
-	wait(t, paused, "the sync to find the run running")
+	resume, synced := pausedPass(t, rt)
 	close(failFirst)
 	wait(t, s.landed, "the retry's write to land")
 	// Another process cancels the run's second attempt.
@@ -478,19 +499,7 @@ func TestSyncCancelsOnALaterPassARetryThatLandedWhileItChecked(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the second attempt was never cancelled")
 	}
-	select {
-	case e := <-finished:
-		assert.Equal(t, StatusCancelled, e.Status)
-		assert.Equal(t, CauseCancelled, e.Cause)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the end was never reported")
-	}
-	eventually(t, func() bool { return rt.handle(sub.ID, sub.RunID) == nil }, "the run to settle")
-	select {
-	case e := <-finished:
-		t.Fatalf("the end reported twice: %+v", e)
-	default:
-	}
+	reportedOnce(t, rt, sub, finished)
 }
 
 // Two passes at once (the timed one and the notice checker's): the first
@@ -502,26 +511,7 @@ func TestSyncKeptEndSurvivesAnotherPass(t *testing.T) {
 	bg := context.Background()
 	mem := NewMemStore()
 	s := &writesFail{Store: mem}
-	finished := make(chan Event, 4)
-	rt := NewRuntime(s, Config{SyncInterval: time.Hour, Logger: slog.New(slog.DiscardHandler), Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
-		if e.Kind == EventFinished {
-			finished <- e
-		}
-	})}})
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(bg, 10*time.Second)
-		defer cancel()
-		assert.NoError(t, rt.Shutdown(sctx))
-	})
-	g := newGate()
-	sub, err := rt.Submit(bg, "k", g.fn, alice)
-	require.NoError(t, err)
-	wait(t, g.started, "the run to start")
-	st := State{Status: StatusCancelled, Cause: CauseCancelled, Error: "cancelled elsewhere", CompletedAt: now()}
-	ok, err := mem.TransitionTask(bg, sub.ID, sub.RunID, []Status{StatusRunning}, st)
-	require.NoError(t, err)
-	require.True(t, ok)
-	s.failing.Store(true)
+	rt, sub, g, finished := endedElsewhere(t, mem, s, Config{SyncInterval: time.Hour}, false)
 
 	p1, r1, p2, r2 := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	k2, rk2, w, rw := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -570,14 +560,7 @@ func TestSyncKeptEndSurvivesAnotherPass(t *testing.T) {
 	close(rk2)
 	wait(t, d2, "the second pass, which finds the write over")
 	close(rw)
-	select {
-	case e := <-finished:
-		assert.Equal(t, sub.RunID, e.RunID)
-		assert.Equal(t, StatusCancelled, e.Status)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the end the first pass kept was never reported")
-	}
-	eventually(t, func() bool { return rt.handle(sub.ID, sub.RunID) == nil }, "the run to settle")
+	reportedOnce(t, rt, sub, finished)
 	left := 0
 	rt.found.Range(func(any, any) bool { left++; return true })
 	assert.Zero(t, left, "an end left kept once the run settled")
