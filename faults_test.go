@@ -493,45 +493,51 @@ func TestFaultALoopPassTheStoreNeverAnswersIsCutOff(t *testing.T) {
 }
 
 // A record whose write never lands (a row lock a stuck transaction
-// holds) holds back no other: every pass cuts its write off, and goes on
-// with the records after it.
+// holds), or lands and then never answers, holds back no other: every
+// pass cuts its write off, and goes on with the records after it.
 func TestFaultARecordRecoveryCannotEndHoldsBackNoOther(t *testing.T) {
-	for _, stuckFirst := range []bool{true, false} {
-		synctest.Test(t, func(t *testing.T) {
-			ctx := context.Background()
-			rt, mem, f := faulty(workers.Config{StoreTimeout: storeTimeout, RecoverInterval: time.Second})
-			require.NoError(t, rt.Start(ctx))
-			var ids []string
-			for i, key := range []string{"dead-a", "dead-b"} {
-				id := scoped(t, key)
-				created := time.Now().UTC().Truncate(time.Microsecond).Add(time.Duration(i) * time.Millisecond)
-				require.NoError(t, mem.InsertTask(ctx, workers.Record{
-					ID: id, RunID: "gone-instance." + key, Watchers: []string{"alice"}, CreatedAt: created,
-					State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
-				}))
-				ids = append(ids, id)
-			}
-			stuck, other := ids[0], ids[1] // listed in this order
-			if !stuckFirst {
-				stuck, other = other, stuck
-			}
-			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Match: func(c *storetest.Call) bool { return c.ID == stuck }})
-			time.Sleep(time.Minute) // many recovery passes
-			synctest.Wait()
-			rec, err := mem.GetTask(ctx, other)
-			require.NoError(t, err)
-			assert.Truef(t, rec.Status.Terminal(), "stuck record listed first: %v; the other is %s", stuckFirst, rec.Status)
-			rec, err = mem.GetTask(ctx, stuck)
-			require.NoError(t, err)
-			assert.Equal(t, workers.StatusRunning, rec.Status, "its write never lands")
-			f.Heal()
-			time.Sleep(2 * time.Second) // a pass after the heal
-			synctest.Wait()
-			rec, err = mem.GetTask(ctx, stuck)
-			require.NoError(t, err)
-			assert.Equal(t, workers.StatusFailed, rec.Status, "recovered once its write lands")
-			require.NoError(t, rt.Shutdown(ctx))
-		})
+	for _, fault := range []storetest.Fault{storetest.Hang, storetest.HangAfter} {
+		for _, stuckFirst := range []bool{true, false} {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				rt, mem, f := faulty(workers.Config{StoreTimeout: storeTimeout, RecoverInterval: time.Second})
+				require.NoError(t, rt.Start(ctx))
+				var ids []string
+				for i, key := range []string{"dead-a", "dead-b"} {
+					id := scoped(t, key)
+					created := time.Now().UTC().Truncate(time.Microsecond).Add(time.Duration(i) * time.Millisecond)
+					require.NoError(t, mem.InsertTask(ctx, workers.Record{
+						ID: id, RunID: "gone-instance." + key, Watchers: []string{"alice"}, CreatedAt: created,
+						State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+					}))
+					ids = append(ids, id)
+				}
+				stuck, other := ids[0], ids[1] // listed in this order
+				if !stuckFirst {
+					stuck, other = other, stuck
+				}
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: fault, Match: func(c *storetest.Call) bool { return c.ID == stuck }})
+				time.Sleep(time.Minute) // many recovery passes
+				synctest.Wait()
+				rec, err := mem.GetTask(ctx, other)
+				require.NoError(t, err)
+				assert.Truef(t, rec.Status.Terminal(), "%v, stuck record listed first: %v; the other is %s", fault, stuckFirst, rec.Status)
+				rec, err = mem.GetTask(ctx, stuck)
+				require.NoError(t, err)
+				if fault == storetest.Hang {
+					assert.Equal(t, workers.StatusRunning, rec.Status, "its write never lands")
+				} else {
+					assert.Equal(t, workers.StatusFailed, rec.Status, "its write landed before it hung")
+				}
+				f.Heal()
+				time.Sleep(2 * time.Second) // a pass after the heal
+				synctest.Wait()
+				rec, err = mem.GetTask(ctx, stuck)
+				require.NoError(t, err)
+				assert.Equal(t, workers.StatusFailed, rec.Status, "recovered once its write lands")
+				require.NoError(t, rt.Shutdown(ctx))
+			})
+		}
 	}
 }
 

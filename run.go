@@ -325,22 +325,24 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 	ok := rt.writeLocked(op, t, from, st)
 	t.flags.And(^runWriting)
 	r.writeMu.Unlock()
-	if h := rt.hooks.Load(); h != nil && h.wrote != nil {
-		h.wrote()
-	}
 	if ok {
 		if st.Status.Terminal() {
 			op = opFinish
 		}
 		rt.emit(&change{kind: runOps[op].change, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
-	} else if t.has(runEndKept) {
+		return true
+	}
+	if h := rt.hooks.Load(); h != nil && h.wrote != nil {
+		h.wrote()
+	}
+	if t.has(runEndKept) {
 		// The sync loop found, while this write went on, that another
 		// writer ended the run: that end is the run's (reported once).
 		if c, kept := rt.found.LoadAndDelete(t); kept {
 			rt.reportEnd(t, *c.(*change))
 		}
 	}
-	return ok
+	return false
 }
 
 // writeLocked is write with the run's writeMu held.

@@ -573,7 +573,7 @@ type hooks struct {
 	enqueue   func() // dispatch: before a run that waits for admission, or a queue item, joins its wait
 	syncRead  func() // checkRuns: between a run's progress check and the read of its record
 	keepEnd   func() // leaveEndToWriter: before it keeps the end it read
-	wrote     func() // write: between clearing runWriting and looking for an end kept
+	wrote     func() // write that did not land: between clearing runWriting and looking for an end kept
 }
 
 // register decides, under the task's lock, whether the submission joins
