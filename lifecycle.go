@@ -50,9 +50,10 @@ const shutdownSlack = 100 * time.Millisecond
 // callbacks still execute (they keep their handles, and release them
 // when they return; each then makes one try, of at most 5 seconds, at
 // writing its outcome, and its record stays live if that fails),
-// submissions still registering (each in a store call that ignores its
-// context) and records that could not be written in time (a queue item still
-// PENDING, a run still RUNNING). Such records belong to this runtime's
+// submissions still registering and queue items still being recorded
+// (each in a store call that ignores its context), and records that
+// could not be written in time (a queue item still PENDING, a run still
+// RUNNING). Such records belong to this runtime's
 // instance: once its lease expires (it is no longer renewed), any
 // runtime's recovery ends them as abandoned; over a store without leases,
 // RecoverZombies does. An already-done ctx means "do not wait". Calling
@@ -106,10 +107,6 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		done = append(done, q.exited)
 	}
 	open := waitAll(ctx, done)
-	// The backlog's writes end by the cutoff (ctx's end plus the slack),
-	// with every store call: what they could not write is counted below,
-	// among the unwritten records.
-	<-abandoned
 	// Runners end once their runs settled: they are counted only when no
 	// run is left, or each unsettled run would count twice.
 	if gone := rt.runners.stop(); open == 0 {
@@ -132,6 +129,20 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		loopsCtx = rt.life
 	}
 	open += waitAll(loopsCtx, waits)
+	// The backlog's writes end by the cutoff (ctx's end plus the slack),
+	// with every store call: what they could not write is counted below,
+	// among the unwritten records. A write in a store call that ignores
+	// its context is not waited for once the cutoff is a slack behind:
+	// its item is among the runs in flight, counted above as left
+	// executing.
+	if waitAll(rt.life, []<-chan struct{}{abandoned}) > 0 {
+		timer := time.NewTimer(shutdownSlack)
+		select {
+		case <-abandoned:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
 	// A submission still inside, its store call ignoring its context, is
 	// a goroutine executing too: it may yet register a run.
 	if waitAll(ctx, submitting) > 0 {

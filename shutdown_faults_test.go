@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -289,4 +290,48 @@ func TestFaultShutdownRecordsALongBacklogBesideTheGracePeriod(t *testing.T) {
 			})
 		})
 	}
+}
+
+// stuckAbandons is a MemStore whose writes recording a run cancelled by
+// Shutdown take an hour and ignore their context, as a call stuck in a
+// driver that does not watch it does.
+type stuckAbandons struct{ *workers.MemStore }
+
+func (s stuckAbandons) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	if next.Cause == workers.CauseShutdown && slices.Equal(from, []workers.Status{workers.StatusPending}) {
+		time.Sleep(time.Hour)
+		ctx = context.WithoutCancel(ctx)
+	}
+	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+}
+
+// Shutdown returns by its deadline plus the slack even when a queue
+// item's abandon write is stuck in a store call that ignores its
+// context: the item counts as left executing, and its write lands when
+// the call returns.
+func TestFaultShutdownDoesNotWaitForAStuckAbandonWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := stuckAbandons{workers.NewMemStore()}
+		rt := workers.NewRuntime(s, workers.Config{Logger: quiet})
+		_, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, owner)
+		require.NoError(t, err)
+		behind, err := rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "left 1 runs or goroutines executing")
+		assert.LessOrEqual(t, time.Since(start), 2*time.Second, "Shutdown returns by its deadline plus the slack")
+
+		time.Sleep(time.Hour) // the stuck call returns
+		synctest.Wait()
+		endedAs(t, s, behind.ID, workers.StatusCancelled, workers.CauseShutdown)
+	})
 }
