@@ -647,7 +647,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 			continue // ending already: its final write carries its state
 		}
 		if running, stored := rt.syncProgress(t); !running || stored {
-			if _, named := ids[t.ID()]; named && !running && t.adm != nil && rt.adm.isWaiting(t.adm) {
+			if _, named := ids[t.ID()]; named && !running && rt.isWaiting(t) {
 				rt.checkWaiting(ctx, t)
 			}
 			continue // not started yet, finished, busy, or still this run's and RUNNING
@@ -678,7 +678,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		// The run's own outcome will be fenced out: the end its record
 		// already holds is the run's finished event.
 		if rec.RunID == t.RunID() && rec.Status.Terminal() {
-			rt.reportEnd(t, change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State})
+			rt.reportEnd(t, endOf(t, &rec))
 		}
 	}
 }
@@ -698,7 +698,8 @@ func (rt *Runtime[S]) leaveEndToWriter(t *Task, rec *Record) bool {
 	}
 	var kept *change
 	if rec.RunID == t.RunID() && rec.Status.Terminal() {
-		kept = &change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State}
+		end := endOf(t, rec)
+		kept = &end
 		rt.found.Store(t, kept)
 		t.mark(runEndKept)
 	}
@@ -745,20 +746,33 @@ func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
 	return rec, nil
 }
 
-// checkWaiting checks a run waiting for its turn under Config.Limits (in
-// a queue or for a slot), which holds a place in its owner's waiting, on
-// a notice that someone else may have ended or replaced it. If they did,
-// its context is cancelled as a local Cancel would, so it frees that
-// place now; a task waiting for a slot is taken out and ended, and a
-// queue item ends without running, dropped with the queue's other
-// cancelled items or when its turn comes (see endWaiting). A run that waits
-// without limits holds no place and is not read: its fenced start finds
-// the record ended when its turn comes.
+// checkWaiting checks a run waiting for its turn (see isWaiting) on a
+// notice that someone else may have ended or replaced it. If they did,
+// its context is cancelled as a local Cancel would, so that under
+// Config.Limits it frees its owner's waiting place now, and the end the
+// record holds is reported here now, not when its turn comes: a task
+// waiting for a slot is taken out and ended, and a queue item ends
+// without running, dropped with the queue's other cancelled items or
+// when its turn comes (see endWaiting).
 func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
-	if _, cause := rt.endedBy(ctx, t); cause != nil {
-		t.cancel(cause)
-		rt.endWaiting(t)
+	rec, cause := rt.endedBy(ctx, t)
+	if cause == nil {
+		return
 	}
+	t.cancel(cause)
+	if rec.RunID == t.RunID() && rec.Status.Terminal() {
+		rt.reportEnd(t, endOf(t, &rec)) // its own end will be fenced out
+	}
+	rt.endWaiting(t)
+}
+
+// isWaiting reports whether run t waits for its turn: a queue item that
+// has not begun, or a run waiting for a slot under Config.Limits.
+func (rt *Runtime[S]) isWaiting(t *Task) bool {
+	if t.adm != nil {
+		return rt.adm.isWaiting(t.adm)
+	}
+	return t.opts.queue != "" && !t.begun()
 }
 
 // syncProgress stores t's live progress if it changed since the run's

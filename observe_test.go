@@ -594,3 +594,65 @@ func TestObserverHearsNothingOfASubmissionThatFailed(t *testing.T) {
 	require.NoError(t, rt.Shutdown(ctx)) // every run settled, every event reported
 	assert.Empty(t, rec.kinds(id))
 }
+
+// A run that has not started here (a queue item behind a head, with or
+// without Limits, or a task waiting for a slot) and is cancelled through
+// another runtime reports its finished event here once, with the
+// record's ending: on the store's notice, before its turn; over a store
+// without notices, when its turn comes and its start is fenced out.
+func TestObserverSeesAWaitingRunCancelledElsewhereOnce(t *testing.T) {
+	for _, w := range []struct {
+		name   string
+		limits Limits
+		queue  string
+	}{
+		{"queue item", Limits{}, "q"},
+		{"queue item under limits", Limits{Owner: OwnerLimits{Waiting: 1}}, "q"},
+		{"task waiting for a slot", Limits{MaxRunning: 1}, ""},
+	} {
+		for _, notices := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/notices=%v", w.name, notices), func(t *testing.T) {
+				mem := NewMemStore()
+				var s Store = mem
+				if !notices {
+					s = bareStore{mem}
+				}
+				rec := &recorder{}
+				here := newRuntime(t, s, Config{Limits: w.limits, Observers: []Observer{rec}})
+				there := newRuntime(t, mem, Config{})
+				head := newGate()
+				_, err := submitOn(here, w.queue, "head", head.fn, alice)
+				require.NoError(t, err)
+				wait(t, head.started, "the head to start")
+				behind, err := submitOn(here, w.queue, "behind", noop, alice)
+				require.NoError(t, err)
+				if notices {
+					listening(t, mem, 1)
+				}
+
+				require.NoError(t, there.Cancel(ctx, behind.ID, alice))
+				if notices {
+					e := rec.waitKind(t, behind.ID, EventFinished) // the head still runs
+					assert.Equal(t, StatusCancelled, e.Status)
+				}
+				head.open()
+				e := rec.waitKind(t, behind.ID, EventFinished)
+				assert.Equal(t, StatusCancelled, e.Status)
+				assert.Equal(t, CauseCancelled, e.Cause)
+				require.NoError(t, here.Shutdown(ctx))
+				assert.Equal(t, 1, count(rec.kinds(behind.ID), EventFinished), "finished events")
+			})
+		}
+	}
+}
+
+// count returns how many of s equal v.
+func count[T comparable](s []T, v T) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}

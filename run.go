@@ -322,12 +322,13 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 	r := t.ensureState()
 	t.mark(runWriting) // before the lock: a pass that finds it taken by this write does not wait
 	r.writeMu.Lock()
-	ok := rt.writeLocked(op, t, from, st)
+	ok, fenced := rt.writeLocked(op, t, from, st)
 	t.flags.And(^runWriting)
 	r.writeMu.Unlock()
 	if ok {
 		if st.Status.Terminal() {
 			op = opFinish
+			t.mark(runEndSeen) // the run's end is this write's
 		}
 		rt.emit(&change{kind: runOps[op].change, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
 		return true
@@ -340,13 +341,44 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 		// writer ended the run: that end is the run's (reported once).
 		if c, kept := rt.found.LoadAndDelete(t); kept {
 			rt.reportEnd(t, *c.(*change))
+			return false
 		}
+	}
+	if fenced {
+		rt.reportEndFound(t)
 	}
 	return false
 }
 
-// writeLocked is write with the run's writeMu held.
-func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) bool {
+// reportEndFound follows a write of run t that was fenced out: the
+// record moved on without the run. Unless the run's end was reported
+// already, it reads the record, and reports the end another writer made
+// if the record holds one of this run's: a cancel made elsewhere of a
+// run that had not started here, say, whose start is fenced out at its
+// turn, and which nothing else here would report.
+func (rt *Runtime[S]) reportEndFound(t *Task) {
+	if t.has(runEndSeen) || rt.life.Err() != nil {
+		return
+	}
+	var rec Record
+	err := rt.boundedCall(rt.life, func(ctx context.Context) (err error) {
+		rec, err = rt.store.GetTask(ctx, t.ID())
+		return err
+	})
+	if err == nil && rec.RunID == t.RunID() && rec.Status.Terminal() {
+		rt.reportEnd(t, endOf(t, &rec))
+	}
+}
+
+// endOf is the finished change of run t that rec, its record, holds.
+func endOf(t *Task, rec *Record) change {
+	return change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State}
+}
+
+// writeLocked is write with the run's writeMu held. It reports whether
+// the write landed, and, when it did not, whether it was fenced out (or
+// found the record gone) rather than given up.
+func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok, fenced bool) {
 	var failed error // the last attempt's error: it may have landed
 	backoff := writeBackoffMin
 	for try := 1; ; try++ {
@@ -363,7 +395,7 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 			switch landed, known := rt.landed(op, t, st); {
 			case landed:
 				t.setState(st)
-				return true
+				return true, false
 			case !known:
 				err = errLandedUnknown // try again, as after a transient error
 			}
@@ -371,18 +403,18 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) boo
 		switch {
 		case ok:
 			t.setState(st)
-			return true
+			return true, false
 		case err == nil, errors.Is(err, ErrNotFound):
-			return false // fenced out, or the record is gone
+			return false, true // fenced out, or the record is gone
 		case rt.life.Err() != nil:
 			rt.gaveUp.Add(1)
 			rt.logRunError("workers: run write abandoned: the runtime shut down; the record is left for recovery", op, t, err)
-			return false
+			return false, false
 		case permanentStoreError(err):
 			if st.Status.Terminal() && st.Cause == CauseStore {
 				rt.gaveUp.Add(1)
 				rt.logRunError("workers: the store refused a run's fallback outcome; the record is left for recovery", op, t, err)
-				return false
+				return false, false
 			}
 			rt.logRunError("workers: the store refused a run write for good; recording the run FAILED", op, t, err)
 			refused(st, err)

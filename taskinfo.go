@@ -222,6 +222,15 @@ func (t *Task) begin() {
 	}
 }
 
+// begun reports whether the run's context was made: it began (an async
+// run begins with it), or was cancelled before its turn.
+func (t *Task) begun() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.run.Load()
+	return r != nil && r.stop != nil
+}
+
 // setState records what st, the state the run last wrote, left (see
 // lastWrite); its writeMu is held.
 func (t *Task) setState(st *State) {
