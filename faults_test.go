@@ -664,3 +664,57 @@ func TestFaultASyncReadTheStoreNeverAnswersIsCutOff(t *testing.T) {
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
+
+// A queue item cancelled in another process while it waits, over a store
+// without notices, reports its end here when its turn comes and its start
+// is fenced out, also when the read that finds that end fails, before it
+// reaches the store or after: the read is tried again.
+func TestFaultAWaitingItemEndedElsewhereReportsItsEndThroughAFailedRead(t *testing.T) {
+	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				var finished []workers.Event
+				f := &storetest.Faults{}
+				mem := workers.NewMemStore()
+				rt := workers.NewRuntime(storetest.Faulty(struct{ workers.Store }{mem}, f), workers.Config{Logger: quiet, Observers: []workers.Observer{
+					workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+						if e.Kind == workers.EventFinished {
+							mu.Lock()
+							finished = append(finished, e)
+							mu.Unlock()
+						}
+					}),
+				}})
+				there := workers.NewRuntime(mem, workers.Config{Logger: quiet})
+				release := make(chan struct{})
+				_, err := rt.SubmitSequential(context.Background(), "q", "head", func(context.Context, *workers.Task) (any, error) {
+					<-release
+					return nil, nil
+				}, owner)
+				require.NoError(t, err)
+				behind, err := rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
+				require.NoError(t, err)
+				require.NoError(t, there.Cancel(context.Background(), behind.ID, owner))
+
+				f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool { return c.ID == behind.ID }})
+				close(release)
+				synctest.Wait()
+				time.Sleep(time.Second) // the read's retry
+				require.NoError(t, rt.Shutdown(context.Background()))
+				require.NoError(t, there.Shutdown(context.Background()))
+
+				assert.Equal(t, 1, f.Injected(storetest.OpGetTask), "the read failed once")
+				var ends []workers.Event
+				for _, e := range finished {
+					if e.TaskID == behind.ID {
+						ends = append(ends, e)
+					}
+				}
+				require.Len(t, ends, 1, "finished events of the item")
+				assert.Equal(t, workers.StatusCancelled, ends[0].Status)
+				assert.Equal(t, workers.CauseCancelled, ends[0].Cause)
+			})
+		})
+	}
+}

@@ -345,7 +345,7 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 		}
 	}
 	if fenced {
-		rt.reportEndFound(t)
+		rt.reportEndFound(op, t)
 	}
 	return false
 }
@@ -356,15 +356,11 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 // if the record holds one of this run's: a cancel made elsewhere of a
 // run that had not started here, say, whose start is fenced out at its
 // turn, and which nothing else here would report.
-func (rt *Runtime[S]) reportEndFound(t *Task) {
+func (rt *Runtime[S]) reportEndFound(op runOp, t *Task) {
 	if t.has(runEndSeen) || rt.life.Err() != nil {
 		return
 	}
-	var rec Record
-	err := rt.boundedCall(rt.life, func(ctx context.Context) (err error) {
-		rec, err = rt.store.GetTask(ctx, t.ID())
-		return err
-	})
+	rec, err := rt.readBack(op, t)
 	if err == nil && rec.RunID == t.RunID() && rec.Status.Terminal() {
 		rt.reportEnd(t, endOf(t, &rec))
 	}
@@ -509,12 +505,25 @@ var errLandedUnknown = errors.New("workers: could not read whether an earlier tr
 
 // landed reports whether the record holds exactly the state st of run t,
 // which a write that reported a failure may have stored after all; known
-// is false if the record could not be read. A read that fails for a
-// transient reason is retried with backoff, within the bound of the
-// write's own tries: the runtime's life (cut off by Shutdown) while it
-// lives and for a queue item's abandon write, made for Shutdown; the one
-// bounded try of a run's outcome after Shutdown gave up on it otherwise.
+// is false if the record could not be read (see readBack).
 func (rt *Runtime[S]) landed(op runOp, t *Task, st *State) (landed, known bool) {
+	rec, err := rt.readBack(op, t)
+	switch {
+	case err == nil:
+		return wrote(&rec, t.RunID(), st), true
+	case errors.Is(err, ErrNotFound):
+		return false, true
+	}
+	return false, false
+}
+
+// readBack reads t's record after a write of op that did not land, or
+// did not say whether it did. A read that fails for a transient reason
+// is retried with backoff, within the bound of the write's own tries:
+// the runtime's life (cut off by Shutdown) while it lives and for a
+// queue item's abandon write, made for Shutdown; the one bounded try of
+// a run's outcome after Shutdown gave up on it otherwise.
+func (rt *Runtime[S]) readBack(op runOp, t *Task) (Record, error) {
 	parent := rt.life
 	if rt.life.Err() != nil && op != opAbandon {
 		parent = context.WithoutCancel(rt.life)
@@ -524,16 +533,8 @@ func (rt *Runtime[S]) landed(op runOp, t *Task, st *State) (landed, known bool) 
 	backoff := writeBackoffMin
 	for {
 		rec, err := rt.store.GetTask(ctx, t.ID())
-		switch {
-		case err == nil:
-			return wrote(&rec, t.RunID(), st), true
-		case errors.Is(err, ErrNotFound):
-			return false, true
-		case ctx.Err() != nil, permanentStoreError(err):
-			return false, false
-		}
-		if !sleep(ctx, jitter(backoff)) {
-			return false, false
+		if err == nil || errors.Is(err, ErrNotFound) || ctx.Err() != nil || permanentStoreError(err) || !sleep(ctx, jitter(backoff)) {
+			return rec, err
 		}
 		backoff = min(2*backoff, writeBackoffMax)
 	}
