@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/taskgate/workers"
 )
@@ -27,7 +29,10 @@ var _ workers.Notifier = (*Store)(nil)
 // It calls changed with a Resync as soon as it listens, and again after
 // every reconnect, since notices sent while it was not listening are
 // lost. A dropped connection is reopened with capped backoff (50 ms to
-// 5 s). Listen returns ctx's error when ctx ends, and another error only
+// 5 s). A connection that carried no notice for 15 s is pinged, and
+// dropped if the ping is not answered within 5 s: a server gone without
+// closing it (a failover, a network partition) is noticed within about
+// 20 s, not when TCP gives up. Listen returns ctx's error when ctx ends, and another error only
 // when its first connection fails.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	pc := s.pool.Config()
@@ -35,7 +40,7 @@ func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error 
 	const first, most = 50 * time.Millisecond, 5 * time.Second
 	backoff := first
 	for listened := false; ; {
-		err := listenOnce(ctx, pc, listen, func(c workers.Change) {
+		err := listenOnce(ctx, pc, listen, s.listen, func(c workers.Change) {
 			listened, backoff = true, first
 			changed(c)
 		})
@@ -61,7 +66,7 @@ const listenerName = "workers listener"
 
 // listenOnce opens a connection as the pool pc would, listens, reports a
 // Resync, then every notice until the connection fails or ctx ends.
-func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, changed func(workers.Change)) error {
+func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, timing listenTiming, changed func(workers.Change)) error {
 	cfg := pc.ConnConfig.Copy()
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cfg); err != nil {
@@ -72,7 +77,18 @@ func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, changed 
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = listenerName
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	// The wait for a notice ends every timing.check: the connection must
+	// stay usable when it does, which a deadline on the socket leaves
+	// it, where a cancel request the pool's configuration may ask for
+	// would cost a connection to the server each time.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	// Setting up is bounded too, for a server that accepts the
+	// connection and then stops answering.
+	setup, cancelSetup := context.WithTimeout(ctx, timing.check)
+	defer cancelSetup()
+	conn, err := pgx.ConnectConfig(setup, cfg)
 	if err != nil {
 		return err
 	}
@@ -82,22 +98,46 @@ func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, changed 
 		conn.Close(closing)
 	}()
 	if pc.AfterConnect != nil {
-		if err := pc.AfterConnect(ctx, conn); err != nil {
+		if err := pc.AfterConnect(setup, conn); err != nil {
 			return err
 		}
 	}
-	if _, err := conn.Exec(ctx, listen); err != nil {
+	if _, err := conn.Exec(setup, listen); err != nil {
 		return err
 	}
+	cancelSetup()
 	changed(workers.Change{Resync: true})
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		wait, cancel := context.WithTimeout(ctx, timing.check)
+		n, err := conn.WaitForNotification(wait)
+		cancel()
+		if n != nil {
+			changed(parseNotice(n.Payload))
+		}
+		switch {
+		case err == nil:
+			continue
+		case ctx.Err() != nil || wait.Err() == nil:
 			return err
 		}
-		changed(parseNotice(n.Payload))
+		// Silent for timing.check: a server gone without closing the
+		// connection (a failover, a partition) would leave the wait
+		// until TCP gives up, minutes or hours later.
+		ping, cancel := context.WithTimeout(ctx, timing.ping)
+		err = conn.Ping(ping)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the connection did not answer a ping after %v without notices: %w", timing.check, err)
+		}
 	}
 }
+
+// listenTiming is how long a listener's connection may carry no notice
+// before it is pinged (check), and how long the ping may take (ping)
+// before the connection is dropped.
+type listenTiming struct{ check, ping time.Duration }
+
+var defaultListen = listenTiming{check: 15 * time.Second, ping: 5 * time.Second}
 
 // parseNotice reads a notice's payload: the JSON the trigger builds, or
 // empty when the change was too large to describe, which is a Resync.

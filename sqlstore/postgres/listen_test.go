@@ -3,10 +3,18 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // Listen reports a Resync once it listens, then a notice for each
@@ -86,4 +94,163 @@ func TestListen(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Listen did not return when its ctx ended")
 	}
+}
+
+// A listener whose connection goes silent, as one to a server gone
+// behind a partition does (it is never closed, and carries nothing
+// more), pings it, finds no answer, and listens again on a new
+// connection, with a Resync. Without the ping it would wait for a notice
+// until TCP gave up on the connection.
+func TestListenDropsAConnectionThatStopsAnswering(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+		t.Skip("the test database is reached through a Unix socket; this test proxies TCP")
+	}
+	px := newFreezer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = px.host, px.port, nil
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool, postgres.WithListenCheck(50*time.Millisecond, 2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	resyncs := make(chan struct{}, 64)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Listen(ctx, func(c workers.Change) {
+			if c.Resync {
+				resyncs <- struct{}{}
+			}
+		})
+	}()
+	resync := func(what string) {
+		t.Helper()
+		select {
+		case <-resyncs:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no resync: want %s", what)
+		}
+	}
+	resync("one as the listener listens")
+	// Silent for several checks, each pinged and answered: two pings,
+	// each a message from the listener and one back.
+	carried := px.carried.Load()
+	waitFor(t, func() bool { return px.carried.Load() >= carried+4 })
+	select {
+	case <-resyncs:
+		t.Fatal("a connection that answers its pings was dropped")
+	default:
+	}
+	px.freeze()
+	resync("one as the listener listens again, on a new connection")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Listen returned %v, want context.Canceled", err)
+	}
+}
+
+// freezer is a TCP proxy to addr whose connections can be frozen: they
+// stay open, and what is sent on them is dropped, as on a connection to
+// a server gone behind a network partition. Connections made after a
+// freeze pass.
+type freezer struct {
+	host string
+	port uint16
+
+	carried atomic.Int64 // reads passed on
+
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]*atomic.Bool // each client's frozen flag
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newFreezer(t *testing.T, addr string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().(*net.TCPAddr)
+	f := &freezer{host: a.IP.String(), port: uint16(a.Port), ln: ln, conns: map[net.Conn]*atomic.Bool{}}
+	f.wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", addr)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			frozen := new(atomic.Bool)
+			f.mu.Lock()
+			if f.closed {
+				f.mu.Unlock()
+				client.Close()
+				server.Close()
+				return
+			}
+			f.conns[client], f.conns[server] = frozen, frozen
+			f.mu.Unlock()
+			f.wg.Go(func() { f.pipe(client, server, frozen) })
+			f.wg.Go(func() { f.pipe(server, client, frozen) })
+		}
+	})
+	t.Cleanup(f.close)
+	return f
+}
+
+// pipe copies src to dst until either fails, dropping what it reads
+// while frozen.
+func (f *freezer) pipe(src, dst net.Conn, frozen *atomic.Bool) {
+	defer src.Close()
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		if frozen.Load() {
+			continue
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+		f.carried.Add(1)
+	}
+}
+
+// freeze freezes every connection open now.
+func (f *freezer) freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, frozen := range f.conns {
+		frozen.Store(true)
+	}
+}
+
+// close ends the proxy and its connections, and waits for its goroutines.
+func (f *freezer) close() {
+	f.mu.Lock()
+	f.closed = true
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.ln.Close()
+	f.wg.Wait()
 }

@@ -232,6 +232,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	db      *sql.DB // database/sql over pool
 	ownPool bool    // Close closes pool
+	listen  listenTiming
 }
 
 var (
@@ -257,7 +258,10 @@ var ErrSchemaMismatch = sqlcore.ErrSchemaMismatch
 // Option configures a Store.
 type Option func(*options)
 
-type options struct{ sqlcore.Config }
+type options struct {
+	sqlcore.Config
+	listen listenTiming
+}
 
 // WithSchema places the tables in the named schema, which must exist. The
 // name must be a plain identifier (letters, digits, underscores); it is
@@ -277,7 +281,7 @@ func WithTablePrefix(prefix string) Option {
 // New returns a Store over pool. The caller keeps ownership of pool:
 // Close does not close it. New does not touch the database; call Migrate.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
-	o := options{sqlcore.Config{Prefix: sqlcore.DefaultPrefix}}
+	o := options{Config: sqlcore.Config{Prefix: sqlcore.DefaultPrefix}, listen: defaultListen}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -289,7 +293,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{Store: core, pool: pool, db: db}, nil
+	return &Store{Store: core, pool: pool, db: db, listen: o.listen}, nil
 }
 
 // Open connects a pool to the database at connString (a URL or a keyword
