@@ -703,10 +703,11 @@ func TestRecoveryKeepsTheRunOfAnInstanceThatStartedDuringIt(t *testing.T) {
 }
 
 // insertHook is a store whose InsertTask calls after once it stored the
-// record.
+// record, and whose next GetTask calls read, if set, once it read.
 type insertHook struct {
 	bareStore
 	after func(Record)
+	read  atomic.Pointer[func()]
 }
 
 func (s *insertHook) InsertTask(ctx context.Context, rec Record) error {
@@ -717,29 +718,34 @@ func (s *insertHook) InsertTask(ctx context.Context, rec Record) error {
 	return err
 }
 
-// A cancel that lands between a registration's insert and the
-// publishing of its run's handle still cancels the run's context, over a
-// store with neither notices nor a sync loop to tell the run later: it
-// waits for the task's lock, under which the handle is published.
+func (s *insertHook) GetTask(ctx context.Context, id string) (Record, error) {
+	rec, err := s.bareStore.GetTask(ctx, id)
+	if f := s.read.Swap(nil); f != nil {
+		(*f)()
+	}
+	return rec, err
+}
+
+// A cancel that reads the record between a registration's insert and the
+// publishing of its run's handle waits for the handle, which the task's
+// lock holds back, before it writes. It then cancels the run's context,
+// over a store with neither notices nor a sync loop to tell the run
+// later, and holds the handle, whose flags let the run's end be reported
+// once: by the cancel, not again by the run's fenced-out write.
 func TestCancelDuringRegistrationReachesTheRun(t *testing.T) {
 	t.Parallel()
 	mem := NewMemStore()
 	s := &insertHook{bareStore: bareStore{mem}}
-	rt := newRuntime(t, s, Config{})
+	rec := &recorder{}
+	rt := newRuntime(t, s, Config{Observers: []Observer{rec}})
 	cancelled := make(chan error, 1)
-	s.after = func(rec Record) {
+	s.after = func(r Record) {
 		s.after = nil
-		go func() { cancelled <- rt.Cancel(ctx, rec.ID, alice) }()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			r, err := mem.GetTask(ctx, rec.ID)
-			require.NoError(t, err)
-			if r.Status == StatusCancelled {
-				return // the cancel landed; the handle is not out yet
-			}
-			require.True(t, time.Now().Before(deadline), "the cancel never landed")
-			runtime.Gosched()
-		}
+		read := make(chan struct{})
+		f := func() { close(read) }
+		s.read.Store(&f)
+		go func() { cancelled <- rt.Cancel(ctx, r.ID, alice) }()
+		<-read // the cancel read the record; the handle is not out yet
 	}
 	cause := make(chan error, 1)
 	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
@@ -766,6 +772,7 @@ func TestCancelDuringRegistrationReachesTheRun(t *testing.T) {
 	default: // cancelled before its callback could start
 	}
 	assert.Equal(t, StatusCancelled, mustStatus(t, rt, sub.ID).Status)
+	assert.Equal(t, 1, count(rec.kinds(sub.ID), EventFinished), "finished events")
 }
 
 // Run handles are per runtime: a new runtime over the same store sweeps

@@ -259,7 +259,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 			return ErrFinished // it ended, or was re-run, since the first read
 		}
 		runID = rec.RunID
-		t := rt.handle(id, rec.RunID)
+		t := rt.liveHandle(id, rec.RunID)
 		st := rec.State
 		if t != nil {
 			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
@@ -282,14 +282,14 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 					// cancelled all the same, lest it run on under a
 					// CANCELLED record that no later Cancel reaches.
 					// Its own writes are fenced on its run id.
-					rt.cancelRun(id, rec.RunID, t)
+					rt.cancelRun(t)
 				}
 				return err
 			}
 			ok = true
 		}
 		if ok {
-			t = rt.cancelRun(id, rec.RunID, t)
+			rt.cancelRun(t)
 			rt.reportEnd(t, change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
 			return nil
 		}
@@ -297,24 +297,30 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
 }
 
-// cancelRun cancels run runID of id with ErrCancelled, if it is live in
-// this runtime, and returns its handle (t, when the caller has it
-// already). A run waiting for admission is settled at once.
-func (rt *Runtime[S]) cancelRun(id, runID string, t *Task) *Task {
+// liveHandle returns the handle of run runID of id if the run is live in
+// this runtime, as handle does, and waits out a registration of this
+// runtime between its insert and the publishing of its handle, which
+// share the task's lock: once the lock is free, the handle is out, or the
+// run is no longer live here. Cancel takes the handle before its write,
+// so that the run's end is reported once through the handle's flags even
+// if the run settles meanwhile (see reportEnd).
+func (rt *Runtime[S]) liveHandle(id, runID string) *Task {
+	t := rt.handle(id, runID)
 	if t == nil && InstanceOf(runID) == rt.instance {
-		// A registration of this runtime may be between its insert and
-		// the publishing of its handle, which share the task's lock:
-		// once the lock is free, the handle is out, or the run is no
-		// longer live here.
 		h := rt.keys.lock(id)
 		t = rt.handle(id, runID)
 		h.unlock()
 	}
+	return t
+}
+
+// cancelRun cancels run t, live in this runtime unless nil, with
+// ErrCancelled. A run waiting for admission is settled at once.
+func (rt *Runtime[S]) cancelRun(t *Task) {
 	if t != nil {
 		t.cancel(ErrCancelled)
 		rt.endWaiting(t)
 	}
-	return t
 }
 
 // endWaiting follows the cancel of run t, which may be waiting for its
