@@ -32,7 +32,8 @@ var _ workers.Notifier = (*Store)(nil)
 // 5 s). A connection that carried no notice for 15 s is pinged, and
 // dropped if the ping is not answered within 5 s: a server gone without
 // closing it (a failover, a network partition) is noticed within about
-// 20 s, not when TCP gives up. Listen returns ctx's error when ctx ends, and another error only
+// 20 s, not when TCP gives up. Connecting and starting to listen are
+// bounded by 15 s. Listen returns ctx's error when ctx ends, and another error only
 // when its first connection fails.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	pc := s.pool.Config()

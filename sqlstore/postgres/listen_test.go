@@ -159,6 +159,45 @@ func TestListenDropsAConnectionThatStopsAnswering(t *testing.T) {
 	}
 }
 
+// A listener whose server accepts its connection and then answers
+// nothing does not wait for it: setting up is bounded too, and Listen
+// fails, as it does when its first connection fails.
+func TestListenFailsWhenTheServerNeverAnswers(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+		t.Skip("the test database is reached through a Unix socket; this test proxies TCP")
+	}
+	px := newFreezer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = px.host, px.port, nil
+	cfg.MinConns = 0
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool, postgres.WithListenCheck(100*time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	px.frozenFromTheStart.Store(true)
+
+	done := make(chan error, 1)
+	go func() { done <- s.Listen(t.Context(), func(workers.Change) {}) }()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, context.Canceled) {
+			t.Fatalf("Listen returned %v, want the failed setup's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen still waits for a server that never answers")
+	}
+}
+
 // freezer is a TCP proxy to addr whose connections can be frozen: they
 // stay open, and what is sent on them is dropped, as on a connection to
 // a server gone behind a network partition. Connections made after a
@@ -167,7 +206,8 @@ type freezer struct {
 	host string
 	port uint16
 
-	carried atomic.Int64 // reads passed on
+	carried            atomic.Int64 // reads passed on
+	frozenFromTheStart atomic.Bool  // connections made from now on are frozen at once
 
 	ln     net.Listener
 	mu     sync.Mutex
@@ -196,6 +236,7 @@ func newFreezer(t *testing.T, addr string) *freezer {
 				continue
 			}
 			frozen := new(atomic.Bool)
+			frozen.Store(f.frozenFromTheStart.Load())
 			f.mu.Lock()
 			if f.closed {
 				f.mu.Unlock()
