@@ -54,6 +54,10 @@ var brokenStores = map[string]struct {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
 		storetest.Run, "Clear/DurableHasNoClearer"},
 
+	"WritesWithADoneContext": {
+		func() workers.Store { return ignoresDone{workers.NewMemStore()} }, nil,
+		storetest.Run, "Context/DoneRefused"},
+
 	"LeaseLastsTooLong": {
 		func() workers.Store { return longLease{workers.NewMemStore()} }, nil,
 		storetest.Run, "Lease/ExpiresByTheStoresClock"},
@@ -319,6 +323,14 @@ type eternalLease struct{ *workers.MemStore }
 
 func (s eternalLease) RenewLease(ctx context.Context, instance string, _ time.Duration) (bool, error) {
 	return s.MemStore.RenewLease(ctx, instance, 24*time.Hour)
+}
+
+// ignoresDone makes its transitions whatever their context says, as a
+// store that never looks at it before writing would.
+type ignoresDone struct{ *workers.MemStore }
+
+func (s ignoresDone) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	return s.MemStore.TransitionTask(context.WithoutCancel(ctx), id, runID, from, next)
 }
 
 // longLease grants every lease twenty times the ttl it is given.

@@ -139,6 +139,48 @@ func (*suite) unstorableRefused(t *testing.T, s workers.Store) {
 	}
 }
 
+func (*suite) doneContextRefused(t *testing.T, s workers.Store) {
+	running := record("alice::live", "run-1", "alice")
+	old := record("alice::old", "run-1", "alice")
+	old.State = ended()
+	insert(t, s, running, old)
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	r := record("alice::new", "run-1")
+	wantErr(t, "InsertTask", s.InsertTask(done, r), context.Canceled)
+	wantMissing(t, s, r.ID)
+	w := running
+	w.State = workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: at(1)}
+	wantErr(t, "SetTask", s.SetTask(done, w), context.Canceled)
+	wantErr(t, "ReplaceTask", s.ReplaceTask(done, workers.Record{ID: old.ID, RunID: "run-2", CreatedAt: at(2), State: workers.State{Status: workers.StatusPending}}, old.RunID), context.Canceled)
+	ok, err := s.TransitionTask(done, running.ID, running.RunID, []workers.Status{workers.StatusPending}, w.State)
+	if ok {
+		t.Error("TransitionTask with a done context reported true")
+	}
+	wantErr(t, "TransitionTask", err, context.Canceled)
+	ok, err = s.AddWatcher(done, running.ID, running.RunID, "bob")
+	if ok {
+		t.Error("AddWatcher with a done context reported true")
+	}
+	wantErr(t, "AddWatcher", err, context.Canceled)
+	n, err := s.DeleteFinished(done, at(1000))
+	if n != 0 {
+		t.Errorf("DeleteFinished with a done context reported %d deleted", n)
+	}
+	wantErr(t, "DeleteFinished", err, context.Canceled)
+	wantStored(t, s, running)
+	wantStored(t, s, old)
+
+	if l, ok := s.(workers.Leaser); ok {
+		_, err := l.RenewLease(done, "inst-done", time.Minute)
+		wantErr(t, "RenewLease", err, context.Canceled)
+		if live(t, t.Context(), l, "inst-done") {
+			t.Error("RenewLease with a done context made a lease")
+		}
+	}
+}
+
 // leaser returns s as a Leaser, or skips the case.
 func leaser(t *testing.T, s workers.Store) workers.Leaser {
 	t.Helper()

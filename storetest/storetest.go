@@ -306,6 +306,10 @@ var cases = []testCase{
 		"InsertTask, SetTask, ReplaceTask and TransitionTask refuse, with ErrInvalidData, a state whose text fields hold a NUL byte or invalid UTF-8, or whose Progress lies outside 0 to 100 or Attempt outside 0 to math.MaxInt32, as CheckState does, and write nothing.",
 		(*suite).unstorableRefused},
 
+	{"Context/DoneRefused",
+		"every write given a context that is already done (InsertTask, SetTask, ReplaceTask, TransitionTask, AddWatcher, DeleteFinished, and a Leaser's RenewLease) returns an error that wraps the context's, and writes nothing: a write a runtime gave up on, at Shutdown's cutoff, never lands later.",
+		(*suite).doneContextRefused},
+
 	{"Lease/RenewCreatesThenExtends",
 		"a Leaser's first RenewLease of an instance creates its lease (extended = false) and makes it live; a renewal of a live lease reports extended = true; LiveInstances lists every live instance.",
 		(*suite).leaseRenew},
