@@ -12,7 +12,9 @@ import (
 )
 
 // shutdownSlack is how long past its context's end Shutdown may take to
-// give up: store calls it makes or waits for are cut off then.
+// give up: store calls it makes or waits for are cut off then. A write
+// of its own in a store call that ignores its context is waited for one
+// slack more.
 const shutdownSlack = 100 * time.Millisecond
 
 // Shutdown stops the runtime in the manner of http.Server.Shutdown: it
@@ -92,10 +94,20 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		rt.abandon(backlog)
 	}()
 
+	// The backlog's items are in flight too, but are counted apart, once
+	// their writes end (see below).
 	inflight := rt.runs.all()
-	done := make([]<-chan struct{}, len(inflight), len(inflight)+len(queues))
-	for i, t := range inflight {
-		done[i] = t.doneChan()
+	inBacklog := make(map[*Task]struct{}, len(backlog))
+	backlogDone := make([]<-chan struct{}, len(backlog))
+	for i, t := range backlog {
+		inBacklog[t] = struct{}{}
+		backlogDone[i] = t.doneChan()
+	}
+	done := make([]<-chan struct{}, 0, len(inflight)+len(queues))
+	for _, t := range inflight {
+		if _, ok := inBacklog[t]; !ok {
+			done = append(done, t.doneChan())
+		}
 	}
 	graceCtx, cancel := context.WithDeadline(ctx, grace)
 	waitAll(graceCtx, done)
@@ -133,8 +145,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	// with every store call: what they could not write is counted below,
 	// among the unwritten records. A write in a store call that ignores
 	// its context is not waited for once the cutoff is a slack behind:
-	// its item is among the runs in flight, counted above as left
-	// executing.
+	// its item is counted here, as left executing.
 	if waitAll(rt.life, []<-chan struct{}{abandoned}) > 0 {
 		timer := time.NewTimer(shutdownSlack)
 		select {
@@ -143,6 +154,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		}
 		timer.Stop()
 	}
+	open += waitAll(rt.life, backlogDone) // at once: settled, or the cutoff is past
 	// A submission still inside, its store call ignoring its context, is
 	// a goroutine executing too: it may yet register a run.
 	if waitAll(ctx, submitting) > 0 {
@@ -422,6 +434,9 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 
 	inflight := rt.runs.forget()
 	for _, t := range inflight {
+		// Its end is no longer this runtime's to report: a Cancel or a
+		// recovery that finds no handle reports it.
+		t.mark(runEndSeen)
 		t.cancel(ErrShutdown)
 	}
 	if rc, ok := any(rt.store).(RecordClearer); ok {

@@ -112,7 +112,9 @@ type Event struct {
 // before it hears of the run's end, whoever ends it: a Cancel that lands
 // before the submission is reported (from an earlier observer of it,
 // say) is reported after it, on the submitting goroutine, and that Cancel
-// may return before observers hear of its end. A submission that fails
+// may return before observers hear of its end. So may a Cancel whose end
+// the run found first, its own write fenced out by it: the run's
+// goroutine reports that end. A submission that fails
 // after its record may have been written is not reported; nor is the end
 // of the record it may have left, which the runtime writes, though Wait,
 // Watch and Subscribe see it.

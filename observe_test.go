@@ -656,3 +656,36 @@ func count[T comparable](s []T, v T) int {
 	}
 	return n
 }
+
+// A run whose handle Reset forgot, its callback still running, is ended
+// by a Cancel or a recovery that finds no handle and reports that end
+// itself: the run's own write, fenced out when the callback returns,
+// does not report it again.
+func TestObserverSeesARunResetForgotEndOnce(t *testing.T) {
+	for _, ender := range []string{"cancel", "recovery"} {
+		t.Run(ender, func(t *testing.T) {
+			rec := &recorder{}
+			rt := newRuntime(t, bareStore{NewMemStore()}, Config{Observers: []Observer{rec}})
+			g := stubbornGate()
+			sub, err := rt.Submit(ctx, "k", g.fn, alice)
+			require.NoError(t, err)
+			wait(t, g.started, "the callback")
+			require.NoError(t, rt.Reset(ctx))
+			kind := EventFinished
+			if ender == "cancel" {
+				require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+			} else {
+				n, err := rt.RecoverZombies(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 1, n)
+				kind = EventRecovered
+			}
+			rec.waitKind(t, sub.ID, kind)
+			g.open()
+			wait(t, g.ran, "the callback's return")
+			require.NoError(t, rt.Shutdown(ctx)) // the run's fenced write is done
+			kinds := rec.kinds(sub.ID)
+			assert.Equal(t, 1, count(kinds, EventFinished)+count(kinds, EventRecovered), "ends reported: %v", kinds)
+		})
+	}
+}

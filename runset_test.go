@@ -565,3 +565,34 @@ func TestSyncKeptEndSurvivesAnotherPass(t *testing.T) {
 	rt.found.Range(func(any, any) bool { left++; return true })
 	assert.Zero(t, left, "an end left kept once the run settled")
 }
+
+// landedInsertFails is a store whose InsertTask stores the record, which
+// someone then cancels, and reports a failure, as a lost acknowledgement
+// would.
+type landedInsertFails struct{ bareStore }
+
+func (s landedInsertFails) InsertTask(ctx context.Context, rec Record) error {
+	if err := s.bareStore.InsertTask(ctx, rec); err != nil {
+		return err
+	}
+	st := rec.State
+	causeOutcome(ErrCancelled).apply(&st, now())
+	if _, err := s.bareStore.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st); err != nil {
+		return err
+	}
+	return errors.New("connection reset by peer")
+}
+
+// A run retired after its insert reported a failure, whose record
+// someone else then ended, reports that end, found by its fenced-out
+// write, to Wait and the streams at once: it is never announced, so the
+// end does not wait in Runtime.early for an announce.
+func TestRetiredRunsEndFoundElsewhereDoesNotWait(t *testing.T) {
+	rt := newRuntime(t, landedInsertFails{bareStore{NewMemStore()}}, Config{})
+	_, err := rt.SubmitSequential(ctx, "q", "k", noop, alice)
+	require.Error(t, err)
+	eventually(t, func() bool { return rt.runs.len() == 0 }, "the retired run to settle")
+	n := 0
+	rt.early.Range(func(any, any) bool { n++; return true })
+	assert.Zero(t, n, "ends waiting for an announce")
+}

@@ -625,7 +625,9 @@ func (rt *Runtime[S]) reportEnd(t *Task, c change) {
 	}
 	for {
 		f := t.flags.Load()
-		if f&runAnnounced != 0 {
+		if f&(runAnnounced|runRetired) != 0 {
+			// A retired run is never announced: its end goes to Wait and
+			// the streams at once (emit keeps it from the observers).
 			rt.emit(&c)
 			return
 		}

@@ -335,3 +335,33 @@ func TestFaultShutdownDoesNotWaitForAStuckAbandonWrite(t *testing.T) {
 		endedAs(t, s, behind.ID, workers.StatusCancelled, workers.CauseShutdown)
 	})
 }
+
+// A queue item whose abandon write the store never answers (it honours
+// its context) is given up at the cutoff and counted once, among the
+// records left unwritten, not also as left executing.
+func TestFaultShutdownCountsAnItemItCouldNotRecordOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Match: func(c *storetest.Call) bool {
+			return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
+		}})
+		head, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, owner)
+		require.NoError(t, err)
+		behind, err := rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "left 0 runs or goroutines executing and 1 live records of this runtime unwritten")
+		endedAs(t, mem, head.ID, workers.StatusCancelled, workers.CauseShutdown)
+		r, err := mem.GetTask(context.Background(), behind.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusPending, r.Status, "left for recovery")
+	})
+}
