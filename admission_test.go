@@ -885,3 +885,61 @@ func TestRuntimeWaitingRefusalWithoutMaxRunningHintsAtTheRunningSlots(t *testing
 	assert.Equal(t, "runtime waiting", qe.Limit)
 	assert.Equal(t, 11*time.Second, qe.RetryAfter(), "100 waiting through the 10 running slots at 1s each, and this one")
 }
+
+// heldInsert is a store whose InsertTask of the task id holds until
+// release is closed; entered is closed when it begins.
+type heldInsert struct {
+	Store
+	id               string
+	entered, release chan struct{}
+}
+
+func (s *heldInsert) InsertTask(ctx context.Context, rec Record) error {
+	if rec.ID == s.id {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.InsertTask(ctx, rec)
+}
+
+// Shutdown stops admission and the queues as it closes the intake, not
+// once the submissions still registering are in: a task waiting for a
+// slot, and a queue item, are recorded CANCELLED while Shutdown waits
+// for a slow registration, and neither starts when the head's slot
+// frees meanwhile.
+func TestShutdownStopsWaitingTasksBeforeItWaitsForASubmission(t *testing.T) {
+	s := &heldInsert{Store: NewMemStore(), id: "bob::slow", entered: make(chan struct{}), release: make(chan struct{})}
+	rt := NewRuntime(s, Config{Limits: Limits{MaxRunning: 1}})
+	head := newGate()
+	_, err := rt.Submit(ctx, "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "the head to start")
+	var ran atomic.Bool
+	fn := func(context.Context, *Task) (any, error) { ran.Store(true); return nil, nil }
+	waiting, err := rt.Submit(ctx, "waiting", fn, alice)
+	require.NoError(t, err)
+	item, err := rt.SubmitSequential(ctx, "q", "item", fn, alice)
+	require.NoError(t, err)
+	slow := make(chan error, 1)
+	go func() {
+		_, err := rt.Submit(ctx, "slow", noop, bob)
+		slow <- err
+	}()
+	wait(t, s.entered, "the slow submission's insert")
+
+	shut := make(chan error, 1)
+	go func() { shut <- rt.Shutdown(ctx) }()
+	for _, id := range []string{waiting.ID, item.ID} {
+		eventually(t, func() bool {
+			r, err := s.GetTask(ctx, id)
+			require.NoError(t, err)
+			return r.Status == StatusCancelled
+		}, id+" recorded CANCELLED while Shutdown waits for the slow submission")
+	}
+	head.open()
+	close(s.release)
+	require.NoError(t, <-slow)
+	require.NoError(t, <-shut)
+	assert.False(t, ran.Load(), "a waiting task started during the shutdown")
+	assert.Equal(t, CauseShutdown, mustStatus(t, rt, waiting.ID).Cause)
+}

@@ -24,13 +24,14 @@ const shutdownSlack = 100 * time.Millisecond
 //
 //  1. closes the runtime to submissions (submit calls return ErrClosed
 //     from then on, and so do those still waiting for the instance
-//     lease) and waits, within ctx, for submissions already
-//     registering; one that registers later is cancelled at once;
-//  2. stops every sequential queue fetching, and admission dispatching
-//     (see Limits), and records each item that never started, queued or
-//     waiting for a slot, CANCELLED with the shutdown message: up to 16
-//     such writes at once, alongside the steps below, so that a long
-//     backlog does not take the time the runs in flight are given;
+//     lease), stops every sequential queue fetching, and admission
+//     dispatching (see Limits), and records each item that never
+//     started, queued or waiting for a slot, CANCELLED with the shutdown
+//     message: up to 16 such writes at once, alongside the steps below,
+//     so that a long backlog does not take the time the runs in flight
+//     are given;
+//  2. waits, within ctx, for submissions already registering; one that
+//     registers later is cancelled at once;
 //  3. lets callbacks in flight run until the grace point (see
 //     Config.ShutdownGrace: by default three quarters of the time ctx
 //     leaves), then cancels those still running with ErrShutdown;
@@ -79,9 +80,11 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	}()
 	grace := rt.gracePoint(ctx)
 
+	// Queues and admission stop as the intake closes, not once the
+	// submissions still registering are in: a slot freed meanwhile must
+	// not start a waiting task. One of those submissions that queues or
+	// waits later is cancelled at once (see dispatch).
 	submitting := []<-chan struct{}{rt.gate.close()}
-	waitAll(ctx, submitting)
-
 	queues, backlog := rt.emptyQueues((*queue).drain)
 	if rt.adm != nil {
 		backlog = append(backlog, rt.adm.drain()...)
@@ -93,6 +96,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		defer close(abandoned)
 		rt.abandon(backlog)
 	}()
+	waitAll(ctx, submitting)
 
 	// The backlog's items are in flight too, but are counted apart, once
 	// their writes end (see below).
