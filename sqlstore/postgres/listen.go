@@ -32,8 +32,9 @@ var _ workers.Notifier = (*Store)(nil)
 // 5 s). A connection that carried no notice for 15 s is pinged, and
 // dropped if the ping is not answered within 5 s: a server gone without
 // closing it (a failover, a network partition) is noticed within about
-// 20 s, not when TCP gives up. Connecting and starting to listen are
-// bounded by 15 s. Listen returns ctx's error when ctx ends, and another error only
+// 20 s, not when TCP gives up. Connecting (the pool's hooks included)
+// and starting to listen are bounded by 15 s. The pool's OnNotification
+// handler, if it has one, is not the listener's. Listen returns ctx's error when ctx ends, and another error only
 // when its first connection fails.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	pc := s.pool.Config()
@@ -69,8 +70,13 @@ const listenerName = "workers listener"
 // Resync, then every notice until the connection fails or ctx ends.
 func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, timing listenTiming, changed func(workers.Change)) error {
 	cfg := pc.ConnConfig.Copy()
+	// Setting up is bounded too, the pool's hooks with it, for a server
+	// that accepts the connection and then stops answering, or a hook
+	// whose credential service hangs.
+	setup, cancelSetup := context.WithTimeout(ctx, timing.check)
+	defer cancelSetup()
 	if pc.BeforeConnect != nil {
-		if err := pc.BeforeConnect(ctx, cfg); err != nil {
+		if err := pc.BeforeConnect(setup, cfg); err != nil {
 			return err
 		}
 	}
@@ -85,10 +91,9 @@ func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, timing l
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
-	// Setting up is bounded too, for a server that accepts the
-	// connection and then stops answering.
-	setup, cancelSetup := context.WithTimeout(ctx, timing.check)
-	defer cancelSetup()
+	// pgx keeps a notice for WaitForNotification only when the
+	// connection has no handler of its own: the pool's may have one.
+	cfg.OnNotification = nil
 	conn, err := pgx.ConnectConfig(setup, cfg)
 	if err != nil {
 		return err

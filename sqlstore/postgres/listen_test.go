@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskgate/workers"
@@ -195,6 +197,83 @@ func TestListenFailsWhenTheServerNeverAnswers(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Listen still waits for a server that never answers")
+	}
+}
+
+// A pool whose connections have an OnNotification handler of the
+// application's (one that listens on its own pooled connections) does
+// not take the listener's notices: pgx keeps a notice for
+// WaitForNotification only without such a handler.
+func TestListenIgnoresThePoolsNotificationHandler(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	writer := sc.store(t)
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) {}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ch, stop := listening(t, s)
+	nextResync(t, ch)
+	rec := workers.Record{ID: "u::n", RunID: "r1", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+	if err := writer.InsertTask(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-ch:
+		if c.ID != rec.ID {
+			t.Errorf("notice %+v, want one of %s", c, rec.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the insert's notice never came")
+	}
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Listen returned %v, want context.Canceled", err)
+	}
+}
+
+// The pool's BeforeConnect hook, which may fetch a credential from a
+// service that hangs, is bounded as the rest of the listener's setup is.
+func TestListenBoundsThePoolsBeforeConnect(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MinConns = 0
+	cfg.BeforeConnect = func(ctx context.Context, _ *pgx.ConnConfig) error {
+		<-ctx.Done() // a credential service that never answers
+		return ctx.Err()
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool, postgres.WithListenCheck(100*time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Listen(t.Context(), func(workers.Change) {}) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Listen returned %v, want the setup's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen still waits in BeforeConnect")
 	}
 }
 
