@@ -329,3 +329,110 @@ func stuckWrite(t *testing.T, terminate bool) {
 		t.Fatalf("u::stuck = %v, %v; want RUNNING", got.Status, err)
 	}
 }
+
+// Two processes' batches over the same rows, gathered in opposite
+// orders, lock them in one order, so neither waits for the other in a
+// cycle: both land as soon as the rows are free, not once the
+// database's deadlock check (deadlock_timeout, here 5 s) breaks a cycle.
+func TestGroupCommitBatchesOverTheSameRowsDoNotDeadlock(t *testing.T) {
+	sc := newScratchT(t)
+	sc.store(t)
+	ctx := t.Context()
+	params := map[string]string{"deadlock_timeout": "5s"}
+	s1, s2 := sc.ownStore(t, params), sc.ownStore(t, params)
+	sqlcore.SetStall(s1.Store, 0)
+	sqlcore.SetStall(s2.Store, 0)
+	pending := workers.State{Status: workers.StatusPending}
+	for _, id := range []string{"u::a", "u::b", "u::g1", "u::g2"} {
+		if err := s1.InsertTask(ctx, workers.Record{ID: id, RunID: "run-1", CreatedAt: time.Now(), State: pending}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each lock is held by a transaction of its own, on a pool apart.
+	lockers := sc.ownStore(t, nil).Pool()
+	lock := func(id string) (pgx.Tx, int) {
+		tx, err := lockers.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		var pid int
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM "`+sc.schema+`".workers_tasks WHERE id = $1 FOR UPDATE`, id).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		return tx, pid
+	}
+	// blockedBy waits until n backends wait for a lock the backend pid holds.
+	blockedBy := func(pid, n int) {
+		t.Helper()
+		waitFor(t, func() bool {
+			var k int
+			err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&k)
+			return err == nil && k >= n
+		})
+	}
+	ta, pa := lock("u::a")
+	tb, _ := lock("u::b")
+	tg1, pg1 := lock("u::g1")
+	tg2, pg2 := lock("u::g2")
+
+	from := []workers.Status{workers.StatusPending, workers.StatusRunning}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	transition := func(s *postgres.Store, id string) {
+		wg.Go(func() {
+			ok, err := s.TransitionTask(ctx, id, "run-1", from, running)
+			if err == nil && !ok {
+				err = errors.New(id + " fenced off")
+			}
+			errs <- err
+		})
+	}
+	// Each store has a batch in flight, held by a gate row, and gathers
+	// the next: [a, b] on one, [b, a] on the other.
+	transition(s1, "u::g1")
+	blockedBy(pg1, 1)
+	transition(s1, "u::a")
+	waitFor(t, func() bool { return sqlcore.Queued(s1.Store) == 1 })
+	transition(s1, "u::b")
+	waitFor(t, func() bool { return sqlcore.Queued(s1.Store) == 2 })
+	transition(s2, "u::g2")
+	blockedBy(pg2, 1)
+	transition(s2, "u::b")
+	waitFor(t, func() bool { return sqlcore.Queued(s2.Store) == 1 })
+	transition(s2, "u::a")
+	waitFor(t, func() bool { return sqlcore.Queued(s2.Store) == 2 })
+
+	// bothWait waits until both batches of two wait for a row lock (or
+	// for each other), none for a lock that the backends pids held.
+	bothWait := func(pids ...int) {
+		t.Helper()
+		waitFor(t, func() bool {
+			var waiting, forReleased int
+			err := sc.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE pg_blocking_pids(pid) && $1::int[])
+				FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($2 in query) > 0`, pids, sc.schema).Scan(&waiting, &forReleased)
+			return err == nil && waiting == 2 && forReleased == 0
+		})
+	}
+	// The gates open: both batches of two wait, for a or b.
+	_ = tg1.Rollback(ctx)
+	_ = tg2.Rollback(ctx)
+	bothWait(pg1, pg2)
+	// The store that waited for a takes it, and both wait again.
+	_ = ta.Rollback(ctx)
+	bothWait(pg1, pg2, pa)
+	start := time.Now()
+	_ = tb.Rollback(ctx)
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if took > 2*time.Second {
+		t.Errorf("the batches took %v once their rows were free: they waited for each other until the deadlock check", took)
+	}
+}

@@ -2,6 +2,7 @@ package sqlcore
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,6 +337,11 @@ func timeOrNull(t time.Time, times *[]time.Time) *time.Time {
 // outcome is unknown, not a guess.
 func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 	if len(batch) > 1 {
+		// Rows are locked in the order of the statement's arrays: in the
+		// keys' order, two processes' batches over the same rows never
+		// wait for each other in a cycle, which the database would break
+		// only after its deadlock check (a second, by default).
+		slices.SortFunc(batch, func(a, b *call[groupWrite]) int { return strings.Compare(a.key, b.key) })
 		written, err := s.writeBatch(ctx, batch)
 		if err == nil {
 			for _, w := range batch {
