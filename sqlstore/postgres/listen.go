@@ -33,7 +33,7 @@ var _ workers.Notifier = (*Store)(nil)
 // dropped if the ping is not answered within 5 s: a server gone without
 // closing it (a failover, a network partition) is noticed within about
 // 20 s, not when TCP gives up. Connecting (the pool's hooks included)
-// and starting to listen are bounded by 15 s. The pool's OnNotification
+// and starting to listen are bounded by 20 s. The pool's OnNotification
 // handler, if it has one, is not the listener's. Listen returns ctx's error when ctx ends, and another error only
 // when its first connection fails.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
@@ -73,7 +73,7 @@ func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, timing l
 	// Setting up is bounded too, the pool's hooks with it, for a server
 	// that accepts the connection and then stops answering, or a hook
 	// whose credential service hangs.
-	setup, cancelSetup := context.WithTimeout(ctx, timing.check)
+	setup, cancelSetup := context.WithTimeout(ctx, timing.check+timing.ping)
 	defer cancelSetup()
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(setup, cfg); err != nil {
@@ -140,7 +140,8 @@ func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, timing l
 
 // listenTiming is how long a listener's connection may carry no notice
 // before it is pinged (check), and how long the ping may take (ping)
-// before the connection is dropped.
+// before the connection is dropped. Setting the connection up may take
+// both.
 type listenTiming struct{ check, ping time.Duration }
 
 var defaultListen = listenTiming{check: 15 * time.Second, ping: 5 * time.Second}
