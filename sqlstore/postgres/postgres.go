@@ -150,7 +150,16 @@ var dialect = &sqlcore.Dialect{
 	NullsFirst:          " NULLS FIRST",
 	NullsLast:           " NULLS LAST",
 	MigrationLock:       "SELECT pg_advisory_xact_lock($1)",
-	MigrationTx:         &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+	// Set once the advisory lock is held: a migration that waits for a
+	// lock on the tables (DROP INDEX wants the table's exclusive lock)
+	// makes every replica's statements on them wait behind it, so it
+	// waits a second at most, then lets them go and tries again.
+	MigrationLockWait: "SET LOCAL lock_timeout = '1s'",
+	LockBusy: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "55P03" // lock_not_available
+	},
+	MigrationTx: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
 	DataError: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
@@ -334,7 +343,11 @@ func (s *Store) Close() error {
 // Migrate creates the store's tables, or brings them up to date, and
 // does nothing when they are current: call it before the store's first
 // use. It runs in one transaction under an advisory lock, so that processes
-// that start at once (a rolling deploy) apply each version once. Tables
+// that start at once (a rolling deploy) apply each version once. A
+// version that needs a lock on the tables which another transaction
+// holds (an older replica's, say) waits for it a second at most, since
+// every statement on the tables would queue behind it, then rolls back
+// and tries again, with backoff up to 5 s, until ctx ends. Tables
 // a newer release migrated are used as they are when that release
 // recorded them as compatible with this one, and are otherwise refused
 // with ErrSchemaTooNew, untouched; tables whose recorded migrations

@@ -217,6 +217,52 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	}
 }
 
+// A rolling deploy's Migrate that needs a lock on the tables which a
+// long transaction of an older replica holds (here 0005's DROP INDEX,
+// which wants the tasks table's exclusive lock) does not stall that
+// replica's other statements, which would queue behind it: it waits a
+// second at most, lets them go, and tries again until the lock is free.
+func TestMigrateWaitingForATableLockLetsTheOthersGo(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	ctx := t.Context()
+	old := sc.ownStore(t, nil)
+	if err := sqlcore.MigrateTo(ctx, old.Store, 4); err != nil {
+		t.Fatal(err)
+	}
+	rec := workers.Record{ID: "u::x", RunID: "r", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+	if err := old.InsertTask(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := sc.pool.Begin(ctx) // an older replica's long transaction
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::x' FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	migrated := make(chan error, 1)
+	go func() { migrated <- sc.ownStore(t, nil).Migrate(ctx) }()
+	waitFor(t, func() bool { // Migrate waits for the table's lock
+		var n int
+		err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position('DROP INDEX' in query) > 0`).Scan(&n)
+		return err == nil && n > 0
+	})
+	for range 3 {
+		read, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := old.GetTask(read, rec.ID)
+		cancel()
+		if err != nil {
+			t.Fatalf("a read of the older replica, which the long transaction does not block, failed behind the waiting Migrate: %v", err)
+		}
+	}
+	_ = holder.Rollback(ctx)
+	if err := <-migrated; err != nil {
+		t.Fatalf("Migrate once the lock was free: %v", err)
+	}
+}
+
 func TestMigrateRefusesMismatchedTables(t *testing.T) {
 	t.Parallel()
 	sqltest.MigrateRefusals(t, func(t *testing.T) (*postgres.Store, func(string) error) {

@@ -96,6 +96,15 @@ type Dialect struct {
 	// exclusive (SQLite's BEGIN IMMEDIATE).
 	MigrationLock string
 
+	// MigrationLockWait, if set, runs after MigrationLock: it bounds how
+	// long each statement of the migration may wait for a lock on the
+	// tables (PostgreSQL's lock_timeout), since the other statements on
+	// them queue behind a migration that waits for a table lock. LockBusy
+	// reports an error that says such a wait ran out: Migrate then rolls
+	// back and tries again, with backoff, until its context ends.
+	MigrationLockWait string
+	LockBusy          func(error) bool
+
 	// MigrationTx, if set, are the options of the migration transaction.
 	// Under MigrationLock it must read what another migration committed
 	// while it waited for the lock: PostgreSQL's READ COMMITTED, whatever

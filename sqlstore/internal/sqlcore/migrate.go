@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"math/rand/v2"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrSchemaTooNew is returned by Migrate when the database's schema
@@ -59,10 +61,43 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	if err != nil {
 		return s.wrap("migrate", err)
 	}
+	backoff := migrateBackoffMin
+	for {
+		err := s.migrateOnce(ctx, migs, upTo)
+		if err == nil || s.d.LockBusy == nil || !s.d.LockBusy(err) {
+			return err
+		}
+		// A transaction held a lock the migration needs: the migration
+		// let the others go, and tries again.
+		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, migrateBackoffMax)
+	}
+}
+
+// Backoff of a migration that could not take a lock on the tables in
+// time (see Dialect.MigrationLockWait).
+const (
+	migrateBackoffMin = 100 * time.Millisecond
+	migrateBackoffMax = 5 * time.Second
+)
+
+// migrateOnce is one try of migrate, in one transaction.
+func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) error {
 	return s.inTxWith(ctx, s.d.MigrationTx, func(tx *sql.Tx) error {
 		if s.d.MigrationLock != "" {
 			if _, err := tx.ExecContext(ctx, s.d.MigrationLock, s.lockKey()); err != nil {
 				return s.wrap("migrate: lock", err)
+			}
+		}
+		if s.d.MigrationLockWait != "" {
+			if _, err := tx.ExecContext(ctx, s.d.MigrationLockWait); err != nil {
+				return s.wrap("migrate: lock wait", err)
 			}
 		}
 		done, err := s.checkApplied(ctx, tx, migs)
