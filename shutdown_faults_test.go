@@ -313,19 +313,12 @@ func TestFaultShutdownDoesNotWaitForAStuckAbandonWrite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := stuckAbandons{workers.NewMemStore()}
 		rt := workers.NewRuntime(s, workers.Config{Logger: quiet})
-		_, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
-			<-ctx.Done()
-			return nil, context.Cause(ctx)
-		}, owner)
-		require.NoError(t, err)
-		behind, err := rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
-		require.NoError(t, err)
-		synctest.Wait()
+		_, behind := headAndBehind(t, rt)
 
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		err = rt.Shutdown(ctx)
+		err := rt.Shutdown(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Contains(t, err.Error(), "left 1 runs or goroutines executing")
 		assert.LessOrEqual(t, time.Since(start), 2*time.Second, "Shutdown returns by its deadline plus the slack")
@@ -345,18 +338,11 @@ func TestFaultShutdownCountsAnItemItCouldNotRecordOnce(t *testing.T) {
 		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Match: func(c *storetest.Call) bool {
 			return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
 		}})
-		head, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
-			<-ctx.Done()
-			return nil, context.Cause(ctx)
-		}, owner)
-		require.NoError(t, err)
-		behind, err := rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
-		require.NoError(t, err)
-		synctest.Wait()
+		head, behind := headAndBehind(t, rt)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		err = rt.Shutdown(ctx)
+		err := rt.Shutdown(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Contains(t, err.Error(), "left 0 runs or goroutines executing and 1 live records of this runtime unwritten")
 		endedAs(t, mem, head.ID, workers.StatusCancelled, workers.CauseShutdown)
@@ -364,4 +350,20 @@ func TestFaultShutdownCountsAnItemItCouldNotRecordOnce(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, workers.StatusPending, r.Status, "left for recovery")
 	})
+}
+
+// headAndBehind submits to queue "q" of rt a head that runs until its
+// context ends, and an item behind it, and waits, in a synctest bubble,
+// until the head runs.
+func headAndBehind[S workers.Store](t *testing.T, rt *workers.Runtime[S]) (head, behind workers.Submission) {
+	t.Helper()
+	head, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}, owner)
+	require.NoError(t, err)
+	behind, err = rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
+	require.NoError(t, err)
+	synctest.Wait()
+	return head, behind
 }

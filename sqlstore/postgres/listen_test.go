@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/postgres"
@@ -105,25 +104,7 @@ func TestListen(t *testing.T) {
 // until TCP gave up on the connection.
 func TestListenDropsAConnectionThatStopsAnswering(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
-		t.Skip("the test database is reached through a Unix socket; this test proxies TCP")
-	}
-	px := newFreezer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = px.host, px.port, nil
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithListenCheck(50*time.Millisecond, 2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, px := proxiedStore(t, 50*time.Millisecond, 2*time.Second)
 
 	resyncs := make(chan struct{}, 64)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -166,26 +147,7 @@ func TestListenDropsAConnectionThatStopsAnswering(t *testing.T) {
 // fails, as it does when its first connection fails.
 func TestListenFailsWhenTheServerNeverAnswers(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
-		t.Skip("the test database is reached through a Unix socket; this test proxies TCP")
-	}
-	px := newFreezer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = px.host, px.port, nil
-	cfg.MinConns = 0
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithListenCheck(100*time.Millisecond, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, px := proxiedStore(t, 100*time.Millisecond, time.Second)
 	px.frozenFromTheStart.Store(true)
 
 	done := make(chan error, 1)
@@ -208,21 +170,9 @@ func TestListenIgnoresThePoolsNotificationHandler(t *testing.T) {
 	t.Parallel()
 	sc := newScratchT(t)
 	writer := sc.store(t)
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	cfg.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) {}
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
 	ch, stop := listening(t, s)
 	nextResync(t, ch)
 	rec := workers.Record{ID: "u::n", RunID: "r1", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
@@ -246,25 +196,13 @@ func TestListenIgnoresThePoolsNotificationHandler(t *testing.T) {
 // service that hangs, is bounded as the rest of the listener's setup is.
 func TestListenBoundsThePoolsBeforeConnect(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	cfg.MinConns = 0
 	cfg.BeforeConnect = func(ctx context.Context, _ *pgx.ConnConfig) error {
 		<-ctx.Done() // a credential service that never answers
 		return ctx.Err()
 	}
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithListenCheck(100*time.Millisecond, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeOver(t, cfg, postgres.WithListenCheck(100*time.Millisecond, time.Second))
 	done := make(chan error, 1)
 	go func() { done <- s.Listen(t.Context(), func(workers.Change) {}) }()
 	select {
@@ -275,6 +213,21 @@ func TestListenBoundsThePoolsBeforeConnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Listen still waits in BeforeConnect")
 	}
+}
+
+// proxiedStore returns a store whose pool, and listener, reach the test
+// database through a freezer, with Listen's check and ping as given. It
+// skips t if the database is reached through a Unix socket.
+func proxiedStore(t *testing.T, check, ping time.Duration) (*postgres.Store, *freezer) {
+	t.Helper()
+	cfg := testConfig(t)
+	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+		t.Skip("the test database is reached through a Unix socket; this test proxies TCP")
+	}
+	px := newFreezer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = px.host, px.port, nil
+	cfg.MinConns = 0
+	return storeOver(t, cfg, postgres.WithListenCheck(check, ping)), px
 }
 
 // freezer is a TCP proxy to addr whose connections can be frozen: they

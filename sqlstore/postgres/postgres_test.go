@@ -95,6 +95,34 @@ func (sc scratch) store(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	return s
 }
 
+// testConfig returns the test database's pool configuration, for a test
+// to change before storeOver.
+func testConfig(t *testing.T) *pgxpool.Config {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// storeOver returns a store with opts over a pool made from cfg; both
+// are closed in t's cleanup.
+func storeOver(t *testing.T, cfg *pgxpool.Config, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := postgres.New(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // ownStore returns a store in sc's schema over a pool of its own, as
 // another process would have, whose connections carry the application
 // name app if it is not empty; both are closed in t's cleanup. It does

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/postgres"
 )
@@ -151,10 +150,7 @@ func TestListenConnectsThroughThePoolsHooks(t *testing.T) {
 	t.Parallel()
 	sc := newScratchT(t)
 	sc.store(t) // the tables, migrated
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	good := cfg.ConnConfig.Database
 	cfg.ConnConfig.Database = "no_such_database" // what only the hook corrects
 	cfg.BeforeConnect = func(_ context.Context, c *pgx.ConnConfig) error {
@@ -168,20 +164,11 @@ func TestListenConnectsThroughThePoolsHooks(t *testing.T) {
 		}
 		return nil
 	}
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var resynced bool
-	err = s.Listen(ctx, func(c workers.Change) {
+	err := s.Listen(ctx, func(c workers.Change) {
 		resynced = c.Resync
 		cancel()
 	})
