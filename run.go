@@ -306,7 +306,8 @@ const (
 // write makes one store write of a run durable: a transition fenced on
 // the run's id and the status it expects. A fenced-out write is the
 // expected fate of a superseded or cancelled run's late write, not an
-// error: write reports false.
+// error: write reports false, and reports the run's end if another
+// writer made it and nobody here reported it yet (see reportEndFound).
 //
 // A store error is classified by permanentStoreError. A transient one is
 // retried with capped exponential backoff, still fenced on the run id,
