@@ -334,11 +334,14 @@ func stuckWrite(t *testing.T, terminate bool) {
 // orders, lock them in one order, so neither waits for the other in a
 // cycle: both land as soon as the rows are free, not once the
 // database's deadlock check (deadlock_timeout, here 5 s) breaks a cycle.
+// The function's bound on lock waits (migration 0007) is lifted, since
+// it would break the cycle too, after 100 ms.
 func TestGroupCommitBatchesOverTheSameRowsDoNotDeadlock(t *testing.T) {
 	sc := newScratchT(t)
 	sc.store(t)
 	ctx := t.Context()
 	params := map[string]string{"deadlock_timeout": "5s"}
+	unboundLockWaits(t, sc) // the order alone keeps the batches apart
 	s1, s2 := sc.ownStore(t, params), sc.ownStore(t, params)
 	sqlcore.SetStall(s1.Store, 0)
 	sqlcore.SetStall(s2.Store, 0)
@@ -434,5 +437,94 @@ func TestGroupCommitBatchesOverTheSameRowsDoNotDeadlock(t *testing.T) {
 	}
 	if took > 2*time.Second {
 		t.Errorf("the batches took %v once their rows were free: they waited for each other until the deadlock check", took)
+	}
+}
+
+// One row of a batch that waits on a lock another transaction holds (an
+// administrator's open transaction, a replica stopped mid-write) does
+// not hold back the batch's other rows: the batch gives up the wait
+// after 100 ms, having written nothing, and each write is made alone,
+// so that a row nobody holds lands at once, and the held one once its
+// lock is free.
+func TestGroupCommitRowHeldByAnotherTransactionDoesNotHoldBackItsBatch(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	pending := workers.State{Status: workers.StatusPending}
+	for _, id := range []string{"u::gate", "u::held", "u::free"} {
+		if err := s.InsertTask(ctx, workers.Record{ID: id, RunID: "run-1", CreatedAt: time.Now(), State: pending}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := sc.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	g := blockBehind(t, sc, s, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::gate' FOR UPDATE`, func() error {
+		_, err := s.TransitionTask(ctx, "u::gate", "run-1", from, running)
+		return err
+	})
+	var wg sync.WaitGroup
+	held := make(chan error, 1)
+	g.queue(&wg, func() {
+		ok, err := s.TransitionTask(ctx, "u::held", "run-1", from, running)
+		if err == nil && !ok {
+			err = errors.New("u::held fenced off")
+		}
+		held <- err
+	})
+	free := make(chan error, 1)
+	g.queue(&wg, func() {
+		ok, err := s.TransitionTask(ctx, "u::free", "run-1", from, running)
+		if err == nil && !ok {
+			err = errors.New("u::free fenced off")
+		}
+		free <- err
+	})
+	if err := g.release(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-free:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("u::free, a row nobody else holds, waits on u::held's lock")
+	}
+	select {
+	case err := <-held:
+		t.Fatalf("u::held's write returned (%v) while its row was held", err)
+	default:
+	}
+	_ = holder.Rollback(ctx)
+	wg.Wait()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"u::held", "u::free"} {
+		if rec, err := s.GetTask(ctx, id); err != nil || rec.Status != workers.StatusRunning {
+			t.Errorf("%s: %s, %v; want running", id, rec.Status, err)
+		}
+	}
+}
+
+// unboundLockWaits undoes migration 0007 in sc's schema: group commit's
+// function then waits for a row lock as long as it is held.
+func unboundLockWaits(t *testing.T, sc scratch) {
+	t.Helper()
+	if _, err := sc.pool.Exec(t.Context(), `ALTER FUNCTION "`+sc.schema+`".workers_write_many(
+	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
+	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
+	text[], text[],
+	text[], text[], text[], text[], bigint[], bigint[], text[], text[],
+	timestamptz[], timestamptz[], text[], text[], text[], text[]) RESET lock_timeout`); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -204,8 +204,9 @@ var dialect = &sqlcore.Dialect{
 SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5))
 AND status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`,
 	// Version 6 only adds a function, which the code of version 5 never
-	// calls.
-	CompatibleFrom: map[int]int{6: 5},
+	// calls; version 7 bounds that function's wait for a lock, which the
+	// code of version 6 takes as a refusal of the batch.
+	CompatibleFrom: map[int]int{6: 5, 7: 5},
 	// One statement, one round trip: the record, then its watchers in
 	// the order given, only if the record went in; each watcher row
 	// carries the record's creation time ($15) for the listing's order.

@@ -2,6 +2,7 @@ package sqlcore
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -329,7 +330,10 @@ func timeOrNull(t time.Time, times *[]time.Time) *time.Time {
 // without group commit; several go in one Dialect.WriteMany statement:
 // an insert it did not make found its id taken (ErrConflict), and a
 // transition it did not make was fenced off (ok false; TransitionTask
-// then reads why). Should the database refuse the statement, nothing of
+// then reads why). Should a row wait too long for a lock another
+// transaction holds (Dialect.LockBusy), nothing landed, and each caller
+// makes its write alone, at once (errWriteAlone), so that only the held
+// row waits. Should the database refuse the statement, nothing of
 // it landed, and each write is tried alone, so that one row it refuses
 // fails only its own call. Any other failure (a lost connection, after
 // which the statement may or may not have committed) is every call's
@@ -352,6 +356,15 @@ func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 			}
 			return
 		}
+		if s.d.LockBusy != nil && s.d.LockBusy(err) {
+			// A row waited too long for a lock another transaction
+			// holds, and nothing landed: each caller makes its write
+			// alone, at once, so that only the held row waits.
+			for _, w := range batch {
+				w.err = errWriteAlone
+			}
+			return
+		}
 		if !s.refused(ctx, err) {
 			for _, w := range batch {
 				w.err = err
@@ -368,6 +381,10 @@ func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 		}
 	}
 }
+
+// errWriteAlone is a batched write's answer when the batch gave up a
+// lock wait and wrote nothing: its caller makes the write alone.
+var errWriteAlone = errors.New("sqlcore: the batch waited too long for a row lock; write alone")
 
 // writeBatch runs Dialect.WriteMany for batch and returns the ids it
 // inserted or updated.

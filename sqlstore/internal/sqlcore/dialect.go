@@ -101,7 +101,9 @@ type Dialect struct {
 	// tables (PostgreSQL's lock_timeout), since the other statements on
 	// them queue behind a migration that waits for a table lock. LockBusy
 	// reports an error that says such a wait ran out: Migrate then rolls
-	// back and tries again, with backoff, until its context ends.
+	// back and tries again, with backoff, until its context ends. A
+	// WriteMany batch that fails so (its function bounds its own lock
+	// waits) wrote nothing, and each of its writes is made alone.
 	MigrationLockWait string
 	LockBusy          func(error) bool
 

@@ -237,7 +237,9 @@ func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	}
 	if s.writes != nil {
 		_, err := s.writes.do(ctx, rec.ID, groupWrite{insert: &rec})
-		return err
+		if !errors.Is(err, errWriteAlone) {
+			return err
+		}
 	}
 	return s.insertOne(ctx, rec)
 }
@@ -337,7 +339,8 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 		var err error
 		if s.writes != nil {
 			ok, err = s.writes.do(ctx, id, groupWrite{transition: &row})
-		} else {
+		}
+		if s.writes == nil || errors.Is(err, errWriteAlone) {
 			ok, err = s.transitionOne(ctx, row)
 		}
 		if ok || err != nil {
