@@ -55,6 +55,17 @@ func blockBehind(t *testing.T, sc scratch, s *postgres.Store, lock string, first
 	return g
 }
 
+// gateOn is blockBehind whose first write starts the PENDING record id
+// of run runID, held by a lock on its row.
+func gateOn(t *testing.T, sc scratch, s *postgres.Store, id, runID string) *gather {
+	t.Helper()
+	return blockBehind(t, sc, s, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = '`+id+`' FOR UPDATE`, func() error {
+		_, err := s.TransitionTask(t.Context(), id, runID, []workers.Status{workers.StatusPending},
+			workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()})
+		return err
+	})
+}
+
 // queue starts fn, which makes one write, and returns once it queues.
 func (g *gather) queue(wg *sync.WaitGroup, fn func()) {
 	g.pending++
@@ -69,6 +80,18 @@ func (g *gather) release() error {
 		g.t.Fatal(err)
 	}
 	return <-g.first
+}
+
+// insertPending inserts a PENDING record of run runID, watched by u,
+// for each of ids.
+func insertPending(t *testing.T, s *postgres.Store, runID string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		rec := workers.Record{ID: id, RunID: runID, Watchers: []string{"u"}, CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+		if err := s.InsertTask(t.Context(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitFor polls cond until it holds, failing t after 10 seconds.
@@ -247,15 +270,7 @@ func stuckWrite(t *testing.T, terminate bool) {
 	sc := newScratchT(t)
 	s, app := sc.namedStore(t, "workers-stuck")
 	ctx := t.Context()
-	rec := func(id string) workers.Record {
-		return workers.Record{ID: id, RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
-			State: workers.State{Status: workers.StatusPending}}
-	}
-	for _, id := range []string{"u::stuck", "u::free"} {
-		if err := s.InsertTask(ctx, rec(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertPending(t, s, "run-1", "u::stuck", "u::free")
 	tx, err := sc.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +301,10 @@ func stuckWrite(t *testing.T, terminate bool) {
 	// arrives after them.
 	done := make(chan error, 2)
 	go func() { done <- start("u::free") }()
-	go func() { done <- s.InsertTask(ctx, rec("u::new")) }()
+	go func() {
+		done <- s.InsertTask(ctx, workers.Record{ID: "u::new", RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
+			State: workers.State{Status: workers.StatusPending}})
+	}()
 	for range 2 {
 		select {
 		case err := <-done:
@@ -345,12 +363,7 @@ func TestGroupCommitBatchesOverTheSameRowsDoNotDeadlock(t *testing.T) {
 	s1, s2 := sc.ownStore(t, params), sc.ownStore(t, params)
 	sqlcore.SetStall(s1.Store, 0)
 	sqlcore.SetStall(s2.Store, 0)
-	pending := workers.State{Status: workers.StatusPending}
-	for _, id := range []string{"u::a", "u::b", "u::g1", "u::g2"} {
-		if err := s1.InsertTask(ctx, workers.Record{ID: id, RunID: "run-1", CreatedAt: time.Now(), State: pending}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertPending(t, s1, "run-1", "u::a", "u::b", "u::g1", "u::g2")
 	// Each lock is held by a transaction of its own, on a pool apart.
 	lockers := sc.ownStore(t, nil).Pool()
 	lock := func(id string) (pgx.Tx, int) {
@@ -450,12 +463,7 @@ func TestGroupCommitRowHeldByAnotherTransactionDoesNotHoldBackItsBatch(t *testin
 	sc := newScratchT(t)
 	s := sc.store(t)
 	ctx := t.Context()
-	pending := workers.State{Status: workers.StatusPending}
-	for _, id := range []string{"u::gate", "u::held", "u::free"} {
-		if err := s.InsertTask(ctx, workers.Record{ID: id, RunID: "run-1", CreatedAt: time.Now(), State: pending}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertPending(t, s, "run-1", "u::gate", "u::held", "u::free")
 	holder, err := sc.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -466,10 +474,7 @@ func TestGroupCommitRowHeldByAnotherTransactionDoesNotHoldBackItsBatch(t *testin
 	}
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
-	g := blockBehind(t, sc, s, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::gate' FOR UPDATE`, func() error {
-		_, err := s.TransitionTask(ctx, "u::gate", "run-1", from, running)
-		return err
-	})
+	g := gateOn(t, sc, s, "u::gate", "run-1")
 	var wg sync.WaitGroup
 	held := make(chan error, 1)
 	g.queue(&wg, func() {

@@ -99,18 +99,10 @@ func TestGroupCommitFencesOffARowReplacedWhileItWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	pending := workers.State{Status: workers.StatusPending}
-	for _, id := range []string{"u::z", "u::x", "u::y"} {
-		if err := s.InsertTask(ctx, workers.Record{ID: id, RunID: "a-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: pending}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	insertPending(t, s, "a-1", "u::z", "u::x", "u::y")
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
-	g := blockBehind(t, sc, s, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::z' FOR UPDATE`, func() error {
-		_, err := s.TransitionTask(ctx, "u::z", "a-1", from, running)
-		return err
-	})
+	g := gateOn(t, sc, s, "u::z", "a-1")
 	var wg sync.WaitGroup
 	var okX, okY bool
 	var errX, errY error
@@ -119,7 +111,7 @@ func TestGroupCommitFencesOffARowReplacedWhileItWaits(t *testing.T) {
 	blocker := holdWatcherRow(t, sc, "u::x")
 	replaced := make(chan error, 1)
 	go func() {
-		replaced <- s.ReplaceTask(ctx, workers.Record{ID: "u::x", RunID: "b-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: pending}, "a-1")
+		replaced <- s.ReplaceTask(ctx, workers.Record{ID: "u::x", RunID: "b-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}, "a-1")
 	}()
 	waitLockWaiters(t, sc, 2) // the first write and the replace
 	if err := g.release(); err != nil {
