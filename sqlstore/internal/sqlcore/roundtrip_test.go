@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
+	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,3 +92,88 @@ type connector struct{ d *countingDriver }
 
 func (c connector) Connect(context.Context) (driver.Conn, error) { return countingConn{c.d}, nil }
 func (c connector) Driver() driver.Driver                        { return c.d }
+
+// errLost is lossyDriver's lost connection.
+var errLost = errors.New("connection lost")
+
+// lossyDriver is a database/sql driver whose writes change nothing (every
+// one is fenced off) and whose reads fail with errLost while lost is
+// above zero, each failure taking one off, and otherwise return one row,
+// the run id "r2".
+type lossyDriver struct{ lost, reads atomic.Int32 }
+
+func (d *lossyDriver) Open(string) (driver.Conn, error) { return lossyConn{d}, nil }
+
+type lossyConn struct{ d *lossyDriver }
+
+func (c lossyConn) Prepare(q string) (driver.Stmt, error) { return lossyStmt{c.d}, nil }
+func (c lossyConn) Close() error                          { return nil }
+func (c lossyConn) Begin() (driver.Tx, error)             { return nil, errors.New("no transactions here") }
+
+type lossyStmt struct{ d *lossyDriver }
+
+func (s lossyStmt) Close() error                               { return nil }
+func (s lossyStmt) NumInput() int                              { return -1 }
+func (s lossyStmt) CheckNamedValue(*driver.NamedValue) error   { return nil }
+func (s lossyStmt) Exec([]driver.Value) (driver.Result, error) { return driver.RowsAffected(0), nil }
+func (s lossyStmt) Query([]driver.Value) (driver.Rows, error) {
+	s.d.reads.Add(1)
+	if s.d.lost.Add(-1) >= 0 {
+		return nil, errLost
+	}
+	return &oneRow{v: "r2"}, nil
+}
+
+// oneRow is a result of one row and one column.
+type oneRow struct {
+	v    string
+	done bool
+}
+
+func (r *oneRow) Columns() []string { return []string{"run_id"} }
+func (r *oneRow) Close() error      { return nil }
+func (r *oneRow) Next(dest []driver.Value) error {
+	if r.done {
+		return io.EOF
+	}
+	r.done = true
+	dest[0] = r.v
+	return nil
+}
+
+type lossyConnector struct{ d *lossyDriver }
+
+func (c lossyConnector) Connect(context.Context) (driver.Conn, error) { return lossyConn{c.d}, nil }
+func (c lossyConnector) Driver() driver.Driver                        { return c.d }
+
+// The read that follows a write which changed nothing, to say why (a
+// transition fenced off, a watcher's append to another run), is made
+// again on a lost connection, as every read outside a transaction is: a
+// database that restarts leaves the pool's idle connections dead, and
+// the write's answer must not become an error that says it may have
+// landed.
+func TestReadAfterAWriteThatChangedNothingRidesOutALostConnection(t *testing.T) {
+	d := &lossyDriver{}
+	db := sql.OpenDB(lossyConnector{d})
+	defer db.Close()
+	s, err := New(&Dialect{Name: "test", Time: func(t time.Time) any { return t }, ConnLost: func(err error) bool { return errors.Is(err, errLost) }},
+		db, db, Config{Prefix: DefaultPrefix, ReadAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d.lost.Store(1)
+	ok, err := s.TransitionTask(ctx, "alice::k", "r1", []workers.Status{workers.StatusPending},
+		workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()})
+	if ok || err != nil {
+		t.Errorf("TransitionTask = %v, %v; want false, nil (fenced off)", ok, err)
+	}
+	d.lost.Store(1)
+	ok, err = s.AddWatcher(ctx, "alice::k", "r1", "bob")
+	if ok || !errors.Is(err, workers.ErrConflict) {
+		t.Errorf("AddWatcher = %v, %v; want false, ErrConflict (another run's record)", ok, err)
+	}
+	if n := d.reads.Load(); n != 4 {
+		t.Errorf("%d reads, want 4: each lost once, then made again", n)
+	}
+}

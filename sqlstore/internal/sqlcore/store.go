@@ -347,7 +347,7 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 			return ok, err
 		}
 	}
-	if _, err := s.runOf(ctx, s.r, id); err != nil {
+	if _, err := s.readRunOf(ctx, id); err != nil {
 		return false, err
 	}
 	return false, nil
@@ -379,7 +379,7 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 	if n > 0 {
 		return true, nil
 	}
-	cur, err := s.runOf(ctx, s.r, id)
+	cur, err := s.readRunOf(ctx, id)
 	if err != nil {
 		return false, err
 	}
@@ -567,6 +567,16 @@ func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error)
 		return "", s.wrap("read run id", err)
 	}
 	return run, nil
+}
+
+// readRunOf is runOf outside a transaction, made again on a lost
+// connection (see read): the read that says why a write changed nothing.
+func (s *Store) readRunOf(ctx context.Context, id string) (run string, err error) {
+	err = s.read(ctx, func() (err error) {
+		run, err = s.runOf(ctx, s.r, id)
+		return err
+	})
+	return run, err
 }
 
 // insertWatchers appends watchers to id's list in one statement, in
