@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -665,56 +666,76 @@ func TestFaultASyncReadTheStoreNeverAnswersIsCutOff(t *testing.T) {
 	})
 }
 
-// A queue item cancelled in another process while it waits, over a store
-// without notices, reports its end here when its turn comes and its start
-// is fenced out, also when the read that finds that end fails, before it
-// reaches the store or after: the read is tried again.
+// A queue item cancelled in another process while it waits reports its
+// end here once, also when the read that finds that end fails, before it
+// reaches the store or after. Over a store without notices that read
+// follows its start, fenced out at its turn, and is tried again. Over one
+// with notices it is the check the notice asks for: when it fails, the
+// item waits for its turn, and its fenced-out start reports the end.
 func TestFaultAWaitingItemEndedElsewhereReportsItsEndThroughAFailedRead(t *testing.T) {
-	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var mu sync.Mutex
-				var finished []workers.Event
-				f := &storetest.Faults{}
-				mem := workers.NewMemStore()
-				rt := workers.NewRuntime(storetest.Faulty(struct{ workers.Store }{mem}, f), workers.Config{Logger: quiet, Observers: []workers.Observer{
-					workers.ObserverFunc(func(_ context.Context, e workers.Event) {
-						if e.Kind == workers.EventFinished {
-							mu.Lock()
-							finished = append(finished, e)
-							mu.Unlock()
+	for _, notices := range []bool{false, true} {
+		for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
+			t.Run(fmt.Sprintf("notices=%v/%s", notices, fault), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var mu sync.Mutex
+					var finished []workers.Event
+					ends := func(id string) []workers.Event {
+						mu.Lock()
+						defer mu.Unlock()
+						var out []workers.Event
+						for _, e := range finished {
+							if e.TaskID == id {
+								out = append(out, e)
+							}
 						}
-					}),
-				}})
-				there := workers.NewRuntime(mem, workers.Config{Logger: quiet})
-				release := make(chan struct{})
-				_, err := rt.SubmitSequential(context.Background(), "q", "head", func(context.Context, *workers.Task) (any, error) {
-					<-release
-					return nil, nil
-				}, owner)
-				require.NoError(t, err)
-				behind, err := rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
-				require.NoError(t, err)
-				require.NoError(t, there.Cancel(context.Background(), behind.ID, owner))
-
-				f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool { return c.ID == behind.ID }})
-				close(release)
-				synctest.Wait()
-				time.Sleep(time.Second) // the read's retry
-				require.NoError(t, rt.Shutdown(context.Background()))
-				require.NoError(t, there.Shutdown(context.Background()))
-
-				assert.Equal(t, 1, f.Injected(storetest.OpGetTask), "the read failed once")
-				var ends []workers.Event
-				for _, e := range finished {
-					if e.TaskID == behind.ID {
-						ends = append(ends, e)
+						return out
 					}
-				}
-				require.Len(t, ends, 1, "finished events of the item")
-				assert.Equal(t, workers.StatusCancelled, ends[0].Status)
-				assert.Equal(t, workers.CauseCancelled, ends[0].Cause)
+					f := &storetest.Faults{}
+					mem := workers.NewMemStore()
+					var s workers.Store = struct{ workers.Store }{mem}
+					if notices {
+						s = mem
+					}
+					rt := workers.NewRuntime(storetest.Faulty(s, f), workers.Config{Logger: quiet, Observers: []workers.Observer{
+						workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+							if e.Kind == workers.EventFinished {
+								mu.Lock()
+								finished = append(finished, e)
+								mu.Unlock()
+							}
+						}),
+					}})
+					there := workers.NewRuntime(mem, workers.Config{Logger: quiet})
+					release := make(chan struct{})
+					_, err := rt.SubmitSequential(context.Background(), "q", "head", func(context.Context, *workers.Task) (any, error) {
+						<-release
+						return nil, nil
+					}, owner)
+					require.NoError(t, err)
+					behind, err := rt.SubmitSequential(context.Background(), "q", "behind", result(1), owner)
+					require.NoError(t, err)
+					synctest.Wait()
+
+					f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool { return c.ID == behind.ID }})
+					require.NoError(t, there.Cancel(context.Background(), behind.ID, owner))
+					synctest.Wait()
+					if notices {
+						require.Equal(t, 1, f.Injected(storetest.OpGetTask), "the notice's check read failed")
+						require.Empty(t, ends(behind.ID), "no end reported before the item's turn")
+					}
+					close(release)
+					synctest.Wait()
+					time.Sleep(time.Second) // the read's retry
+					require.NoError(t, rt.Shutdown(context.Background()))
+					require.NoError(t, there.Shutdown(context.Background()))
+
+					assert.Equal(t, 1, f.Injected(storetest.OpGetTask), "the read failed once")
+					got := ends(behind.ID)
+					require.Len(t, got, 1, "finished events of the item")
+					assert.Equal(t, workers.StatusCancelled, got[0].Status)
+					assert.Equal(t, workers.CauseCancelled, got[0].Cause)
+				})
 			})
-		})
+		}
 	}
 }
