@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
 )
 
 var _ workers.Notifier = (*Store)(nil)
@@ -34,8 +35,9 @@ var _ workers.Notifier = (*Store)(nil)
 // closing it (a failover, a network partition) is noticed within about
 // 20 s, not when TCP gives up. Connecting (the pool's hooks included)
 // and starting to listen are bounded by 20 s. The pool's OnNotification
-// handler, if it has one, is not the listener's. Listen returns ctx's error when ctx ends, and another error only
-// when its first connection fails.
+// handler, if it has one, is not the listener's. Listen returns ctx's
+// error when ctx ends, and another error only when its first connection
+// fails.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	pc := s.pool.Config()
 	listen := "LISTEN " + pgx.Identifier{s.Channel()}.Sanitize()
@@ -52,12 +54,8 @@ func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error 
 		case !listened:
 			return fmt.Errorf("sqlstore/postgres: listen: %w", err)
 		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !sqlcore.Sleep(ctx, backoff) {
 			return ctx.Err()
-		case <-timer.C:
 		}
 		backoff = min(2*backoff, most)
 	}

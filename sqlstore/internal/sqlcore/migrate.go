@@ -69,12 +69,8 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 		}
 		// A transaction held a lock the migration needs: the migration
 		// let the others go, and tries again.
-		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !Sleep(ctx, backoff/2+rand.N(backoff/2+1)) {
 			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
-		case <-timer.C:
 		}
 		backoff = min(2*backoff, migrateBackoffMax)
 	}
@@ -86,6 +82,18 @@ const (
 	migrateBackoffMin = 100 * time.Millisecond
 	migrateBackoffMax = 5 * time.Second
 )
+
+// Sleep waits d, or until ctx ends, and reports whether it waited d.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
 
 // migrateOnce is one try of migrate, in one transaction.
 func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) error {

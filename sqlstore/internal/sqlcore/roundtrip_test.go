@@ -88,9 +88,10 @@ func TestInsertWithWatchersIsOneRoundTrip(t *testing.T) {
 	}
 }
 
-type connector struct{ d *countingDriver }
+// connector opens a test driver's connections for sql.OpenDB.
+type connector struct{ d driver.Driver }
 
-func (c connector) Connect(context.Context) (driver.Conn, error) { return countingConn{c.d}, nil }
+func (c connector) Connect(context.Context) (driver.Conn, error) { return c.d.Open("") }
 func (c connector) Driver() driver.Driver                        { return c.d }
 
 // errLost is lossyDriver's lost connection.
@@ -141,11 +142,6 @@ func (r *oneRow) Next(dest []driver.Value) error {
 	return nil
 }
 
-type lossyConnector struct{ d *lossyDriver }
-
-func (c lossyConnector) Connect(context.Context) (driver.Conn, error) { return lossyConn{c.d}, nil }
-func (c lossyConnector) Driver() driver.Driver                        { return c.d }
-
 // The read that follows a write which changed nothing, to say why (a
 // transition fenced off, a watcher's append to another run), is made
 // again on a lost connection, as every read outside a transaction is: a
@@ -154,7 +150,7 @@ func (c lossyConnector) Driver() driver.Driver                        { return c
 // landed.
 func TestReadAfterAWriteThatChangedNothingRidesOutALostConnection(t *testing.T) {
 	d := &lossyDriver{}
-	db := sql.OpenDB(lossyConnector{d})
+	db := sql.OpenDB(connector{d})
 	defer db.Close()
 	s, err := New(&Dialect{Name: "test", Time: func(t time.Time) any { return t }, ConnLost: func(err error) bool { return errors.Is(err, errLost) }},
 		db, db, Config{Prefix: DefaultPrefix, ReadAttempts: 3})
