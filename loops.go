@@ -677,8 +677,8 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		}
 		// The run's own outcome will be fenced out: the end its record
 		// already holds is the run's finished event.
-		if rec.RunID == t.RunID() && rec.Status.Terminal() {
-			rt.reportEnd(t, endOf(t, &rec))
+		if end, ok := endOf(t, &rec); ok {
+			rt.reportEnd(t, end)
 		}
 	}
 }
@@ -697,8 +697,7 @@ func (rt *Runtime[S]) leaveEndToWriter(t *Task, rec *Record) bool {
 		h.keepEnd()
 	}
 	var kept *change
-	if rec.RunID == t.RunID() && rec.Status.Terminal() {
-		end := endOf(t, rec)
+	if end, ok := endOf(t, rec); ok {
 		kept = &end
 		rt.found.Store(t, kept)
 		t.mark(runEndKept)
@@ -760,8 +759,8 @@ func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
 		return
 	}
 	t.cancel(cause)
-	if rec.RunID == t.RunID() && rec.Status.Terminal() {
-		rt.reportEnd(t, endOf(t, &rec)) // its own end will be fenced out
+	if end, ok := endOf(t, &rec); ok {
+		rt.reportEnd(t, end) // its own end will be fenced out
 	}
 	rt.endWaiting(t)
 }

@@ -362,14 +362,19 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task) {
 		return
 	}
 	rec, err := rt.readBack(op, t)
-	if err == nil && rec.RunID == t.RunID() && rec.Status.Terminal() {
-		rt.reportEnd(t, endOf(t, &rec))
+	if end, ok := endOf(t, &rec); err == nil && ok {
+		rt.reportEnd(t, end)
 	}
 }
 
-// endOf is the finished change of run t that rec, its record, holds.
-func endOf(t *Task, rec *Record) change {
-	return change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State}
+// endOf returns the finished change of run t that rec, its id's record,
+// holds, and reports whether it holds one: whether rec is t's run's and
+// terminal.
+func endOf(t *Task, rec *Record) (change, bool) {
+	if rec.RunID != t.RunID() || !rec.Status.Terminal() {
+		return change{}, false
+	}
+	return change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State}, true
 }
 
 // writeLocked is write with the run's writeMu held. It reports whether

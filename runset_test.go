@@ -559,11 +559,14 @@ func TestSyncKeptEndSurvivesAnotherPass(t *testing.T) {
 	wait(t, w, "the write to end")
 	close(rk2)
 	wait(t, d2, "the second pass, which finds the write over")
+	kept := func() (n int) {
+		rt.found.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	assert.Equal(t, 1, kept(), "the end the first pass kept, after the second pass and before the write looks for it")
 	close(rw)
 	reportedOnce(t, rt, sub, finished)
-	left := 0
-	rt.found.Range(func(any, any) bool { left++; return true })
-	assert.Zero(t, left, "an end left kept once the run settled")
+	assert.Zero(t, kept(), "an end left kept once the run settled")
 }
 
 // landedInsertFails is a store whose InsertTask stores the record, which

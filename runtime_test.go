@@ -561,12 +561,12 @@ func TestCallbackErrorFailsTheTask(t *testing.T) {
 func TestALongCallbackErrorIsTruncated(t *testing.T) {
 	t.Parallel()
 	rt := memRuntime(t)
-	long := strings.Repeat("é", MaxErrorLen) // two bytes each
+	long := "x" + strings.Repeat("é", MaxErrorLen) // two bytes each, after one: MaxErrorLen falls inside an é
 	sub, err := rt.Submit(ctx, "k", returns(nil, errors.New(long)), alice)
 	require.NoError(t, err)
 	snap := settled(t, rt, sub.ID)
 	assert.Equal(t, StatusFailed, snap.Status)
-	assert.Equal(t, long[:MaxErrorLen], snap.Error)
+	assert.Equal(t, long[:MaxErrorLen-1], snap.Error)
 }
 
 // Many callers joining one global key at once: every grant survives.
