@@ -34,13 +34,18 @@ import (
 // round-robin (deficit round-robin with a cost of one per task) over the
 // owners that have waiting work and are under their own running cap: each
 // owner's turn starts up to OwnerLimits.Weight of its tasks (one by
-// default), in its submission order, then the turn passes on; an owner
-// that reaches its running cap mid-turn loses the rest of it. System is
+// default), in its submission order, then the turn passes on. An owner
+// that reaches its running cap loses the rest of its turn and leaves the
+// rotation; when a slot of its own frees it comes back, last in the
+// round, as an owner that starts to wait does. System is
 // one more member of that rotation, with a weight of one and under no
 // owner cap: it gets a turn every round however many owners wait, and no
 // owner's backlog delays it, or another owner's first task, by more than
 // one round (the sum of the other waiting owners' weights: one task each
 // by default).
+//
+// Handing out a slot costs the same however many owners wait or sit at
+// their caps, and cancelling a waiting task the same however many wait.
 //
 // A sequential queue keeps its order under limits: its next item waits
 // for a slot in its owner's turn, and the items behind it wait with it.
@@ -81,9 +86,12 @@ type Limits struct {
 	// it is called with the submission's context for every submission of
 	// an Owner, before the runtime knows whether it joins a live run, so
 	// keep it cheap (cache what it reads); its answer applies from then on
-	// to that owner's admission. An error refuses the submission, wrapped,
-	// and nothing is written; so does an answer with a negative field
-	// (ErrInvalidConfig). Defaults to nil: Owner for all.
+	// to that owner's admission: a raised running cap starts the owner's
+	// waiting tasks at once. An error refuses a submission that would
+	// start a new run, wrapped, and nothing is written; so does an answer
+	// with a negative field (ErrInvalidConfig). A submission that joins a
+	// live run goes on, as it does past a quota. Defaults to nil: Owner
+	// for all.
 	OwnerLimits func(ctx context.Context, owner Owner) (OwnerLimits, error)
 }
 
@@ -129,12 +137,13 @@ const (
 
 // admit is a run's standing with the admission controller.
 type admit struct {
-	load  *ownerLoad
-	slot  uint8         // guarded by admission.mu
-	since time.Time     // guarded by admission.mu: when the slot was taken
-	grant chan struct{} // for a queue item: closed when it gets its slot, or must end
-	waits bool          // set by reserve, then read-only: an async run that must wait
-	t     *Task         // set once registered, before it is queued
+	load   *ownerLoad
+	slot   uint8         // guarded by admission.mu
+	since  time.Time     // guarded by admission.mu: when the slot was taken
+	grant  chan struct{} // for a queue item: closed when it gets its slot, or must end
+	waits  bool          // set by reserve, then read-only: an async run that must wait
+	queued bool          // guarded by admission.mu: in its owner's fifo, not withdrawn
+	t      *Task         // set once registered, before it is queued
 }
 
 // ownerLoad is what one owner (or System) has running and waiting.
@@ -142,10 +151,19 @@ type ownerLoad struct {
 	id      string      // the owner's id; "" for System
 	limits  OwnerLimits // the owner's latest limits
 	running int
-	waiting int      // waiting tasks, in fifo or in a sequential queue
-	fifo    []*admit // tickets ready to start, in submission order
-	inRing  bool
+	waiting int // waiting tasks, in fifo or in a sequential queue
+	// fifo holds the tickets ready to start, in submission order. A
+	// withdrawn ticket stays until it comes first or the fifo is swept
+	// (see withdrawLocked), so that a withdrawal costs no search.
+	fifo       []*admit
+	queued     int        // the tickets in fifo not withdrawn
+	prev, next *ownerLoad // the owner's neighbours in the ring, while inRing
+	inRing     bool
 }
+
+// eligible reports whether o may start a task now: it has a ticket, and
+// is under its own running cap; mu is held.
+func (o *ownerLoad) eligible() bool { return o.queued > 0 && under(o.running, o.limits.Running) }
 
 // admission is the runtime's admission controller: nil without Limits,
 // so the unlimited path pays one nil check per submission and per settle.
@@ -158,9 +176,8 @@ type admission struct {
 	waiting  int                   // guarded by mu
 	owners   map[string]*ownerLoad // guarded by mu: owners with anything running or waiting, and up to idleOwners idle ones
 	system   ownerLoad             // guarded by mu
-	ring     []*ownerLoad          // guarded by mu: owners with tickets, in turn order
-	cursor   int                   // guarded by mu: the ring index whose turn is next
-	turn     *ownerLoad            // guarded by mu: the owner whose turn is under way, or nil
+	ring     *ownerLoad            // guarded by mu: the owner whose turn is next, in the ring of those eligible, or nil
+	turn     *ownerLoad            // guarded by mu: the owner whose turn is under way (ring), or nil
 	credit   int                   // guarded by mu: the starts left in turn's turn
 	avg      time.Duration         // guarded by mu: moving average of how long a slot is held
 	draining bool                  // guarded by mu
@@ -175,53 +192,88 @@ func newAdmission(l Limits, start func(*Task)) *admission {
 // It returns the run's standing, holding a running slot or a waiting
 // place, or a *QuotaError (with the owner's load, so that a join can go
 // on without quota). A sequential item always takes a waiting place.
+// The owner's limits are read first; if they cannot be, the error comes
+// with a standing that holds nothing, so that a join can go on, as it
+// can past a quota.
 func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*admit, error) {
-	lim := a.limits.Owner
-	if !c.system && a.limits.OwnerLimits != nil {
-		l, err := a.limits.OwnerLimits(ctx, Owner{id: c.userID})
-		if err != nil {
-			return nil, fmt.Errorf("workers: owner limits of %q: %w", c.userID, err)
-		}
-		if err := l.validate(); err != nil {
-			// A negative cap would read as none. The answer is the
-			// service's own mistake, not its caller's.
-			return nil, fmt.Errorf("%w: owner limits of %q: %v", ErrInvalidConfig, c.userID, err)
-		}
-		lim = l
-	}
+	lim, limErr := a.ownerLimits(ctx, c)
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	o := &a.system
 	if !c.system {
 		o = a.owners[c.userID]
 		if o == nil {
-			o = &ownerLoad{id: c.userID}
+			o = &ownerLoad{id: c.userID, limits: lim}
 			a.owners[c.userID] = o
 		}
-		o.limits = lim
 	}
 	r := &admit{load: o}
+	if limErr != nil {
+		a.forget(o)
+		a.mu.Unlock()
+		return r, limErr
+	}
+	var ready []*admit
+	if o.limits != lim {
+		// The owner's caps changed: a raised running cap lets its
+		// waiting tasks start now, a lowered one keeps them waiting.
+		o.limits = lim
+		if a.place(o) && !a.draining {
+			ready = a.pick()
+		}
+	}
+	err := a.decide(r, sequential)
+	a.mu.Unlock()
+	a.launch(ready)
+	return r, err
+}
+
+// ownerLimits returns the limits of the submitting owner: the hook's
+// answer, if there is a hook, and otherwise Limits.Owner. System is under
+// none.
+func (a *admission) ownerLimits(ctx context.Context, c caller) (OwnerLimits, error) {
+	switch {
+	case c.system:
+		return OwnerLimits{}, nil
+	case a.limits.OwnerLimits == nil:
+		return a.limits.Owner, nil
+	}
+	l, err := a.limits.OwnerLimits(ctx, Owner{id: c.userID})
+	if err != nil {
+		return OwnerLimits{}, fmt.Errorf("workers: owner limits of %q: %w", c.userID, err)
+	}
+	if err := l.validate(); err != nil {
+		// A negative cap would read as none. The answer is the
+		// service's own mistake, not its caller's.
+		return OwnerLimits{}, fmt.Errorf("%w: owner limits of %q: %v", ErrInvalidConfig, c.userID, err)
+	}
+	return l, nil
+}
+
+// decide gives r a running slot or a waiting place, or returns the
+// *QuotaError that refuses it; mu is held.
+func (a *admission) decide(r *admit, sequential bool) error {
+	o := r.load
 	if sequential {
 		r.grant = make(chan struct{})
 	}
-	if !sequential && len(o.fifo) == 0 && under(a.running, a.limits.MaxRunning) && under(o.running, o.limits.Running) {
+	if !sequential && o.queued == 0 && under(a.running, a.limits.MaxRunning) && under(o.running, o.limits.Running) {
 		a.take(r, false)
-		return r, nil
+		return nil
 	}
 	if !under(o.waiting, o.limits.Waiting) {
 		// The owner's waiting drains through its own running slots.
-		return r, a.refusal("owner waiting", o.limits.Waiting, o.waiting, cmp.Or(o.limits.Running, a.limits.MaxRunning), o)
+		return a.refusal("owner waiting", o.limits.Waiting, o.waiting, cmp.Or(o.limits.Running, a.limits.MaxRunning), o)
 	}
 	if !under(a.waiting, a.limits.MaxWaiting) {
 		// The runtime's, through all of them: MaxRunning, or, without it,
 		// as many as run now.
-		return r, a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, cmp.Or(a.limits.MaxRunning, a.running, o.limits.Running), o)
+		return a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, cmp.Or(a.limits.MaxRunning, a.running, o.limits.Running), o)
 	}
 	r.slot = slotWaiting
 	r.waits = !sequential
 	o.waiting++
 	a.waiting++
-	return r, nil
+	return nil
 }
 
 func under(n, limit int) bool { return limit <= 0 || n < limit }
@@ -258,7 +310,7 @@ const idleOwners = 1024
 // reservation outlives its owner's entry) is left alone, and System's
 // entry is not in the map.
 func (a *admission) forget(o *ownerLoad) {
-	if o.running == 0 && o.waiting == 0 && !o.inRing && len(a.owners) > idleOwners && a.owners[o.id] == o {
+	if o.running == 0 && o.waiting == 0 && o.queued == 0 && len(a.owners) > idleOwners && a.owners[o.id] == o {
 		delete(a.owners, o.id)
 	}
 }
@@ -284,69 +336,94 @@ func (a *admission) enqueue(r *admit) bool {
 // push appends a ticket to its owner's fifo; mu is held.
 func (a *admission) push(r *admit) {
 	o := r.load
+	r.queued = true
 	o.fifo = append(o.fifo, r)
-	if !o.inRing {
-		o.inRing = true
-		a.ring = append(a.ring, o)
-	}
+	o.queued++
+	a.place(o)
 }
 
-// pick hands free slots to waiting tickets, weighted round-robin over
-// the owners in the ring that are under their running cap (see Limits);
-// mu is held. It returns the tickets to launch outside the lock.
-func (a *admission) pick() []*admit {
-	var ready []*admit
-	for len(a.ring) > 0 && under(a.running, a.limits.MaxRunning) {
-		i := a.nextTurn()
-		if i < 0 {
-			break // every owner with work is at its own cap
-		}
-		o := a.ring[i]
-		if o != a.turn {
-			a.turn, a.credit = o, max(1, o.limits.Weight) // a new turn
-		}
+// pop takes the first ticket of o's fifo that was not withdrawn; o has
+// one, and mu is held.
+func (o *ownerLoad) pop() *admit {
+	for {
 		r := o.fifo[0]
 		o.fifo[0] = nil
 		o.fifo = o.fifo[1:]
-		a.cursor = i // its turn goes on while it has credit
-		if a.credit--; a.credit == 0 {
-			a.cursor, a.turn = i+1, nil
+		if r.queued {
+			r.queued = false
+			if o.queued--; o.queued == 0 {
+				o.fifo = nil // and the withdrawn tickets behind it
+			}
+			return r
 		}
-		if len(o.fifo) == 0 {
-			o.fifo = nil
-			o.inRing = false
-			a.ring = slices.Delete(a.ring, i, i+1)
-			a.cursor, a.turn = i, nil // the next owner moved into i
-		}
-		if a.cursor >= len(a.ring) {
-			a.cursor = 0
-		}
-		if r.slot != slotWaiting || r.t.cause() != nil {
-			// Cancelled while it waited: it ends without starting, so it
-			// takes no slot; its waiting place, if Cancel did not give it
-			// back, frees when it settles.
-			ready = append(ready, r)
-			continue
-		}
-		o.waiting--
-		a.waiting--
-		a.take(r, true)
-		ready = append(ready, r)
 	}
-	return ready
 }
 
-// nextTurn returns the ring index of the next owner, from the cursor on,
-// that may start a task, or -1; mu is held.
-func (a *admission) nextTurn() int {
-	n := len(a.ring)
-	for k := range n {
-		i := (a.cursor + k) % n
-		if o := a.ring[i]; under(o.running, o.limits.Running) { // System's limits are zero
-			return i
+// The ring holds the owners that may start a task now (eligible), in
+// turn order, linked in a circle: an owner at its running cap leaves it,
+// and comes back, last in the round, when a slot of its own frees, so
+// that handing out a slot never looks at an owner that cannot take it.
+// a.ring is the owner whose turn is next.
+
+// place puts o in the ring, last in the round, or takes it out, as it
+// may start a task now or not, and reports whether it joined; mu is
+// held.
+func (a *admission) place(o *ownerLoad) bool {
+	switch e := o.eligible(); {
+	case e && !o.inRing:
+		o.inRing = true
+		if a.ring == nil {
+			o.prev, o.next, a.ring = o, o, o
+		} else {
+			o.prev, o.next = a.ring.prev, a.ring // just before the next turn's
+			o.prev.next, o.next.prev = o, o
+		}
+		return true
+	case !e && o.inRing:
+		// It loses the rest of its turn, which passes to the next owner.
+		o.inRing = false
+		if o.next == o {
+			a.ring = nil
+		} else {
+			o.prev.next, o.next.prev = o.next, o.prev
+			if a.ring == o {
+				a.ring = o.next
+			}
+		}
+		o.prev, o.next = nil, nil
+		if a.turn == o {
+			a.turn = nil
 		}
 	}
-	return -1
+	return false
+}
+
+// pick hands free slots to waiting tickets, weighted round-robin over
+// the owners in the ring (see Limits); mu is held. It returns the
+// tickets to launch outside the lock.
+func (a *admission) pick() []*admit {
+	var ready []*admit
+	for a.ring != nil && under(a.running, a.limits.MaxRunning) {
+		o := a.ring
+		if o != a.turn {
+			a.turn, a.credit = o, max(1, o.limits.Weight) // a new turn
+		}
+		r := o.pop()
+		if a.credit--; a.credit == 0 {
+			a.ring, a.turn = o.next, nil
+		}
+		if r.slot == slotWaiting && r.t.cause() == nil {
+			o.waiting--
+			a.waiting--
+			a.take(r, true)
+		}
+		// Otherwise it was cancelled while it waited: it ends without
+		// starting, so it takes no slot; its waiting place, if Cancel
+		// did not give it back, frees when it settles.
+		ready = append(ready, r)
+		a.place(o) // out of tickets, or at its cap
+	}
+	return ready
 }
 
 // launch starts tickets picked under the lock.
@@ -412,31 +489,29 @@ func (a *admission) cancelWaiting(r *admit) bool {
 }
 
 // withdrawLocked takes a waiting ticket out of its owner's fifo, and
-// reports whether it was there; mu is held.
+// reports whether it was there; mu is held. The ticket is only marked:
+// the fifo is swept once withdrawn tickets outnumber the others, so a
+// storm of withdrawals costs each one the same.
 func (a *admission) withdrawLocked(r *admit) bool {
-	o := r.load
-	i := slices.Index(o.fifo, r)
-	if i < 0 {
+	if !r.queued {
 		return false
 	}
-	o.fifo = slices.Delete(o.fifo, i, i+1)
-	if len(o.fifo) == 0 {
+	r.queued = false
+	o := r.load
+	o.queued--
+	switch withdrawn := len(o.fifo) - o.queued; {
+	case o.queued == 0:
 		o.fifo = nil
-		o.inRing = false
-		j := slices.Index(a.ring, o)
-		a.ring = slices.Delete(a.ring, j, j+1)
-		if j < a.cursor {
-			a.cursor--
-		}
-		if a.turn == o {
-			a.turn = nil
-		}
-		if a.cursor >= len(a.ring) {
-			a.cursor = 0
-		}
+	case withdrawn > sweepAfter && withdrawn > o.queued:
+		o.fifo = slices.DeleteFunc(o.fifo, func(r *admit) bool { return !r.queued })
 	}
+	a.place(o)
 	return true
 }
+
+// sweepAfter is how many withdrawn tickets an owner's fifo may hold
+// before a withdrawal sweeps it, when they outnumber the others.
+const sweepAfter = 32
 
 // release gives back whatever r holds, once its run has settled, and
 // starts the tickets the freed slot lets in. It is idempotent.
@@ -447,6 +522,7 @@ func (a *admission) release(r *admit) {
 	case slotRunning:
 		o.running--
 		a.running--
+		a.place(o) // back under its cap
 		if !r.since.IsZero() {
 			held := time.Since(r.since)
 			if a.avg == 0 {
@@ -499,8 +575,8 @@ func (a *admission) takeCancelled() []*Task {
 }
 
 // takeLocked empties the fifos of their async tickets (those also
-// chooses, if given); mu is held. Queue
-// items waiting for a slot stay: their processors withdraw them.
+// chooses, if given); mu is held. Queue items waiting for a slot stay:
+// their processors withdraw them.
 func (a *admission) takeLocked(also ...func(*admit) bool) []*Task {
 	var items []*Task
 	async := func(r *admit) bool {
@@ -511,23 +587,37 @@ func (a *admission) takeLocked(also ...func(*admit) bool) []*Task {
 		}
 		return r.grant == nil
 	}
-	for _, o := range a.ring {
+	sweep := func(o *ownerLoad) {
+		if o.queued == 0 {
+			return
+		}
 		// One pass, each ticket judged once: a cause may be set between
 		// two looks, and a ticket dropped unreturned would never start.
 		kept := o.fifo[:0]
 		for _, r := range o.fifo {
-			if async(r) {
+			switch {
+			case !r.queued: // withdrawn
+			case async(r):
+				r.queued = false
+				o.queued--
 				items = append(items, r.t)
-			} else {
+			default:
 				kept = append(kept, r)
 			}
 		}
 		clear(o.fifo[len(kept):])
 		o.fifo = kept
-		o.inRing = len(o.fifo) > 0
+		if o.queued == 0 {
+			o.fifo = nil
+		}
+		a.place(o)
 	}
-	a.ring = slices.DeleteFunc(a.ring, func(o *ownerLoad) bool { return !o.inRing })
-	a.cursor, a.turn = 0, nil
+	// Owners at their running cap are out of the ring, not out of the
+	// map: every owner with a ticket is in it.
+	for _, o := range a.owners {
+		sweep(o)
+	}
+	sweep(&a.system)
 	return items
 }
 

@@ -619,8 +619,10 @@ func TestCancelsRacingDispatchKeepTheCountsExact(t *testing.T) {
 		assert.Zero(t, o.running, id)
 		assert.Zero(t, o.waiting, id)
 		assert.Empty(t, o.fifo, id)
+		assert.Zero(t, o.queued, id)
+		assert.False(t, o.inRing, id)
 	}
-	assert.Empty(t, rt.adm.ring)
+	assert.Nil(t, rt.adm.ring)
 }
 
 func TestWeightsShareSaturatedDispatch(t *testing.T) {
@@ -942,4 +944,109 @@ func TestShutdownStopsWaitingTasksBeforeItWaitsForASubmission(t *testing.T) {
 	require.NoError(t, <-shut)
 	assert.False(t, ran.Load(), "a waiting task started during the shutdown")
 	assert.Equal(t, CauseShutdown, mustStatus(t, rt, waiting.ID).Cause)
+}
+
+// requireOpen fails the test if ch is closed.
+func requireOpen(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatal(msg)
+	default:
+	}
+}
+
+// requireClosed fails the test unless ch is closed.
+func requireClosed(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	default:
+		t.Fatal(msg)
+	}
+}
+
+// An owner whose running cap the OwnerLimits hook raises gets its
+// waiting tasks started by its next submission, even one that goes to
+// wait in a busy queue, not only when one of its runs settles; a lowered
+// cap keeps them waiting.
+func TestARaisedOwnerCapStartsWaitingTasksAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var cap atomic.Int64
+		cap.Store(1)
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{OwnerLimits: func(_ context.Context, o Owner) (OwnerLimits, error) {
+			if o != alice {
+				return OwnerLimits{}, nil
+			}
+			return OwnerLimits{Running: int(cap.Load())}, nil
+		}}})
+		head, second, busy, item := newGate(), newGate(), newGate(), newGate()
+		_, err := rt.Submit(ctx, "head", head.fn, alice)
+		require.NoError(t, err)
+		_, err = rt.Submit(ctx, "second", second.fn, alice)
+		require.NoError(t, err)
+		_, err = rt.SubmitSequential(ctx, "q", "busy", busy.fn, bob)
+		require.NoError(t, err)
+		synctest.Wait()
+		requireOpen(t, second.started, "the second task started past alice's cap of 1")
+
+		cap.Store(3)
+		_, err = rt.SubmitSequential(ctx, "q", "item", item.fn, alice) // waits behind bob's
+		require.NoError(t, err)
+		synctest.Wait()
+		requireClosed(t, second.started, "alice's cap went to 3 and her waiting task did not start")
+
+		cap.Store(1)
+		third := newGate()
+		_, err = rt.Submit(ctx, "third", third.fn, alice)
+		require.NoError(t, err)
+		head.open()
+		synctest.Wait()
+		requireOpen(t, third.started, "alice's cap went back to 1 with 2 running, and her task started")
+		second.open()
+		synctest.Wait()
+		requireClosed(t, third.started, "alice's runs settled and her waiting task did not start")
+		third.open()
+		busy.open()
+		item.open()
+	})
+}
+
+// A submission that joins a live run goes on when the OwnerLimits hook
+// fails, as it does past a quota: a join takes nothing the limits guard.
+// One that would start a new run is refused with the hook's error.
+func TestAJoinGoesOnWhenTheOwnerLimitsHookFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := errors.New("billing down")
+		var failing atomic.Bool
+		s := NewMemStore()
+		rt := newRuntime(t, s, Config{Limits: Limits{OwnerLimits: func(context.Context, Owner) (OwnerLimits, error) {
+			if failing.Load() {
+				return OwnerLimits{}, down
+			}
+			return OwnerLimits{Running: 1}, nil
+		}}})
+		g := newGate()
+		first, err := rt.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		failing.Store(true)
+		joined, err := rt.Submit(ctx, "k", g.fn, alice)
+		require.NoError(t, err, "a join takes no quota, so the hook's answer is not needed")
+		assert.True(t, joined.Joined)
+		assert.Equal(t, first.RunID, joined.RunID)
+		_, err = rt.Submit(ctx, "other", g.fn, alice)
+		require.ErrorIs(t, err, down)
+		_, err = s.GetTask(ctx, "alice::other")
+		require.ErrorIs(t, err, ErrNotFound, "a refused submission writes nothing")
+
+		g.open()
+		synctest.Wait()
+		_, err = rt.Submit(ctx, "k", g.fn, alice)
+		require.ErrorIs(t, err, down, "a finished key's new run is refused")
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Zero(t, st.Running+st.Waiting)
+	})
 }
