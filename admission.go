@@ -159,6 +159,7 @@ type ownerLoad struct {
 	queued     int        // the tickets in fifo not withdrawn
 	prev, next *ownerLoad // the owner's neighbours in the ring, while inRing
 	inRing     bool
+	idle       bool // kept in the map with nothing left, counted in admission.idle
 }
 
 // eligible reports whether o may start a task now: it has a ticket, and
@@ -175,6 +176,7 @@ type admission struct {
 	running  int                   // guarded by mu
 	waiting  int                   // guarded by mu
 	owners   map[string]*ownerLoad // guarded by mu: owners with anything running or waiting, and up to idleOwners idle ones
+	idle     int                   // guarded by mu: the idle owners in owners
 	system   ownerLoad             // guarded by mu
 	ring     *ownerLoad            // guarded by mu: the owner whose turn is next, in the ring of those eligible, or nil
 	turn     *ownerLoad            // guarded by mu: the owner whose turn is under way (ring), or nil
@@ -201,9 +203,13 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 	o := &a.system
 	if !c.system {
 		o = a.owners[c.userID]
-		if o == nil {
+		switch {
+		case o == nil:
 			o = &ownerLoad{id: c.userID, limits: lim}
 			a.owners[c.userID] = o
+		case o.idle:
+			o.idle = false
+			a.idle--
 		}
 	}
 	r := &admit{load: o}
@@ -305,14 +311,20 @@ func (a *admission) take(r *admit, timed bool) {
 // an owner who submits often is not re-created each time.
 const idleOwners = 1024
 
-// forget drops an owner's entry once nothing of it is left, when idle
-// entries are many; mu is held. An entry already replaced (a refused
-// reservation outlives its owner's entry) is left alone, and System's
-// entry is not in the map.
+// forget keeps an owner's entry once nothing of it is left, as one of
+// at most idleOwners idle ones, or drops it; mu is held. An entry already
+// replaced (a refused reservation outlives its owner's entry) is left
+// alone, and System's entry is not in the map.
 func (a *admission) forget(o *ownerLoad) {
-	if o.running == 0 && o.waiting == 0 && o.queued == 0 && len(a.owners) > idleOwners && a.owners[o.id] == o {
-		delete(a.owners, o.id)
+	if o.running != 0 || o.waiting != 0 || o.queued != 0 || o.idle || a.owners[o.id] != o {
+		return
 	}
+	if a.idle < idleOwners {
+		o.idle = true
+		a.idle++
+		return
+	}
+	delete(a.owners, o.id)
 }
 
 // enqueue queues a registered async run that must wait for a slot, and

@@ -491,7 +491,43 @@ func TestIdleOwnersAreBounded(t *testing.T) {
 		rt.adm.mu.Lock()
 		n := len(rt.adm.owners)
 		rt.adm.mu.Unlock()
-		assert.LessOrEqual(t, n, idleOwners+1, "admission keeps at most idleOwners idle owners")
+		assert.LessOrEqual(t, n, idleOwners, "admission keeps at most idleOwners idle owners")
+	})
+}
+
+// An owner who comes and goes keeps its entry while more than idleOwners
+// others are busy: the bound is on idle entries, not on all of them.
+func TestAnIdleOwnerKeepsItsEntryBesideManyBusyOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{Owner: OwnerLimits{Running: 1}}})
+		g := newGate()
+		for i := range idleOwners + 10 {
+			_, err := rt.Submit(ctx, "k", g.fn, MustOwner(fmt.Sprint("owner-", i)))
+			require.NoError(t, err)
+		}
+		entry := func() *ownerLoad {
+			rt.adm.mu.Lock()
+			defer rt.adm.mu.Unlock()
+			return rt.adm.owners["carol"]
+		}
+		var first *ownerLoad
+		for i := range 3 {
+			_, err := rt.Submit(ctx, strconv.Itoa(i), noop, carol)
+			require.NoError(t, err)
+			synctest.Wait()
+			o := entry()
+			require.NotNil(t, o, "carol's entry went with her run")
+			if first == nil {
+				first = o
+			}
+			require.Same(t, first, o, "carol's entry was made anew")
+		}
+		g.open()
+		synctest.Wait()
+		rt.adm.mu.Lock()
+		defer rt.adm.mu.Unlock()
+		assert.Equal(t, idleOwners, rt.adm.idle)
+		assert.Len(t, rt.adm.owners, idleOwners)
 	})
 }
 
