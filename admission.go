@@ -363,9 +363,8 @@ func (o *ownerLoad) pop() *admit {
 		o.fifo = o.fifo[1:]
 		if r.queued {
 			r.queued = false
-			if o.queued--; o.queued == 0 {
-				o.fifo = nil // and the withdrawn tickets behind it
-			}
+			o.queued--
+			o.sweep()
 			return r
 		}
 	}
@@ -501,9 +500,9 @@ func (a *admission) cancelWaiting(r *admit) bool {
 }
 
 // withdrawLocked takes a waiting ticket out of its owner's fifo, and
-// reports whether it was there; mu is held. The ticket is only marked:
-// the fifo is swept once withdrawn tickets outnumber the others, so a
-// storm of withdrawals costs each one the same.
+// reports whether it was there; mu is held. The ticket is only marked,
+// and swept later (see sweep), so a storm of withdrawals costs each one
+// the same.
 func (a *admission) withdrawLocked(r *admit) bool {
 	if !r.queued {
 		return false
@@ -511,14 +510,22 @@ func (a *admission) withdrawLocked(r *admit) bool {
 	r.queued = false
 	o := r.load
 	o.queued--
+	o.sweep()
+	a.place(o)
+	return true
+}
+
+// sweep drops the withdrawn tickets from o's fifo once they outnumber
+// the others, and more than sweepAfter are left; mu is held. Each
+// ticket is swept once, by a sweep that costs less than twice the
+// tickets it drops.
+func (o *ownerLoad) sweep() {
 	switch withdrawn := len(o.fifo) - o.queued; {
 	case o.queued == 0:
 		o.fifo = nil
 	case withdrawn > sweepAfter && withdrawn > o.queued:
 		o.fifo = slices.DeleteFunc(o.fifo, func(r *admit) bool { return !r.queued })
 	}
-	a.place(o)
-	return true
 }
 
 // sweepAfter is how many withdrawn tickets an owner's fifo may hold

@@ -16,8 +16,11 @@ import (
 // checks after every step, against a model of what each owner has running
 // and waiting:
 //   - each owner's tasks start in submission order;
+//   - once an owner may start a task, no other owner starts more than
+//     its weight's worth of tasks before that owner's first (one round);
 //   - no slot stays free while an owner under its own cap has a task
-//     waiting (a raised cap included);
+//     waiting, even between a submission's reservation and its enqueue
+//     (a raised cap included);
 //   - the ring holds exactly the owners that may start a task, linked
 //     both ways;
 //   - the counts are the model's, and withdrawn tickets never outnumber
@@ -41,6 +44,9 @@ func TestAdmissionHoldsItsRulesThroughAnyOrderOfEvents(t *testing.T) {
 			waiting := map[string][]*admit{} // the model: each owner's, in order
 			var running []*admit
 			owned := func(r *admit) string { return r.load.id }
+			// ahead counts, for each owner that may start a task, the
+			// tasks each other owner started since it could.
+			ahead := map[string]map[string]int{}
 			startedNow := func() {
 				for _, r := range started {
 					o := owned(r)
@@ -48,8 +54,29 @@ func TestAdmissionHoldsItsRulesThroughAnyOrderOfEvents(t *testing.T) {
 					require.Same(t, waiting[o][0], r, "%s's tasks started out of submission order", o)
 					waiting[o] = waiting[o][1:]
 					running = append(running, r)
+					delete(ahead, o)
+					for x, n := range ahead {
+						n[o]++
+						require.LessOrEqual(t, n[o], max(1, weights[o]), "%s started more than a round's worth of tasks while %s could start one", o, x)
+					}
 				}
 				started = started[:0]
+			}
+			mayStart := func(o string) bool {
+				n := 0
+				for _, r := range running {
+					if owned(r) == o {
+						n++
+					}
+				}
+				return len(waiting[o]) > 0 && (caps[o] == 0 || n < caps[o])
+			}
+			noSlotIdle := func(step int) {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if a.ring != nil {
+					require.GreaterOrEqual(t, a.running, maxRunning, "step %d: a slot is free while %s may start a task", step, a.ring.id)
+				}
 			}
 
 			for step := range 2000 {
@@ -62,6 +89,7 @@ func TestAdmissionHoldsItsRulesThroughAnyOrderOfEvents(t *testing.T) {
 					r, err := a.reserve(ctx, caller{userID: o}, false)
 					require.NoError(t, err)
 					startedNow() // a raised cap starts waiting tasks at once
+					noSlotIdle(step)
 					switch {
 					case r.slot == slotRunning:
 						running = append(running, r)
@@ -95,6 +123,14 @@ func TestAdmissionHoldsItsRulesThroughAnyOrderOfEvents(t *testing.T) {
 					startedNow()
 				}
 				checkAdmission(t, a, step, owners, caps, maxRunning, waiting, running)
+				for _, o := range owners {
+					switch {
+					case !mayStart(o):
+						delete(ahead, o)
+					case ahead[o] == nil:
+						ahead[o] = map[string]int{}
+					}
+				}
 			}
 		})
 	}
@@ -196,4 +232,35 @@ func TestWithdrawnTicketsAreSweptFromTheFifo(t *testing.T) {
 		require.Len(t, got, n+1, "a slot freed and no task started")
 	}
 	require.Equal(t, want, got, "the tasks left started out of order")
+}
+
+// Withdrawn tickets behind live ones are swept once the live ones ahead
+// of them start, not only by a withdrawal.
+func TestWithdrawnTicketsBehindStartedOnesAreSwept(t *testing.T) {
+	a := newAdmission(Limits{MaxRunning: 1}, func(*Task) {})
+	c := caller{userID: "alice"}
+	head, err := a.reserve(ctx, c, false)
+	require.NoError(t, err)
+	var tickets []*admit
+	for range 201 {
+		r, err := a.reserve(ctx, c, false)
+		require.NoError(t, err)
+		r.t = &Task{adm: r}
+		require.True(t, a.enqueue(r))
+		tickets = append(tickets, r)
+	}
+	for _, r := range tickets[100:200] { // never more withdrawn than live: no sweep yet
+		require.True(t, a.cancelWaiting(r))
+	}
+	var got []*admit
+	a.start = func(t *Task) { got = append(got, t.adm) }
+	a.release(head)
+	for len(got) < 100 {
+		a.release(got[len(got)-1])
+	}
+	o := a.owners["alice"]
+	require.Equal(t, 1, o.queued)
+	require.LessOrEqual(t, len(o.fifo)-o.queued, max(sweepAfter, o.queued)+1, "withdrawn tickets kept")
+	a.release(got[len(got)-1])
+	require.Same(t, tickets[200], got[len(got)-1])
 }
