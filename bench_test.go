@@ -49,6 +49,27 @@ func BenchmarkSubmitToCompletionStalledSubscriber(b *testing.B) {
 	})
 }
 
+// BenchmarkSubmitBesideOtherStreams is SubmitToCompletion while other
+// tenants have Subscribe streams open (subscribed, never ranged, as a
+// dashboard's between two reads): what their number costs a submitter
+// whose changes none of them may see.
+func BenchmarkSubmitBesideOtherStreams(b *testing.B) {
+	for _, others := range []int{0, 100, 10000} {
+		b.Run("others="+strconv.Itoa(others), func(b *testing.B) {
+			benchThroughputWith(b, Config{}, func(rt *Runtime[*MemStore]) func() {
+				sctx, cancel := context.WithCancel(ctx)
+				for i := range others {
+					_ = rt.Subscribe(sctx, MustOwner("tenant"+strconv.Itoa(i)))
+				}
+				return cancel
+			}, func(rt *Runtime[*MemStore], key string, fn Func) error {
+				_, err := rt.Submit(ctx, key, fn, alice)
+				return err
+			})
+		})
+	}
+}
+
 // BenchmarkSubmitToCompletionHooked is SubmitToCompletion with one no-op
 // observer and one pass-through middleware: the cost of the hooks.
 func BenchmarkSubmitToCompletionHooked(b *testing.B) {

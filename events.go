@@ -2,7 +2,9 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,22 +129,41 @@ const (
 	// subscribePoll is how often Subscribe reads the store for tasks run
 	// by other processes.
 	subscribePoll = time.Second
+	// maxUnread bounds the ids the hub holds to find the Subscribe
+	// streams of (see hub.readAudiences). Beyond it every Subscribe
+	// stream resynchronizes instead.
+	maxUnread = 4096
 )
 
 // hub fans changes out to the subscribers of Watch and Subscribe. With
 // no subscriber, a change costs emit one atomic load.
+//
+// A change reaches only the streams that may show it: the Watch streams
+// of its task, and the Subscribe streams of System, of the task's owner
+// and of its run's watchers. So a change costs the same however many
+// streams other tenants have open. A change made without a live run here
+// (another process's, told by a notice, or a recovery) comes without
+// its watchers: the hub reads the record once, on a goroutine of its
+// own, to find its Subscribe streams, which then read it each under
+// their own authority (see readAudiences).
 type hub struct {
 	n    atomic.Int32 // subscribers
 	mu   sync.Mutex
-	all  map[*subscriber]struct{}            // guarded by mu: Subscribe's subscribers
+	subs map[string]map[*subscriber]struct{} // guarded by mu: Subscribe's, by the caller's user id ("" for System)
 	byID map[string]map[*subscriber]struct{} // guarded by mu: Watch's, by task id
 
-	pumping bool // guarded by the runtime's mu: the progress pump was started
+	pumping bool // guarded by the runtime's mu: the progress pump and the audience reader were started
 
 	pokeMu sync.Mutex
 	poked  []*Task       // guarded by pokeMu: runs whose progress changed
 	spare  []*Task       // guarded by pokeMu: the pump's other buffer
 	pump   chan struct{} // wakes the progress pump; capacity 1
+
+	unreadMu sync.Mutex
+	reading  bool                // guarded by unreadMu: the audience reader runs, or was started
+	unread   map[string]struct{} // guarded by unreadMu: ids whose Subscribe streams are to be found
+	overflow bool                // guarded by unreadMu: too many ids: every Subscribe stream re-reads
+	reader   chan struct{}       // wakes the audience reader; capacity 1
 }
 
 // subscriber is one Watch or Subscribe stream's inbox. Changes are
@@ -188,23 +209,39 @@ type event struct {
 
 func (h *hub) add(s *subscriber) {
 	h.mu.Lock()
-	if h.all == nil {
-		h.all = make(map[*subscriber]struct{})
+	if h.subs == nil {
+		h.subs = make(map[string]map[*subscriber]struct{})
 		h.byID = make(map[string]map[*subscriber]struct{})
 		h.pump = make(chan struct{}, 1)
+		h.reader = make(chan struct{}, 1)
 	}
-	if s.id == "" {
-		h.all[s] = struct{}{}
-	} else {
-		m := h.byID[s.id]
-		if m == nil {
-			m = make(map[*subscriber]struct{}, 1)
-			h.byID[s.id] = m
-		}
-		m[s] = struct{}{}
-	}
+	addTo(h.index(s), h.key(s), s)
 	h.n.Add(1)
 	h.mu.Unlock()
+}
+
+// index returns the index s is kept in, and key its key there.
+func (h *hub) index(s *subscriber) map[string]map[*subscriber]struct{} {
+	if s.id == "" {
+		return h.subs
+	}
+	return h.byID
+}
+
+func (h *hub) key(s *subscriber) string {
+	if s.id == "" {
+		return s.c.userID // "" for System
+	}
+	return s.id
+}
+
+func addTo(index map[string]map[*subscriber]struct{}, key string, s *subscriber) {
+	m := index[key]
+	if m == nil {
+		m = make(map[*subscriber]struct{}, 1)
+		index[key] = m
+	}
+	m[s] = struct{}{}
 }
 
 // remove takes s out of the hub; once is enough, and more does nothing.
@@ -215,33 +252,182 @@ func (h *hub) remove(s *subscriber) {
 		return
 	}
 	s.gone = true
-	if s.id == "" {
-		delete(h.all, s)
-	} else if m := h.byID[s.id]; m != nil {
+	index, key := h.index(s), h.key(s)
+	if m := index[key]; m != nil {
 		if delete(m, s); len(m) == 0 {
-			delete(h.byID, s.id)
+			delete(index, key)
 		}
 	}
 	h.n.Add(-1)
 }
 
-// each calls f for every subscriber that follows task id, or every
-// subscriber when id is ""; h.mu is held.
-func (h *hub) each(id string, f func(*subscriber)) {
-	for s := range h.all {
+// each calls f for every subscriber that may show a change of task id
+// whose run's watchers are watchers: the Watch streams of id, and the
+// Subscribe streams of System, of id's owner and of each watcher; h.mu
+// is held.
+func (h *hub) each(id string, watchers []string, f func(*subscriber)) {
+	for s := range h.byID[id] {
 		f(s)
 	}
-	if id == "" {
-		for _, m := range h.byID {
+	h.audience(id, watchers, f)
+}
+
+// audience calls f for the Subscribe streams that may show a change of
+// task id whose run's watchers are watchers; h.mu is held.
+func (h *hub) audience(id string, watchers []string, f func(*subscriber)) {
+	for s := range h.subs[""] {
+		f(s)
+	}
+	owner, owned := OwnerOf(id)
+	if owned {
+		for s := range h.subs[owner.id] {
+			f(s)
+		}
+	}
+	for i, w := range watchers {
+		if owned && w == owner.id || slices.Contains(watchers[:i], w) {
+			continue
+		}
+		for s := range h.subs[w] {
+			f(s)
+		}
+	}
+}
+
+// subscriptions calls f for every Subscribe stream; h.mu is held.
+func (h *hub) subscriptions(f func(*subscriber)) {
+	for _, m := range h.subs {
+		for s := range m {
+			f(s)
+		}
+	}
+}
+
+// everyone calls f for every subscriber; h.mu is held.
+func (h *hub) everyone(f func(*subscriber)) {
+	for _, index := range []map[string]map[*subscriber]struct{}{h.subs, h.byID} {
+		for _, m := range index {
 			for s := range m {
 				f(s)
 			}
 		}
+	}
+}
+
+// stale marks id for a store read: at once in its Watch streams, and in
+// the Subscribe streams the audience reader finds; h.mu is held.
+func (h *hub) stale(id string) {
+	for s := range h.byID[id] {
+		s.markStale(id)
+	}
+	if !h.othersSubscribe(id) {
+		// Only System and the owner subscribe: they are the audience.
+		h.audience(id, nil, func(s *subscriber) { s.markStale(id) })
 		return
 	}
-	for s := range h.byID[id] {
-		f(s)
+	h.unreadMu.Lock()
+	if !h.reading {
+		// No reader (the runtime's loops have ended): every Subscribe
+		// stream reads the record.
+		h.unreadMu.Unlock()
+		h.subscriptions(func(s *subscriber) { s.markStale(id) })
+		return
 	}
+	if !h.overflow {
+		if h.unread == nil {
+			h.unread = make(map[string]struct{})
+		}
+		if h.unread[id] = struct{}{}; len(h.unread) > maxUnread {
+			h.unread, h.overflow = nil, true
+		}
+	}
+	h.unreadMu.Unlock()
+	select {
+	case h.reader <- struct{}{}:
+	default:
+	}
+}
+
+// othersSubscribe reports whether anyone but System and the owner of
+// task id has a Subscribe stream: one of its run's watchers may; h.mu is
+// held.
+func (h *hub) othersSubscribe(id string) bool {
+	owner, owned := OwnerOf(id)
+	for user := range h.subs {
+		if user != "" && (!owned || user != owner.id) {
+			return true
+		}
+	}
+	return false
+}
+
+// readAudiences finds the Subscribe streams of the ids stale marked,
+// until ctx ends: it reads each record once, as System, and marks the
+// id in the streams of System, of its owner and of its watchers, which
+// read it under their own authority, after the events they took before
+// (so the read is never older than what a stream has shown). A task
+// gone from the store is marked in the streams of System and its owner;
+// a read that fails, in every Subscribe stream. It runs on a runtime
+// loop, started with the first subscription.
+func (h *hub) readAudiences(ctx context.Context, read func(context.Context, string) (Record, error)) {
+	defer func() {
+		// What is left, and what comes from now on, reaches every
+		// Subscribe stream.
+		h.mu.Lock()
+		h.unreadMu.Lock()
+		h.reading = false
+		ids, overflow := h.unread, h.overflow
+		h.unread, h.overflow = nil, false
+		h.unreadMu.Unlock()
+		h.subscriptions(func(s *subscriber) {
+			if overflow {
+				s.resyncAll()
+			}
+			for id := range ids {
+				s.markStale(id)
+			}
+		})
+		h.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.reader:
+		}
+		h.unreadMu.Lock()
+		ids, overflow := h.unread, h.overflow
+		h.unread, h.overflow = nil, false
+		h.unreadMu.Unlock()
+		if overflow {
+			h.mu.Lock()
+			h.subscriptions((*subscriber).resyncAll)
+			h.mu.Unlock()
+			continue
+		}
+		for id := range ids {
+			rec, err := read(ctx, id)
+			mark := func(s *subscriber) { s.markStale(id) }
+			h.mu.Lock()
+			switch {
+			case err == nil:
+				h.audience(id, rec.Watchers, mark)
+			case errors.Is(err, ErrNotFound):
+				h.audience(id, nil, mark)
+			default:
+				h.subscriptions(mark)
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// joined marks id for a store read in the streams that may show it now
+// that its live run learnt watchers from a read (see Runtime.snapshot).
+func (h *hub) joined(id string, watchers []string) {
+	h.mu.Lock()
+	h.each(id, watchers, func(s *subscriber) { s.markStale(id) })
+	h.mu.Unlock()
 }
 
 // publish fans c out. A change without its live run (a recovery, a join
@@ -250,7 +436,7 @@ func (h *hub) publish(c *change) {
 	t := c.task
 	if t == nil || t.RunID() != c.runID {
 		h.mu.Lock()
-		h.each(c.id, func(s *subscriber) { s.markStale(c.id) })
+		h.stale(c.id)
 		h.mu.Unlock()
 		return
 	}
@@ -278,7 +464,7 @@ func (h *hub) publish(c *change) {
 		ev.snap.WatcherCount = len(ev.watchers)
 	}
 	r.view.Store(&ev.snap)
-	h.each(c.id, func(s *subscriber) { s.offer(ev) })
+	h.each(c.id, ev.watchers, func(s *subscriber) { s.offer(ev) })
 	h.mu.Unlock()
 }
 
@@ -363,23 +549,26 @@ func (h *hub) progress(t *Task) {
 	}
 	ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(ev.snap.Attempt, t.Attempt())
 	ev.snap.WatcherCount = len(ev.watchers)
-	h.each(t.ID(), func(s *subscriber) { s.offer(ev) })
+	h.each(t.ID(), ev.watchers, func(s *subscriber) { s.offer(ev) })
 }
 
 // remote marks a notice from another process for the subscribers.
 func (h *hub) remote(c Change) {
 	h.mu.Lock()
-	h.each(c.ID, func(s *subscriber) {
-		if c.Resync {
-			s.mu.Lock()
-			s.resync = true
-			s.mu.Unlock()
-			s.ring()
-		} else {
-			s.markStale(c.ID)
-		}
-	})
+	if c.Resync {
+		h.everyone((*subscriber).resyncAll)
+	} else {
+		h.stale(c.ID)
+	}
 	h.mu.Unlock()
+}
+
+// resyncAll makes s read every task it follows from the store.
+func (s *subscriber) resyncAll() {
+	s.mu.Lock()
+	s.resync = true
+	s.mu.Unlock()
+	s.ring()
 }
 
 func (s *subscriber) ring() {
@@ -484,19 +673,31 @@ func (rt *Runtime[S]) streamable(ctx context.Context) error {
 	return rt.ensureLease(ctx)
 }
 
-// subscribe registers a subscriber and makes sure the progress pump runs.
-func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
-	s := &subscriber{
+// newSubscriber returns the inbox of a stream of caller c: a Watch of
+// task id, or a Subscribe narrowed by f when id is "".
+func newSubscriber(c caller, id string, f Filter) *subscriber {
+	return &subscriber{
 		c: c, id: id, f: f,
 		wake:  make(chan struct{}, 1),
 		slots: make(map[string]*slot),
 		stale: make(map[string]struct{}),
 	}
+}
+
+// subscribe registers a subscriber and makes sure the progress pump runs.
+func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
+	s := newSubscriber(c, id, f)
 	rt.hub.add(s)
 	rt.mu.Lock()
 	if !rt.hub.pumping {
 		rt.hub.pumping = true
 		rt.loops.goroutine(rt.hub.pumpProgress)
+		if !rt.loops.halted {
+			rt.hub.unreadMu.Lock()
+			rt.hub.reading = true
+			rt.hub.unreadMu.Unlock()
+			rt.loops.goroutine(func(ctx context.Context) { rt.hub.readAudiences(ctx, rt.store.GetTask) })
+		}
 	}
 	rt.mu.Unlock()
 	return s
@@ -608,10 +809,14 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 				continue
 			}
 			var poll <-chan time.Time
-			if !notices && rt.handle(id, last.RunID) == nil {
-				poll = time.After(waitPoll) // followed by polling
-			} else {
+			switch own := rt.handle(id, last.RunID) != nil; {
+			case own && notices:
+				// Its changes come as events, others' through notices,
+				// and the sync loop's: nothing to poll.
+			case own || notices:
 				poll = time.After(waitFallback) // a notice may be lost
+			default:
+				poll = time.After(waitPoll) // followed by polling
 			}
 			select {
 			case <-s.wake:
@@ -653,7 +858,9 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // is always delivered, unless that resynchronization passed over it.
 // Changes made by this runtime need no store read; tasks run by other
 // processes are followed through the store's notices, or by reading the
-// live tasks every second.
+// live tasks every second. A notice is read once by the runtime to find
+// the streams that may show its task (System's, its owner's and its
+// watchers'), each of which then reads it under its own authority.
 //
 // The subscription starts when Subscribe is called, not when the range
 // begins, so a caller may subscribe, announce that it listens (an HTTP

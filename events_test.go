@@ -488,8 +488,9 @@ func TestStalledSubscribeStaysBounded(t *testing.T) {
 	}
 	rt.hub.mu.Lock()
 	defer rt.hub.mu.Unlock()
-	require.Len(t, rt.hub.all, 1)
-	for s := range rt.hub.all {
+	require.Len(t, rt.hub.subs, 1)
+	require.Len(t, rt.hub.subs["alice"], 1)
+	for s := range rt.hub.subs["alice"] {
 		s.mu.Lock()
 		assert.LessOrEqual(t, len(s.slots), maxPending, "the inbox is bounded")
 		assert.True(t, s.resync, "past the bound, a re-read is due instead")

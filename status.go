@@ -9,9 +9,13 @@ import (
 	"time"
 )
 
-// Wait's fallback polls: a task this runtime runs, or any task over a
-// Notifier store, reaches Wait through notices; another runtime's task
-// over a store without notices is read at waitPoll.
+// Wait's and Watch's fallback polls. A task this runtime runs, over a
+// Notifier store, is not polled: its changes reach them as events, and
+// those made elsewhere through notices (a lost listener resyncs). A task
+// this runtime runs over a store without notices, or another runtime's
+// task over a Notifier store, is read at waitFallback, in case a change
+// made elsewhere, or its notice, is lost; another runtime's task over a
+// store without notices, at waitPoll.
 const (
 	waitPoll     = 50 * time.Millisecond
 	waitFallback = time.Second
@@ -46,17 +50,21 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 			}
 			return rt.snapshot(&rec, isSystem(auth)), nil
 		}
-		poll := waitPoll
-		if !retry && (notices || rt.handle(id, rec.RunID) != nil) {
-			poll = waitFallback
+		var poll <-chan time.Time
+		switch own := rt.handle(id, rec.RunID) != nil; {
+		case retry:
+			poll = time.After(waitPoll)
+		case own && notices:
+		case own || notices:
+			poll = time.After(waitFallback)
+		default:
+			poll = time.After(waitPoll)
 		}
-		timer := time.NewTimer(poll)
 		select {
 		case <-ring:
-		case <-timer.C:
+		case <-poll:
 		case <-ctx.Done():
 		}
-		timer.Stop()
 		release()
 		if ctx.Err() != nil {
 			return Snapshot{}, ctx.Err()
@@ -156,7 +164,7 @@ func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	if !s.Status.Terminal() {
 		if t := rt.handle(s.ID, s.RunID); t != nil {
 			if t.learnWatchers(rec.Watchers) && rt.hub.n.Load() > 0 {
-				rt.hub.publish(&change{kind: changeJoined, id: s.ID, runID: s.RunID}) // no run: a read
+				rt.hub.joined(s.ID, rec.Watchers)
 			}
 			t.showLive(&s)
 		}

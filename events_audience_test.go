@@ -1,0 +1,233 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A change of alice's task visits the Subscribe streams that may show
+// it (System's, alice's, and those of the run's watchers), and none of
+// the streams other tenants have open: its cost does not grow with them.
+func TestAChangeVisitsOnlyTheStreamsThatMayShowIt(t *testing.T) {
+	rt := memRuntime(t)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i := range 1000 {
+		_ = rt.Subscribe(sctx, MustOwner("tenant"+strconv.Itoa(i))) // subscribed, never ranged
+	}
+	_ = rt.Subscribe(sctx, alice)
+	_ = rt.Subscribe(sctx, bob)
+	_ = rt.Subscribe(sctx, System)
+	id, err := ScopedTaskKey("report", alice)
+	require.NoError(t, err)
+	visits := func(watchers ...string) int {
+		n := 0
+		rt.hub.mu.Lock()
+		defer rt.hub.mu.Unlock()
+		rt.hub.each(id, watchers, func(*subscriber) { n++ })
+		return n
+	}
+	assert.Equal(t, 2, visits("alice"), "System's stream and alice's")
+	assert.Equal(t, 3, visits("alice", "bob", "alice"), "and bob's, who watches, once")
+	assert.Equal(t, 2, visits(), "the owner's, whatever the watchers say")
+}
+
+var errStoreDown = errors.New("connection reset by peer")
+
+// tagged is the context key of the tag readCounter counts a read under.
+type tagged struct{}
+
+// readCounter is a MemStore (its notices and leases included) that
+// counts GetTask calls by the tag in their context: "" for the
+// runtime's own reads.
+type readCounter struct {
+	*MemStore
+	mu    sync.Mutex
+	reads map[string]int
+	fail  int // how many of the runtime's own reads to fail
+}
+
+func (s *readCounter) GetTask(ctx context.Context, id string) (Record, error) {
+	tag, _ := ctx.Value(tagged{}).(string)
+	s.mu.Lock()
+	s.reads[tag]++
+	fail := tag == "" && s.fail > 0
+	if fail {
+		s.fail--
+	}
+	s.mu.Unlock()
+	if fail {
+		return Record{}, errStoreDown
+	}
+	return s.MemStore.GetTask(ctx, id)
+}
+
+func (s *readCounter) count(tag string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads[tag]
+}
+
+// A notice of another process's change is read once here to find the
+// Subscribe streams that may show it: bob's many streams read nothing
+// for alice's task, and each reads a task alice shares with him.
+func TestANoticeIsReadOnlyByTheStreamsThatMayShowIt(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run("hub read fails="+strconv.FormatBool(fail), func(t *testing.T) { noticeReadByItsAudience(t, fail) })
+	}
+}
+
+// noticeReadByItsAudience is TestANoticeIsReadOnlyByTheStreamsThatMayShowIt;
+// with fail, the read that finds a notice's streams fails, and the
+// notice reaches every Subscribe stream instead, to read under its own
+// authority.
+func noticeReadByItsAudience(t *testing.T, fail bool) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		counter := &readCounter{MemStore: mem, reads: map[string]int{}}
+		front := newRuntime(t, counter, Config{})
+		runner := newRuntime(t, mem, Config{})
+		require.NoError(t, front.Start(ctx))
+		require.NoError(t, runner.Start(ctx))
+
+		const streams = 50
+		sctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		ended := map[string]int{} // "tag id": terminal snapshots yielded
+		follow := func(tag string, auth TaskAuthority) {
+			wg.Go(func() {
+				for snap, err := range front.Subscribe(context.WithValue(sctx, tagged{}, tag), auth) {
+					if err != nil {
+						return
+					}
+					if snap.Status.Terminal() {
+						mu.Lock()
+						ended[tag+" "+snap.ID]++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		for range streams {
+			follow("bob", bob)
+		}
+		follow("alice", alice)
+		synctest.Wait()
+		listening(t, mem, 2)
+		before := counter.count("bob")
+
+		if fail {
+			counter.mu.Lock()
+			counter.fail = 1 << 20
+			counter.mu.Unlock()
+		}
+		own, err := runner.Submit(ctx, "own", returns(1, nil), alice)
+		require.NoError(t, err)
+		settled(t, runner, own.ID)
+		synctest.Wait()
+		if fail {
+			assert.Positive(t, counter.count("bob")-before, "bob's streams were not told of a task whose watchers could not be read")
+		} else {
+			assert.Zero(t, counter.count("bob")-before, "bob's streams read alice's task")
+		}
+		mu.Lock()
+		assert.Equal(t, 1, ended["alice "+own.ID], "alice's stream showed her task's end")
+		mu.Unlock()
+
+		shared, err := runner.Submit(ctx, "shared", returns(2, nil), alice, WithWatchers(bob))
+		require.NoError(t, err)
+		settled(t, runner, shared.ID)
+		synctest.Wait()
+		mu.Lock()
+		assert.Equal(t, streams, ended["bob "+shared.ID], "bob's streams showed the end of the task he watches")
+		mu.Unlock()
+
+		cancel()
+		wg.Wait()
+	})
+}
+
+// Watch and Wait of a task this runtime runs, over a store with notices,
+// read nothing while nothing changes: its changes reach them as events.
+// They still see its end.
+func TestFollowingAnOwnRunReadsNothingWhileNothingChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		counter := &readCounter{MemStore: NewMemStore(), reads: map[string]int{}}
+		rt := newRuntime(t, counter, Config{})
+		require.NoError(t, rt.Start(ctx))
+		g := newGate()
+		sub, err := rt.Submit(ctx, "long", g.fn, alice)
+		require.NoError(t, err)
+		<-g.started
+		watched, waited := make(chan Status, 8), make(chan Status, 1)
+		go func() {
+			for snap, err := range rt.Watch(context.WithValue(ctx, tagged{}, "watch"), sub.ID, alice) {
+				if err != nil {
+					close(watched)
+					return
+				}
+				watched <- snap.Status
+			}
+			close(watched)
+		}()
+		go func() {
+			snap, err := rt.Wait(context.WithValue(ctx, tagged{}, "wait"), sub.ID, alice)
+			assert.NoError(t, err)
+			waited <- snap.Status
+		}()
+		synctest.Wait()
+		watchReads, waitReads := counter.count("watch"), counter.count("wait")
+		time.Sleep(time.Minute) // the fake clock: a minute of nothing
+		synctest.Wait()
+		assert.Equal(t, watchReads, counter.count("watch"), "Watch read the store while nothing changed")
+		assert.Equal(t, waitReads, counter.count("wait"), "Wait read the store while nothing changed")
+
+		g.open()
+		assert.Equal(t, StatusCompleted, <-waited)
+		var last Status
+		for st := range watched {
+			last = st
+		}
+		assert.Equal(t, StatusCompleted, last)
+	})
+}
+
+// Ids left to the audience reader when the runtime's loops end, and those
+// marked after, reach every Subscribe stream: none is lost.
+func TestTheAudienceReaderLeavesNoIDBehind(t *testing.T) {
+	var h hub
+	h.add(newSubscriber(caller{userID: "bob"}, "", Filter{}))
+	h.add(newSubscriber(caller{userID: "carol"}, "", Filter{}))
+	h.reading = true // as subscribe does, before it starts the reader
+	h.mu.Lock()
+	h.stale("alice::left")
+	h.mu.Unlock()
+	<-h.reader // taken here, so that the reader below finds only its end
+	done, stop := context.WithCancel(ctx)
+	stop()
+	h.readAudiences(done, func(context.Context, string) (Record, error) {
+		t.Fatal("a reader that has ended read the store")
+		return Record{}, nil
+	})
+	h.mu.Lock()
+	h.stale("alice::after")
+	h.mu.Unlock()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, user := range []string{"bob", "carol"} {
+		for s := range h.subs[user] {
+			_, stale, _ := s.take()
+			assert.ElementsMatch(t, []string{"alice::left", "alice::after"}, stale, "%s's stream", user)
+		}
+	}
+}
