@@ -30,9 +30,11 @@
 // Each SSE event is named "task", its data the task's JSON, its id
 // "<run id>/<n>", or "<run id>/end" for the terminal snapshot. A client
 // that reconnects with Last-Event-ID starts again from the task's
-// current snapshot; one whose last event was the end is answered 204, so
-// that an EventSource stops reconnecting. A comment line is sent as a
-// heartbeat while nothing changes.
+// current snapshot, numbered on from the id it gave; one whose last
+// event was the end is answered 204, so that an EventSource stops
+// reconnecting. A comment line is sent as a heartbeat while nothing
+// changes. A stream that the runtime's Shutdown ends is not logged as an
+// error.
 //
 // GET /events begins with the caller's live tasks, then carries their
 // changes and those of every task after. Its subscription starts before
@@ -51,6 +53,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -94,6 +97,9 @@ func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbea
 // with its connection open, is cut off, and its stream ends. It replaces
 // the server's WriteTimeout for the streams, which would otherwise end
 // every stream at that age. Defaults to 30s; zero or less sets no bound.
+// Behind a middleware's ResponseWriter that cannot set a write deadline
+// (one without an Unwrap method), streams go unbounded, and the handler
+// logs so once.
 func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writes = d } }
 
 // WithLogger sets where unexpected (5xx) errors are logged. Defaults to
@@ -200,9 +206,10 @@ func (m *routeMiss) Write(b []byte) (int, error) {
 }
 
 type handler struct {
-	rt   runtime
-	auth func(*http.Request) (workers.TaskAuthority, error)
-	cfg  config
+	rt        runtime
+	auth      func(*http.Request) (workers.TaskAuthority, error)
+	cfg       config
+	unbounded sync.Once // logs that streams are served without their write timeout
 }
 
 // authed authenticates the request before f.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -306,6 +307,13 @@ func openSSE(t *testing.T, f *fixture, path, user, lastID string) (*http.Respons
 	return res, events, comments
 }
 
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err)
+	return n
+}
+
 func next(t *testing.T, events <-chan sseEvent) (sseEvent, workershttp.Task, bool) {
 	t.Helper()
 	select {
@@ -386,8 +394,10 @@ func TestEventsRoute(t *testing.T) {
 	res.Body.Close()
 	res2, events2, _ := openSSE(t, f, path, "alice", lastID)
 	require.Equal(t, 200, res2.StatusCode)
-	_, tk2, _ := next(t, events2)
+	ev2, tk2, _ := next(t, events2)
 	assert.Equal(t, 60, tk2.Progress, "resumes with the current snapshot")
+	run, n, _ := strings.Cut(lastID, "/")
+	assert.Equal(t, run+"/"+strconv.Itoa(atoi(t, n)+1), ev2.id, "the resumed stream's ids go on from the last one's")
 	close(step)
 	var end sseEvent
 	for {

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -59,6 +60,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
 			h.cfg.logger.Error("workershttp: event stream not served: its ResponseWriter cannot flush (a middleware's writer that neither implements http.Flusher nor has an Unwrap method)", "method", r.Method, "path", r.URL.Path)
 			return false
+		}
+		if h.cfg.writes > 0 && errors.Is(rc.SetWriteDeadline(time.Now().Add(h.cfg.writes)), http.ErrNotSupported) {
+			// The stream works, unbounded: say so once.
+			h.unbounded.Do(func() {
+				h.cfg.logger.Error("workershttp: event streams served without their write timeout: their ResponseWriter cannot set a write deadline (a middleware's writer without an Unwrap method), so a client that stops reading holds its stream until its connection ends", "method", r.Method, "path", r.URL.Path)
+			})
 		}
 		return true
 	}
@@ -124,13 +131,22 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		defer t.Stop()
 		beat = t.C
 	}
+	// An event's id is its run's and its number in the run, which goes
+	// on from the Last-Event-ID a client resumes with, so that no id
+	// names two events.
 	seqs := map[string]int{}
+	if run, n, ok := splitEventID(r.Header.Get("Last-Event-ID")); ok {
+		seqs[run] = n
+	}
 	for {
 		if send {
 			if it.err != nil {
 				// The client went, or the stream failed after it began,
-				// which the client learns only by the stream's end.
-				h.logUnexpected(r, "workershttp: event stream failed", it.err)
+				// which the client learns only by the stream's end. A
+				// runtime shut down is a deploy's expected end.
+				if !errors.Is(it.err, workers.ErrClosed) {
+					h.logUnexpected(r, "workershttp: event stream failed", it.err)
+				}
 				return
 			}
 			if len(seqs) > 4096 {
@@ -169,6 +185,20 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			return
 		}
 	}
+}
+
+// splitEventID splits an event's id, a run id, "/" and a number, into
+// the two.
+func splitEventID(id string) (run string, n int, ok bool) {
+	i := strings.LastIndexByte(id, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil || n <= 0 {
+		return "", 0, false
+	}
+	return id[:i], n, true
 }
 
 func writeEvent(w http.ResponseWriter, id string, s workers.Snapshot) error {

@@ -452,3 +452,68 @@ func TestCancelThatLandedIsNotAnErrorWhenTheReadAfterItFails(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, workers.StatusCancelled, rec.Status)
 }
+
+// flushOnly is a middleware's ResponseWriter that flushes but has no
+// Unwrap method: a write deadline cannot be set through it.
+type flushOnly struct{ http.ResponseWriter }
+
+func (f flushOnly) Flush() { f.ResponseWriter.(http.Flusher).Flush() }
+
+// Behind a writer that cannot set a write deadline, streams are served,
+// and the log says once that they go without their write timeout.
+func TestEventStreamsBehindAWriterWithoutDeadlinesAreServedAndLoggedOnce(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	h := workershttp.Handler(rt, authByHeader, workershttp.WithLogger(logger), workershttp.WithHeartbeat(0))
+	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(flushOnly{w}, r)
+	})))
+	f := &fixture{rt: rt, srv: srv}
+	var streams []chan sseEvent
+	for range 2 {
+		res, events, _ := openSSE(t, f, "/events", "alice", "")
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		streams = append(streams, events)
+	}
+	sub, err := rt.Submit(context.Background(), "job", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	require.NoError(t, err)
+	for _, events := range streams {
+		for {
+			_, tk, ok := next(t, events)
+			require.True(t, ok, "the stream ended")
+			if tk.ID == sub.ID && tk.Status.Terminal() {
+				break
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, strings.Count(logs.String(), "without their write timeout"), logs.String())
+}
+
+// A runtime's Shutdown, a deploy's expected end, ends the open streams
+// without an error in the log.
+func TestRuntimeShutdownEndsStreamsWithoutAnErrorLog(t *testing.T) {
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	f := newFixture(t, workershttp.WithLogger(logger), workershttp.WithHeartbeat(0))
+	res, events, _ := openSSE(t, f, "/events", "alice", "")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	sub, err := f.rt.Submit(context.Background(), "job", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	require.NoError(t, err)
+	_, tk, ok := next(t, events)
+	require.True(t, ok)
+	require.Equal(t, sub.ID, tk.ID)
+	require.NoError(t, f.rt.Shutdown(context.Background()))
+	for {
+		if _, _, ok := next(t, events); !ok {
+			break // the stream ended
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.NotContains(t, logs.String(), "level=ERROR")
+}
