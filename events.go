@@ -855,8 +855,11 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // task with bounded memory: a consumer that falls far behind (more than
 // 256 tasks with undelivered changes) skips to a fresh read of every live
 // task. Per task, snapshots arrive in order and a run's terminal snapshot
-// is always delivered, unless that resynchronization passed over it.
-// Changes made by this runtime need no store read; tasks run by other
+// is always delivered, unless that resynchronization passed over it, or
+// the run was another process's and its record, before the stream read
+// it, already held a new run the caller may not see (a key re-run
+// without the caller), or was gone: the stream then shows nothing more
+// of that task. Changes made by this runtime need no store read; tasks run by other
 // processes are followed through the store's notices, or by reading the
 // live tasks every second. A notice is read once by the runtime to find
 // the streams that may show its task (System's, its owner's and its
