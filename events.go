@@ -841,7 +841,10 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // Subscribe yields a snapshot each time a task the caller may see
 // changes: for an Owner the tasks it owns or watches, for System every
 // task, narrowed by the same options as List (WithStatus, WithQueue;
-// WithLimit does not apply to a stream). It begins with the current
+// WithLimit does not apply to a stream). WithStatus chooses the tasks the
+// stream shows: a task it has shown is followed to its end, each of its
+// changes yielded whatever its status, so that a view of the running
+// tasks learns when one ends. It begins with the current
 // snapshot of every live task that passes, and runs until ctx ends, the
 // consumer stops ranging, or the runtime's Shutdown has ended (returned,
 // or passed its deadline's cutoff): ctx's end is yielded as its error,
@@ -919,6 +922,9 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		_, notices := any(rt.store).(Notifier)
 		// tracked is the last snapshot yielded of each live task.
 		tracked := make(map[string]Snapshot)
+		// shown holds the tracked tasks the stream has yielded: the
+		// status filter chose them, and they are followed to their end.
+		shown := make(map[string]struct{})
 		pass := func(snap *Snapshot) bool {
 			return (len(f.Statuses) == 0 || contains(f.Statuses, snap.Status)) &&
 				(f.Queue == "" || f.Queue == snap.Queue)
@@ -953,6 +959,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				// Never shown, so not followed: a task that moved to
 				// another queue is let go.
 				delete(tracked, snap.ID)
+				delete(shown, snap.ID)
 				return true
 			}
 			e, isEnded := ended[snap.ID]
@@ -969,8 +976,10 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			if ok && nothingNew(&last, &snap) {
 				return true
 			}
+			_, followed := shown[snap.ID]
 			if snap.Status.Terminal() {
 				delete(tracked, snap.ID)
+				delete(shown, snap.ID)
 				if len(ended) >= maxTracked {
 					clear(ended)
 				}
@@ -978,8 +987,11 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			} else if ok || len(tracked) < maxTracked {
 				tracked[snap.ID] = snap
 			}
-			if !pass(&snap) {
+			if !followed && !pass(&snap) {
 				return true
+			}
+			if _, ok := tracked[snap.ID]; ok {
+				shown[snap.ID] = struct{}{}
 			}
 			return yield(snap, nil)
 		}
@@ -1026,6 +1038,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				switch {
 				case err == ErrNotFound:
 					delete(tracked, id)
+					delete(shown, id)
 				case err != nil:
 					yield(Snapshot{}, err)
 					return

@@ -231,3 +231,59 @@ func TestTheAudienceReaderLeavesNoIDBehind(t *testing.T) {
 		}
 	}
 }
+
+// A status filter chooses the tasks a Subscribe stream shows; a task it
+// showed is followed to its end, which is yielded whatever the filter
+// says, so that a view of live tasks learns that one left.
+func TestSubscribeFollowsATaskItShowedToItsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := memRuntime(t)
+		head, item := newGate(), newGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		queued, err := rt.SubmitSequential(ctx, "q", "item", item.fn, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		sctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		follow := func(st Status) chan Status {
+			seen := make(chan Status, 16)
+			wg.Go(func() {
+				for snap, err := range rt.Subscribe(sctx, alice, WithStatus(st)) {
+					if err != nil {
+						return
+					}
+					if snap.ID == queued.ID {
+						seen <- snap.Status
+					}
+				}
+			})
+			return seen
+		}
+		pending, running := follow(StatusPending), follow(StatusRunning)
+		// seen returns what a stream showed of the item since last asked.
+		seen := func(ch chan Status) []Status {
+			synctest.Wait()
+			var got []Status
+			for {
+				select {
+				case st := <-ch:
+					got = append(got, st)
+				default:
+					return got
+				}
+			}
+		}
+		assert.Equal(t, []Status{StatusPending}, seen(pending))
+		assert.Empty(t, seen(running))
+		head.open()
+		assert.Equal(t, []Status{StatusRunning}, seen(pending), "the PENDING stream never showed the item leave")
+		assert.Equal(t, []Status{StatusRunning}, seen(running))
+		item.open()
+		assert.Equal(t, []Status{StatusCompleted}, seen(running), "the RUNNING stream never showed the item's end")
+		assert.Equal(t, []Status{StatusCompleted}, seen(pending))
+		cancel()
+		wg.Wait()
+	})
+}

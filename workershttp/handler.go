@@ -15,7 +15,7 @@
 //	GET  /tasks/{id}            one task
 //	POST /tasks/{id}/cancel     cancel; optional JSON body {"reason": "..."}; the task after it, or 204 if it could not be read
 //	GET  /tasks/{id}/events     Server-Sent Events: the task's snapshots until its end
-//	GET  /events                Server-Sent Events: every task the caller may see
+//	GET  /events                Server-Sent Events: every task the caller may see; ?status= chooses the tasks shown, each followed to its end
 //	GET  /                      the dashboard, with WithDashboard
 //
 // Every route but the dashboard's page, which holds no data and whose
