@@ -371,6 +371,8 @@ func TestEventsRoute(t *testing.T) {
 	res, events, comments := openSSE(t, f, path, "alice", "")
 	require.Equal(t, 200, res.StatusCode)
 	assert.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	assert.Equal(t, "no-store, no-transform", res.Header.Get("Cache-Control"))
+	assert.Equal(t, "no", res.Header.Get("X-Accel-Buffering"))
 	ev, tk, _ := next(t, events)
 	assert.Equal(t, "task", ev.event)
 	assert.Equal(t, sub.ID, tk.ID)

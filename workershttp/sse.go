@@ -54,7 +54,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 	open := func() bool {
 		hd := w.Header()
 		hd.Set("Content-Type", "text/event-stream")
-		hd.Set("Cache-Control", "no-store")
+		hd.Set("Cache-Control", "no-store, no-transform") // no compressing proxy buffers it
 		hd.Set("X-Accel-Buffering", "no")
 		w.WriteHeader(http.StatusOK)
 		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
