@@ -190,22 +190,29 @@ func checkAdmission(t *testing.T, a *admission, step int, owners []string, caps 
 	}
 }
 
-// A storm of cancels of one owner's waiting tasks, in any order, leaves
-// its fifo holding no more withdrawn tickets than the sweep allows, and
-// the tasks left start in submission order.
-func TestWithdrawnTicketsAreSweptFromTheFifo(t *testing.T) {
-	a := newAdmission(Limits{MaxRunning: 1}, func(*Task) {})
+// aliceBehindOneSlot returns an admission controller with one running
+// slot, which alice's head holds, and n tasks of hers waiting behind it.
+func aliceBehindOneSlot(t *testing.T, n int) (a *admission, head *admit, waiting []*admit) {
+	t.Helper()
+	a = newAdmission(Limits{MaxRunning: 1}, func(*Task) {})
 	c := caller{userID: "alice"}
 	head, err := a.reserve(ctx, c, false)
 	require.NoError(t, err)
-	var tickets []*admit
-	for range 1000 {
+	for range n {
 		r, err := a.reserve(ctx, c, false)
 		require.NoError(t, err)
 		r.t = &Task{adm: r}
 		require.True(t, a.enqueue(r))
-		tickets = append(tickets, r)
+		waiting = append(waiting, r)
 	}
+	return a, head, waiting
+}
+
+// A storm of cancels of one owner's waiting tasks, in any order, leaves
+// its fifo holding no more withdrawn tickets than the sweep allows, and
+// the tasks left start in submission order.
+func TestWithdrawnTicketsAreSweptFromTheFifo(t *testing.T) {
+	a, head, tickets := aliceBehindOneSlot(t, 1000)
 	rng := rand.New(rand.NewPCG(1, 2))
 	order := rng.Perm(len(tickets))
 	left := map[*admit]bool{}
@@ -237,18 +244,7 @@ func TestWithdrawnTicketsAreSweptFromTheFifo(t *testing.T) {
 // Withdrawn tickets behind live ones are swept once the live ones ahead
 // of them start, not only by a withdrawal.
 func TestWithdrawnTicketsBehindStartedOnesAreSwept(t *testing.T) {
-	a := newAdmission(Limits{MaxRunning: 1}, func(*Task) {})
-	c := caller{userID: "alice"}
-	head, err := a.reserve(ctx, c, false)
-	require.NoError(t, err)
-	var tickets []*admit
-	for range 201 {
-		r, err := a.reserve(ctx, c, false)
-		require.NoError(t, err)
-		r.t = &Task{adm: r}
-		require.True(t, a.enqueue(r))
-		tickets = append(tickets, r)
-	}
+	a, head, tickets := aliceBehindOneSlot(t, 201)
 	for _, r := range tickets[100:200] { // never more withdrawn than live: no sweep yet
 		require.True(t, a.cancelWaiting(r))
 	}

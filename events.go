@@ -374,11 +374,7 @@ func (h *hub) readAudiences(ctx context.Context, read func(context.Context, stri
 		// What is left, and what comes from now on, reaches every
 		// Subscribe stream.
 		h.mu.Lock()
-		h.unreadMu.Lock()
-		h.reading = false
-		ids, overflow := h.unread, h.overflow
-		h.unread, h.overflow = nil, false
-		h.unreadMu.Unlock()
+		ids, overflow := h.takeUnread(false)
 		h.subscriptions(func(s *subscriber) {
 			if overflow {
 				s.resyncAll()
@@ -395,10 +391,7 @@ func (h *hub) readAudiences(ctx context.Context, read func(context.Context, stri
 			return
 		case <-h.reader:
 		}
-		h.unreadMu.Lock()
-		ids, overflow := h.unread, h.overflow
-		h.unread, h.overflow = nil, false
-		h.unreadMu.Unlock()
+		ids, overflow := h.takeUnread(true)
 		if overflow {
 			h.mu.Lock()
 			h.subscriptions((*subscriber).resyncAll)
@@ -420,6 +413,16 @@ func (h *hub) readAudiences(ctx context.Context, read func(context.Context, stri
 			h.mu.Unlock()
 		}
 	}
+}
+
+// takeUnread empties the ids left to the audience reader, and leaves
+// reading set as the reader goes on or not.
+func (h *hub) takeUnread(reading bool) (ids map[string]struct{}, overflow bool) {
+	h.unreadMu.Lock()
+	defer h.unreadMu.Unlock()
+	ids, overflow = h.unread, h.overflow
+	h.unread, h.overflow, h.reading = nil, false, reading
+	return ids, overflow
 }
 
 // joined marks id for a store read in the streams that may show it now
