@@ -361,6 +361,17 @@ func (h *hub) othersSubscribe(id string) bool {
 	return false
 }
 
+// wakeWatches wakes every Watch stream, to choose its poll again.
+func (h *hub) wakeWatches() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.byID {
+		for s := range m {
+			s.ring()
+		}
+	}
+}
+
 // readAudiences finds the Subscribe streams of the ids stale marked,
 // until ctx ends: it reads each record once, as System, and marks the
 // id in the streams of System, of its owner and of its watchers, which
@@ -557,12 +568,19 @@ func (h *hub) progress(t *Task) {
 
 // remote marks a notice from another process for the subscribers.
 func (h *hub) remote(c Change) {
-	h.mu.Lock()
 	if c.Resync {
-		h.everyone((*subscriber).resyncAll)
-	} else {
-		h.stale(c.ID)
+		h.resync()
+		return
 	}
+	h.mu.Lock()
+	h.stale(c.ID)
+	h.mu.Unlock()
+}
+
+// resync makes every subscriber read what it follows from the store.
+func (h *hub) resync() {
+	h.mu.Lock()
+	h.everyone((*subscriber).resyncAll)
 	h.mu.Unlock()
 }
 
@@ -699,7 +717,7 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 			rt.hub.unreadMu.Lock()
 			rt.hub.reading = true
 			rt.hub.unreadMu.Unlock()
-			rt.loops.goroutine(func(ctx context.Context) { rt.hub.readAudiences(ctx, rt.store.GetTask) })
+			rt.loops.goroutine(func(ctx context.Context) { rt.hub.readAudiences(ctx, rt.readRecord) })
 		}
 	}
 	rt.mu.Unlock()
@@ -813,7 +831,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 			}
 			var poll <-chan time.Time
 			switch own := rt.handle(id, last.RunID) != nil; {
-			case own && notices:
+			case own && notices && rt.listening.Load():
 				// Its changes come as events, others' through notices,
 				// and the sync loop's: nothing to poll.
 			case own || notices:
@@ -928,6 +946,17 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// shown holds the tracked tasks the stream has yielded: the
 		// status filter chose them, and they are followed to their end.
 		shown := make(map[string]struct{})
+		// evictUnshown makes room in tracked for a task to show, by
+		// letting go of one that was not shown, if there is one.
+		evictUnshown := func() bool {
+			for id := range tracked {
+				if _, ok := shown[id]; !ok {
+					delete(tracked, id)
+					return true
+				}
+			}
+			return false
+		}
 		pass := func(snap *Snapshot) bool {
 			return (len(f.Statuses) == 0 || contains(f.Statuses, snap.Status)) &&
 				(f.Queue == "" || f.Queue == snap.Queue)
@@ -959,8 +988,9 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// far, which no event yielded before it can be newer than.
 		emit := func(snap Snapshot, read bool) bool {
 			if f.Queue != "" && snap.Queue != f.Queue {
-				// Never shown, so not followed: a task that moved to
-				// another queue is let go.
+				// A run in another queue is not this stream's: never
+				// shown, and a task whose new run went to another queue
+				// is let go, even one shown before.
 				delete(tracked, snap.ID)
 				delete(shown, snap.ID)
 				return true
@@ -987,7 +1017,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 					clear(ended)
 				}
 				ended[snap.ID] = snap.RunID
-			} else if ok || len(tracked) < maxTracked {
+			} else if ok || len(tracked) < maxTracked || pass(&snap) && evictUnshown() {
 				tracked[snap.ID] = snap
 			}
 			if !followed && !pass(&snap) {

@@ -443,10 +443,17 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 		t.mark(runEndSeen)
 		t.cancel(ErrShutdown)
 	}
+	var err error
 	if rc, ok := any(rt.store).(RecordClearer); ok {
-		return rc.ClearRecords(ctx)
+		err = rc.ClearRecords(ctx)
 	}
-	return nil
+	// Waits and streams that followed the forgotten runs, whose records
+	// may be gone, read them again.
+	rt.bells.ringAll()
+	if rt.hub.n.Load() > 0 {
+		rt.hub.resync()
+	}
+	return err
 }
 
 // RecoverZombies ends, FAILED as abandoned, every PENDING or RUNNING

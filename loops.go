@@ -549,6 +549,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 	})
 	rt.mu.Unlock()
 	changed := func(c Change) {
+		if c.Resync {
+			rt.listening.Store(true) // it listens (again): see waitFallback
+		}
 		if rt.hub.n.Load() > 0 && !rt.ownNotice(c) {
 			rt.hub.remote(c)
 		}
@@ -573,6 +576,11 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 	}
 	for {
 		err := n.Listen(context.WithValue(ctx, originKey{}, rt.instance), changed)
+		// Not listening: Waits and Watches of this runtime's runs, which
+		// counted on notices, poll again until the next Resync.
+		rt.listening.Store(false)
+		rt.bells.ringAll()
+		rt.hub.wakeWatches()
 		if ctx.Err() != nil {
 			return
 		}
@@ -716,16 +724,21 @@ func (rt *Runtime[S]) leaveEndToWriter(t *Task, rec *Record) bool {
 	return false
 }
 
+// readRecord reads the record of task id, within Config.StoreTimeout.
+func (rt *Runtime[S]) readRecord(ctx context.Context, id string) (rec Record, err error) {
+	err = rt.boundedCall(ctx, func(ctx context.Context) error {
+		rec, err = rt.store.GetTask(ctx, id)
+		return err
+	})
+	return rec, err
+}
+
 // endedBy reads t's record and returns it with the cause t's context is
 // to be cancelled with if the record says t's run is over: it was ended,
 // replaced or deleted by someone else. It returns a nil cause while the
 // record is still t's and live, and when the read fails.
 func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
-	var rec Record
-	err := rt.boundedCall(ctx, func(ctx context.Context) (err error) {
-		rec, err = rt.store.GetTask(ctx, t.ID())
-		return err
-	})
+	rec, err := rt.readRecord(ctx, t.ID())
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return rec, ErrSuperseded

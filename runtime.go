@@ -197,6 +197,9 @@ type Runtime[S Store] struct {
 	_     cacheLinePad
 	bells bells // wakes Wait when a task changes
 	hub   hub   // feeds Watch and Subscribe
+	// listening is set while the store's listener listens: from its
+	// Resync until its Listen returns (see waitFallback).
+	listening atomic.Bool
 
 	// What every submission writes, a cache line away from what the runs
 	// read.

@@ -10,12 +10,13 @@ import (
 )
 
 // Wait's and Watch's fallback polls. A task this runtime runs, over a
-// Notifier store, is not polled: its changes reach them as events, and
-// those made elsewhere through notices (a lost listener resyncs). A task
-// this runtime runs over a store without notices, or another runtime's
-// task over a Notifier store, is read at waitFallback, in case a change
-// made elsewhere, or its notice, is lost; another runtime's task over a
-// store without notices, at waitPoll.
+// Notifier store whose listener listens, is not polled: its changes reach
+// them as events, and those made elsewhere through notices (a listener
+// that reconnects resyncs; one that stops wakes them to poll again). A
+// task this runtime runs otherwise, or another runtime's task over a
+// Notifier store, is read at waitFallback, in case a change made
+// elsewhere, or its notice, is lost; another runtime's task over a store
+// without notices, at waitPoll.
 const (
 	waitPoll     = 50 * time.Millisecond
 	waitFallback = time.Second
@@ -54,7 +55,7 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 		switch own := rt.handle(id, rec.RunID) != nil; {
 		case retry:
 			poll = time.After(waitPoll)
-		case own && notices:
+		case own && notices && rt.listening.Load():
 		case own || notices:
 			poll = time.After(waitFallback)
 		default:
