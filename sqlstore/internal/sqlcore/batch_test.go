@@ -336,6 +336,7 @@ func TestCombinerStalledBatchLetsQueuedWritesPass(t *testing.T) {
 		h.mu.Unlock()
 		close(release)
 		wg.Wait()
+		synctest.Wait() // the batches' goroutines count themselves out after they wake their callers
 		want = append(want, []string{"stuck"})
 		if got := h.seen(); !slices.EqualFunc(got, want, slices.Equal) {
 			t.Fatalf("batches = %v, want %v", got, want)
@@ -392,6 +393,7 @@ func TestCombinerSecondWriteOfAKeyInFlightTakesNoBatch(t *testing.T) {
 		}
 		close(r.gate)
 		wg.Wait()
+		synctest.Wait() // the batch's goroutine counts itself out after it wakes its callers
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.running != 0 {
