@@ -510,11 +510,29 @@ func TestAnIdleOwnerKeepsItsEntryBesideManyBusyOnes(t *testing.T) {
 			defer rt.adm.mu.Unlock()
 			return rt.adm.owners["carol"]
 		}
+		// idleCounted checks that admission counts as idle exactly the
+		// entries with nothing running or waiting.
+		idleCounted := func(when string) {
+			rt.adm.mu.Lock()
+			defer rt.adm.mu.Unlock()
+			n := 0
+			for _, o := range rt.adm.owners {
+				if o.running == 0 && o.waiting == 0 && o.queued == 0 {
+					n++
+				}
+			}
+			require.Equal(t, n, rt.adm.idle, "idle entries %s", when)
+		}
 		var first *ownerLoad
 		for i := range 3 {
-			_, err := rt.Submit(ctx, strconv.Itoa(i), noop, carol)
+			run := newGate()
+			_, err := rt.Submit(ctx, strconv.Itoa(i), run.fn, carol)
 			require.NoError(t, err)
 			synctest.Wait()
+			idleCounted("while carol's run runs")
+			run.open()
+			synctest.Wait()
+			idleCounted("once it settled")
 			o := entry()
 			require.NotNil(t, o, "carol's entry went with her run")
 			if first == nil {

@@ -644,11 +644,12 @@ func (rt *Runtime[S]) reportEnd(t *Task, c change) {
 }
 
 // decide is register's rule table; the task's lock is held. The change
-// it returns, if its kind is set, is reported once the lock is released. The common
-// case, a new key, costs one store call: the insert comes first, and the
-// record is read only when one exists. A submission that admission
-// refused (refused is its *QuotaError) may only join: it reads first,
-// and returns refused wherever it would have written.
+// it returns, if its kind is set, is reported once the lock is released.
+// The common case, a new key, costs one store call: the insert comes
+// first, and the record is read only when one exists. A submission that
+// admission refused (refused is its *QuotaError, or the error of the
+// OwnerLimits hook) may only join: it reads first, and returns refused
+// wherever it would have written.
 func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, change, error) {
 	id := k.id()
 	t := rt.newRunAs(ctx, k, base, c, o, fn)

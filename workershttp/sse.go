@@ -132,8 +132,9 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		beat = t.C
 	}
 	// An event's id is its run's and its number in the run, which goes
-	// on from the Last-Event-ID a client resumes with, so that no id
-	// names two events.
+	// on from the Last-Event-ID a client resumes with, so that a resumed
+	// run's ids do not repeat those the client had. (A long Subscribe
+	// stream forgets its counts past 4,096 runs, and starts them again.)
 	seqs := map[string]int{}
 	if run, n, ok := splitEventID(r.Header.Get("Last-Event-ID")); ok {
 		seqs[run] = n
@@ -195,7 +196,7 @@ func splitEventID(id string) (run string, n int, ok bool) {
 		return "", 0, false
 	}
 	n, err := strconv.Atoi(id[i+1:])
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || n > 1<<30 {
 		return "", 0, false
 	}
 	return id[:i], n, true
