@@ -829,16 +829,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 				read = true
 				continue
 			}
-			var poll <-chan time.Time
-			switch own := rt.handle(id, last.RunID) != nil; {
-			case own && notices && rt.listening.Load():
-				// Its changes come as events, others' through notices,
-				// and the sync loop's: nothing to poll.
-			case own || notices:
-				poll = time.After(waitFallback) // a notice may be lost
-			default:
-				poll = time.After(waitPoll) // followed by polling
-			}
+			poll := rt.fallbackPoll(rt.handle(id, last.RunID) != nil, notices)
 			select {
 			case <-s.wake:
 			case <-poll:

@@ -343,7 +343,10 @@ func (deafStore) Listen(context.Context, func(Change)) error { return errors.New
 func TestWaitOfAnOwnRunPollsWhileTheListenerCannotListen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := NewMemStore()
-		front := newRuntime(t, deafStore{mem}, Config{})
+		// The listener tries again each LeaseInterval, waking Waits as it
+		// fails: far apart here, so that only Wait's own poll can see
+		// the cancel in time.
+		front := newRuntime(t, deafStore{mem}, Config{LeaseInterval: time.Minute})
 		other := newRuntime(t, mem, Config{})
 		head := newGate()
 		_, err := front.SubmitSequential(ctx, "q", "head", head.fn, alice)
@@ -361,13 +364,13 @@ func TestWaitOfAnOwnRunPollsWhileTheListenerCannotListen(t *testing.T) {
 		}()
 		synctest.Wait()
 		require.NoError(t, other.Cancel(ctx, item.ID, alice))
-		time.Sleep(time.Minute)
+		time.Sleep(2 * waitFallback)
 		synctest.Wait()
 		select {
 		case snap := <-waited:
 			assert.Equal(t, StatusCancelled, snap.Status)
 		default:
-			t.Error("Wait of a queue item cancelled elsewhere is still blocked a minute later")
+			t.Error("Wait of a queue item cancelled elsewhere is still blocked two polls later")
 		}
 		cancel()
 		head.open()

@@ -22,6 +22,20 @@ const (
 	waitFallback = time.Second
 )
 
+// fallbackPoll returns when Wait or Watch reads a task again by itself
+// (see waitFallback): own is whether this runtime runs it, notices
+// whether the store is a Notifier. It returns nil when nothing is to be
+// polled.
+func (rt *Runtime[S]) fallbackPoll(own, notices bool) <-chan time.Time {
+	switch {
+	case own && notices && rt.listening.Load():
+		return nil // its changes come as events, others' through notices
+	case own || notices:
+		return time.After(waitFallback) // a notice may be lost
+	}
+	return time.After(waitPoll)
+}
+
 // Wait blocks until the task id's record has ended, or ctx ends, and
 // returns its final snapshot. It returns when the record ends, not when
 // the callback does: a run that timed out, was cancelled, superseded,
@@ -52,14 +66,10 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 			return rt.snapshot(&rec, isSystem(auth)), nil
 		}
 		var poll <-chan time.Time
-		switch own := rt.handle(id, rec.RunID) != nil; {
-		case retry:
+		if retry {
 			poll = time.After(waitPoll)
-		case own && notices && rt.listening.Load():
-		case own || notices:
-			poll = time.After(waitFallback)
-		default:
-			poll = time.After(waitPoll)
+		} else {
+			poll = rt.fallbackPoll(rt.handle(id, rec.RunID) != nil, notices)
 		}
 		select {
 		case <-ring:
