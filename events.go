@@ -869,12 +869,13 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // Like Watch it is an iterator on the caller's goroutine, coalescing per
 // task with bounded memory: a consumer that falls far behind (more than
 // 256 tasks with undelivered changes) skips to a fresh read of every live
-// task. Per task, snapshots arrive in order and a run's terminal snapshot
-// is always delivered, unless that resynchronization passed over it, or
-// the run was another process's and its record, before the stream read
-// it, already held a new run the caller may not see (a key re-run
-// without the caller), or was gone: the stream then shows nothing more
-// of that task. Changes made by this runtime need no store read; tasks run by other
+// task. Per task, snapshots arrive in order, and a task shown live is
+// followed to an end: its run's terminal snapshot, or, when the stream
+// could not read that run's end (the run was another process's, or a
+// resynchronization passed over its end, and by the time the stream
+// read the record it held a new run the caller may not see, or was
+// deleted), a snapshot with Gone set, after which nothing more of that
+// run is yielded. Changes made by this runtime need no store read; tasks run by other
 // processes are followed through the store's notices, or by reading the
 // live tasks every second. A notice is read once by the runtime to find
 // the streams that may show its task (System's, its owner's and its
@@ -948,14 +949,34 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			}
 			return false
 		}
-		pass := func(snap *Snapshot) bool {
-			return (len(f.Statuses) == 0 || contains(f.Statuses, snap.Status)) &&
-				(f.Queue == "" || f.Queue == snap.Queue)
-		}
 		// ended is the run last seen to end, per task: nothing of it, or
 		// of an earlier run, follows its terminal snapshot, whichever path
 		// brings it again.
 		ended := make(map[string]string)
+		end := func(id, runID string) {
+			if len(ended) >= maxTracked {
+				clear(ended)
+			}
+			ended[id] = runID
+		}
+		// letGo stops following id. A task the stream showed is yielded
+		// Gone: the store no longer holds its run for this stream (a new
+		// run it may not show, or no record), so its end cannot be shown.
+		letGo := func(id string) bool {
+			last := tracked[id]
+			_, wasShown := shown[id]
+			delete(tracked, id)
+			delete(shown, id)
+			if !wasShown {
+				return true
+			}
+			end(id, last.RunID)
+			return yield(Snapshot{ID: id, RunID: last.RunID, Queue: last.Queue, Gone: true}, nil)
+		}
+		pass := func(snap *Snapshot) bool {
+			return (len(f.Statuses) == 0 || contains(f.Statuses, snap.Status)) &&
+				(f.Queue == "" || f.Queue == snap.Queue)
+		}
 		// stale lists the tasks to read from the store before the next
 		// events are taken.
 		var stale []string
@@ -978,14 +999,6 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// set, a record read from the store after every event yielded so
 		// far, which no event yielded before it can be newer than.
 		emit := func(snap Snapshot, read bool) bool {
-			if f.Queue != "" && snap.Queue != f.Queue {
-				// A run in another queue is not this stream's: never
-				// shown, and a task whose new run went to another queue
-				// is let go, even one shown before.
-				delete(tracked, snap.ID)
-				delete(shown, snap.ID)
-				return true
-			}
 			e, isEnded := ended[snap.ID]
 			if isEnded && e == snap.RunID {
 				return true
@@ -993,6 +1006,12 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			last, ok := tracked[snap.ID]
 			if !read && (isEnded && behind(&snap, e) || ok && behind(&snap, last.RunID)) {
 				return true
+			}
+			if f.Queue != "" && snap.Queue != f.Queue {
+				// A run in another queue is not this stream's: never
+				// shown, and a task whose new run went to another queue
+				// is let go.
+				return letGo(snap.ID)
 			}
 			if ok {
 				monotonic(&last, &snap)
@@ -1004,10 +1023,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			if snap.Status.Terminal() {
 				delete(tracked, snap.ID)
 				delete(shown, snap.ID)
-				if len(ended) >= maxTracked {
-					clear(ended)
-				}
-				ended[snap.ID] = snap.RunID
+				end(snap.ID, snap.RunID)
 			} else if ok || len(tracked) < maxTracked || pass(&snap) && evictUnshown() {
 				tracked[snap.ID] = snap
 			}
@@ -1061,8 +1077,9 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				rec, err := rt.visibleRecord(ctx, id, auth)
 				switch {
 				case err == ErrNotFound:
-					delete(tracked, id)
-					delete(shown, id)
+					if !letGo(id) {
+						return
+					}
 				case err != nil:
 					yield(Snapshot{}, err)
 					return

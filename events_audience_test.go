@@ -497,3 +497,86 @@ func TestAShownTaskIsFollowedToItsEndWhenTrackedIsFull(t *testing.T) {
 		head.open()
 	})
 }
+
+// A Subscribe stream that showed a task live, and then cannot read how
+// its run ended, says the task is gone rather than leaving it live: the
+// key was re-run without the caller, the record was deleted, or the new
+// run went to another queue than the stream's. A stream that never
+// showed the task says nothing of it.
+func TestSubscribeSaysGoneOfATaskItShowedAndCannotFollowToItsEnd(t *testing.T) {
+	cases := []struct {
+		name  string
+		queue string                                                    // the task's, and the stream's
+		after func(t *testing.T, runner *Runtime[Store], mem *MemStore) // once the run ended
+	}{
+		{"re-run without the caller", "", func(t *testing.T, runner *Runtime[Store], _ *MemStore) {
+			_, err := runner.Submit(ctx, "x", newGate().fn, bob) // watchers reset to bob
+			require.NoError(t, err)
+		}},
+		{"record deleted", "", func(t *testing.T, _ *Runtime[Store], mem *MemStore) {
+			n, err := mem.DeleteFinished(ctx, time.Now().Add(time.Hour))
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		}},
+		{"re-run in another queue", "q", func(t *testing.T, runner *Runtime[Store], _ *MemStore) {
+			_, err := runner.SubmitSequential(ctx, "r", "x", newGate().fn, bob, WithWatchers(alice))
+			require.NoError(t, err)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := NewMemStore()
+				s := leasedNoNotices{mem, mem} // the stream polls: nothing tells it of the end
+				front, runner := NewRuntime[Store](s, Config{}), NewRuntime[Store](s, Config{})
+				g := newGate()
+				sub, err := submitOn(runner, tc.queue, "x", g.fn, bob, WithWatchers(alice))
+				require.NoError(t, err)
+				<-g.started
+
+				sctx, cancel := context.WithCancel(ctx)
+				var wg sync.WaitGroup
+				follow := func(opts ...ListOption) chan Snapshot {
+					seen := make(chan Snapshot, 16)
+					wg.Go(func() {
+						for snap, err := range front.Subscribe(sctx, alice, opts...) {
+							if err != nil {
+								return
+							}
+							seen <- snap
+						}
+					})
+					return seen
+				}
+				var opts []ListOption
+				if tc.queue != "" {
+					opts = append(opts, WithQueue(tc.queue))
+				}
+				shown := follow(opts...)
+				unshown := follow(append(opts, WithStatus(StatusPending))...)
+				synctest.Wait()
+				first := <-shown
+				require.Equal(t, StatusRunning, first.Status)
+				require.Equal(t, sub.RunID, first.RunID)
+
+				g.open()
+				synctest.Wait()
+				settled(t, runner, sub.ID)
+				tc.after(t, runner, mem)
+				time.Sleep(2 * subscribePoll)
+				synctest.Wait()
+				require.Len(t, shown, 1, "the stream left the task live")
+				gone := <-shown
+				assert.Equal(t, Snapshot{ID: sub.ID, RunID: sub.RunID, Queue: tc.queue, Gone: true}, gone)
+				time.Sleep(2 * subscribePoll)
+				synctest.Wait()
+				assert.Empty(t, shown, "more of the task after it was gone")
+				assert.Empty(t, unshown, "a stream that never showed the task")
+				cancel()
+				wg.Wait()
+				require.NoError(t, runner.Shutdown(ctx))
+				require.NoError(t, front.Shutdown(ctx))
+			})
+		})
+	}
+}

@@ -149,9 +149,9 @@ func returns(v any, err error) Func {
 
 // submitOn submits fn as key on queue, or on its own goroutine when queue
 // is "".
-func submitOn[S Store](rt *Runtime[S], queue, key string, fn Func, auth TaskAuthority) (Submission, error) {
+func submitOn[S Store](rt *Runtime[S], queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
 	if queue == "" {
-		return rt.Submit(ctx, key, fn, auth)
+		return rt.Submit(ctx, key, fn, auth, opts...)
 	}
-	return rt.SubmitSequential(ctx, queue, key, fn, auth)
+	return rt.SubmitSequential(ctx, queue, key, fn, auth, opts...)
 }

@@ -15,7 +15,7 @@
 //	GET  /tasks/{id}            one task
 //	POST /tasks/{id}/cancel     cancel; optional JSON body {"reason": "..."}; the task after it, or 204 if it could not be read
 //	GET  /tasks/{id}/events     Server-Sent Events: the task's snapshots until its end
-//	GET  /events                Server-Sent Events: every task the caller may see; ?status= chooses the tasks shown, each followed to its end
+//	GET  /events                Server-Sent Events: every task the caller may see; ?status= chooses the tasks shown, each followed to its end or "gone"
 //	GET  /                      the dashboard, with WithDashboard
 //
 // Every route but the dashboard's page, which holds no data and whose
@@ -28,7 +28,11 @@
 // # Events
 //
 // Each SSE event is named "task", its data the task's JSON, its id
-// "<run id>/<n>", or "<run id>/end" for the terminal snapshot. A client
+// "<run id>/<n>", or "<run id>/end" for the terminal snapshot. GET
+// /events also sends an event named "gone", of id "<run id>/gone" and
+// data {"id", "run_id", "queue"}, for a task it showed live and can no
+// longer follow to its end (see workers.Snapshot.Gone): a view drops
+// the task. A client
 // that reconnects with Last-Event-ID starts again from the task's
 // current snapshot, numbered on from the id it gave; one whose last
 // event was the end is answered 204, so that an EventSource stops

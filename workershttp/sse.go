@@ -155,7 +155,10 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			}
 			seqs[it.snap.RunID]++
 			id := it.snap.RunID + "/" + strconv.Itoa(seqs[it.snap.RunID])
-			if it.snap.Status.Terminal() {
+			switch {
+			case it.snap.Gone:
+				id = it.snap.RunID + "/gone"
+			case it.snap.Status.Terminal():
 				id = it.snap.RunID + "/end"
 			}
 			deadline()
@@ -202,12 +205,25 @@ func splitEventID(id string) (run string, n int, ok bool) {
 	return id[:i], n, true
 }
 
+// gone is the data of a "gone" event: the task a stream showed and
+// can no longer follow (see workers.Snapshot.Gone).
+type gone struct {
+	ID    string `json:"id"`
+	RunID string `json:"run_id"`
+	Queue string `json:"queue,omitempty"`
+}
+
 func writeEvent(w http.ResponseWriter, id string, s workers.Snapshot) error {
-	data, err := json.Marshal(FromSnapshot(s))
+	var v any = FromSnapshot(s)
+	event := "task"
+	if s.Gone {
+		v, event = gone{ID: s.ID, RunID: s.RunID, Queue: s.Queue}, "gone"
+	}
+	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "id: %s\nevent: task\ndata: %s\n\n", id, data)
+	_, err = fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", id, event, data)
 	return err
 }
 

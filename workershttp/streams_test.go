@@ -517,3 +517,73 @@ func TestRuntimeShutdownEndsStreamsWithoutAnErrorLog(t *testing.T) {
 	defer mu.Unlock()
 	assert.NotContains(t, logs.String(), "level=ERROR")
 }
+
+// heldReads is a store without notices whose reads wait while mu is
+// held: a test holds it to make several writes land between two reads.
+type heldReads struct {
+	workers.Store
+	mu sync.RWMutex
+}
+
+func (s *heldReads) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.Store.GetTask(ctx, id)
+}
+
+func (s *heldReads) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.Store.ListTasks(ctx, f)
+}
+
+// GET /events tells a client that a task it showed live is gone when the
+// stream cannot read how its run ended: here the run ended in another
+// runtime, and the key was re-run without alice among its watchers, before
+// alice's stream read the record again.
+func TestAllEventsSaysGoneOfATaskItCannotFollowToItsEnd(t *testing.T) {
+	ctx := context.Background()
+	mem := workers.NewMemStore()
+	reads := &heldReads{Store: mem}
+	front := workers.NewRuntime[workers.Store](struct {
+		workers.Store
+		workers.Leaser
+	}{reads, mem}, workers.Config{})
+	runner := workers.NewRuntime(mem, workers.Config{})
+	release, again := make(chan struct{}), make(chan struct{})
+	defer func() {
+		close(again)
+		require.NoError(t, runner.Shutdown(ctx))
+	}()
+	sub, err := runner.Submit(ctx, "x", blocker(release), bob, workers.WithWatchers(alice))
+	require.NoError(t, err)
+	f := &fixture{srv: start(t, front, httptest.NewUnstartedServer(workershttp.Handler(front, authByHeader)))}
+	res, events, _ := openSSE(t, f, "/events", "alice", "")
+	require.Equal(t, 200, res.StatusCode)
+	_, tk, ok := next(t, events)
+	require.True(t, ok)
+	require.Equal(t, sub.ID, tk.ID)
+	require.Equal(t, workers.StatusRunning, tk.Status)
+
+	reads.mu.Lock()
+	close(release)
+	_, err = runner.Wait(ctx, sub.ID, workers.System)
+	require.NoError(t, err)
+	_, err = runner.Submit(ctx, "x", blocker(again), bob) // watchers reset to bob
+	require.NoError(t, err)
+	reads.mu.Unlock()
+
+	for {
+		ev, tk, ok := next(t, events)
+		require.True(t, ok, "the stream ended")
+		require.Equal(t, sub.ID, tk.ID)
+		require.False(t, tk.Status.Terminal(), "a run's end alice's stream could not have read")
+		if ev.event == "gone" {
+			assert.Equal(t, sub.RunID+"/gone", ev.id)
+			assert.Equal(t, sub.RunID, tk.RunID)
+			assert.JSONEq(t, fmt.Sprintf(`{"id":%q,"run_id":%q}`, sub.ID, sub.RunID), ev.data)
+			break
+		}
+		require.Equal(t, "task", ev.event)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func chromium(t *testing.T) string {
 
 // server is a service as an application writes it: a cookie names the
 // user, and the dashboard is served by workershttp.
-func server(rt *workers.Runtime[*workers.MemStore]) http.Handler {
+func server[S workers.Store](rt *workers.Runtime[S]) http.Handler {
 	auth := func(r *http.Request) (workers.TaskAuthority, error) {
 		c, err := r.Cookie("user")
 		if err != nil {
@@ -88,7 +89,7 @@ func openBrowser(t *testing.T, bin string) context.Context {
 
 // serve serves h, which serves rt, on a test server; t's cleanup closes
 // the server, then shuts rt down.
-func serve(t *testing.T, rt *workers.Runtime[*workers.MemStore], h http.Handler) *httptest.Server {
+func serve[S workers.Store](t *testing.T, rt *workers.Runtime[S], h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
@@ -336,5 +337,96 @@ func TestDashboardRetriesAStreamTheServerRefused(t *testing.T) {
 	close(finish)
 	if err := chromedp.Do(bctx, attr(row(task.ID), "status", "completed")); err != nil {
 		t.Fatalf("the end never streamed: %v", err)
+	}
+}
+
+// heldReads is a store without notices whose reads wait while mu is
+// held: a test holds it to make several writes land between two reads.
+type heldReads struct {
+	workers.Store
+	mu sync.RWMutex
+}
+
+func (s *heldReads) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.Store.GetTask(ctx, id)
+}
+
+func (s *heldReads) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.Store.ListTasks(ctx, f)
+}
+
+// A task alice was shown, whose run ended in another process and whose
+// key bob then re-ran without her before her page's stream read it
+// again, leaves her dashboard: the stream says it is gone, where it
+// would otherwise stay running on the page.
+func TestDashboardDropsATaskThatIsGone(t *testing.T) {
+	bin := chromium(t)
+	ctx := context.Background()
+	mem := workers.NewMemStore()
+	reads := &heldReads{Store: mem}
+	front := workers.NewRuntime[workers.Store](struct {
+		workers.Store
+		workers.Leaser
+	}{reads, mem}, workers.Config{})
+	srv := serve(t, front, server(front))
+	runner := workers.NewRuntime(mem, workers.Config{})
+	release, again := make(chan struct{}), make(chan struct{})
+	held := func(done chan struct{}) workers.Func {
+		return func(ctx context.Context, _ *workers.Task) (any, error) {
+			select {
+			case <-done:
+				return "done", nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+	}
+	alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob")
+	shared, err := runner.Submit(ctx, "shared", held(release), bob, workers.WithWatchers(alice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, finish := submitHeld(t, runner, "own")
+	end := sync.OnceFunc(func() { close(finish) })
+	t.Cleanup(func() {
+		close(again)
+		end()
+		if err := runner.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+
+	bctx := openBrowser(t, bin)
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login?user=alice"),
+		attr(row(shared.ID), "status", "running"),
+		attr(row(own.ID), "status", "running"),
+		isLive,
+	); err != nil {
+		t.Fatalf("dashboard did not load: %v", err)
+	}
+	reads.mu.Lock()
+	close(release)
+	if _, err := runner.Wait(ctx, shared.ID, workers.System); err != nil {
+		reads.mu.Unlock()
+		t.Fatal(err)
+	}
+	_, err = runner.Submit(ctx, "shared", held(again), bob) // watchers reset to bob
+	reads.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := fmt.Sprintf(`document.querySelector(%s) === null`, strconv.Quote(row(shared.ID)))
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](gone, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatalf("the task bob re-ran without alice stays on her page: %v", err)
+	}
+	// The stream goes on: alice's own task still shows its end.
+	end()
+	if err := chromedp.Do(bctx, attr(row(own.ID), "status", "completed")); err != nil {
+		t.Fatalf("the stream stopped after the gone task: %v", err)
 	}
 }
