@@ -331,12 +331,10 @@ func parseStatuses(s string) ([]workers.Status, error) {
 	var out []workers.Status
 	for _, v := range strings.Split(s, ",") {
 		st := workers.Status(strings.TrimSpace(v))
-		switch st {
-		case workers.StatusPending, workers.StatusRunning, workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled:
-			out = append(out, st)
-		default:
+		if !st.Valid() {
 			return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, v)
 		}
+		out = append(out, st)
 	}
 	return out, nil
 }
