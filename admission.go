@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,7 +88,9 @@ type Limits struct {
 	// an Owner, before the runtime knows whether it joins a live run, so
 	// keep it cheap (cache what it reads); its answer applies from then on
 	// to that owner's admission: a raised running cap starts the owner's
-	// waiting tasks at once. An error refuses a submission that would
+	// waiting tasks at once. Of concurrent calls for one owner, the one
+	// made last decides: an answer that comes back after the answer to a
+	// later call is not applied. An error refuses a submission that would
 	// start a new run, wrapped, and nothing is written; so does an answer
 	// with a negative field (ErrInvalidConfig). A submission that joins a
 	// live run goes on, as it does past a quota. Defaults to nil: Owner
@@ -148,8 +151,9 @@ type admit struct {
 
 // ownerLoad is what one owner (or System) has running and waiting.
 type ownerLoad struct {
-	id      string      // the owner's id; "" for System
-	limits  OwnerLimits // the owner's latest limits
+	id     string      // the owner's id; "" for System
+	limits OwnerLimits // the owner's latest limits
+	asked  uint64      // the order of the hook's call that answered limits (see admission.asks)
 	running int
 	waiting int // waiting tasks, in fifo or in a sequential queue
 	// fifo holds the tickets ready to start, in submission order. A
@@ -171,6 +175,9 @@ func (o *ownerLoad) eligible() bool { return o.queued > 0 && under(o.running, o.
 type admission struct {
 	limits Limits
 	start  func(*Task) // starts an admitted async run on its own goroutine
+	// asks numbers the calls of the OwnerLimits hook in the order they
+	// are made, so that a slow answer never replaces one asked after it.
+	asks atomic.Uint64
 
 	mu       sync.Mutex
 	running  int                   // guarded by mu
@@ -198,6 +205,10 @@ func newAdmission(l Limits, start func(*Task)) *admission {
 // with a standing that holds nothing, so that a join can go on, as it
 // can past a quota.
 func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*admit, error) {
+	var asked uint64 // 0: limits not from the hook
+	if a.limits.OwnerLimits != nil && !c.system {
+		asked = a.asks.Add(1)
+	}
 	lim, limErr := a.ownerLimits(ctx, c)
 	a.mu.Lock()
 	o := &a.system
@@ -205,7 +216,7 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		o = a.owners[c.userID]
 		switch {
 		case o == nil:
-			o = &ownerLoad{id: c.userID, limits: lim}
+			o = &ownerLoad{id: c.userID, limits: a.limits.Owner}
 			a.owners[c.userID] = o
 		case o.idle:
 			o.idle = false
@@ -219,13 +230,17 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		return r, limErr
 	}
 	var ready []*admit
-	if o.limits != lim {
+	if asked >= o.asked && o.limits != lim {
 		// The owner's caps changed: a raised running cap lets its
-		// waiting tasks start now, a lowered one keeps them waiting.
-		o.limits = lim
+		// waiting tasks start now, a lowered one keeps them waiting. An
+		// answer to a call made before the one that set the caps is
+		// older than they are, and is not applied.
+		o.limits, o.asked = lim, asked
 		if a.place(o) && !a.draining {
 			ready = a.pick()
 		}
+	} else if asked > o.asked {
+		o.asked = asked
 	}
 	err := a.decide(r, sequential)
 	a.mu.Unlock()

@@ -1104,3 +1104,38 @@ func TestAJoinGoesOnWhenTheOwnerLimitsHookFails(t *testing.T) {
 		assert.Zero(t, st.Running+st.Waiting)
 	})
 }
+
+// An answer of the OwnerLimits hook that comes back after one asked
+// later is not applied: the later call saw the newer caps. Here the
+// first call is slow and answers a cap of 1, the second answers 2 at
+// once, and both of alice's tasks run.
+func TestASlowOwnerLimitsAnswerDoesNotReplaceANewerOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := make(chan struct{})
+		var calls atomic.Int32
+		rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{OwnerLimits: func(context.Context, Owner) (OwnerLimits, error) {
+			if calls.Add(1) == 1 {
+				<-slow
+				return OwnerLimits{Running: 1}, nil // what the caps were when asked
+			}
+			return OwnerLimits{Running: 2}, nil
+		}}})
+		first, second := newGate(), newGate()
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := rt.Submit(ctx, "first", first.fn, alice)
+			submitted <- err
+		}()
+		synctest.Wait() // the first call waits for its answer
+		_, err := rt.Submit(ctx, "second", second.fn, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		requireClosed(t, second.started, "the second task did not start under a cap of 2")
+		close(slow)
+		require.NoError(t, <-submitted)
+		synctest.Wait()
+		requireClosed(t, first.started, "the slow answer's cap of 1 replaced the newer cap of 2")
+		first.open()
+		second.open()
+	})
+}
