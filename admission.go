@@ -151,9 +151,9 @@ type admit struct {
 
 // ownerLoad is what one owner (or System) has running and waiting.
 type ownerLoad struct {
-	id     string      // the owner's id; "" for System
-	limits OwnerLimits // the owner's latest limits
-	asked  uint64      // the order of the hook's call that answered limits (see admission.asks)
+	id      string      // the owner's id; "" for System
+	limits  OwnerLimits // the owner's latest limits
+	asked   uint64      // the order of the hook's call that answered limits (see admission.asks)
 	running int
 	waiting int // waiting tasks, in fifo or in a sequential queue
 	// fifo holds the tickets ready to start, in submission order. A
