@@ -159,6 +159,12 @@ type hub struct {
 	spare  []*Task       // guarded by pokeMu: the pump's other buffer
 	pump   chan struct{} // wakes the progress pump; capacity 1
 
+	// sharing is set once, before any run, when runs' progress is
+	// written to the store each Config.ProgressInterval.
+	sharing     bool
+	shared      []*Task // guarded by pokeMu: runs whose progress changed since they were last written
+	sharedSpare []*Task // guarded by pokeMu: the other buffer of shareProgress
+
 	unreadMu sync.Mutex
 	reading  bool                // guarded by unreadMu: the audience reader runs, or was started
 	unread   map[string]struct{} // guarded by unreadMu: ids whose Subscribe streams are to be found
@@ -486,7 +492,7 @@ func (h *hub) publish(c *change) {
 // someone subscribes: it never blocks on a subscriber, and queues a run
 // at most once until the pump has taken it.
 func (h *hub) poke(t *Task) {
-	if !t.claim(runPoked) {
+	if t.has(runPoked) || !t.claim(runPoked) {
 		return
 	}
 	h.pokeMu.Lock()
@@ -496,6 +502,17 @@ func (h *hub) poke(t *Task) {
 	case h.pump <- struct{}{}:
 	default:
 	}
+}
+
+// share queues t for shareProgress: its progress changed. It queues a
+// run at most once until shareProgress has taken it.
+func (h *hub) share(t *Task) {
+	if t.has(runShared) || !t.claim(runShared) {
+		return
+	}
+	h.pokeMu.Lock()
+	h.shared = append(h.shared, t)
+	h.pokeMu.Unlock()
 }
 
 // pumpProgress turns pokes into progress events until ctx ends. It runs

@@ -165,6 +165,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 		rt.loops.goroutine(func(ctx context.Context) { rt.listen(ctx, n) })
 	}
 	rt.loops.every(rt.cfg.SyncInterval, rt.syncRuns)
+	rt.loops.every(rt.cfg.ProgressInterval, rt.shareProgress)
 	rt.mu.Unlock()
 	rt.lease.held.Store(true)
 	return nil
@@ -654,11 +655,14 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		if t.cause() != nil {
 			continue // ending already: its final write carries its state
 		}
-		if running, stored := rt.syncProgress(t); !running || stored {
-			if _, named := ids[t.ID()]; named && !running && rt.isWaiting(t) {
+		switch rt.syncProgress(t) {
+		case progressIdle, progressBusy:
+			if _, named := ids[t.ID()]; named && rt.isWaiting(t) {
 				rt.checkWaiting(ctx, t)
 			}
-			continue // not started yet, finished, busy, or still this run's and RUNNING
+			continue // not started yet, finished, or busy
+		case progressStored:
+			continue // still this run's and RUNNING
 		}
 		if h := rt.hooks.Load(); h != nil && h.syncRead != nil {
 			h.syncRead()
@@ -787,25 +791,65 @@ func (rt *Runtime[S]) isWaiting(t *Task) bool {
 	return t.opts.queue != "" && !t.begun()
 }
 
+// shareProgress writes the progress of the runs whose callbacks changed
+// it since their last write (see Config.ProgressInterval). A run busy
+// with a write of its own, or whose write failed, is queued again for the
+// next pass.
+func (rt *Runtime[S]) shareProgress(ctx context.Context) {
+	h := &rt.hub
+	h.pokeMu.Lock()
+	batch := h.shared
+	h.shared, h.sharedSpare = h.sharedSpare[:0], nil
+	h.pokeMu.Unlock()
+	for i, t := range batch {
+		batch[i] = nil
+		t.flags.And(^runShared)
+		if ctx.Err() != nil || t.cause() != nil {
+			continue // ending: its final write carries its progress
+		}
+		if s := rt.syncProgress(t); s == progressBusy || s == progressFailed {
+			h.share(t)
+		}
+	}
+	h.pokeMu.Lock()
+	h.sharedSpare = batch[:0]
+	h.pokeMu.Unlock()
+}
+
+// progressSync is what syncProgress found of a run, and did.
+type progressSync uint8
+
+const (
+	progressIdle      progressSync = iota // not begun, or its last write left it not RUNNING
+	progressBusy                          // writing on its own: skipped
+	progressUnchanged                     // RUNNING, its progress already stored
+	progressStored                        // RUNNING, and its changed progress stored now
+	progressFenced                        // the write found the record not this run's RUNNING one
+	progressFailed                        // the write failed: the progress is still to store
+)
+
 // syncProgress stores t's live progress if it changed since the run's
 // last write. It builds the write from its last state within one hold of
 // its writeMu, so no write of the run's own can land in between; a run
 // busy with a write of its own is skipped. A progress write is tried
-// once: the next sync stores it if this one fails. It reports whether the
-// run's last write left it RUNNING, and whether it stored.
-func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
+// once: the next sync, or the next pass of shareProgress, stores it if
+// this one fails.
+func (rt *Runtime[S]) syncProgress(t *Task) progressSync {
 	r := t.run.Load()
-	if r == nil || !r.writeMu.TryLock() {
-		return false, false
+	if r == nil {
+		return progressIdle
+	}
+	if !r.writeMu.TryLock() {
+		return progressBusy
 	}
 	if !r.running() {
 		r.writeMu.Unlock()
-		return false, false
+		return progressIdle
 	}
 	p := t.Progress()
 	if p == int(r.last.progress) {
 		r.writeMu.Unlock()
-		return true, false
+		return progressUnchanged
 	}
 	st := r.last.state()
 	st.Progress = p
@@ -820,11 +864,13 @@ func (rt *Runtime[S]) syncProgress(t *Task) (running, stored bool) {
 		r.last.progress = int32(p)
 	}
 	r.writeMu.Unlock()
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		rt.logRunError("workers: progress write failed", opProgress, t, err)
-	}
-	if ok {
+	switch {
+	case ok:
 		rt.emit(&change{kind: changeProgress, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: st})
+		return progressStored
+	case err != nil && !errors.Is(err, ErrNotFound):
+		rt.logRunError("workers: progress write failed", opProgress, t, err)
+		return progressFailed
 	}
-	return true, ok
+	return progressFenced
 }

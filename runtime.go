@@ -85,7 +85,7 @@ type Config struct {
 	// SyncInterval is how often a loop, started with the first run or by
 	// Start, syncs this runtime's running tasks with the store, for
 	// processes that share it: it stores a run's live progress whenever
-	// it changed, so other processes see it, and it cancels a run whose record says another
+	// it changed (as ProgressInterval does, more often), and it cancels a run whose record says another
 	// process ended it: with ErrCancelled when it was cancelled there,
 	// ErrAbandoned when it was recovered, ErrSuperseded when the record
 	// was replaced or deleted. Each progress write is fenced on the run
@@ -101,6 +101,18 @@ type Config struct {
 	// the record but not the callback). Only runs that have started are
 	// checked.
 	SyncInterval time.Duration
+
+	// ProgressInterval is how often a run's progress is written to a
+	// store other processes share, when it changed since the run's last
+	// write: another process's Status, Watch, Subscribe and their HTTP
+	// routes see it within about this long. Only runs whose callback
+	// called Task.SetProgress since are written, each in one fenced
+	// write, which a Notifier store announces. A write that fails is
+	// tried again at the next interval. Defaults to one second over a
+	// Leaser (a store shared by processes), and to none over other
+	// stores, where no other process reads. The sync loop
+	// (SyncInterval) stores progress too.
+	ProgressInterval time.Duration
 
 	// StoreTimeout bounds each store call the runtime makes on its own,
 	// with no caller's context to bound it: each try of a run's write
@@ -244,7 +256,7 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
-	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
+	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.ProgressInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
 		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
 	}
 	if err := c.Limits.validate(); err != nil {
@@ -279,6 +291,9 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 			cfg.SyncInterval = 2 * time.Second
 		}
 	}
+	if _, ok := any(store).(Leaser); ok && cfg.ProgressInterval == 0 {
+		cfg.ProgressInterval = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -302,6 +317,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		queues:   make(map[string]*queue),
 	}
 	rt.noOpts.hub = &rt.hub
+	rt.hub.sharing = cfg.ProgressInterval > 0
 	rt.leaser, _ = any(store).(Leaser)
 	rt.mem, _ = any(store).(*MemStore)
 	rt.runs = newRunSet(rt.mem)

@@ -129,6 +129,7 @@ const (
 	runRetired    // its submission failed: its end reaches Wait and the streams, not the observers
 	runWriting    // write is trying the run's own write, which may retry for as long as the store fails
 	runEndKept    // the sync loop kept in Runtime.found an end it found while the run wrote
+	runShared     // queued for shareProgress: its progress changed
 )
 
 // has reports whether flag is set.
@@ -338,8 +339,8 @@ func (t *Task) Attempt() int {
 // SetProgress records progress on a 0 to 100 scale, clamping values
 // outside it. It is the only way to write progress, and it is cheap: the
 // value lives on the run and reaches the store with the run's next
-// transition, or within one Config.SyncInterval when the sync loop runs,
-// while Runtime.Status reads it live. While someone watches (see
+// transition, or within one Config.ProgressInterval over a store other
+// processes share, while Runtime.Status reads it live. While someone watches (see
 // Runtime.Watch), a change also queues the run for the runtime's
 // progress pump, at most once until the pump takes it: SetProgress
 // never blocks on a subscriber and does not allocate (the pump's queue
@@ -347,8 +348,13 @@ func (t *Task) Attempt() int {
 func (t *Task) SetProgress(p int) {
 	v := int32(min(max(p, 0), 100))
 	if t.ensureState().progress.Swap(v) != v {
-		if h := t.opts.hub; h != nil && h.n.Load() > 0 {
-			h.poke(t)
+		if h := t.opts.hub; h != nil {
+			if h.n.Load() > 0 {
+				h.poke(t)
+			}
+			if h.sharing {
+				h.share(t)
+			}
 		}
 	}
 }

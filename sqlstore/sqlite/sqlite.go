@@ -41,8 +41,9 @@
 // workers.ErrCancelled) within one interval of its runtime's sync loop
 // (workers.Config.SyncInterval, 2 seconds by default over this store), and
 // Wait in another process polls. The run's terminal write is fenced out
-// and the record stays CANCELLED. The sync loop also stores running
-// tasks' progress for other processes to read.
+// and the record stays CANCELLED. A running task's progress is stored
+// for other processes to read within workers.Config.ProgressInterval (a
+// second by default) of its change.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry SQLite's clock computes (unixepoch('subsec'), in the one upsert
