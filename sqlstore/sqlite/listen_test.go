@@ -1,0 +1,110 @@
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/sqlite"
+)
+
+// Listen hears the changes another process makes. When more changes
+// than the 4,096 the table keeps were made since its last read, it says
+// Resync before the ones it can still read, in commit order; and the
+// table holds 4,096 rows however many changes are made.
+func TestListenResyncsAfterMoreChangesThanTheTableKeeps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	s := openAt(t, path, sqlite.WithNoticeInterval(5*time.Millisecond))
+	heard := make(chan workers.Change, 8192)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Listen(ctx, func(c workers.Change) { heard <- c }) }()
+	next := func() workers.Change {
+		t.Helper()
+		select {
+		case c := <-heard:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("no notice within 10 s")
+			return workers.Change{}
+		}
+	}
+	if c := next(); !c.Resync {
+		t.Fatalf("first notice %+v, want a Resync", c)
+	}
+
+	// Another process inserts 5,000 tasks in one transaction.
+	const n = 5000
+	raw := openRaw(t, path)
+	if _, err := raw.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < `+strconv.Itoa(n)+`)
+		INSERT INTO workers_tasks (id, run_id, status) SELECT 'alice::t' || i, 'run-1', 'pending' FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(); !c.Resync {
+		t.Fatalf("after %d changes at once, first notice %+v, want a Resync", n, c)
+	}
+	// The table keeps from 4,096 to 4,351 changes: the last ones, each
+	// heard once, in commit order.
+	c := next()
+	from, err := strconv.Atoi(strings.TrimPrefix(c.ID, "alice::t"))
+	if err != nil {
+		t.Fatalf("first notice after the Resync: %+v", c)
+	}
+	if kept := n - from + 1; kept < 4096 || kept > 4351 {
+		t.Fatalf("heard the last %d changes, want 4096 to 4351", kept)
+	}
+	for i := from; i <= n; i++ {
+		if i > from {
+			c = next()
+		}
+		if want := (workers.Change{ID: "alice::t" + strconv.Itoa(i), RunID: "run-1", Status: workers.StatusPending}); c != want {
+			t.Fatalf("notice %+v, want %+v", c, want)
+		}
+	}
+	var rows int
+	if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM workers_changes`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n-from+1 {
+		t.Errorf("the changes table holds %d rows, want the %d heard", rows, n-from+1)
+	}
+
+	// A watcher added elsewhere is heard, without a run or status.
+	if _, err := raw.ExecContext(ctx, `INSERT INTO workers_watchers (task_id, user_id) VALUES ('alice::t1', 'bob')`); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(); c != (workers.Change{ID: "alice::t1"}) {
+		t.Errorf("after a watcher was added: %+v, want the task's id alone", c)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Listen returned %v, want context.Canceled", err)
+	}
+}
+
+// Listen fails at once, with an error that says so, when it cannot read
+// the changes table at all.
+func TestListenFailsWhenItCannotRead(t *testing.T) {
+	s := newStore(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Listen(t.Context(), func(workers.Change) { t.Error("a notice from a closed store") })
+	if err == nil || errors.Is(err, context.Canceled) {
+		t.Fatalf("Listen on a closed store: %v, want its read's error", err)
+	}
+}
+
+// The notice interval must be positive.
+func TestOpenRefusesANoticeIntervalThatIsNotPositive(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "tasks.db"), sqlite.WithNoticeInterval(d)); err == nil {
+			t.Errorf("Open with a notice interval of %v: no error", d)
+		}
+	}
+}
