@@ -151,6 +151,11 @@ type hub struct {
 	mu   sync.Mutex
 	subs map[string]map[*subscriber]struct{} // guarded by mu: Subscribe's, by the caller's user id ("" for System)
 	byID map[string]map[*subscriber]struct{} // guarded by mu: Watch's, by task id
+	// follows holds, by task id, the Subscribe streams that showed
+	// another process's run of it live and have not shown its end: a
+	// notice of the task reaches them whatever its record holds by the
+	// time it is read (a new run without their caller, or nothing).
+	follows map[string]map[*subscriber]struct{}
 
 	pumping bool // guarded by the runtime's mu: the progress pump and the audience reader were started
 
@@ -182,6 +187,9 @@ type subscriber struct {
 	f    Filter        // Subscribe's filter (VisibleTo unused)
 	wake chan struct{} // capacity 1: something is pending
 	gone bool          // guarded by hub.mu: removed from the hub
+	// following holds the ids s is in hub.follows under; guarded by
+	// hub.mu.
+	following map[string]struct{}
 
 	mu     sync.Mutex
 	slots  map[string]*slot    // guarded by mu: undelivered changes per id
@@ -264,7 +272,44 @@ func (h *hub) remove(s *subscriber) {
 			delete(index, key)
 		}
 	}
+	for id := range s.following {
+		h.unfollowLocked(s, id)
+	}
 	h.n.Add(-1)
+}
+
+// follow adds s to the followers of task id (see hub.follows).
+func (h *hub) follow(s *subscriber, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.gone {
+		return
+	}
+	if h.follows == nil {
+		h.follows = make(map[string]map[*subscriber]struct{})
+	}
+	addTo(h.follows, id, s)
+	if s.following == nil {
+		s.following = make(map[string]struct{})
+	}
+	s.following[id] = struct{}{}
+}
+
+// unfollow takes s from the followers of task id.
+func (h *hub) unfollow(s *subscriber, id string) {
+	h.mu.Lock()
+	h.unfollowLocked(s, id)
+	h.mu.Unlock()
+}
+
+// unfollowLocked is unfollow; h.mu is held.
+func (h *hub) unfollowLocked(s *subscriber, id string) {
+	delete(s.following, id)
+	if m := h.follows[id]; m != nil {
+		if delete(m, s); len(m) == 0 {
+			delete(h.follows, id)
+		}
+	}
 }
 
 // each calls f for every subscriber that may show a change of task id
@@ -324,6 +369,9 @@ func (h *hub) everyone(f func(*subscriber)) {
 // the Subscribe streams the audience reader finds; h.mu is held.
 func (h *hub) stale(id string) {
 	for s := range h.byID[id] {
+		s.markStale(id)
+	}
+	for s := range h.follows[id] {
 		s.markStale(id)
 	}
 	if !h.othersSubscribe(id) {
@@ -684,6 +732,20 @@ func (s *subscriber) offer(ev *event) {
 	}
 }
 
+// endIn returns the terminal snapshot of run runID of task id that the
+// inbox holds, undelivered, or nil.
+func (s *subscriber) endIn(id, runID string) *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl := s.slots[id]; sl != nil {
+		if end := sl.endOf(runID); end != nil {
+			e := *end
+			return &e
+		}
+	}
+	return nil
+}
+
 // take empties the inbox.
 func (s *subscriber) take() (slots []slot, stale []string, resync bool) {
 	s.mu.Lock()
@@ -888,11 +950,14 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // 256 tasks with undelivered changes) skips to a fresh read of every live
 // task. Per task, snapshots arrive in order, and a task shown live is
 // followed to an end: its run's terminal snapshot, or, when the stream
-// could not read that run's end (the run was another process's, or a
-// resynchronization passed over its end, and by the time the stream
-// read the record it held a new run the caller may not see, or was
-// deleted), a snapshot with Gone set, after which nothing more of that
-// run is yielded. Changes made by this runtime need no store read; tasks run by other
+// cannot learn that run's end, a snapshot with Gone set, after which
+// nothing more of that run is yielded. That happens when the run was
+// another process's, or a resynchronization passed over its end, and
+// by the time the stream read the record it held a new run the stream
+// may not show (without the caller among its watchers, or in another
+// queue than WithQueue's), or was deleted. (A task yielded while the
+// stream already follows 4,096 tasks it showed is not followed so.)
+// Changes made by this runtime need no store read; tasks run by other
 // processes are followed through the store's notices, or by reading the
 // live tasks every second. A notice is read once by the runtime to find
 // the streams that may show its task (System's, its owner's and its
@@ -954,7 +1019,17 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		tracked := make(map[string]Snapshot)
 		// shown holds the tracked tasks the stream has yielded: the
 		// status filter chose them, and they are followed to their end.
-		shown := make(map[string]struct{})
+		// It is true for a task the stream follows in the hub too (see
+		// hub.follows): one it read as another process's run.
+		shown := make(map[string]bool)
+		unshow := func(id string) {
+			if followed, ok := shown[id]; ok {
+				delete(shown, id)
+				if followed {
+					rt.hub.unfollow(s, id)
+				}
+			}
+		}
 		// evictUnshown makes room in tracked for a task to show, by
 		// letting go of one that was not shown, if there is one.
 		evictUnshown := func() bool {
@@ -979,11 +1054,19 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// letGo stops following id. A task the stream showed is yielded
 		// Gone: the store no longer holds its run for this stream (a new
 		// run it may not show, or no record), so its end cannot be shown.
+		var emit func(snap Snapshot, read bool) bool
 		letGo := func(id string) bool {
 			last := tracked[id]
 			_, wasShown := shown[id]
+			if wasShown {
+				if e := s.endIn(id, last.RunID); e != nil {
+					// This runtime reported the run's end, which the
+					// inbox holds: it is shown, as if taken before.
+					return emit(*e, false)
+				}
+			}
 			delete(tracked, id)
-			delete(shown, id)
+			unshow(id)
 			if !wasShown {
 				return true
 			}
@@ -1015,7 +1098,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// emit yields snap, an event of this runtime's or, when read is
 		// set, a record read from the store after every event yielded so
 		// far, which no event yielded before it can be newer than.
-		emit := func(snap Snapshot, read bool) bool {
+		emit = func(snap Snapshot, read bool) bool {
 			e, isEnded := ended[snap.ID]
 			if isEnded && e == snap.RunID {
 				return true
@@ -1039,7 +1122,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			_, followed := shown[snap.ID]
 			if snap.Status.Terminal() {
 				delete(tracked, snap.ID)
-				delete(shown, snap.ID)
+				unshow(snap.ID)
 				end(snap.ID, snap.RunID)
 			} else if ok || len(tracked) < maxTracked || pass(&snap) && evictUnshown() {
 				tracked[snap.ID] = snap
@@ -1048,7 +1131,16 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				return true
 			}
 			if _, ok := tracked[snap.ID]; ok {
-				shown[snap.ID] = struct{}{}
+				// Another process's run is followed in the hub, whose
+				// notices of it reach this stream whatever its record
+				// holds by then.
+				remote := read && rt.handle(snap.ID, snap.RunID) == nil
+				if f, was := shown[snap.ID]; !was || remote && !f {
+					shown[snap.ID] = remote
+					if remote {
+						rt.hub.follow(s, snap.ID)
+					}
+				}
 			}
 			return yield(snap, nil)
 		}

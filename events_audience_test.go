@@ -3,8 +3,10 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -501,82 +503,193 @@ func TestAShownTaskIsFollowedToItsEndWhenTrackedIsFull(t *testing.T) {
 // A Subscribe stream that showed a task live, and then cannot read how
 // its run ended, says the task is gone rather than leaving it live: the
 // key was re-run without the caller, the record was deleted, or the new
-// run went to another queue than the stream's. A stream that never
-// showed the task says nothing of it.
+// run went to another queue than the stream's. Over a store with
+// notices the notice of the change reaches the stream, though by the
+// time it is read the record names the caller no more; over one without,
+// the stream's poll finds it. A stream that never showed the task says
+// nothing of it.
 func TestSubscribeSaysGoneOfATaskItShowedAndCannotFollowToItsEnd(t *testing.T) {
 	cases := []struct {
 		name  string
-		queue string                                                    // the task's, and the stream's
-		after func(t *testing.T, runner *Runtime[Store], mem *MemStore) // once the run ended
+		queue string                                                        // the task's, and the stream's
+		after func(t *testing.T, runner *Runtime[*MemStore], mem *MemStore) // once the run ended
 	}{
-		{"re-run without the caller", "", func(t *testing.T, runner *Runtime[Store], _ *MemStore) {
+		{"re-run without the caller", "", func(t *testing.T, runner *Runtime[*MemStore], _ *MemStore) {
 			_, err := runner.Submit(ctx, "x", newGate().fn, bob) // watchers reset to bob
 			require.NoError(t, err)
 		}},
-		{"record deleted", "", func(t *testing.T, _ *Runtime[Store], mem *MemStore) {
+		{"record deleted", "", func(t *testing.T, _ *Runtime[*MemStore], mem *MemStore) {
 			n, err := mem.DeleteFinished(ctx, time.Now().Add(time.Hour))
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 		}},
-		{"re-run in another queue", "q", func(t *testing.T, runner *Runtime[Store], _ *MemStore) {
+		{"re-run in another queue", "q", func(t *testing.T, runner *Runtime[*MemStore], _ *MemStore) {
 			_, err := runner.SubmitSequential(ctx, "r", "x", newGate().fn, bob, WithWatchers(alice))
 			require.NoError(t, err)
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				mem := NewMemStore()
-				s := leasedNoNotices{mem, mem} // the stream polls: nothing tells it of the end
-				front, runner := NewRuntime[Store](s, Config{}), NewRuntime[Store](s, Config{})
-				g := newGate()
-				sub, err := submitOn(runner, tc.queue, "x", g.fn, bob, WithWatchers(alice))
-				require.NoError(t, err)
-				<-g.started
-
-				sctx, cancel := context.WithCancel(ctx)
-				var wg sync.WaitGroup
-				follow := func(opts ...ListOption) chan Snapshot {
-					seen := make(chan Snapshot, 16)
-					wg.Go(func() {
-						for snap, err := range front.Subscribe(sctx, alice, opts...) {
-							if err != nil {
-								return
-							}
-							seen <- snap
-						}
-					})
-					return seen
-				}
-				var opts []ListOption
-				if tc.queue != "" {
-					opts = append(opts, WithQueue(tc.queue))
-				}
-				shown := follow(opts...)
-				unshown := follow(append(opts, WithStatus(StatusPending))...)
-				synctest.Wait()
-				first := <-shown
-				require.Equal(t, StatusRunning, first.Status)
-				require.Equal(t, sub.RunID, first.RunID)
-
-				g.open()
-				synctest.Wait()
-				settled(t, runner, sub.ID)
-				tc.after(t, runner, mem)
-				time.Sleep(2 * subscribePoll)
-				synctest.Wait()
-				require.Len(t, shown, 1, "the stream left the task live")
-				gone := <-shown
-				assert.Equal(t, Snapshot{ID: sub.ID, RunID: sub.RunID, Queue: tc.queue, Gone: true}, gone)
-				time.Sleep(2 * subscribePoll)
-				synctest.Wait()
-				assert.Empty(t, shown, "more of the task after it was gone")
-				assert.Empty(t, unshown, "a stream that never showed the task")
-				cancel()
-				wg.Wait()
-				require.NoError(t, runner.Shutdown(ctx))
-				require.NoError(t, front.Shutdown(ctx))
+	for _, notices := range []bool{false, true} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("notices=%v/%s", notices, tc.name), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { goneOfATaskShown(t, notices, tc.queue, tc.after) })
 			})
-		})
+		}
 	}
+}
+
+// goneOfATaskShown is a case of
+// TestSubscribeSaysGoneOfATaskItShowedAndCannotFollowToItsEnd: after
+// changes what the record holds once the run ended, while the stream's
+// runtime cannot read the store.
+func goneOfATaskShown(t *testing.T, notices bool, queue string, after func(*testing.T, *Runtime[*MemStore], *MemStore)) {
+	mem := NewMemStore()
+	held := &gatedReads{MemStore: mem}
+	var s Store = held
+	if !notices {
+		s = leasedNoNotices{held, mem} // the stream polls
+	}
+	front, runner := NewRuntime(s, Config{}), NewRuntime(mem, Config{})
+	require.NoError(t, front.Start(ctx))
+	require.NoError(t, runner.Start(ctx))
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		held.release()
+		cancel()
+		wg.Wait()
+		assert.NoError(t, runner.Shutdown(ctx))
+		assert.NoError(t, front.Shutdown(ctx))
+	}()
+	g := newGate()
+	sub, err := submitOn(runner, queue, "x", g.fn, bob, WithWatchers(alice))
+	require.NoError(t, err)
+	<-g.started
+
+	follow := func(opts ...ListOption) chan Snapshot {
+		seen := make(chan Snapshot, 16)
+		wg.Go(func() {
+			for snap, err := range front.Subscribe(sctx, alice, opts...) {
+				if err != nil {
+					return
+				}
+				seen <- snap
+			}
+		})
+		return seen
+	}
+	var opts []ListOption
+	if queue != "" {
+		opts = append(opts, WithQueue(queue))
+	}
+	shown := follow(opts...)
+	unshown := follow(append(opts, WithStatus(StatusPending))...)
+	synctest.Wait()
+	first := <-shown
+	require.Equal(t, StatusRunning, first.Status)
+	require.Equal(t, sub.RunID, first.RunID)
+
+	held.hold()
+	g.open()
+	synctest.Wait()
+	settled(t, runner, sub.ID)
+	after(t, runner, mem)
+	synctest.Wait()
+	held.release()
+	time.Sleep(2 * subscribePoll)
+	synctest.Wait()
+	require.Len(t, shown, 1, "the stream left the task live")
+	gone := <-shown
+	assert.Equal(t, Snapshot{ID: sub.ID, RunID: sub.RunID, Queue: queue, Gone: true}, gone)
+	time.Sleep(2 * subscribePoll)
+	synctest.Wait()
+	assert.Empty(t, shown, "more of the task after it was gone")
+	assert.Empty(t, unshown, "a stream that never showed the task")
+}
+
+// gatedReads is a MemStore, its leases and notices included, whose reads
+// wait while hold holds them.
+type gatedReads struct {
+	*MemStore
+	gate atomic.Pointer[chan struct{}]
+}
+
+func (s *gatedReads) wait() {
+	if ch := s.gate.Load(); ch != nil {
+		<-*ch
+	}
+}
+
+func (s *gatedReads) hold() {
+	ch := make(chan struct{})
+	s.gate.Store(&ch)
+}
+
+func (s *gatedReads) release() {
+	if ch := s.gate.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+func (s *gatedReads) GetTask(ctx context.Context, id string) (Record, error) {
+	s.wait()
+	return s.MemStore.GetTask(ctx, id)
+}
+
+func (s *gatedReads) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
+	s.wait()
+	return s.MemStore.ListTasks(ctx, f)
+}
+
+// A task this runtime ran, whose end waits in a Subscribe stream's inbox
+// while the stream reads the record and finds the key re-run without its
+// caller, shows that end, not Gone: the stream read the record before it
+// took the end its runtime had reported.
+func TestSubscribeShowsTheEndItHoldsRatherThanGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		held := &gatedReads{MemStore: mem}
+		rt := NewRuntime[Store](leasedNoNotices{held, mem}, Config{}) // its streams poll
+		elsewhere := NewRuntime(mem, Config{})
+		sctx, cancel := context.WithCancel(ctx)
+		seen := make(chan Snapshot, 16)
+		done := make(chan struct{})
+		defer func() {
+			held.release()
+			cancel()
+			<-done
+			assert.NoError(t, rt.Shutdown(ctx))
+			assert.NoError(t, elsewhere.Shutdown(ctx))
+		}()
+		g := newGate()
+		sub, err := rt.Submit(ctx, "x", g.fn, bob, WithWatchers(alice))
+		require.NoError(t, err)
+		<-g.started
+		go func() {
+			defer close(done)
+			for snap, err := range rt.Subscribe(sctx, alice) {
+				if err != nil {
+					return
+				}
+				seen <- snap
+			}
+		}()
+		synctest.Wait()
+		require.Equal(t, StatusRunning, (<-seen).Status)
+
+		held.hold()
+		time.Sleep(subscribePoll) // the stream's poll waits on the store
+		synctest.Wait()
+		g.open() // the run ends here: its end reaches the inbox
+		synctest.Wait()
+		_, err = elsewhere.Submit(ctx, "x", newGate().fn, bob) // re-run without alice
+		require.NoError(t, err)
+		held.release()
+		time.Sleep(2 * subscribePoll)
+		synctest.Wait()
+		require.Len(t, seen, 1)
+		end := <-seen
+		assert.Equal(t, sub.RunID, end.RunID)
+		assert.Equal(t, StatusCompleted, end.Status, "the run's end, which its runtime reported, not Gone")
+		assert.False(t, end.Gone)
+	})
 }
