@@ -159,16 +159,13 @@ type hub struct {
 
 	pumping bool // guarded by the runtime's mu: the progress pump and the audience reader were started
 
-	pokeMu sync.Mutex
-	poked  []*Task       // guarded by pokeMu: runs whose progress changed
-	spare  []*Task       // guarded by pokeMu: the pump's other buffer
-	pump   chan struct{} // wakes the progress pump; capacity 1
+	pokes runQueue      // runs whose progress changed, for the progress pump (flag runPoked)
+	pump  chan struct{} // wakes the progress pump; capacity 1
 
 	// sharing is set once, before any run, when runs' progress is
 	// written to the store each Config.ProgressInterval.
-	sharing     bool
-	shared      []*Task // guarded by pokeMu: runs whose progress changed since they were last written
-	sharedSpare []*Task // guarded by pokeMu: the other buffer of shareProgress
+	sharing bool
+	shares  runQueue // runs whose progress changed since their last write (flag runShared)
 
 	unreadMu sync.Mutex
 	reading  bool                // guarded by unreadMu: the audience reader runs, or was started
@@ -536,16 +533,52 @@ func (h *hub) publish(c *change) {
 	h.mu.Unlock()
 }
 
+// runQueue holds runs, each queued at most once until a pass takes it
+// (the progress pump's, or shareProgress's), which a flag of the run
+// says. Passes reuse the queue's two buffers, so that queueing a run
+// allocates only when a buffer grows.
+type runQueue struct {
+	mu     sync.Mutex
+	queued []*Task // guarded by mu
+	spare  []*Task // guarded by mu: the buffer the last pass emptied
+}
+
+// add queues t unless flag says it is queued, and reports whether it
+// did.
+func (q *runQueue) add(t *Task, flag uint32) bool {
+	if t.has(flag) || !t.claim(flag) {
+		return false
+	}
+	q.mu.Lock()
+	q.queued = append(q.queued, t)
+	q.mu.Unlock()
+	return true
+}
+
+// drain takes the runs queued, and calls f for each once its flag is
+// cleared: f may queue it again.
+func (q *runQueue) drain(flag uint32, f func(*Task)) {
+	q.mu.Lock()
+	batch := q.queued
+	q.queued, q.spare = q.spare[:0], nil
+	q.mu.Unlock()
+	for i, t := range batch {
+		batch[i] = nil
+		t.flags.And(^flag)
+		f(t)
+	}
+	q.mu.Lock()
+	q.spare = batch[:0]
+	q.mu.Unlock()
+}
+
 // poke queues t for the progress pump. It is SetProgress's path while
 // someone subscribes: it never blocks on a subscriber, and queues a run
 // at most once until the pump has taken it.
 func (h *hub) poke(t *Task) {
-	if t.has(runPoked) || !t.claim(runPoked) {
+	if !h.pokes.add(t, runPoked) {
 		return
 	}
-	h.pokeMu.Lock()
-	h.poked = append(h.poked, t)
-	h.pokeMu.Unlock()
 	select {
 	case h.pump <- struct{}{}:
 	default:
@@ -554,14 +587,7 @@ func (h *hub) poke(t *Task) {
 
 // share queues t for shareProgress: its progress changed. It queues a
 // run at most once until shareProgress has taken it.
-func (h *hub) share(t *Task) {
-	if t.has(runShared) || !t.claim(runShared) {
-		return
-	}
-	h.pokeMu.Lock()
-	h.shared = append(h.shared, t)
-	h.pokeMu.Unlock()
-}
+func (h *hub) share(t *Task) { h.shares.add(t, runShared) }
 
 // pumpProgress turns pokes into progress events until ctx ends. It runs
 // on a runtime loop, started with the first subscription.
@@ -572,18 +598,7 @@ func (h *hub) pumpProgress(ctx context.Context) {
 			return
 		case <-h.pump:
 		}
-		h.pokeMu.Lock()
-		batch := h.poked
-		h.poked, h.spare = h.spare[:0], nil
-		h.pokeMu.Unlock()
-		for i, t := range batch {
-			t.flags.And(^runPoked)
-			h.progress(t)
-			batch[i] = nil
-		}
-		h.pokeMu.Lock()
-		h.spare = batch[:0]
-		h.pokeMu.Unlock()
+		h.pokes.drain(runPoked, h.progress)
 	}
 }
 

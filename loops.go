@@ -796,24 +796,14 @@ func (rt *Runtime[S]) isWaiting(t *Task) bool {
 // with a write of its own, or whose write failed, is queued again for the
 // next pass.
 func (rt *Runtime[S]) shareProgress(ctx context.Context) {
-	h := &rt.hub
-	h.pokeMu.Lock()
-	batch := h.shared
-	h.shared, h.sharedSpare = h.sharedSpare[:0], nil
-	h.pokeMu.Unlock()
-	for i, t := range batch {
-		batch[i] = nil
-		t.flags.And(^runShared)
+	rt.hub.shares.drain(runShared, func(t *Task) {
 		if ctx.Err() != nil || t.cause() != nil {
-			continue // ending: its final write carries its progress
+			return // ending: its final write carries its progress
 		}
 		if s := rt.syncProgress(t); s == progressBusy || s == progressFailed {
-			h.share(t)
+			rt.hub.share(t)
 		}
-	}
-	h.pokeMu.Lock()
-	h.sharedSpare = batch[:0]
-	h.pokeMu.Unlock()
+	})
 }
 
 // progressSync is what syncProgress found of a run, and did.

@@ -34,7 +34,6 @@ func RunFaults(t *testing.T, newStore func(t *testing.T) workers.Store) {
 		{"RegisterReplace", faultRegisterReplace},
 		{"RunWrites", faultRunWrites},
 		{"ProgressWrite", faultProgressWrite},
-		{"ProgressShare", faultProgressShare},
 		{"CancelWrite", faultCancelWrite},
 		{"RecoveryWrite", faultRecoveryWrite},
 		{"ShutdownBacklogWrites", faultShutdownBacklogWrites},
@@ -256,42 +255,15 @@ func faultRunWrites(t *testing.T, newStore func(*testing.T) workers.Store) {
 	}
 }
 
-// A progress write that fails is stored by a later sync.
+// A progress write that fails is made again by the next pass of the
+// loop that made it, the sync loop's (workers.Config.SyncInterval) or
+// the share pass's (workers.Config.ProgressInterval), with the other
+// loop too slow to make it: the callback sets its progress once and
+// then waits. Before the write landed, the store holds the progress only
+// from the second try; after, the second try writes it again, which
+// changes nothing. The store's notices are hidden, so that no pass of
+// the sync loop that a listener's Resync makes writes it instead.
 func faultProgressWrite(t *testing.T, newStore func(*testing.T) workers.Store) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, newStore, workers.Config{SyncInterval: 5 * time.Millisecond})
-			require.NoError(t, e.rt.Start(context.Background()))
-			e.once(fault, OpTransitionTask, func(c *Call) bool {
-				return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50
-			})
-			release := make(chan struct{})
-			sub, err := e.rt.Submit(context.Background(), "k", func(ctx context.Context, tk *workers.Task) (any, error) {
-				tk.SetProgress(50)
-				<-release
-				return "done", nil
-			}, owner)
-			require.NoError(t, err)
-			inject(t, e.f, OpTransitionTask)
-			require.Eventually(t, func() bool {
-				r, err := e.mem.GetTask(context.Background(), sub.ID)
-				return err == nil && r.Progress == 50
-			}, 10*time.Second, time.Millisecond, "the progress reached the store")
-			close(release)
-			assert.Equal(t, workers.StatusCompleted, e.wait(sub.ID).Status)
-		})
-	}
-}
-
-// A progress write of the share pass (workers.Config.ProgressInterval)
-// that fails is made again by the next pass, with no sync loop to make
-// it: the callback sets its progress once and then waits. Before the
-// write landed, the store holds the progress only from the second try;
-// after, the second try writes it again, which changes nothing. The
-// store's notices are hidden, so that no pass of the sync loop (which a
-// listener's Resync makes) writes the progress instead.
-func faultProgressShare(t *testing.T, newStore func(*testing.T) workers.Store) {
 	deaf := func(t *testing.T) workers.Store {
 		s := newStore(t)
 		if l, ok := s.(workers.Leaser); ok {
@@ -302,35 +274,41 @@ func faultProgressShare(t *testing.T, newStore func(*testing.T) workers.Store) {
 		}
 		return struct{ workers.Store }{s}
 	}
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, deaf, workers.Config{SyncInterval: time.Hour, ProgressInterval: 5 * time.Millisecond})
-			require.NoError(t, e.rt.Start(context.Background()))
-			fifty := func(c *Call) bool { return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50 }
-			e.once(fault, OpTransitionTask, fifty)
-			var tries atomic.Int32
-			e.f.Add(Rule{Op: OpTransitionTask, Fault: Delay, Match: func(c *Call) bool { // counts, selects nothing
-				if fifty(c) {
-					tries.Add(1)
-				}
-				return false
-			}})
-			release := make(chan struct{})
-			sub, err := e.rt.Submit(context.Background(), "k", func(ctx context.Context, tk *workers.Task) (any, error) {
-				tk.SetProgress(50)
-				<-release
-				return "done", nil
-			}, owner)
-			require.NoError(t, err)
-			inject(t, e.f, OpTransitionTask)
-			require.Eventually(t, func() bool {
-				r, err := e.mem.GetTask(context.Background(), sub.ID)
-				return err == nil && r.Progress == 50 && tries.Load() >= 1
-			}, 10*time.Second, time.Millisecond, "the failed progress write was not made again")
-			close(release)
-			assert.Equal(t, workers.StatusCompleted, e.wait(sub.ID).Status)
-		})
+	loops := map[string]workers.Config{
+		"sync":  {SyncInterval: 5 * time.Millisecond, ProgressInterval: time.Hour},
+		"share": {SyncInterval: time.Hour, ProgressInterval: 5 * time.Millisecond},
+	}
+	for name, cfg := range loops {
+		for _, fault := range bothFaults {
+			t.Run(name+"/"+fault.String(), func(t *testing.T) {
+				t.Parallel()
+				e := newFaultEnv(t, deaf, cfg)
+				require.NoError(t, e.rt.Start(context.Background()))
+				fifty := func(c *Call) bool { return c.Next.Status == workers.StatusRunning && c.Next.Progress == 50 }
+				e.once(fault, OpTransitionTask, fifty)
+				var tries atomic.Int32
+				e.f.Add(Rule{Op: OpTransitionTask, Fault: Delay, Match: func(c *Call) bool { // counts, selects nothing
+					if fifty(c) {
+						tries.Add(1)
+					}
+					return false
+				}})
+				release := make(chan struct{})
+				sub, err := e.rt.Submit(context.Background(), "k", func(ctx context.Context, tk *workers.Task) (any, error) {
+					tk.SetProgress(50)
+					<-release
+					return "done", nil
+				}, owner)
+				require.NoError(t, err)
+				inject(t, e.f, OpTransitionTask)
+				require.Eventually(t, func() bool {
+					r, err := e.mem.GetTask(context.Background(), sub.ID)
+					return err == nil && r.Progress == 50 && tries.Load() >= 1
+				}, 10*time.Second, time.Millisecond, "the failed progress write was not made again")
+				close(release)
+				assert.Equal(t, workers.StatusCompleted, e.wait(sub.ID).Status)
+			})
+		}
 	}
 }
 
