@@ -432,7 +432,8 @@ func BenchmarkWatchManyTasks(b *testing.B) {
 }
 
 func TestSubscribeFollowsAnotherRuntimeByPolling(t *testing.T) {
-	store := NewMemStore() // no notices: Subscribe polls the live tasks
+	mem := NewMemStore()
+	store := leasedNoNotices{mem, mem} // no notices: Subscribe polls the live tasks
 	rt1 := newRuntime(t, store, Config{})
 	rt2 := newRuntime(t, store, Config{})
 	g := newGate()
@@ -1055,8 +1056,8 @@ func TestSubscribeCalledBeforeShutdownYieldsWhatReachedIt(t *testing.T) {
 	})
 }
 
-// leasedNoNotices is a store shared by processes without notices, as
-// SQLite is: a MemStore that hides its Notifier.
+// leasedNoNotices is a store shared by processes without notices: a
+// MemStore that hides its Notifier.
 type leasedNoNotices struct {
 	Store
 	Leaser

@@ -623,9 +623,9 @@ func retiredRunKeepsItsPlace(t *testing.T, insert storetest.Fault) {
 	})
 }
 
-// sharedNoNotices is a MemStore shared by processes without notices, as
-// SQLite is: the sync loop alone tells a run that another process ended
-// its record.
+// sharedNoNotices is a MemStore shared by processes without notices:
+// the sync loop alone tells a run that another process ended its
+// record.
 type sharedNoNotices struct {
 	workers.Store
 	workers.Leaser
