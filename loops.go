@@ -791,19 +791,45 @@ func (rt *Runtime[S]) isWaiting(t *Task) bool {
 	return t.opts.queue != "" && !t.begun()
 }
 
+// shareWriters bounds the progress writes a pass of shareProgress makes
+// at once: enough for a store's group commit to combine them, so that a
+// pass over thousands of runs takes a few commits, not one each.
+const shareWriters = 16
+
 // shareProgress writes the progress of the runs whose callbacks changed
-// it since their last write (see Config.ProgressInterval). A run busy
-// with a write of its own, or whose write failed, is queued again for the
-// next pass.
+// it since their last write (see Config.ProgressInterval), up to
+// shareWriters at once (one at a time over a MemStore, which waits on
+// nothing). A run busy with a write of its own, or whose write failed,
+// is queued again for the next pass.
 func (rt *Runtime[S]) shareProgress(ctx context.Context) {
-	rt.hub.shares.drain(runShared, func(t *Task) {
-		if ctx.Err() != nil || t.cause() != nil {
-			return // ending: its final write carries its progress
+	var runs []*Task
+	rt.hub.shares.drain(runShared, func(t *Task) { runs = append(runs, t) })
+	var next atomic.Int64
+	share := func() {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(runs) {
+				return
+			}
+			t := runs[i]
+			if ctx.Err() != nil || t.cause() != nil {
+				continue // ending: its final write carries its progress
+			}
+			if s := rt.syncProgress(t); s == progressBusy || s == progressFailed {
+				rt.hub.share(t)
+			}
 		}
-		if s := rt.syncProgress(t); s == progressBusy || s == progressFailed {
-			rt.hub.share(t)
-		}
-	})
+	}
+	writers := min(shareWriters, len(runs))
+	if rt.mem != nil {
+		writers = min(1, writers)
+	}
+	var wg sync.WaitGroup
+	for range writers - 1 {
+		wg.Go(share)
+	}
+	share()
+	wg.Wait()
 }
 
 // progressSync is what syncProgress found of a run, and did.
@@ -856,10 +882,17 @@ func (rt *Runtime[S]) syncProgress(t *Task) progressSync {
 	r.writeMu.Unlock()
 	switch {
 	case ok:
+		if t.has(runProgressFailing) {
+			t.flags.And(^runProgressFailing)
+		}
 		rt.emit(&change{kind: changeProgress, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: st})
 		return progressStored
 	case err != nil && !errors.Is(err, ErrNotFound):
-		rt.logRunError("workers: progress write failed", opProgress, t, err)
+		// Logged once until a write lands: a store that stays down
+		// would otherwise log every run at every pass.
+		if t.claim(runProgressFailing) {
+			rt.logRunError("workers: progress write failed", opProgress, t, err)
+		}
 		return progressFailed
 	}
 	return progressFenced

@@ -107,10 +107,12 @@ type Config struct {
 	// write: another process's Status, Watch, Subscribe and their HTTP
 	// routes see it within about this long. Only runs whose callback
 	// called Task.SetProgress since are written, each in one fenced
-	// write, which a Notifier store announces. A write that fails is
-	// tried again at the next interval. Defaults to one second over a
-	// Leaser (a store shared by processes), and to none over other
-	// stores, where no other process reads. The sync loop
+	// write, which a Notifier store announces; a pass makes up to 16 at
+	// once, so that a store's group commit combines them. A write that
+	// fails is tried again at the next interval. Defaults to one second
+	// over a Leaser other than a *MemStore (a store processes share),
+	// and to none over other stores, where this runtime's Status reads
+	// progress live; a negative value disables it. The sync loop
 	// (SyncInterval) stores progress too.
 	ProgressInterval time.Duration
 
@@ -256,7 +258,7 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
-	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.ProgressInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
+	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
 		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
 	}
 	if err := c.Limits.validate(); err != nil {
@@ -292,7 +294,9 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		}
 	}
 	if _, ok := any(store).(Leaser); ok && cfg.ProgressInterval == 0 {
-		cfg.ProgressInterval = time.Second
+		if _, mem := any(store).(*MemStore); !mem {
+			cfg.ProgressInterval = time.Second
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -130,6 +130,9 @@ const (
 	runWriting    // write is trying the run's own write, which may retry for as long as the store fails
 	runEndKept    // the sync loop kept in Runtime.found an end it found while the run wrote
 	runShared     // queued for shareProgress: its progress changed
+	// runProgressFailing is set when a progress write failed and was
+	// logged, until one lands: the failures between are not logged.
+	runProgressFailing
 )
 
 // has reports whether flag is set.

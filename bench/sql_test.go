@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -469,4 +470,60 @@ func pace(n, c int, rate float64, do func(i int)) {
 		})
 	}
 	wg.Wait()
+}
+
+var progressTasks = flag.Int("progress-tasks", 3000, "running tasks whose progress BenchmarkPostgresProgress changes at once")
+
+// BenchmarkPostgresProgress is how long the progress of many running
+// tasks, changed at once, takes to reach PostgreSQL, where other
+// replicas read it: each iteration sets a new value in every task (of
+// -progress-tasks) and waits until every record holds it, with
+// Config.ProgressInterval at 100 ms (the default is a second) and the
+// sync loop out of the way.
+func BenchmarkPostgresProgress(b *testing.B) {
+	admin, schema, s := pgStore(b)
+	defer s.Close()
+	ctx := context.Background()
+	rt := workers.NewRuntime(s, workers.Config{ProgressInterval: 100 * time.Millisecond, SyncInterval: time.Hour})
+	if err := rt.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer shutdown(b, rt)
+	n := *progressTasks
+	steps := make([]chan int, n)
+	for i := range steps {
+		steps[i] = make(chan int, 1)
+		ch := steps[i]
+		if _, err := rt.Submit(ctx, "p"+strconv.Itoa(i), func(_ context.Context, tk *workers.Task) (any, error) {
+			for p := range ch {
+				tk.SetProgress(p)
+			}
+			return nil, nil
+		}, alice); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, ch := range steps {
+			close(ch)
+		}
+	}()
+	stored := "SELECT count(*) FROM " + schema + ".workers_tasks WHERE status = 'running' AND progress = $1"
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		p := i%99 + 1
+		for _, ch := range steps {
+			ch <- p
+		}
+		for {
+			var got int
+			if err := admin.QueryRow(ctx, stored, p).Scan(&got); err != nil {
+				b.Fatal(err)
+			}
+			if got == n {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }

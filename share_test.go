@@ -1,0 +1,127 @@
+package workers
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// progressFaults is a MemStore, its leases and notices included, whose
+// progress writes (a RUNNING state over a RUNNING record) fail while
+// failing is set.
+type progressFaults struct {
+	*MemStore
+	failing atomic.Bool
+}
+
+func (s *progressFaults) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if s.failing.Load() && next.Status == StatusRunning && len(from) == 1 && from[0] == StatusRunning {
+		return false, errStoreDown
+	}
+	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+}
+
+// A run whose progress writes keep failing is logged once, not at every
+// pass, until one of its writes lands; a failure after that is logged
+// again. Each pass tries every such run again.
+func TestAFailingProgressWriteIsLoggedOnceUntilOneLands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var errs atomic.Int32
+		s := &progressFaults{MemStore: NewMemStore()}
+		s.failing.Store(true)
+		rt := NewRuntime[Store](s, Config{Logger: slog.New(errorCounter{&errs}), SyncInterval: time.Hour, ProgressInterval: 10 * time.Millisecond})
+		const runs = 3
+		steps := make([]chan int, runs)
+		ids := make([]string, runs)
+		for i := range steps {
+			steps[i] = make(chan int)
+			sub, err := rt.Submit(ctx, "k"+string(rune('a'+i)), func(_ context.Context, tk *Task) (any, error) {
+				for p := range steps[i] {
+					tk.SetProgress(p)
+				}
+				return nil, nil
+			}, alice)
+			require.NoError(t, err)
+			ids[i] = sub.ID
+		}
+		defer func() {
+			for _, ch := range steps {
+				close(ch)
+			}
+			synctest.Wait()
+			assert.NoError(t, rt.Shutdown(ctx))
+		}()
+		stored := func(p int) {
+			t.Helper()
+			for _, id := range ids {
+				rec, err := s.MemStore.GetTask(ctx, id)
+				require.NoError(t, err)
+				assert.Equal(t, p, rec.Progress, id)
+			}
+		}
+		setAll := func(p int) {
+			for _, ch := range steps {
+				ch <- p
+			}
+			time.Sleep(100 * time.Millisecond) // ten passes
+			synctest.Wait()
+		}
+
+		setAll(50)
+		assert.EqualValues(t, runs, errs.Load(), "a run's failing progress writes were logged more than once")
+		stored(0)
+		s.failing.Store(false)
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		stored(50)
+		s.failing.Store(true)
+		setAll(60)
+		assert.EqualValues(t, 2*runs, errs.Load(), "a failure after a write landed was not logged")
+	})
+}
+
+// ProgressInterval defaults to a second over a store processes share, to
+// none over a MemStore, whose runtime's Status reads progress live, and
+// a negative value turns it off: progress is then stored by the sync
+// loop only.
+func TestProgressIntervalDefaultsAndTurnsOff(t *testing.T) {
+	mem := NewMemStore()
+	assert.Zero(t, NewRuntime(mem, Config{}).cfg.ProgressInterval, "over a MemStore")
+	assert.Equal(t, time.Second, NewRuntime(leasedNoNotices{mem, mem}, Config{}).cfg.ProgressInterval, "over a shared store")
+	assert.Zero(t, NewRuntime(bareStore{mem}, Config{}).cfg.ProgressInterval, "over a store no other process shares")
+
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		rt := NewRuntime(leasedNoNotices{mem, mem}, Config{ProgressInterval: -1, SyncInterval: time.Minute})
+		require.NoError(t, rt.Start(ctx))
+		step := make(chan int)
+		sub, err := rt.Submit(ctx, "k", func(_ context.Context, tk *Task) (any, error) {
+			for p := range step {
+				tk.SetProgress(p)
+			}
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		step <- 40
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		rec, err := mem.GetTask(ctx, sub.ID)
+		require.NoError(t, err)
+		assert.Zero(t, rec.Progress, "progress was written with ProgressInterval off")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		rec, err = mem.GetTask(ctx, sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, 40, rec.Progress, "the sync loop")
+		close(step)
+		_, err = rt.Wait(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
