@@ -188,10 +188,10 @@ func phaseOne(ctx context.Context, out io.Writer, parent io.Reader, path string)
 	if err := s.Migrate(ctx); err != nil {
 		return err
 	}
-	// The sync loop stores running tasks' progress as they go, so what
-	// they reached survives the crash; a short lease lets phase two
-	// recover the runs soon after it.
-	rt := workers.NewRuntime(s, workers.Config{SyncInterval: 20 * time.Millisecond, LeaseInterval: leaseInterval})
+	// Running tasks' progress is stored as they go (every 20 ms here,
+	// every second by default), so what they reached survives the crash;
+	// a short lease lets phase two recover the runs soon after it.
+	rt := workers.NewRuntime(s, workers.Config{ProgressInterval: 20 * time.Millisecond, LeaseInterval: leaseInterval})
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
@@ -305,7 +305,7 @@ func show(ctx context.Context, out io.Writer, rt *workers.Runtime[*sqlite.Store]
 		}
 	}
 	fmt.Fprintf(out, "  %d records abandoned by the crash, 1 completed one intact\n", abandoned)
-	fmt.Fprintln(out, "  (the sync loop had stored how far each run got; recovery keeps it)")
+	fmt.Fprintln(out, "  (each run's progress had been stored as it went; recovery keeps it)")
 	fmt.Fprintln(out)
 
 	mine, err := rt.List(ctx, bob)

@@ -28,35 +28,78 @@ const noticePage = 256
 // It calls changed with a Resync as soon as it has read where the
 // changes end, and again when it finds that more changes than the table
 // keeps (at least the last 4,096) were made since its last read, some of
-// which it can no longer read. A read that fails is tried again at the next interval:
-// the changes wait in the table. Listen returns ctx's error when ctx
-// ends, and another error only when its first read fails.
+// which it can no longer read, or that the numbering went back (the
+// table emptied by hand). A read that fails is tried again at the next
+// interval, the changes waiting in the table; when reads have failed for
+// a second, Listen returns the last one's error, so that the runtime
+// says so and listens again. Listen returns ctx's error when ctx ends.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	var last int64
 	if err := s.read.QueryRowContext(ctx, s.lastChange).Scan(&last); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("sqlstore/sqlite: listen: %w", err)
+		return listenError(ctx, err)
 	}
 	changed(workers.Change{Resync: true})
 	tick := time.NewTicker(s.notices)
 	defer tick.Stop()
+	var failing time.Time // when reads began to fail; zero while they do not
+	checked := time.Now() // when the numbering was last checked
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
-		for {
-			n, err := s.readChanges(ctx, &last, changed)
-			if err != nil && ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if err != nil || n < noticePage {
-				break // a failed read is made again at the next tick
-			}
+		err := s.readAll(ctx, &last, &checked, changed)
+		switch {
+		case err == nil:
+			failing = time.Time{}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case failing.IsZero():
+			failing = time.Now()
+		case time.Since(failing) >= listenFailure:
+			return listenError(ctx, err)
 		}
+	}
+}
+
+// listenFailure is how long Listen's reads may fail before it returns.
+const listenFailure = time.Second
+
+// listenError is the error Listen returns after err: ctx's, once ctx
+// has ended.
+func listenError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("sqlstore/sqlite: listen: %w", err)
+}
+
+// readAll calls changed for every change after *last, a page at a time.
+// At most once a second, after a read that found none, it checks that
+// the numbering did not go back below *last, and says Resync if it did.
+func (s *Store) readAll(ctx context.Context, last *int64, checked *time.Time, changed func(workers.Change)) error {
+	for {
+		n, err := s.readChanges(ctx, last, changed)
+		if err != nil {
+			return err
+		}
+		if n == noticePage {
+			continue
+		}
+		if n > 0 || time.Since(*checked) < time.Second {
+			return nil
+		}
+		*checked = time.Now()
+		var end int64
+		if err := s.read.QueryRowContext(ctx, s.lastChange).Scan(&end); err != nil {
+			return err
+		}
+		if end < *last {
+			*last = end
+			changed(workers.Change{Resync: true})
+		}
+		return nil
 	}
 }
 

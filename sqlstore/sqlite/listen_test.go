@@ -108,3 +108,88 @@ func TestOpenRefusesANoticeIntervalThatIsNotPositive(t *testing.T) {
 		}
 	}
 }
+
+// A listener whose reads fail for a second (here its store was closed
+// under it) returns their error, so that its runtime says so and listens
+// again, rather than look as if it listened.
+func TestListenReturnsWhenItsReadsKeepFailing(t *testing.T) {
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "tasks.db"), sqlite.WithNoticeInterval(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Listen(t.Context(), func(c workers.Change) {
+			if c.Resync {
+				close(listening)
+			}
+		})
+	}()
+	<-listening
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, context.Canceled) {
+			t.Errorf("Listen over a closed store returned %v, want its reads' error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen over a closed store did not return")
+	}
+}
+
+// A changes table emptied by hand numbers its changes from 1 again: the
+// listener says Resync, and hears the changes after.
+func TestListenResyncsWhenTheNumberingGoesBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	s := openAt(t, path, sqlite.WithNoticeInterval(5*time.Millisecond))
+	raw := openRaw(t, path)
+	insert := func(id string) {
+		t.Helper()
+		if _, err := raw.Exec(`INSERT INTO workers_tasks (id, run_id, status) VALUES (?, 'run-1', 'pending')`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		insert("alice::before" + strconv.Itoa(i))
+	}
+	heard := make(chan workers.Change, 64)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Listen(ctx, func(c workers.Change) { heard <- c }) }()
+	next := func() workers.Change {
+		t.Helper()
+		select {
+		case c := <-heard:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("no notice within 10 s")
+			return workers.Change{}
+		}
+	}
+	if c := next(); !c.Resync {
+		t.Fatalf("first notice %+v, want a Resync", c)
+	}
+	if _, err := raw.Exec(`DELETE FROM workers_changes`); err != nil {
+		t.Fatal(err)
+	}
+	insert("alice::after")
+	if c := next(); !c.Resync {
+		t.Fatalf("after the numbering went back: %+v, want a Resync", c)
+	}
+	insert("alice::later")
+	for c := next(); c.ID != "alice::later"; c = next() {
+		if c.ID != "alice::after" {
+			t.Fatalf("after the Resync: %+v, want alice::after or alice::later", c)
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Listen returned %v, want context.Canceled", err)
+	}
+}

@@ -41,8 +41,8 @@
 // (WithNoticeInterval; see Store.Listen). So the process running the
 // callback cancels its context (with workers.ErrCancelled) within about
 // that long, and Wait, Watch and Subscribe in other processes follow the
-// task through the notices rather than by reading it on timers of their
-// own. The run's terminal write is fenced out and the record stays
+// task through the notices (Wait and Watch read it once a second too, in
+// case a notice is lost). The run's terminal write is fenced out and the record stays
 // CANCELLED. A running task's progress is stored for other processes to
 // read within workers.Config.ProgressInterval (a second by default) of
 // its change. The notices cost the writes a row each in that table: in
