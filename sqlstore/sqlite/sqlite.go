@@ -46,7 +46,7 @@
 // CANCELLED. A running task's progress is stored for other processes to
 // read within workers.Config.ProgressInterval (a second by default) of
 // its change. The notices cost the writes a row each in that table: in
-// the benchmarks, about a quarter of the peak rate of submissions.
+// the benchmarks, about a fifth of the peak rate of submissions.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry SQLite's clock computes (unixepoch('subsec'), in the one upsert
