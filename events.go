@@ -156,6 +156,10 @@ type hub struct {
 	// notice of the task reaches them whatever its record holds by the
 	// time it is read (a new run without their caller, or nothing).
 	follows map[string]map[*subscriber]struct{}
+	// stales counts the calls of stale, written under mu: a stream that
+	// follows a task it read compares it with the count before its read
+	// (see follow).
+	stales atomic.Uint64
 
 	pumping bool // guarded by the runtime's mu: the progress pump and the audience reader were started
 
@@ -275,12 +279,18 @@ func (h *hub) remove(s *subscriber) {
 	h.n.Add(-1)
 }
 
-// follow adds s to the followers of task id (see hub.follows).
-func (h *hub) follow(s *subscriber, id string) {
+// follow adds s to the followers of task id (see hub.follows), which s
+// read when stales was since. A notice marked since then (of id or not:
+// the hub does not keep which) may have missed s: id is marked stale in
+// s, to be read again.
+func (h *hub) follow(s *subscriber, id string, since uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s.gone {
 		return
+	}
+	if h.stales.Load() != since {
+		s.markStale(id)
 	}
 	if h.follows == nil {
 		h.follows = make(map[string]map[*subscriber]struct{})
@@ -365,6 +375,7 @@ func (h *hub) everyone(f func(*subscriber)) {
 // stale marks id for a store read: at once in its Watch streams, and in
 // the Subscribe streams the audience reader finds; h.mu is held.
 func (h *hub) stale(id string) {
+	h.stales.Add(1)
 	for s := range h.byID[id] {
 		s.markStale(id)
 	}
@@ -462,7 +473,11 @@ func (h *hub) readAudiences(ctx context.Context, read func(context.Context, stri
 		}
 		for id := range ids {
 			rec, err := read(ctx, id)
-			mark := func(s *subscriber) { s.markStale(id) }
+			mark := func(s *subscriber) {
+				if _, marked := h.follows[id][s]; !marked { // stale marked its followers
+					s.markStale(id)
+				}
+			}
 			h.mu.Lock()
 			switch {
 			case err == nil:
@@ -747,16 +762,24 @@ func (s *subscriber) offer(ev *event) {
 	}
 }
 
-// endIn returns the terminal snapshot of run runID of task id that the
-// inbox holds, undelivered, or nil.
-func (s *subscriber) endIn(id, runID string) *Snapshot {
+// takeEnd takes out of the inbox the terminal snapshot of run runID of
+// task id, undelivered, and returns it, or nil.
+func (s *subscriber) takeEnd(id, runID string) *Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sl := s.slots[id]; sl != nil {
-		if end := sl.endOf(runID); end != nil {
-			e := *end
-			return &e
-		}
+	sl := s.slots[id]
+	if sl == nil {
+		return nil
+	}
+	switch {
+	case sl.ended != nil && sl.ended.RunID == runID:
+		end := sl.ended
+		sl.ended = nil
+		return end
+	case sl.snap.RunID == runID && sl.snap.Status.Terminal():
+		end := sl.snap
+		delete(s.slots, id)
+		return &end
 	}
 	return nil
 }
@@ -1074,7 +1097,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			last := tracked[id]
 			_, wasShown := shown[id]
 			if wasShown {
-				if e := s.endIn(id, last.RunID); e != nil {
+				if e := s.takeEnd(id, last.RunID); e != nil {
 					// This runtime reported the run's end, which the
 					// inbox holds: it is shown, as if taken before.
 					return emit(*e, false)
@@ -1095,6 +1118,9 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// stale lists the tasks to read from the store before the next
 		// events are taken.
 		var stale []string
+		// readFrom is the hub's count of stale marks before the store
+		// read whose records emit shows (see hub.follow).
+		var readFrom uint64
 		// behind reports whether an event of this runtime's, snap, must
 		// not follow seen, the run last shown: it is a late report of an
 		// earlier run, or of a run that cannot be ordered against seen,
@@ -1153,7 +1179,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				if f, was := shown[snap.ID]; !was || remote && !f {
 					shown[snap.ID] = remote
 					if remote {
-						rt.hub.follow(s, snap.ID)
+						rt.hub.follow(s, snap.ID, readFrom)
 					}
 				}
 			}
@@ -1171,6 +1197,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		resync := !closing // after Shutdown, what reached the subscription, and no read
 		for {
 			if resync {
+				readFrom = rt.hub.stales.Load()
 				recs, err := rt.store.ListTasks(ctx, lf)
 				if err != nil {
 					yield(Snapshot{}, err)
@@ -1198,6 +1225,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				polled, resync = false, false
 			}
 			for _, id := range stale {
+				readFrom = rt.hub.stales.Load()
 				rec, err := rt.visibleRecord(ctx, id, auth)
 				switch {
 				case err == ErrNotFound:

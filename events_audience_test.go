@@ -54,11 +54,15 @@ type readCounter struct {
 	*MemStore
 	mu    sync.Mutex
 	reads map[string]int
-	fail  int // how many of the runtime's own reads to fail
+	fail  int           // how many of the runtime's own reads to fail
+	slow  time.Duration // how long each of the runtime's own reads takes
 }
 
 func (s *readCounter) GetTask(ctx context.Context, id string) (Record, error) {
 	tag, _ := ctx.Value(tagged{}).(string)
+	if tag == "" && s.slow > 0 {
+		time.Sleep(s.slow)
+	}
 	s.mu.Lock()
 	s.reads[tag]++
 	fail := tag == "" && s.fail > 0
@@ -691,5 +695,143 @@ func TestSubscribeShowsTheEndItHoldsRatherThanGone(t *testing.T) {
 		assert.Equal(t, sub.RunID, end.RunID)
 		assert.Equal(t, StatusCompleted, end.Status, "the run's end, which its runtime reported, not Gone")
 		assert.False(t, end.Gone)
+	})
+}
+
+// A stream that read tasks of another process, and shows them one at a
+// time to a slow consumer, misses no notice of those it has not shown
+// yet: here both tasks end and are re-run without alice while her
+// stream waits to yield the first, and the store is read again only
+// after the hub's read found them bob's alone. Each is then followed to
+// Gone.
+func TestSubscribeMissesNoNoticeWhileItShowsWhatItRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		held := &gatedReads{MemStore: mem}
+		front, runner := NewRuntime[Store](held, Config{}), NewRuntime(mem, Config{})
+		require.NoError(t, front.Start(ctx))
+		require.NoError(t, runner.Start(ctx))
+		synctest.Wait() // the listeners' first Resync is behind them
+		sctx, cancel := context.WithCancel(ctx)
+		seen := make(chan Snapshot) // unbuffered: the stream waits for the test
+		done := make(chan struct{})
+		defer func() {
+			held.release()
+			cancel()
+			<-done
+			assert.NoError(t, runner.Shutdown(ctx))
+			assert.NoError(t, front.Shutdown(ctx))
+		}()
+		gates := map[string]*gate{"x1": newGate(), "x2": newGate()}
+		runs := map[string]string{}
+		for key, g := range gates {
+			sub, err := runner.Submit(ctx, key, g.fn, bob, WithWatchers(alice))
+			require.NoError(t, err)
+			<-g.started
+			runs[sub.ID] = sub.RunID
+		}
+		go func() {
+			defer close(done)
+			for snap, err := range front.Subscribe(sctx, alice) {
+				if err != nil {
+					return
+				}
+				select {
+				case seen <- snap:
+				case <-sctx.Done():
+					return
+				}
+			}
+		}()
+		synctest.Wait() // the stream read both, and waits to yield the first
+
+		held.hold()
+		for key, g := range gates {
+			g.open()
+			id, err := ScopedTaskKey(key, bob)
+			require.NoError(t, err)
+			settled(t, runner, id)
+			_, err = runner.Submit(ctx, key, newGate().fn, bob) // without alice
+			require.NoError(t, err)
+		}
+		synctest.Wait()
+		held.release()
+
+		got := map[string][]Snapshot{}
+		for {
+			synctest.Wait()
+			select {
+			case snap := <-seen:
+				got[snap.ID] = append(got[snap.ID], snap)
+				continue
+			default:
+			}
+			break
+		}
+		for id, run := range runs {
+			require.Len(t, got[id], 2, "%s: %+v", id, got[id])
+			assert.Equal(t, StatusRunning, got[id][0].Status)
+			assert.Equal(t, Snapshot{ID: id, RunID: run, Gone: true}, got[id][1], "%s was left live", id)
+		}
+	})
+}
+
+// A stream that follows another process's task reads it once per
+// notice, not once for the notice and once more for the hub's read of
+// it, though others than its owner subscribe.
+func TestAFollowingStreamReadsOncePerNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		// The hub's read of each notice is slow: alice's stream has read
+		// the task by the time it ends.
+		counter := &readCounter{MemStore: mem, reads: map[string]int{}, slow: 10 * time.Millisecond}
+		front, runner := NewRuntime[Store](counter, Config{}), NewRuntime(mem, Config{ProgressInterval: time.Second})
+		require.NoError(t, front.Start(ctx))
+		require.NoError(t, runner.Start(ctx))
+		step := make(chan int)
+		sub, err := runner.Submit(ctx, "x", func(_ context.Context, tk *Task) (any, error) {
+			for p := range step {
+				tk.SetProgress(p)
+			}
+			return nil, nil
+		}, bob, WithWatchers(alice))
+		require.NoError(t, err)
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		progress := make(chan int, 64)
+		go func() {
+			defer close(done)
+			for snap, err := range front.Subscribe(context.WithValue(sctx, tagged{}, "alice"), alice) {
+				if err != nil {
+					return
+				}
+				progress <- snap.Progress
+			}
+		}()
+		defer func() {
+			cancel()
+			<-done
+			assert.NoError(t, runner.Shutdown(ctx))
+			assert.NoError(t, front.Shutdown(ctx))
+		}()
+		synctest.Wait()
+		before := counter.count("alice")
+		const notices = 5
+		for p := 1; p <= notices; p++ {
+			step <- 10 * p
+			time.Sleep(time.Second) // a progress write, and its notice
+			synctest.Wait()
+		}
+		close(step)
+		_, err = runner.Wait(ctx, sub.ID, bob)
+		require.NoError(t, err)
+		synctest.Wait()
+		reads := counter.count("alice") - before
+		assert.LessOrEqual(t, reads, notices+2, "alice's stream read the task %d times for %d progress notices and its end", reads, notices)
+		last := 0
+		for len(progress) > 0 {
+			last = <-progress
+		}
+		assert.Equal(t, 10*notices, last)
 	})
 }

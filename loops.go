@@ -803,7 +803,12 @@ const shareWriters = 16
 // is queued again for the next pass.
 func (rt *Runtime[S]) shareProgress(ctx context.Context) {
 	var runs []*Task
-	rt.hub.shares.drain(runShared, func(t *Task) { runs = append(runs, t) })
+	alone := rt.mem != nil && !rt.mem.othersListen(rt.instance) // nobody else reads the store
+	rt.hub.shares.drain(runShared, func(t *Task) {
+		if !alone {
+			runs = append(runs, t)
+		}
+	})
 	var next atomic.Int64
 	share := func() {
 		for {

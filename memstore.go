@@ -970,6 +970,19 @@ func (s *MemStore) removeListener(l *memListener) {
 	s.listeners.Store(&ls)
 }
 
+// othersListen reports whether a runtime other than instance listens to
+// the store: one that may read what instance's runs write.
+func (s *MemStore) othersListen(instance string) bool {
+	if p := s.listeners.Load(); p != nil {
+		for _, l := range *p {
+			if l.origin != instance {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // notify queues the notice of a write to r for every listener but the
 // write's origin: the instance in ctx, which a runtime sets on its run
 // writes (its life context), so they never wake its own listener. The

@@ -110,9 +110,10 @@ type Config struct {
 	// write, which a Notifier store announces; a pass makes up to 16 at
 	// once, so that a store's group commit combines them. A write that
 	// fails is tried again at the next interval. Defaults to one second
-	// over a Leaser other than a *MemStore (a store processes share),
-	// and to none over other stores, where this runtime's Status reads
-	// progress live; a negative value disables it. The sync loop
+	// over a Leaser (a store processes share), and to none over other
+	// stores; a negative value disables it. Over a *MemStore, progress
+	// is written only while another runtime listens to the same store:
+	// this runtime's own Status reads it live. The sync loop
 	// (SyncInterval) stores progress too.
 	ProgressInterval time.Duration
 
@@ -294,9 +295,7 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 		}
 	}
 	if _, ok := any(store).(Leaser); ok && cfg.ProgressInterval == 0 {
-		if _, mem := any(store).(*MemStore); !mem {
-			cfg.ProgressInterval = time.Second
-		}
+		cfg.ProgressInterval = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

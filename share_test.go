@@ -86,13 +86,12 @@ func TestAFailingProgressWriteIsLoggedOnceUntilOneLands(t *testing.T) {
 	})
 }
 
-// ProgressInterval defaults to a second over a store processes share, to
-// none over a MemStore, whose runtime's Status reads progress live, and
-// a negative value turns it off: progress is then stored by the sync
+// ProgressInterval defaults to a second over a store processes share,
+// and a negative value turns it off: progress is then stored by the sync
 // loop only.
 func TestProgressIntervalDefaultsAndTurnsOff(t *testing.T) {
 	mem := NewMemStore()
-	assert.Zero(t, NewRuntime(mem, Config{}).cfg.ProgressInterval, "over a MemStore")
+	assert.Equal(t, time.Second, NewRuntime(mem, Config{}).cfg.ProgressInterval, "over a MemStore")
 	assert.Equal(t, time.Second, NewRuntime(leasedNoNotices{mem, mem}, Config{}).cfg.ProgressInterval, "over a shared store")
 	assert.Zero(t, NewRuntime(bareStore{mem}, Config{}).cfg.ProgressInterval, "over a store no other process shares")
 
@@ -122,6 +121,51 @@ func TestProgressIntervalDefaultsAndTurnsOff(t *testing.T) {
 		close(step)
 		_, err = rt.Wait(ctx, sub.ID, alice)
 		require.NoError(t, err)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// Over a MemStore, progress is written only while another runtime
+// listens to the store: a runtime alone reads its runs' progress live,
+// and nobody else reads the store.
+func TestProgressOverAMemStoreIsWrittenOnlyForAnotherRuntime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		rt := NewRuntime(mem, Config{SyncInterval: time.Hour})
+		require.NoError(t, rt.Start(ctx))
+		synctest.Wait() // its listener's Resync checked every run (none) and wrote their progress
+		step := make(chan int)
+		sub, err := rt.Submit(ctx, "k", func(_ context.Context, tk *Task) (any, error) {
+			for p := range step {
+				tk.SetProgress(p)
+			}
+			return nil, nil
+		}, alice)
+		require.NoError(t, err)
+		stored := func() int {
+			rec, err := mem.GetTask(ctx, sub.ID)
+			require.NoError(t, err)
+			return rec.Progress
+		}
+		step <- 40
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		assert.Zero(t, stored(), "written with nobody else to read it")
+		snap, err := rt.Status(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, 40, snap.Progress, "the runtime's own Status, live")
+
+		other := NewRuntime(mem, Config{})
+		require.NoError(t, other.Start(ctx)) // listens
+		synctest.Wait()
+		step <- 41
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, 41, stored(), "not written with another runtime listening")
+		close(step)
+		_, err = rt.Wait(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		require.NoError(t, other.Shutdown(ctx))
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
