@@ -788,14 +788,7 @@ func TestAFollowingStreamReadsOncePerNotice(t *testing.T) {
 		front, runner := NewRuntime[Store](counter, Config{}), NewRuntime(mem, Config{ProgressInterval: time.Second})
 		require.NoError(t, front.Start(ctx))
 		require.NoError(t, runner.Start(ctx))
-		step := make(chan int)
-		sub, err := runner.Submit(ctx, "x", func(_ context.Context, tk *Task) (any, error) {
-			for p := range step {
-				tk.SetProgress(p)
-			}
-			return nil, nil
-		}, bob, WithWatchers(alice))
-		require.NoError(t, err)
+		sub, step := stepped(t, runner, "x", bob, WithWatchers(alice))
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		progress := make(chan int, 64)
@@ -823,7 +816,7 @@ func TestAFollowingStreamReadsOncePerNotice(t *testing.T) {
 			synctest.Wait()
 		}
 		close(step)
-		_, err = runner.Wait(ctx, sub.ID, bob)
+		_, err := runner.Wait(ctx, sub.ID, bob)
 		require.NoError(t, err)
 		synctest.Wait()
 		reads := counter.count("alice") - before

@@ -37,17 +37,11 @@ func TestAFailingProgressWriteIsLoggedOnceUntilOneLands(t *testing.T) {
 		s.failing.Store(true)
 		rt := NewRuntime[Store](s, Config{Logger: slog.New(errorCounter{&errs}), SyncInterval: time.Hour, ProgressInterval: 10 * time.Millisecond})
 		const runs = 3
-		steps := make([]chan int, runs)
+		steps := make([]chan<- int, runs)
 		ids := make([]string, runs)
 		for i := range steps {
-			steps[i] = make(chan int)
-			sub, err := rt.Submit(ctx, "k"+string(rune('a'+i)), func(_ context.Context, tk *Task) (any, error) {
-				for p := range steps[i] {
-					tk.SetProgress(p)
-				}
-				return nil, nil
-			}, alice)
-			require.NoError(t, err)
+			var sub Submission
+			sub, steps[i] = stepped(t, rt, "k"+string(rune('a'+i)), alice)
 			ids[i] = sub.ID
 		}
 		defer func() {
@@ -99,14 +93,7 @@ func TestProgressIntervalDefaultsAndTurnsOff(t *testing.T) {
 		mem := NewMemStore()
 		rt := NewRuntime(leasedNoNotices{mem, mem}, Config{ProgressInterval: -1, SyncInterval: time.Minute})
 		require.NoError(t, rt.Start(ctx))
-		step := make(chan int)
-		sub, err := rt.Submit(ctx, "k", func(_ context.Context, tk *Task) (any, error) {
-			for p := range step {
-				tk.SetProgress(p)
-			}
-			return nil, nil
-		}, alice)
-		require.NoError(t, err)
+		sub, step := stepped(t, rt, "k", alice)
 		step <- 40
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
@@ -134,14 +121,7 @@ func TestProgressOverAMemStoreIsWrittenOnlyForAnotherRuntime(t *testing.T) {
 		rt := NewRuntime(mem, Config{SyncInterval: time.Hour})
 		require.NoError(t, rt.Start(ctx))
 		synctest.Wait() // its listener's Resync checked every run (none) and wrote their progress
-		step := make(chan int)
-		sub, err := rt.Submit(ctx, "k", func(_ context.Context, tk *Task) (any, error) {
-			for p := range step {
-				tk.SetProgress(p)
-			}
-			return nil, nil
-		}, alice)
-		require.NoError(t, err)
+		sub, step := stepped(t, rt, "k", alice)
 		stored := func() int {
 			rec, err := mem.GetTask(ctx, sub.ID)
 			require.NoError(t, err)

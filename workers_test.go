@@ -143,6 +143,22 @@ func settled[S Store](t testing.TB, rt *Runtime[S], id string) Snapshot {
 
 func noop(context.Context, *Task) (any, error) { return nil, nil }
 
+// stepped submits key as auth on rt with a callback that sets each
+// progress value sent on the channel it returns, and returns once the
+// channel is closed.
+func stepped[S Store](t testing.TB, rt *Runtime[S], key string, auth TaskAuthority, opts ...SubmitOption) (Submission, chan<- int) {
+	t.Helper()
+	step := make(chan int)
+	sub, err := rt.Submit(ctx, key, func(_ context.Context, tk *Task) (any, error) {
+		for p := range step {
+			tk.SetProgress(p)
+		}
+		return nil, nil
+	}, auth, opts...)
+	require.NoError(t, err)
+	return sub, step
+}
+
 func returns(v any, err error) Func {
 	return func(context.Context, *Task) (any, error) { return v, err }
 }

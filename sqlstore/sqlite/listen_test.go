@@ -20,28 +20,12 @@ import (
 func TestListenResyncsAfterMoreChangesThanTheTableKeeps(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tasks.db")
 	s := openAt(t, path, sqlite.WithNoticeInterval(5*time.Millisecond))
-	heard := make(chan workers.Change, 8192)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Listen(ctx, func(c workers.Change) { heard <- c }) }()
-	next := func() workers.Change {
-		t.Helper()
-		select {
-		case c := <-heard:
-			return c
-		case <-time.After(10 * time.Second):
-			t.Fatal("no notice within 10 s")
-			return workers.Change{}
-		}
-	}
-	if c := next(); !c.Resync {
-		t.Fatalf("first notice %+v, want a Resync", c)
-	}
+	next, stop := listen(t, s)
 
 	// Another process inserts 5,000 tasks in one transaction.
 	const n = 5000
 	raw := openRaw(t, path)
-	if _, err := raw.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < `+strconv.Itoa(n)+`)
+	if _, err := raw.ExecContext(t.Context(), `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < `+strconv.Itoa(n)+`)
 		INSERT INTO workers_tasks (id, run_id, status) SELECT 'alice::t' || i, 'run-1', 'pending' FROM n`); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +51,7 @@ func TestListenResyncsAfterMoreChangesThanTheTableKeeps(t *testing.T) {
 		}
 	}
 	var rows int
-	if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM workers_changes`).Scan(&rows); err != nil {
+	if err := raw.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM workers_changes`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != n-from+1 {
@@ -75,14 +59,13 @@ func TestListenResyncsAfterMoreChangesThanTheTableKeeps(t *testing.T) {
 	}
 
 	// A watcher added elsewhere is heard, without a run or status.
-	if _, err := raw.ExecContext(ctx, `INSERT INTO workers_watchers (task_id, user_id) VALUES ('alice::t1', 'bob')`); err != nil {
+	if _, err := raw.ExecContext(t.Context(), `INSERT INTO workers_watchers (task_id, user_id) VALUES ('alice::t1', 'bob')`); err != nil {
 		t.Fatal(err)
 	}
 	if c := next(); c != (workers.Change{ID: "alice::t1"}) {
 		t.Errorf("after a watcher was added: %+v, want the task's id alone", c)
 	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Listen returned %v, want context.Canceled", err)
 	}
 }
@@ -158,23 +141,7 @@ func TestListenResyncsWhenTheNumberingGoesBack(t *testing.T) {
 	for i := range 5 {
 		insert("alice::before" + strconv.Itoa(i))
 	}
-	heard := make(chan workers.Change, 64)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Listen(ctx, func(c workers.Change) { heard <- c }) }()
-	next := func() workers.Change {
-		t.Helper()
-		select {
-		case c := <-heard:
-			return c
-		case <-time.After(10 * time.Second):
-			t.Fatal("no notice within 10 s")
-			return workers.Change{}
-		}
-	}
-	if c := next(); !c.Resync {
-		t.Fatalf("first notice %+v, want a Resync", c)
-	}
+	next, stop := listen(t, s)
 	if _, err := raw.Exec(`DELETE FROM workers_changes`); err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +155,35 @@ func TestListenResyncsWhenTheNumberingGoesBack(t *testing.T) {
 			t.Fatalf("after the Resync: %+v, want alice::after or alice::later", c)
 		}
 	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Listen returned %v, want context.Canceled", err)
+	}
+}
+
+// listen starts s.Listen and returns once its first notice, a Resync,
+// came: next returns the next notice, failing the test after 10 s
+// without one; stop ends Listen and returns its error.
+func listen(t *testing.T, s *sqlite.Store) (next func() workers.Change, stop func() error) {
+	t.Helper()
+	heard := make(chan workers.Change, 8192)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Listen(ctx, func(c workers.Change) { heard <- c }) }()
+	next = func() workers.Change {
+		t.Helper()
+		select {
+		case c := <-heard:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("no notice within 10 s")
+			return workers.Change{}
+		}
+	}
+	if c := next(); !c.Resync {
+		t.Fatalf("first notice %+v, want a Resync", c)
+	}
+	return next, func() error {
+		cancel()
+		return <-done
 	}
 }
