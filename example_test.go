@@ -138,6 +138,51 @@ func ExampleRuntime_Watch() {
 	// completed 100
 }
 
+// A dashboard's view of the caller's live tasks: each snapshot updates
+// a row, and a task leaves the view with its end, or with a snapshot
+// marked Gone when the caller may no longer see it (its key re-run
+// without the caller, say).
+func ExampleRuntime_Subscribe() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := rt.Subscribe(sctx, alice) // subscribed from here on
+
+	sub, _ := rt.Submit(ctx, "report", func(ctx context.Context, t *workers.Task) (any, error) {
+		t.SetProgress(50)
+		return "done", nil
+	}, alice)
+
+	rows := map[string]workers.Snapshot{}
+	for snap, err := range events {
+		if err != nil {
+			fmt.Println(err)
+			break
+		}
+		switch {
+		case snap.Gone:
+			delete(rows, snap.ID)
+			fmt.Println(snap.ID, "is gone")
+		case snap.Status.Terminal():
+			delete(rows, snap.ID)
+			fmt.Println(snap.ID, snap.Status)
+		default:
+			rows[snap.ID] = snap
+		}
+		if _, live := rows[sub.ID]; !live {
+			break
+		}
+	}
+	fmt.Println(len(rows), "live")
+	// Output:
+	// alice::report completed
+	// 0 live
+}
+
 func ExampleRuntime_SubmitSequential() {
 	ctx := context.Background()
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
