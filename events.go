@@ -993,8 +993,9 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // another process's, or a resynchronization passed over its end, and
 // by the time the stream read the record it held a new run the stream
 // may not show (without the caller among its watchers, or in another
-// queue than WithQueue's), or was deleted. (A task yielded while the
-// stream already follows 4,096 tasks it showed is not followed so.)
+// queue than WithQueue's), or was deleted. (A stream follows at most
+// 4,096 shown tasks: one shown beyond that may get neither its end nor
+// Gone.)
 // Changes made by this runtime need no store read; tasks run by other
 // processes are followed through the store's notices, or by reading the
 // live tasks every second. A notice is read once by the runtime to find

@@ -141,7 +141,8 @@ func ExampleRuntime_Watch() {
 // A dashboard's view of the caller's live tasks: each snapshot updates
 // a row, and a task leaves the view with its end, or with a snapshot
 // marked Gone when the caller may no longer see it (its key re-run
-// without the caller, say).
+// without the caller, say). This example stops after its one task; a
+// dashboard keeps ranging.
 func ExampleRuntime_Subscribe() {
 	ctx := context.Background()
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})

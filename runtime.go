@@ -85,7 +85,7 @@ type Config struct {
 	// SyncInterval is how often a loop, started with the first run or by
 	// Start, syncs this runtime's running tasks with the store, for
 	// processes that share it: it stores a run's live progress whenever
-	// it changed (as ProgressInterval does, more often), and it cancels a run whose record says another
+	// it changed (ProgressInterval, by default shorter, does so too), and it cancels a run whose record says another
 	// process ended it: with ErrCancelled when it was cancelled there,
 	// ErrAbandoned when it was recovered, ErrSuperseded when the record
 	// was replaced or deleted. Each progress write is fenced on the run
@@ -103,18 +103,19 @@ type Config struct {
 	SyncInterval time.Duration
 
 	// ProgressInterval is how often a run's progress is written to a
-	// store other processes share, when it changed since the run's last
-	// write: another process's Status, Watch, Subscribe and their HTTP
-	// routes see it within about this long. Only runs whose callback
-	// called Task.SetProgress since are written, each in one fenced
-	// write, which a Notifier store announces; a pass makes up to 16 at
-	// once, so that a store's group commit combines them. A write that
-	// fails is tried again at the next interval. Defaults to one second
-	// over a Leaser (a store processes share), and to none over other
-	// stores; a negative value disables it. Over a *MemStore, progress
-	// is written only while another runtime listens to the same store:
-	// this runtime's own Status reads it live. The sync loop
-	// (SyncInterval) stores progress too.
+	// store other processes share: another process's Status, Watch,
+	// Subscribe and their HTTP routes see it within about this long. Only
+	// runs whose progress changed since their last write are written, in
+	// one conditional update each (fenced on the run, and announced by a
+	// Notifier store); a pass makes up to 16 at once, so that a store's
+	// group commit combines them. A write that fails is tried again at
+	// the next pass. Defaults to one second over a store that implements
+	// Leaser (the PostgreSQL and SQLite stores, MemStore), and to none
+	// over others. Over a *MemStore, progress is written only while
+	// another runtime over the same store has started (and not shut
+	// down): this runtime's own Status reads it live. A negative value
+	// turns these writes off; the sync loop (SyncInterval) still stores
+	// changed progress.
 	ProgressInterval time.Duration
 
 	// StoreTimeout bounds each store call the runtime makes on its own,
@@ -272,7 +273,8 @@ func (c *Config) validate() error {
 }
 
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
-// Start. A Config it cannot run with (a negative interval, a LeaseTTL
+// Start. A Config it cannot run with (a negative interval where a
+// negative value has no meaning, a LeaseTTL
 // not above LeaseInterval, invalid Limits or queue names) is reported as
 // ErrInvalidConfig, wrapping ErrInvalidOption (ErrInvalidKey for a
 // queue's name), by Start, by Ready, and by every call that would take

@@ -494,15 +494,14 @@ type Snapshot struct {
 	// Owner's snapshot leaves it empty.
 	Stack string
 	// Gone marks the last snapshot a Subscribe stream yields of a task
-	// it showed live and cannot show the end of: the stream learnt that
-	// the run had been replaced by one it may not show (the key re-run
-	// without the caller among its watchers, or in another queue than
-	// the stream's WithQueue), or that the record had been deleted,
-	// without the run's end, which the store no longer holds. Only ID,
-	// RunID (the run last shown) and Queue are set, and Status is
-	// empty: a view drops the task. Nothing more of that run follows; a
-	// later run the stream may show is yielded as usual. Watch never
-	// sets it: it ends with ErrNotFound instead.
+	// it showed live and can no longer see. That happens when, before
+	// the stream read the run's end, the key was re-run without the
+	// caller among its watchers or in another queue than the stream's
+	// WithQueue, or the record was deleted. Only ID, RunID (the run last
+	// shown) and Queue are set, and Status is empty: check Gone before
+	// Status, and drop the task from the view. Nothing more of that run
+	// follows; a later run the stream may show is yielded as usual.
+	// Watch never sets it: it ends with ErrNotFound instead.
 	Gone bool
 }
 

@@ -30,15 +30,18 @@
 // Each SSE event is named "task", its data the task's JSON, its id
 // "<run id>/<n>", or "<run id>/end" for the terminal snapshot. GET
 // /events also sends an event named "gone", of id "<run id>/gone" and
-// data {"id", "run_id", "queue"}, for a task it showed live and can no
-// longer follow to its end (see workers.Snapshot.Gone): a view drops
-// the task. A client
-// that reconnects with Last-Event-ID starts again from the task's
-// current snapshot, numbered on from the id it gave; one whose last
-// event was the end is answered 204, so that an EventSource stops
-// reconnecting. A comment line is sent as a heartbeat while nothing
-// changes. A stream that the runtime's Shutdown ends is not logged as an
-// error.
+// data {"id", "run_id", "queue"} (queue left out when empty), for a
+// task it showed live and can no longer see (see
+// workers.Snapshot.Gone): a view drops the task.
+//
+// A client that reconnects with Last-Event-ID gets its events numbered
+// on from the id it gave. On GET /tasks/{id}/events it starts again from
+// the task's current snapshot, and one whose last event was the end is
+// answered 204, so that an EventSource stops reconnecting.
+//
+// On both routes a comment line is sent as a heartbeat while nothing
+// changes, and a stream that the runtime's Shutdown ends is not logged
+// as an error.
 //
 // GET /events begins with the caller's live tasks, then carries their
 // changes and those of every task after. Its subscription starts before

@@ -31,8 +31,9 @@ const noticePage = 256
 // which it can no longer read, or that the numbering went back (the
 // table emptied by hand). A read that fails is tried again at the next
 // interval, the changes waiting in the table; when reads have failed for
-// a second, Listen returns the last one's error, so that the runtime
-// says so and listens again. Listen returns ctx's error when ctx ends.
+// a second, Listen returns the last one's error: a runtime logs it, and
+// calls Listen again after its Config.LeaseInterval. Listen returns
+// ctx's error when ctx ends.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	var last int64
 	if err := s.read.QueryRowContext(ctx, s.lastChange).Scan(&last); err != nil {
