@@ -58,7 +58,9 @@ func (rt *Runtime[S]) emit(c *change) {
 		if rt.hub.n.Load() > 0 {
 			rt.hub.publish(c)
 		}
-		rt.bells.ring(c.id)
+		if c.kind != changeProgress {
+			rt.bells.ring(c.id) // progress ends no Wait
+		}
 	}
 	if len(rt.cfg.Observers) > 0 && eventKinds[c.kind] != 0 {
 		rt.observe(c)
@@ -158,8 +160,11 @@ type hub struct {
 	follows map[string]map[*subscriber]struct{}
 	// stales counts the calls of stale, written under mu: a stream that
 	// follows a task it read compares it with the count before its read
-	// (see follow).
-	stales atomic.Uint64
+	// (see follow). recent holds the count at each id's last stale since
+	// the count forgotten, when recent was last cleared to bound it.
+	stales    atomic.Uint64
+	recent    map[string]uint64 // guarded by mu
+	forgotten uint64            // guarded by mu
 
 	pumping bool // guarded by the runtime's mu: the progress pump and the audience reader were started
 
@@ -280,16 +285,16 @@ func (h *hub) remove(s *subscriber) {
 }
 
 // follow adds s to the followers of task id (see hub.follows), which s
-// read when stales was since. A notice marked since then (of id or not:
-// the hub does not keep which) may have missed s: id is marked stale in
-// s, to be read again.
+// read when stales was since. A notice of id marked since then, before s
+// followed, missed s: id is marked stale in s, to be read again (as it
+// is when the hub no longer knows: recent was cleared since).
 func (h *hub) follow(s *subscriber, id string, since uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s.gone {
 		return
 	}
-	if h.stales.Load() != since {
+	if since < h.forgotten || h.recent[id] > since {
 		s.markStale(id)
 	}
 	if h.follows == nil {
@@ -375,7 +380,11 @@ func (h *hub) everyone(f func(*subscriber)) {
 // stale marks id for a store read: at once in its Watch streams, and in
 // the Subscribe streams the audience reader finds; h.mu is held.
 func (h *hub) stale(id string) {
-	h.stales.Add(1)
+	n := h.stales.Add(1)
+	if h.recent == nil || len(h.recent) >= maxUnread {
+		h.recent, h.forgotten = make(map[string]uint64), n-1
+	}
+	h.recent[id] = n
 	for s := range h.byID[id] {
 		s.markStale(id)
 	}

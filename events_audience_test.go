@@ -828,3 +828,75 @@ func TestAFollowingStreamReadsOncePerNotice(t *testing.T) {
 		assert.Equal(t, 10*notices, last)
 	})
 }
+
+// countedGatedReads is gatedReads that counts GetTask calls by the tag
+// in their context.
+type countedGatedReads struct {
+	*gatedReads
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (s *countedGatedReads) GetTask(ctx context.Context, id string) (Record, error) {
+	tag, _ := ctx.Value(tagged{}).(string)
+	s.mu.Lock()
+	s.reads[tag]++
+	s.mu.Unlock()
+	return s.gatedReads.GetTask(ctx, id)
+}
+
+// A stream that follows a task it read is made to read it again only
+// for a notice of that task since its read, not for notices of other
+// tasks: here bob's own tasks change while alice's stream lists hers.
+func TestFollowingATaskReadsItAgainOnlyForItsOwnNotices(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		held := &gatedReads{MemStore: mem}
+		s := &countedGatedReads{gatedReads: held, reads: map[string]int{}}
+		front, runner := NewRuntime[Store](s, Config{}), NewRuntime(mem, Config{})
+		require.NoError(t, front.Start(ctx))
+		require.NoError(t, runner.Start(ctx))
+		synctest.Wait()
+		g := newGate()
+		_, err := runner.Submit(ctx, "shared", g.fn, bob, WithWatchers(alice))
+		require.NoError(t, err)
+		<-g.started
+		synctest.Wait() // the notices of its start are behind
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		seen := make(chan Snapshot, 16)
+		defer func() {
+			held.release()
+			cancel()
+			<-done
+			g.open()
+			assert.NoError(t, runner.Shutdown(ctx))
+			assert.NoError(t, front.Shutdown(ctx))
+		}()
+
+		held.hold() // alice's stream's list waits
+		go func() {
+			defer close(done)
+			for snap, err := range front.Subscribe(context.WithValue(sctx, tagged{}, "alice"), alice) {
+				if err != nil {
+					return
+				}
+				seen <- snap
+			}
+		}()
+		synctest.Wait()
+		for i := range 5 { // notices of bob's own tasks meanwhile
+			sub, err := runner.Submit(ctx, "own"+strconv.Itoa(i), noop, bob)
+			require.NoError(t, err)
+			settled(t, runner, sub.ID)
+		}
+		synctest.Wait()
+		held.release()
+		synctest.Wait()
+		require.Len(t, seen, 1)
+		assert.Equal(t, StatusRunning, (<-seen).Status)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		assert.Zero(t, s.reads["alice"], "alice's stream read the task it had just listed for notices of other tasks")
+	})
+}

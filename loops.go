@@ -562,7 +562,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			all = true
 			mu.Unlock()
 		} else {
-			rt.bells.ring(c.ID)
+			if c.Status != StatusPending && c.Status != StatusRunning {
+				rt.bells.ring(c.ID) // a live record ends no Wait
+			}
 			if !rt.endedElsewhere(c) {
 				return
 			}

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -148,4 +149,46 @@ func TestProgressOverAMemStoreIsWrittenOnlyForAnotherRuntime(t *testing.T) {
 		require.NoError(t, other.Shutdown(ctx))
 		require.NoError(t, rt.Shutdown(ctx))
 	})
+}
+
+// A Wait on a running task reads its record once per change that may
+// end it, not once per progress write: here its progress is written
+// fifty times while it waits, by this runtime and, for a Wait in
+// another runtime, by the one that runs it.
+func TestWaitReadsNothingForProgress(t *testing.T) {
+	for _, elsewhere := range []bool{false, true} {
+		t.Run(fmt.Sprintf("run elsewhere=%v", elsewhere), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := NewMemStore()
+				counter := &readCounter{MemStore: mem, reads: map[string]int{}}
+				cfg := Config{ProgressInterval: 20 * time.Millisecond, SyncInterval: time.Hour}
+				waiter := NewRuntime[Store](counter, cfg) // not a *MemStore: it shares progress
+				runner := waiter
+				if elsewhere {
+					runner = NewRuntime[Store](leasedNoNotices{bareStore{mem}, mem}, cfg)
+					require.NoError(t, waiter.Start(ctx))
+					synctest.Wait()
+				}
+				sub, step := stepped(t, runner, "k", alice)
+				waited := make(chan error, 1)
+				go func() {
+					_, err := waiter.Wait(context.WithValue(ctx, tagged{}, "wait"), sub.ID, alice)
+					waited <- err
+				}()
+				synctest.Wait()
+				for p := 1; p <= 50; p++ {
+					step <- p
+					time.Sleep(20 * time.Millisecond)
+				}
+				close(step)
+				require.NoError(t, <-waited)
+				assert.LessOrEqual(t, counter.count("wait"), 4, "Wait read the record for progress writes")
+				rec, err := mem.GetTask(ctx, sub.ID)
+				require.NoError(t, err)
+				assert.Equal(t, 50, rec.Progress, "the progress was written")
+				require.NoError(t, runner.Shutdown(ctx))
+				require.NoError(t, waiter.Shutdown(ctx))
+			})
+		})
+	}
 }
