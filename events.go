@@ -570,7 +570,7 @@ type runQueue struct {
 // add queues t unless flag says it is queued, and reports whether it
 // did.
 func (q *runQueue) add(t *Task, flag uint32) bool {
-	if t.has(flag) || !t.claim(flag) {
+	if !t.claim(flag) {
 		return false
 	}
 	q.mu.Lock()

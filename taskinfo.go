@@ -142,7 +142,9 @@ func (t *Task) has(flag uint32) bool { return t.flags.Load()&flag != 0 }
 func (t *Task) mark(flag uint32) { t.flags.Or(flag) }
 
 // claim sets flag and reports whether it was clear: true for one caller.
-func (t *Task) claim(flag uint32) bool { return t.flags.Or(flag)&flag == 0 }
+// A flag set already costs a load, not a read-modify-write: SetProgress
+// claims its flags at every change.
+func (t *Task) claim(flag uint32) bool { return !t.has(flag) && t.flags.Or(flag)&flag == 0 }
 
 // state returns the run's runState, making it if the run has none yet;
 // mu is held.

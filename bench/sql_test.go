@@ -515,7 +515,7 @@ func BenchmarkPostgresProgress(b *testing.B) {
 		for _, ch := range steps {
 			ch <- p
 		}
-		for {
+		for deadline := time.Now().Add(time.Minute); ; {
 			var got int
 			if err := admin.QueryRow(ctx, stored, p).Scan(&got); err != nil {
 				b.Fatal(err)
@@ -523,7 +523,10 @@ func BenchmarkPostgresProgress(b *testing.B) {
 			if got == n {
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			if time.Now().After(deadline) {
+				b.Fatalf("after a minute, %d of %d records hold progress %d", got, n, p)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the database, with a deadline
 		}
 	}
 }
