@@ -744,3 +744,85 @@ func TestFaultAWaitingItemEndedElsewhereReportsItsEndThroughAFailedRead(t *testi
 		}
 	}
 }
+
+// A registration whose store calls hang holds its task's lock for as
+// long as its own caller's context allows, which may be for ever. Every
+// other wait for that lock ends with its own bound: a Submit or Cancel of
+// the key with its caller's context, the recovery loop's with
+// StoreTimeout, after which the pass goes on to the records after it and
+// Shutdown ends the loop.
+func TestFaultAHungRegistrationHoldsNoOtherCallerPastItsBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		rt, mem, f := faulty(workers.Config{StoreTimeout: storeTimeout, RecoverInterval: time.Second})
+		require.NoError(t, rt.Start(ctx))
+		sub, err := rt.Submit(ctx, "mine", result(nil), owner)
+		require.NoError(t, err)
+		instance := workers.InstanceOf(sub.RunID)
+
+		// Two live records no run holds: one of this runtime's own
+		// instance (a run it lost, say), listed first, and one of an
+		// instance long gone.
+		held, dead := scoped(t, "held"), scoped(t, "dead")
+		created := time.Now().UTC().Truncate(time.Microsecond).Add(-time.Hour)
+		for i, r := range []struct{ id, runID string }{{held, instance + ".900000"}, {dead, "gone-instance.1"}} {
+			at := created.Add(time.Duration(i) * time.Millisecond)
+			require.NoError(t, mem.InsertTask(ctx, workers.Record{
+				ID: r.id, RunID: r.runID, Watchers: []string{"alice"}, CreatedAt: at,
+				State: workers.State{Status: workers.StatusRunning, StartedAt: at, Attempt: 1},
+			}))
+		}
+		// A submission of the held key, with no deadline, whose read of
+		// the record it collided with never comes back.
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Fault: storetest.Hang, Match: func(c *storetest.Call) bool { return c.ID == held }})
+		hung := make(chan error, 1)
+		go func() {
+			_, err := rt.Submit(ctx, "held", result(nil), owner)
+			hung <- err
+		}()
+		synctest.Wait()
+
+		for _, call := range []struct {
+			name string
+			do   func(context.Context) error
+		}{
+			{"Submit", func(ctx context.Context) error { _, err := rt.Submit(ctx, "held", result(nil), owner); return err }},
+			{"Cancel", func(ctx context.Context) error { return rt.Cancel(ctx, held, owner) }},
+		} {
+			bounded, cancel := context.WithTimeout(ctx, time.Second)
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- call.do(bounded) }()
+			select {
+			case err := <-done:
+				assert.ErrorIs(t, err, context.DeadlineExceeded, call.name)
+				assert.Equal(t, time.Second, time.Since(start), "a %s waits for the key's lock as long as its context allows", call.name)
+			case <-time.After(time.Minute):
+				t.Errorf("a %s with a deadline of a second still waits for the key's lock after a minute", call.name)
+				f.Heal() // so that the bubble's goroutines end
+				<-hung
+				require.NoError(t, rt.Shutdown(ctx))
+				return
+			}
+			cancel()
+		}
+
+		time.Sleep(time.Minute) // many recovery passes, all while the submission hangs
+		synctest.Wait()
+		rec, err := mem.GetTask(ctx, dead)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusFailed, rec.Status, "recovery goes on past the record whose lock is held")
+		select {
+		case err := <-hung:
+			t.Fatalf("the hung submission returned: %v", err)
+		default:
+		}
+
+		shut, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err = rt.Shutdown(shut)
+		f.Heal()
+		t.Logf("shutdown: %v; submission: %v", err, <-hung)
+		synctest.Wait() // goleak, in TestMain, sees what Shutdown left running
+	})
+}

@@ -1,20 +1,28 @@
 package workers
 
 import (
+	"context"
 	"hash/maphash"
 	"sync"
 )
 
-// keyLocks is the runtime's task lock: one mutex per task id, so that
+// keyLocks is the runtime's task lock: one lock per task id, so that
 // registrations of one id are serialized while those of different ids
 // never wait for each other. It is process-local: it orders this
 // process's decisions about an id and never stands in for an atomic
 // store write, which is what excludes other processes.
 //
-// Ids hash to stripes. A stripe lists the locks of its ids that are held
-// or awaited, usually none or one, and keeps one lock of its own to lend,
-// so that taking an id's lock when no other id of its stripe is held
-// allocates nothing and touches one cache line: the stripe's.
+// A wait for an id's lock ends with the waiter's context: the holder may
+// be a registration whose store calls hang, bounded only by its own
+// caller's context, and no other caller's wait may be longer than its
+// own context allows.
+//
+// Ids hash to stripes. A stripe lists the locks of its ids that are held,
+// usually none or one, and keeps one lock of its own to lend, so that
+// taking an id's lock when no other id of its stripe is held allocates
+// nothing and touches one cache line: the stripe's. Everything about a
+// lock is guarded by its stripe's mutex; a lock released while others
+// wait passes to the first of them, still held.
 type keyLocks struct {
 	seed    maphash.Seed
 	stripes *[keyStripes]keyStripe // an array of its own, so that each stripe sits on one cache line
@@ -25,17 +33,26 @@ const keyStripes = 64
 // keyStripe is 64 bytes: one cache line.
 type keyStripe struct {
 	mu    sync.Mutex
-	held  *keyLock // guarded by mu: the stripe's locks held or awaited, linked by next
+	held  *keyLock // guarded by mu: the stripe's locks held, linked by next
 	spare keyLock  // lent to the first id of the stripe while it is free
 	_     [8]byte
 }
 
-// keyLock is one id's lock while it is held or awaited.
+// keyLock is one id's lock while it is held. Every field is guarded by
+// the stripe's mu.
 type keyLock struct {
-	mu   sync.Mutex
-	refs int32    // guarded by the stripe's mu: holders, waiters, and a releaser until its l.mu.Unlock returned (so unlock drops it only after); 0 when free, and only then lent again
-	id   string   // guarded by the stripe's mu
-	next *keyLock // guarded by the stripe's mu
+	id   string
+	next *keyLock   // the stripe's next held lock
+	wait *keyWaiter // the callers waiting for it, first to come first
+	held bool       // false only while free, when it is in no stripe's list
+}
+
+// keyWaiter is a caller waiting for a held lock. Fields other than ready
+// are guarded by the stripe's mu.
+type keyWaiter struct {
+	ready  chan struct{} // closed when the lock passes to this waiter
+	next   *keyWaiter
+	passed bool // the lock passed to this waiter: it holds it
 }
 
 // keyHold is a lock taken by keyLocks.lock, to release with unlock.
@@ -53,8 +70,8 @@ func (k *keyLocks) stripe(id string) *keyStripe {
 	return &k.stripes[maphash.String(k.seed, id)%keyStripes]
 }
 
-// lock takes id's lock.
-func (k *keyLocks) lock(id string) keyHold {
+// lock takes id's lock, or returns ctx's cause if ctx ends first.
+func (k *keyLocks) lock(ctx context.Context, id string) (keyHold, error) {
 	s := k.stripe(id)
 	s.mu.Lock()
 	l := s.held
@@ -62,28 +79,57 @@ func (k *keyLocks) lock(id string) keyHold {
 		l = l.next
 	}
 	if l == nil {
-		if l = &s.spare; l.refs != 0 {
+		if l = &s.spare; l.held {
 			l = new(keyLock) // another id of the stripe holds the spare
 		}
-		l.id, l.next, s.held = id, s.held, l
+		l.id, l.next, l.held, s.held = id, s.held, true, l
+		s.mu.Unlock()
+		return keyHold{s, l}, nil
 	}
-	l.refs++
+	w := &keyWaiter{ready: make(chan struct{})}
+	p := &l.wait
+	for *p != nil {
+		p = &(*p).next
+	}
+	*p = w
 	s.mu.Unlock()
-	l.mu.Lock()
-	return keyHold{s, l}
+	select {
+	case <-w.ready:
+		return keyHold{s, l}, nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.passed {
+		// The lock passed to w as ctx ended: on to the next.
+		s.release(l)
+	} else {
+		p := &l.wait
+		for *p != w {
+			p = &(*p).next
+		}
+		*p = w.next
+	}
+	return keyHold{}, context.Cause(ctx)
 }
 
 // unlock releases the lock.
 func (h keyHold) unlock() {
-	s, l := h.s, h.l
-	l.mu.Unlock()
-	s.mu.Lock()
-	if l.refs--; l.refs == 0 {
-		p := &s.held
-		for *p != l {
-			p = &(*p).next
-		}
-		*p, l.next, l.id = l.next, nil, ""
+	h.s.mu.Lock()
+	h.s.release(h.l)
+	h.s.mu.Unlock()
+}
+
+// release passes l to its first waiter, or frees it; mu is held.
+func (s *keyStripe) release(l *keyLock) {
+	if w := l.wait; w != nil {
+		l.wait, w.next, w.passed = w.next, nil, true
+		close(w.ready)
+		return
 	}
-	s.mu.Unlock()
+	p := &s.held
+	for *p != l {
+		p = &(*p).next
+	}
+	*p, l.next, l.id, l.held = l.next, nil, "", false
 }

@@ -1,6 +1,8 @@
 package workers
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -31,7 +33,7 @@ func TestKeyLockSerializesOneID(t *testing.T) {
 		wg.Go(func() {
 			for i := range 500 {
 				j := (g + i) % len(ids)
-				h := k.lock(ids[j])
+				h := mustLock(t, &k, ids[j])
 				n := counts[j] // the race detector reports two holders at once
 				counts[j] = n + 1
 				h.unlock()
@@ -54,7 +56,7 @@ func TestKeyLockOtherIDsOfTheStripeNeverWait(t *testing.T) {
 	hs := make(chan keyHold)
 	go func() {
 		for _, id := range ids {
-			hs <- k.lock(id) // in one goroutine: all three held at once
+			hs <- mustLock(t, &k, id) // in one goroutine: all three held at once
 		}
 		close(hs)
 	}()
@@ -75,20 +77,16 @@ func TestKeyLockOtherIDsOfTheStripeNeverWait(t *testing.T) {
 		h.unlock()
 	}
 	assert.Nil(t, s.held)
-	assert.Zero(t, s.spare.refs)
+	assert.False(t, s.spare.held)
 }
 
 func TestKeyLockWaiterGetsTheSameLock(t *testing.T) {
 	k := newKeyLocks()
-	h := k.lock("a")
+	h := mustLock(t, &k, "a")
 	got := make(chan keyHold)
-	go func() { got <- k.lock("a") }()
+	go func() { got <- mustLock(t, &k, "a") }()
 	s := k.stripe("a")
-	require.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return h.l.refs == 2
-	}, 10*time.Second, time.Millisecond, "the waiter counts itself on the held lock")
+	waitForWaiters(t, s, h.l, 1)
 	select {
 	case <-got:
 		t.Fatal("a second holder of one id")
@@ -101,9 +99,117 @@ func TestKeyLockWaiterGetsTheSameLock(t *testing.T) {
 	assert.Nil(t, s.held)
 }
 
+// A wait for a held lock ends with the waiter's context, and leaves the
+// lock as it was: held, then passed to the next waiter, then free.
+func TestKeyLockWaitEndsWithTheContext(t *testing.T) {
+	k := newKeyLocks()
+	h := mustLock(t, &k, "a")
+	s := k.stripe("a")
+	cause := errors.New("gave up")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	gaveUp := make(chan error)
+	go func() {
+		_, err := k.lock(ctx, "a")
+		gaveUp <- err
+	}()
+	waitForWaiters(t, s, h.l, 1)
+	got := make(chan keyHold)
+	go func() { got <- mustLock(t, &k, "a") }()
+	waitForWaiters(t, s, h.l, 2)
+	cancel(cause)
+	select {
+	case err := <-gaveUp:
+		require.ErrorIs(t, err, cause)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait went on after its context ended")
+	}
+	waitForWaiters(t, s, h.l, 1)
+	h.unlock()
+	h2 := <-got
+	assert.Same(t, h.l, h2.l, "the lock passes to the waiter left")
+	h2.unlock()
+	assert.Nil(t, s.held)
+	assert.False(t, s.spare.held)
+}
+
+// A waiter whose context ends as the lock passes to it passes it on, or
+// frees it: the lock is never left held by nobody.
+func TestKeyLockPassedAsTheWaitEndsGoesOn(t *testing.T) {
+	k := newKeyLocks()
+	for range 200 {
+		h := mustLock(t, &k, "a")
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() {
+			w, err := k.lock(ctx, "a")
+			if err == nil {
+				w.unlock()
+			}
+			done <- err
+		}()
+		waitForWaiters(t, k.stripe("a"), h.l, 1)
+		// Most often both happen before the parked waiter runs, which
+		// then finds both its cases ready and picks one at random.
+		cancel()
+		h.unlock()
+		<-done
+		ctx2, cancel2 := context.WithTimeout(t.Context(), 10*time.Second)
+		h2, err := k.lock(ctx2, "a")
+		require.NoError(t, err, "the lock was left held")
+		h2.unlock()
+		cancel2()
+	}
+	assert.Nil(t, k.stripe("a").held)
+}
+
+// Waiters take a lock in the order they came.
+func TestKeyLockPassesInOrder(t *testing.T) {
+	k := newKeyLocks()
+	h := mustLock(t, &k, "a")
+	s := k.stripe("a")
+	var order []int // appended under the lock
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() {
+			w := mustLock(t, &k, "a")
+			order = append(order, i)
+			w.unlock()
+		})
+		waitForWaiters(t, s, h.l, i+1)
+	}
+	h.unlock()
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+}
+
+// mustLock takes id's lock, failing the test after 10 s.
+func mustLock(t *testing.T, k *keyLocks, id string) keyHold {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := k.lock(ctx, id)
+	if err != nil {
+		t.Errorf("lock %q: %v", id, err)
+	}
+	return h
+}
+
+// waitForWaiters waits until n callers wait for l, of stripe s.
+func waitForWaiters(t *testing.T, s *keyStripe, l *keyLock, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		got := 0
+		for w := l.wait; w != nil; w = w.next {
+			got++
+		}
+		return got == n
+	}, 10*time.Second, time.Millisecond, "waiting for %d waiters", n)
+}
+
 func TestKeyLockUncontendedAllocatesNothing(t *testing.T) {
 	k := newKeyLocks()
-	assert.Zero(t, testing.AllocsPerRun(100, func() { k.lock("a").unlock() }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { h, _ := k.lock(context.Background(), "a"); h.unlock() }))
 	assert.EqualValues(t, 64, unsafe.Sizeof(keyStripe{}), "a stripe is one cache line")
 	assert.EqualValues(t, 64, unsafe.Sizeof(runShard{}), "a shard of the runs is one cache line")
 	assert.EqualValues(t, 64, unsafe.Sizeof(memShard{}), "a shard of a MemStore is one cache line")

@@ -498,11 +498,19 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 			// Under the task's lock, a registration's insert and the
 			// publishing of its handle are one step: a run registered
 			// since the list is either seen live here or has another id.
-			h := rt.keys.lock(rec.ID)
-			if rt.handle(rec.ID, rec.RunID) == nil {
-				err = call(end)
-			}
-			h.unlock()
+			// The wait for the lock shares the write's bound: a
+			// registration of the id whose store calls hang holds it.
+			err = call(func(ctx context.Context) error {
+				h, err := rt.keys.lock(ctx, rec.ID)
+				if err != nil {
+					return fmt.Errorf("wait for the task's lock, which a registration of it holds: %w", err)
+				}
+				defer h.unlock()
+				if rt.handle(rec.ID, rec.RunID) != nil {
+					return nil
+				}
+				return end(ctx)
+			})
 		} else {
 			err = call(end)
 		}

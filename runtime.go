@@ -606,8 +606,10 @@ type hooks struct {
 // a join it returns a nil Task. The change it made is reported once the
 // lock is released.
 func (rt *Runtime[S]) register(ctx context.Context, k runIDs, base *runOptions, c caller, o submitOptions, fn Func, adm *admit, refused error) (*Task, Submission, error) {
-	id := k.id()
-	h := rt.keys.lock(id)
+	h, err := rt.keys.lock(ctx, k.id())
+	if err != nil {
+		return nil, Submission{}, err
+	}
 	t, sub, ch, err := rt.decide(ctx, k, base, c, o, fn, adm, refused)
 	h.unlock()
 	switch ch.kind {

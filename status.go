@@ -278,7 +278,10 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 			return ErrFinished // it ended, or was re-run, since the first read
 		}
 		runID = rec.RunID
-		t := rt.liveHandle(id, rec.RunID)
+		t, err := rt.liveHandle(ctx, id, rec.RunID)
+		if err != nil {
+			return err
+		}
 		st := rec.State
 		if t != nil {
 			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
@@ -323,14 +326,18 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 // run is no longer live here. Cancel takes the handle before its write,
 // so that the run's end is reported once through the handle's flags even
 // if the run settles meanwhile (see reportEnd).
-func (rt *Runtime[S]) liveHandle(id, runID string) *Task {
+// The wait ends with ctx, whose cause it returns.
+func (rt *Runtime[S]) liveHandle(ctx context.Context, id, runID string) (*Task, error) {
 	t := rt.handle(id, runID)
 	if t == nil && InstanceOf(runID) == rt.instance {
-		h := rt.keys.lock(id)
+		h, err := rt.keys.lock(ctx, id)
+		if err != nil {
+			return nil, err
+		}
 		t = rt.handle(id, runID)
 		h.unlock()
 	}
-	return t
+	return t, nil
 }
 
 // cancelRun cancels run t, live in this runtime unless nil, with
