@@ -799,6 +799,7 @@ func TestFaultAHungRegistrationHoldsNoOtherCallerPastItsBound(t *testing.T) {
 				assert.Equal(t, time.Second, time.Since(start), "a %s waits for the key's lock as long as its context allows", call.name)
 			case <-time.After(time.Minute):
 				t.Errorf("a %s with a deadline of a second still waits for the key's lock after a minute", call.name)
+				cancel()
 				f.Heal() // so that the bubble's goroutines end
 				<-hung
 				require.NoError(t, rt.Shutdown(ctx))

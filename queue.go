@@ -106,15 +106,30 @@ func (q *queue) push(t *Task) bool {
 // outlived its timeout still holds it. With a concurrency of one the
 // processor executes the item itself; above one, each item executes on
 // its own goroutine, which the processor waits for before it exits.
+//
+// A callback that calls runtime.Goexit ends the processor's goroutine
+// when it executes the item itself; the item's run has settled by then
+// (see attempts), and the processor's deferred call frees its place and
+// goes on with the queue on a new goroutine.
 func (rt *Runtime[S]) process(q *queue) {
-	defer close(q.exited)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	var inline *Task // the item this goroutine executes, if any
+	drained := false
+	defer func() {
+		if !drained {
+			q.settled(inline, false)
+			go rt.process(q)
+			return
+		}
+		wg.Wait()
+		close(q.exited)
+	}()
 	width := max(1, rt.cfg.Limits.QueueConcurrency)
 	for {
 		q.mu.Lock()
 		if q.draining {
 			q.mu.Unlock()
+			drained = true
 			return
 		}
 		if q.items.len() == 0 || len(q.running) >= width {
@@ -141,16 +156,20 @@ func (rt *Runtime[S]) process(q *queue) {
 		}
 
 		if width == 1 {
+			inline = t
 			rt.execute(t)
+			inline = nil
 			<-t.doneChan() // a timed-out callback settles when it returns
 			q.settled(t, false)
 			continue
 		}
 		begun := make(chan struct{})
 		wg.Go(func() {
+			defer func() { // deferred: after a runtime.Goexit too
+				<-t.doneChan()
+				q.settled(t, true)
+			}()
 			rt.executeInOrder(t, begun)
-			<-t.doneChan()
-			q.settled(t, true)
 		})
 		<-begun // the next item starts after this one's start is written
 	}

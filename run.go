@@ -76,7 +76,31 @@ func (rt *Runtime[S]) executeInOrder(t *Task, begun chan<- struct{}) {
 // attempts runs the callback until it succeeds, fails for good or is
 // cancelled, and records the outcome. It reports whether an attempt timed
 // out and handed settling to the callback's goroutine.
+//
+// A callback that ends its goroutine with runtime.Goexit, as testing's
+// FailNow does, never returns here: attempts then records the run FAILED
+// and settles it on its way out, as its caller would have, and the
+// goroutines above it (a runner, a queue's processor) end or go on as
+// their own deferred calls say.
 func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
+	unwound := true
+	defer func() {
+		if unwound && t.has(runGoexited) {
+			rt.finishFailed(t, st, errGoexit)
+			rt.settle(t)
+		}
+	}()
+	handedOff = rt.attemptLoop(t, st)
+	unwound = false
+	return handedOff
+}
+
+// errGoexit is the failure of a run whose callback called runtime.Goexit
+// instead of returning.
+var errGoexit = Permanent(errors.New("workers: the callback called runtime.Goexit instead of returning (testing's FailNow, Fatal and SkipNow do)"))
+
+// attemptLoop is attempts without its handling of runtime.Goexit.
+func (rt *Runtime[S]) attemptLoop(t *Task, st *State) (handedOff bool) {
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		t.run.Load().attempt.Store(int32(attempt))
@@ -128,7 +152,7 @@ func (rt *Runtime[S]) attempts(t *Task, st *State) (handedOff bool) {
 // state is per attempt: an earlier attempt's goroutine can never touch it.
 func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bool) {
 	if t.opts.timeout <= 0 {
-		res, err = invoke(t, rt.cfg.Middleware)
+		res, err = invoke(t, &rt.cfg)
 		return res, err, false
 	}
 	type outcome struct {
@@ -140,11 +164,14 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 	var left atomic.Int32  // after a give-up: goroutines still to finish; the last settles
 	left.Store(2)
 	go func() {
-		r, e := invoke(t, rt.cfg.Middleware)
-		out <- outcome{r, e}
-		if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
-			rt.settle(t)
-		}
+		o := outcome{err: errGoexit} // what the callback's runtime.Goexit leaves
+		defer func() {
+			out <- o
+			if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
+				rt.settle(t)
+			}
+		}()
+		o.res, o.err = invoke(t, &rt.cfg)
 	}()
 	timer := time.NewTimer(t.opts.timeout)
 	defer timer.Stop()
@@ -168,18 +195,34 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 }
 
 // invoke calls the callback, wrapped in the configured middleware,
-// turning a panic in either into a *PanicError.
-func invoke(t *Task, mw []Middleware) (res any, err error) {
+// turning a panic in either into a *PanicError. A callback that calls
+// runtime.Goexit never returns: invoke logs it with its stack and marks
+// the run runGoexited for its caller's deferred handling (see attempts).
+func invoke(t *Task, cfg *Config) (res any, err error) {
+	returned := false
 	defer func() {
 		if r := recover(); r != nil {
 			res, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
+		} else if !returned {
+			goexited(t, cfg)
 		}
 	}()
 	fn := t.fn
-	if len(mw) > 0 {
-		fn = wrap(fn, mw)
+	if len(cfg.Middleware) > 0 {
+		fn = wrap(fn, cfg.Middleware)
 	}
-	return fn(t.ctx, t)
+	res, err = fn(t.ctx, t)
+	returned = true
+	return res, err
+}
+
+// goexited logs a callback's runtime.Goexit with its stack, at error
+// level, and marks its run. It is kept out of line, like panicked.
+//
+//go:noinline
+func goexited(t *Task, cfg *Config) {
+	cfg.Logger.Error("workers: task called runtime.Goexit", "task", t.ID(), "run", t.RunID(), "stack", string(debug.Stack()))
+	t.mark(runGoexited)
 }
 
 // panicked logs a callback's panic with its stack, at error level, and

@@ -50,12 +50,25 @@ func (rt *Runtime[S]) run(t *Task) {
 
 // runner executes t, then the runs handed to it while it parks. It first
 // grows its stack to what a run needs (see growStack).
+//
+// A callback that calls runtime.Goexit ends the runner from inside
+// execute, which has recorded and settled its run (see attempts): the
+// runner's deferred call counts it ended.
 func (rt *Runtime[S]) runner(t *Task) {
 	r := rt.runners
 	growStack(0)
+	ended := false
+	defer func() {
+		if !ended {
+			r.mu.Lock()
+			r.exit()
+			r.mu.Unlock()
+		}
+	}()
 	for {
 		rt.execute(t)
 		if !r.park() {
+			ended = true
 			return
 		}
 		select {
@@ -68,6 +81,7 @@ func (rt *Runtime[S]) runner(t *Task) {
 			r.idle--
 			r.exit()
 			r.mu.Unlock()
+			ended = true
 			return
 		}
 	}

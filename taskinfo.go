@@ -20,7 +20,9 @@ import (
 // encoded fails the run. A returned error fails the run, or triggers a
 // retry when the task has attempts left; returning an error after ctx was
 // cancelled records the cancellation instead. A panic is recovered and
-// fails the run with a *PanicError.
+// fails the run with a *PanicError. A callback that calls runtime.Goexit
+// (testing's FailNow and Fatal do) fails the run for good, with
+// CausePermanent and no retry, and its stack is logged.
 type Func func(ctx context.Context, t *Task) (any, error)
 
 // Task is one run of a task: the live object its callback holds. A re-run
@@ -133,6 +135,7 @@ const (
 	// runProgressFailing is set when a progress write failed and was
 	// logged, until one lands: the failures between are not logged.
 	runProgressFailing
+	runGoexited // its callback called runtime.Goexit
 )
 
 // has reports whether flag is set.
