@@ -827,3 +827,63 @@ func TestFaultAHungRegistrationHoldsNoOtherCallerPastItsBound(t *testing.T) {
 		synctest.Wait() // goleak, in TestMain, sees what Shutdown left running
 	})
 }
+
+// A run abandoned when the lease was lost, whose callback ignores its
+// context, is ended by its own runtime's recovery once the store answers,
+// whether or not the lease is back: with the lease regained, no other
+// replica would recover it, and its record would stay RUNNING for as long
+// as the callback runs, joined by every submission of its key elsewhere
+// and replaced by one here.
+func TestFaultARunAbandonedWithTheLeaseEndsOnceTheLeaseIsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+		rt, mem, f := faulty(cfg)
+		require.NoError(t, rt.Start(t.Context()))
+		started, release := make(chan struct{}), make(chan struct{})
+		sub, err := rt.Submit(t.Context(), "stubborn", func(context.Context, *workers.Task) (any, error) {
+			close(started)
+			<-release // ignores its context
+			return "late", nil
+		}, owner)
+		require.NoError(t, err)
+		<-started
+
+		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+		time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
+		unreachable()
+		time.Sleep(3 * time.Second) // renewals land again, and recovery passes run
+		synctest.Wait()
+		live, err := mem.LiveInstances(t.Context())
+		require.NoError(t, err)
+		require.Contains(t, live, workers.InstanceOf(sub.RunID), "the lease is back")
+
+		rec, err := mem.GetTask(t.Context(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusFailed, rec.Status, "ended while the callback still runs")
+		assert.Equal(t, workers.CauseAbandoned, rec.Cause)
+		waiting, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		snap, err := rt.Wait(waiting, sub.ID, owner)
+		cancel()
+		if err != nil || rec.Status != workers.StatusFailed {
+			t.Errorf("Wait: %v", err)
+			close(release) // so that the bubble's goroutines end
+			require.NoError(t, rt.Shutdown(t.Context()))
+			return
+		}
+		assert.Equal(t, workers.StatusFailed, snap.Status)
+
+		cfg.Logger = quiet
+		peer := workers.NewRuntime(mem, cfg)
+		again, err := peer.Submit(t.Context(), "stubborn", result(1), owner)
+		require.NoError(t, err)
+		assert.False(t, again.Joined, "a submission elsewhere does not join the abandoned run")
+
+		close(release)
+		require.NoError(t, rt.Shutdown(t.Context()))
+		require.NoError(t, peer.Shutdown(t.Context()))
+		rec, err = mem.GetTask(t.Context(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, again.RunID, rec.RunID, "the late callback's result lands nowhere")
+		assert.Equal(t, workers.StatusCompleted, rec.Status)
+	})
+}

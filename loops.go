@@ -424,8 +424,12 @@ func (rt *Runtime[S]) liveInstances(ctx context.Context, l Leaser) (map[string]s
 
 // recoverRuns ends, FAILED as abandoned, every live record whose run is
 // not alive, and returns how many it ended. A run of this runtime is
-// alive while it holds its handle; a run of another instance, while that
-// instance's lease is live, over a Leaser store. Over a store without
+// alive while it holds its handle, unless it was abandoned with a lost
+// lease: its callback may ignore its context for ever, and once the
+// lease is back no other instance would end its record, which its own
+// late write, fenced out then, would have ended the same way. A run of
+// another instance is alive while that instance's lease is live, over a
+// Leaser store. Over a store without
 // leases, manual recovery takes every other runtime's run for dead, and
 // the loop never runs. Each write is fenced on the run id and status
 // read, so several recoverers at once are harmless, and a run registered
@@ -506,7 +510,7 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 					return fmt.Errorf("wait for the task's lock, which a registration of it holds: %w", err)
 				}
 				defer h.unlock()
-				if rt.handle(rec.ID, rec.RunID) != nil {
+				if t := rt.handle(rec.ID, rec.RunID); t != nil && !errors.Is(t.cause(), ErrAbandoned) {
 					return nil
 				}
 				return end(ctx)

@@ -48,7 +48,8 @@ type Config struct {
 	// exceed LeaseInterval; a few missed renewals are tolerated by
 	// design. A runtime that has not managed to renew for LeaseTTL, or
 	// that finds its lease expired, cancels its own runs with
-	// ErrAbandoned. It registers no run on a lease that may have ended:
+	// ErrAbandoned; its recovery loop ends the record of one whose
+	// callback goes on all the same. It registers no run on a lease that may have ended:
 	// once LeaseTTL has passed since the start of its last successful
 	// renewal, a submission renews the lease itself before it registers,
 	// or fails with the renewal's error. Such a renewal is bounded by the
