@@ -557,7 +557,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			ids, everything := pending, all
 			pending, all = make(map[string]struct{}), false
 			mu.Unlock()
-			rt.checkRuns(ctx, ids, everything)
+			// After a resync, every run waiting for its turn too: a
+			// notice of its cancel may be among those lost.
+			rt.checkRuns(ctx, ids, everything, everything)
 		}
 	})
 	rt.mu.Unlock()
@@ -644,18 +646,20 @@ func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 
 // syncRuns is the sync loop's work (see Config.SyncInterval): it stores
 // progress and checks every run against its record.
-func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, true) }
+func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, true, false) }
 
 // checkRuns syncs the runs executing here whose ids are in ids, or all
-// of them when all is set. Runs waiting for their turn under
-// Config.Limits are checked only if ids names them, on a notice: the sync
-// loop's timed pass leaves them, however many, to end at their turn. A
+// of them when all is set. Runs waiting for their turn (in a queue, or
+// under Config.Limits) are checked only if ids names them, on a notice,
+// or with waiting, after the listener's resync, when notices of their
+// end may have been lost: the sync loop's timed pass leaves them,
+// however many, to end at their turn. A
 // progress write is built from the state the run last wrote, under the
 // run's state lock, so it never undoes a newer write of the run's own (a
 // retry's attempt number, say); a run is cancelled only while it still
 // holds that its last write left it RUNNING, so a run that has just
 // finished is left alone.
-func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, all bool) {
+func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, all, waiting bool) {
 	var runs []*Task
 	if all {
 		runs = rt.runs.all()
@@ -671,7 +675,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		}
 		switch rt.syncProgress(t) {
 		case progressIdle, progressBusy:
-			if _, named := ids[t.ID()]; named && rt.isWaiting(t) {
+			if _, named := ids[t.ID()]; (named || waiting) && rt.isWaiting(t) {
 				rt.checkWaiting(ctx, t)
 			}
 			continue // not started yet, finished, or busy

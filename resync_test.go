@@ -1,0 +1,113 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// droppingNotices is a MemStore shared by processes whose notices to one
+// listener can be lost (drop), and whose listener's connection can be
+// cut, after which the runtime listens again and is told to resync.
+type droppingNotices struct {
+	*MemStore
+	drop atomic.Bool
+	cut  chan struct{}
+}
+
+func (s *droppingNotices) Listen(ctx context.Context, changed func(Change)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.cut:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := s.MemStore.Listen(ctx, func(c Change) {
+		if !c.Resync && s.drop.Load() {
+			return
+		}
+		changed(c)
+	})
+	return errors.Join(err, errors.New("connection cut"))
+}
+
+// A run waiting for its turn whose cancel from another process came while
+// the listener was not listening is checked at the listener's resync:
+// it ends, and gives back its place in its queue, or its owner's waiting
+// slot, at once rather than when the callbacks ahead of it return.
+func TestAResyncChecksTheRunsWaitingForTheirTurn(t *testing.T) {
+	// waiting counts the runs that wait, as a caller sees them: under
+	// Limits, in Stats; in a queue, among QueueStatus's items still to run.
+	type waitingRuns func(rt *Runtime[*droppingNotices]) int
+	for _, c := range []struct {
+		name    string
+		cfg     Config
+		submit  func(rt *Runtime[*droppingNotices], key string, fn Func) (Submission, error)
+		waiting waitingRuns
+	}{
+		{"UnderLimits", Config{Limits: Limits{MaxRunning: 1}}, func(rt *Runtime[*droppingNotices], key string, fn Func) (Submission, error) {
+			return rt.Submit(ctx, key, fn, alice)
+		}, func(rt *Runtime[*droppingNotices]) int {
+			st, err := rt.Stats(ctx, System)
+			require.NoError(t, err)
+			return st.Waiting
+		}},
+		{"InAQueue", Config{}, func(rt *Runtime[*droppingNotices], key string, fn Func) (Submission, error) {
+			return rt.SubmitSequential(ctx, "q", key, fn, alice)
+		}, func(rt *Runtime[*droppingNotices]) int {
+			q, err := rt.QueueStatus(ctx, "q", System)
+			require.NoError(t, err)
+			return len(q.Pending)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &droppingNotices{MemStore: NewMemStore(), cut: make(chan struct{})}
+				c.cfg.Logger = slog.New(slog.DiscardHandler)
+				c.cfg.LeaseInterval = time.Second
+				c.cfg.SyncInterval = time.Hour // out of the way
+				rt := NewRuntime(s, c.cfg)
+				require.NoError(t, rt.Start(ctx))
+				other := NewRuntime(s.MemStore, Config{Logger: c.cfg.Logger})
+
+				head := newGate()
+				_, err := c.submit(rt, "head", head.fn)
+				require.NoError(t, err)
+				<-head.started
+				var ran atomic.Bool
+				behind, err := c.submit(rt, "behind", func(context.Context, *Task) (any, error) { ran.Store(true); return nil, nil })
+				require.NoError(t, err)
+				synctest.Wait()
+
+				s.drop.Store(true)
+				require.NoError(t, other.Cancel(ctx, behind.ID, alice))
+				synctest.Wait()
+				require.Equal(t, 1, c.waiting(rt), "the cancel's notice was lost")
+
+				s.drop.Store(false)
+				close(s.cut) // the listener listens again after a pause, and resyncs
+				time.Sleep(2 * time.Second)
+				synctest.Wait()
+				assert.Zero(t, c.waiting(rt), "the cancelled run no longer waits")
+				snap, err := rt.Status(ctx, behind.ID, alice)
+				require.NoError(t, err)
+				assert.Equal(t, StatusCancelled, snap.Status)
+
+				head.open()
+				require.NoError(t, rt.Shutdown(ctx))
+				require.NoError(t, other.Shutdown(ctx))
+				assert.False(t, ran.Load(), "the cancelled run never started")
+			})
+		})
+	}
+}
