@@ -169,6 +169,15 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	open += waitAll(ctx, rt.lateRuns(inflight))
 
 	unwritten := rt.unwritten()
+	// A run whose callback has returned but whose outcome write is still
+	// being tried (the store hangs, or fails) is a record left unwritten,
+	// not a run left executing: its write gives up at the cutoff.
+	for _, t := range inflight {
+		if _, ok := inBacklog[t]; !ok && t.has(runFinishing) && t.has(runWriting) && !t.isSettled() {
+			open--
+			unwritten++
+		}
+	}
 	// The lease is released once, by the Shutdown that settled
 	// everything, unless its cutoff passed already.
 	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() &&

@@ -298,6 +298,13 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
+// isSettled reports whether the run has settled.
+func (t *Task) isSettled() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.settled
+}
+
 // markSettled closes the run's done channel, if anyone asked for it.
 func (t *Task) markSettled() {
 	t.mu.Lock()
