@@ -277,7 +277,7 @@ func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAut
 	if err := ctx.Err(); err != nil {
 		return QueueInfo{}, err
 	}
-	if !c.system && !allowQueue(rt.store, name, c.userID) {
+	if !c.system && !allowQueue(rt.store, rt.cfg.Logger, name, c.userID) {
 		return QueueInfo{}, &AuthorizationError{Op: "queue status", Queue: name, UserID: c.userID}
 	}
 	info := QueueInfo{Name: name, State: QueueIdle, Pending: []string{}}

@@ -514,7 +514,7 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 	if err != nil {
 		return Submission{}, err
 	}
-	if !c.system && !allowQueue(rt.store, cmp.Or(qname, DefaultQueue), c.userID) {
+	if !c.system && !allowQueue(rt.store, rt.cfg.Logger, cmp.Or(qname, DefaultQueue), c.userID) {
 		return Submission{}, &AuthorizationError{Op: "submit", Queue: cmp.Or(qname, DefaultQueue), UserID: c.userID}
 	}
 
@@ -724,7 +724,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 		insert = false
 
 		watching := c.system || visibleTo(id, rec.Watchers, c.userID)
-		if !watching && !allowWatch(rt.store, id, rec.Watchers, c.userID) {
+		if !watching && !allowWatch(rt.store, rt.cfg.Logger, id, rec.Watchers, c.userID) {
 			return nil, Submission{}, change{}, &AuthorizationError{Op: "submit", TaskID: id, UserID: c.userID}
 		}
 

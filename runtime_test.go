@@ -102,7 +102,8 @@ func TestSubmitReturnsScopedIDAndTellsStartFromJoin(t *testing.T) {
 func TestQueueAuthorizerIsAskedWithDefaultQueueOnTheAsyncPath(t *testing.T) {
 	t.Parallel()
 	s := NewMemStore()
-	rt := newRuntime(t, s, Config{})
+	logger, logs := bufferLogger()
+	rt := newRuntime(t, s, Config{Logger: logger})
 	var asked []string
 	var mu sync.Mutex
 	s.SetQueueAuthorizer(func(queue, user string) bool {
@@ -126,15 +127,20 @@ func TestQueueAuthorizerIsAskedWithDefaultQueueOnTheAsyncPath(t *testing.T) {
 	assert.Equal(t, []string{"default/alice", "reports/alice", "default/bob"}, asked)
 	mu.Unlock()
 
+	assert.Empty(t, logs.String())
 	s.SetQueueAuthorizer(func(string, string) bool { panic("boom") })
 	_, err = rt.Submit(ctx, "k3", noop, alice)
 	assert.ErrorIs(t, err, ErrUnauthorized, "a panicking authorizer denies")
+	assert.Contains(t, logs.String(), "the queue authorizer panicked", "and is logged")
+	assert.Contains(t, logs.String(), "panic=boom")
+	assert.Contains(t, logs.String(), "runtime_test.go", "with its stack")
 }
 
 func TestForeignJoinOfGlobalKeyNeedsWatchAuthorizer(t *testing.T) {
 	t.Parallel()
 	s := NewMemStore()
-	rt := newRuntime(t, s, Config{})
+	logger, logs := bufferLogger()
+	rt := newRuntime(t, s, Config{Logger: logger})
 	g := newGate()
 	sub, err := rt.Submit(ctx, "warm-cache", g.fn, alice, WithScope(ScopeGlobal))
 	require.NoError(t, err)
@@ -148,6 +154,8 @@ func TestForeignJoinOfGlobalKeyNeedsWatchAuthorizer(t *testing.T) {
 	s.SetWatchAuthorizer(func(string, []string, string) bool { panic("boom") })
 	_, err = rt.Submit(ctx, "warm-cache", noop, bob, WithScope(ScopeGlobal))
 	assert.ErrorIs(t, err, ErrUnauthorized, "a panicking watch authorizer denies")
+	assert.Contains(t, logs.String(), "the watch authorizer panicked", "and is logged")
+	assert.Contains(t, logs.String(), "panic=boom")
 
 	var seen []string
 	s.SetWatchAuthorizer(func(id string, watchers []string, user string) bool {

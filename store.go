@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -232,7 +234,7 @@ func compareKeys(aCreated time.Time, aID string, bCreated time.Time, bID string)
 // QueueAuthorizer decides whether userID may submit into queue. The async
 // path asks it with DefaultQueue. It must be a pure, fast predicate: it is
 // called on every submission by an Owner (never for System). A panic in it
-// denies the submission.
+// denies the submission, and is logged with Config.Logger.
 type QueueAuthorizer func(queue, userID string) bool
 
 // WatchAuthorizer decides whether userID may join, or re-run, the existing
@@ -242,7 +244,7 @@ type QueueAuthorizer func(queue, userID string) bool
 // It runs while the runtime holds the task's lock (a process-local lock per
 // task id), so it must be a pure in-memory predicate: no store calls, no
 // I/O, nothing that waits on another submission of the same id, or it
-// deadlocks. A panic in it denies.
+// deadlocks. A panic in it denies, and is logged with Config.Logger.
 type WatchAuthorizer func(taskID string, watchers []string, userID string) bool
 
 // Store is the durable side of the library: what the record says. It holds
@@ -366,30 +368,35 @@ func (a *Authorizers) WatchAuthorizer() WatchAuthorizer { return a.watch.load() 
 // SetWatchAuthorizer replaces the watch authorizer; nil removes it.
 func (a *Authorizers) SetWatchAuthorizer(f WatchAuthorizer) { a.watch.store(f) }
 
-// allowQueue asks the store's queue authorizer, failing closed on a panic.
-func allowQueue(s Store, queue, userID string) (ok bool) {
+// allowQueue asks the store's queue authorizer, failing closed on a
+// panic, which it logs with its stack.
+func allowQueue(s Store, log *slog.Logger, queue, userID string) (ok bool) {
 	f := s.QueueAuthorizer()
 	if f == nil {
 		return true
 	}
 	defer func() {
-		if recover() != nil {
+		if r := recover(); r != nil {
 			ok = false
+			log.Error("workers: the queue authorizer panicked; the submission is denied",
+				"queue", queue, "user", userID, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
 	return f(queue, userID)
 }
 
 // allowWatch asks the store's watch authorizer, failing closed on nil and
-// on a panic.
-func allowWatch(s Store, id string, watchers []string, userID string) (ok bool) {
+// on a panic, which it logs with its stack.
+func allowWatch(s Store, log *slog.Logger, id string, watchers []string, userID string) (ok bool) {
 	f := s.WatchAuthorizer()
 	if f == nil {
 		return false
 	}
 	defer func() {
-		if recover() != nil {
+		if r := recover(); r != nil {
 			ok = false
+			log.Error("workers: the watch authorizer panicked; the submission is denied",
+				"task", id, "user", userID, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
 	return f(id, slices.Clone(watchers), userID)
