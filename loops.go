@@ -577,7 +577,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			mu.Unlock()
 		} else {
 			if c.Status != StatusPending && c.Status != StatusRunning {
-				rt.bells.ring(c.ID) // a live record ends no Wait
+				rt.bells.ring(c.ID)
+			} else {
+				rt.bells.ringMoved(c.ID, c.RunID) // a live record of the run a Wait read ends no Wait
 			}
 			if !rt.endedElsewhere(c) {
 				return

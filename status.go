@@ -52,11 +52,13 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 		return Snapshot{}, err
 	}
 	_, notices := any(rt.store).(Notifier)
+	run := "" // the run the last read found
 	for read := false; ; read = true {
 		// Listen before reading, so a change between the read and the
 		// wait still wakes it.
-		ring, release := rt.bells.listen(id)
+		ring, release := rt.bells.listen(id, run)
 		rec, err := rt.visibleRecord(ctx, id, auth)
+		run = rec.RunID
 		retry := err != nil && read && ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !permanentStoreError(err)
 		if !retry && (err != nil || rec.Status.Terminal()) {
 			release()
@@ -95,11 +97,15 @@ type bells struct {
 type bell struct {
 	ch   chan struct{} // closed by the next ring
 	refs int           // guarded by bells.mu
+	// run is the run its listeners last read, or "" if they read none, or
+	// not the same: a notice that a live record is another run's rings
+	// it (see ringMoved).
+	run string // guarded by bells.mu
 }
 
 // listen returns a channel closed at id's next ring, and the func that
-// stops listening.
-func (b *bells) listen(id string) (<-chan struct{}, func()) {
+// stops listening. run is the run of id the caller last read, or "".
+func (b *bells) listen(id, run string) (<-chan struct{}, func()) {
 	b.listeners.Add(1)
 	b.mu.Lock()
 	if b.m == nil {
@@ -107,8 +113,10 @@ func (b *bells) listen(id string) (<-chan struct{}, func()) {
 	}
 	bl := b.m[id]
 	if bl == nil {
-		bl = &bell{ch: make(chan struct{})}
+		bl = &bell{ch: make(chan struct{}), run: run}
 		b.m[id] = bl
+	} else if bl.run != run {
+		bl.run = ""
 	}
 	bl.refs++
 	b.mu.Unlock()
@@ -129,6 +137,23 @@ func (b *bells) ring(id string) {
 	}
 	b.mu.Lock()
 	if bl := b.m[id]; bl != nil {
+		close(bl.ch)
+		delete(b.m, id)
+	}
+	b.mu.Unlock()
+}
+
+// ringMoved wakes id's listeners on a notice that its record is live
+// and run run's (or an unknown run's, with ""): only those who last read
+// another run, or none, since a live record of the run they read cannot
+// end their wait. A run cancelled and its key re-run elsewhere may reach
+// them as the new run's notice alone.
+func (b *bells) ringMoved(id, run string) {
+	if b.listeners.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	if bl := b.m[id]; bl != nil && (run == "" || bl.run != run) {
 		close(bl.ch)
 		delete(b.m, id)
 	}

@@ -111,3 +111,84 @@ func TestAResyncChecksTheRunsWaitingForTheirTurn(t *testing.T) {
 		})
 	}
 }
+
+// gatedNotices is a MemStore whose listener, while hold holds it, waits
+// before handing a notice on: the MemStore queues and merges the notices
+// meanwhile, as it does for any slow listener.
+type gatedNotices struct {
+	*MemStore
+	gate atomic.Pointer[chan struct{}]
+}
+
+func (s *gatedNotices) hold() { ch := make(chan struct{}); s.gate.Store(&ch) }
+
+func (s *gatedNotices) release() {
+	if ch := s.gate.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+func (s *gatedNotices) Listen(ctx context.Context, changed func(Change)) error {
+	return s.MemStore.Listen(ctx, func(c Change) {
+		if ch := s.gate.Load(); ch != nil {
+			<-*ch
+		}
+		changed(c)
+	})
+}
+
+// A Wait for a run of this runtime that another runtime cancels, and
+// whose key it re-runs at once without the waiter, returns: the notices
+// may reach this runtime as the new run's RUNNING one alone, which says
+// that the run waited for is no longer the record's.
+func TestWaitReturnsWhenItsRunIsReplacedElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		gn := &gatedNotices{MemStore: mem}
+		front, other := NewRuntime[Store](gn, Config{}), NewRuntime(mem, Config{})
+		require.NoError(t, front.Start(ctx))
+		require.NoError(t, other.Start(ctx))
+		synctest.Wait()
+		g := newGate()
+		sub, err := front.Submit(ctx, "x", g.fn, bob, WithWatchers(alice))
+		require.NoError(t, err)
+		<-g.started
+		type waited struct {
+			snap Snapshot
+			err  error
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		done := make(chan waited, 1)
+		go func() {
+			s, err := front.Wait(wctx, sub.ID, alice)
+			done <- waited{s, err}
+		}()
+		synctest.Wait()
+
+		gn.hold()
+		_, err = other.Submit(ctx, "unrelated", noop, bob) // the listener takes its notice, and waits
+		require.NoError(t, err)
+		synctest.Wait()
+		require.NoError(t, other.Cancel(ctx, sub.ID, bob))
+		next := newGate()
+		_, err = other.Submit(ctx, "x", next.fn, bob) // without alice
+		require.NoError(t, err)
+		synctest.Wait()
+		gn.release()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		select {
+		case w := <-done:
+			assert.ErrorIs(t, w.err, ErrNotFound, "alice no longer sees the key")
+		default:
+			assert.Fail(t, "alice's Wait still waits a minute after her run was cancelled and the key re-run without her")
+			wcancel()
+			<-done
+		}
+		next.open()
+		g.open()
+		require.NoError(t, other.Shutdown(ctx))
+		require.NoError(t, front.Shutdown(ctx))
+	})
+}
