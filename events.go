@@ -511,9 +511,11 @@ func (h *hub) takeUnread(reading bool) (ids map[string]struct{}, overflow bool) 
 	return ids, overflow
 }
 
-// joined marks id for a store read in the streams that may show it now
-// that its live run learnt watchers from a read (see Runtime.snapshot).
-func (h *hub) joined(id string, watchers []string) {
+// reread marks id for a store read in the streams that may show a run
+// of it whose watchers are watchers: its live run learnt watchers from a
+// read (see Runtime.snapshot), or its record moved past a run of this
+// runtime's (see Runtime.reportMoved).
+func (h *hub) reread(id string, watchers []string) {
 	h.mu.Lock()
 	h.each(id, watchers, func(s *subscriber) { s.markStale(id) })
 	h.mu.Unlock()

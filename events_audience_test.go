@@ -900,3 +900,68 @@ func TestFollowingATaskReadsItAgainOnlyForItsOwnNotices(t *testing.T) {
 		assert.Zero(t, s.reads["alice"], "alice's stream read the task it had just listed for notices of other tasks")
 	})
 }
+
+// A stream that shows a run of this runtime live is told Gone when
+// another runtime cancels that run and re-runs the key without the
+// stream's caller before this runtime reads the record: the run's end
+// cannot be read any more, and its own late write is fenced out.
+func TestSubscribeSaysGoneOfItsOwnRunReRunElsewhereWithoutTheCaller(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reads held=%v", held), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := NewMemStore()
+				reads := &gatedReads{MemStore: mem}
+				front, other := NewRuntime[Store](reads, Config{}), NewRuntime(mem, Config{})
+				require.NoError(t, front.Start(ctx))
+				require.NoError(t, other.Start(ctx))
+				synctest.Wait()
+				sctx, cancel := context.WithCancel(ctx)
+				seen := make(chan Snapshot, 16)
+				var wg sync.WaitGroup
+				g := newGate()
+				sub, err := front.Submit(ctx, "x", g.fn, bob, WithWatchers(alice))
+				require.NoError(t, err)
+				<-g.started
+				wg.Go(func() {
+					for snap, err := range front.Subscribe(sctx, alice) {
+						if err != nil {
+							return
+						}
+						seen <- snap
+					}
+				})
+				synctest.Wait()
+				first := <-seen
+				require.Equal(t, sub.RunID, first.RunID)
+				require.Equal(t, StatusRunning, first.Status)
+
+				if held {
+					reads.hold() // this runtime reads only after the re-run
+				}
+				require.NoError(t, other.Cancel(ctx, sub.ID, bob))
+				next := newGate()
+				re, err := other.Submit(ctx, "x", next.fn, bob) // without alice
+				require.NoError(t, err)
+				require.NotEqual(t, sub.RunID, re.RunID)
+				synctest.Wait()
+				reads.release()
+				time.Sleep(30 * time.Second) // notices, sync passes
+				synctest.Wait()
+				var got []Snapshot
+				for len(seen) > 0 {
+					got = append(got, <-seen)
+				}
+				if assert.Len(t, got, 1, "alice's stream still shows %s RUNNING", sub.RunID) {
+					assert.True(t, got[0].Gone, "%+v", got[0])
+					assert.Equal(t, sub.RunID, got[0].RunID)
+				}
+				cancel()
+				wg.Wait()
+				g.open()
+				next.open()
+				require.NoError(t, other.Shutdown(ctx))
+				require.NoError(t, front.Shutdown(ctx))
+			})
+		})
+	}
+}

@@ -711,7 +711,19 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		// already holds is the run's finished event.
 		if end, ok := endOf(t, &rec); ok {
 			rt.reportEnd(t, end)
+		} else {
+			rt.reportMoved(t)
 		}
+	}
+}
+
+// reportMoved follows the finding that run t's record has moved past it
+// (a re-run elsewhere, a delete) with no end of t's to report: the
+// streams that may show t read the record again, and say Gone of a run
+// they showed and can no longer follow to its end.
+func (rt *Runtime[S]) reportMoved(t *Task) {
+	if rt.hub.n.Load() > 0 {
+		rt.hub.reread(t.ID(), t.watcherList())
 	}
 }
 
@@ -798,6 +810,8 @@ func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
 	t.cancel(cause)
 	if end, ok := endOf(t, &rec); ok {
 		rt.reportEnd(t, end) // its own end will be fenced out
+	} else {
+		rt.reportMoved(t)
 	}
 	rt.endWaiting(t)
 }

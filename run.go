@@ -407,6 +407,8 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task) {
 	rec, err := rt.readBack(op, t)
 	if end, ok := endOf(t, &rec); err == nil && ok {
 		rt.reportEnd(t, end)
+	} else if errors.Is(err, ErrNotFound) || err == nil && rec.RunID != t.RunID() {
+		rt.reportMoved(t)
 	}
 }
 

@@ -200,7 +200,7 @@ func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
 	if !s.Status.Terminal() {
 		if t := rt.handle(s.ID, s.RunID); t != nil {
 			if t.learnWatchers(rec.Watchers) && rt.hub.n.Load() > 0 {
-				rt.hub.joined(s.ID, rec.Watchers)
+				rt.hub.reread(s.ID, rec.Watchers)
 			}
 			t.showLive(&s)
 		}
