@@ -86,8 +86,10 @@ var (
 	ErrQuotaExceeded = errors.New("workers: quota exceeded")
 
 	// ErrResultEncoding is wrapped by the error recorded for a task whose
-	// result cannot be encoded as JSON, and returned by ResultAs when a
-	// stored result cannot be decoded into the requested type.
+	// result cannot be encoded as JSON (errors.Is(snap.Err(),
+	// ErrResultEncoding) tells it from the callback's own errors), and
+	// returned by ResultAs when a stored result cannot be decoded into the
+	// requested type.
 	ErrResultEncoding = errors.New("workers: result encoding")
 )
 

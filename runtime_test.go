@@ -527,6 +527,7 @@ func TestUnencodableResultFailsTheRun(t *testing.T) {
 		assert.Equal(t, StatusFailed, snap.Status, c.name)
 		assert.Contains(t, snap.Error, "result encoding", c.name)
 		assert.Equal(t, 1, strings.Count(snap.Error, "result encoding"), "said once: %s", snap.Error)
+		assert.ErrorIs(t, snap.Err(), ErrResultEncoding, c.name)
 		assert.Nil(t, snap.Result)
 		_, err = ResultAs[int](snap)
 		var te *TaskError
@@ -546,6 +547,7 @@ func TestResultAsOfATaskWithoutAResult(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	assert.Equal(t, StatusFailed, te.Status)
 	assert.Contains(t, te.Error(), "disk full")
+	assert.NotErrorIs(t, err, ErrResultEncoding, "the callback's own failure")
 
 	_, err = ResultAs[int](Snapshot{ID: "alice::live", Status: StatusRunning})
 	assert.ErrorIs(t, err, ErrResultEncoding)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -526,7 +527,11 @@ func (s Snapshot) Err() error {
 	if s.Status != StatusFailed && s.Status != StatusCancelled {
 		return nil
 	}
-	return &TaskError{ID: s.ID, Status: s.Status, Message: s.Error, cause: causeOf(s.Cause, s.Error)}
+	cause := causeOf(s.Cause, s.Error)
+	if cause == nil && s.Status == StatusFailed && strings.HasPrefix(s.Error, ErrResultEncoding.Error()+":") {
+		cause = ErrResultEncoding // a result that could not be encoded: see finishCompleted
+	}
+	return &TaskError{ID: s.ID, Status: s.Status, Message: s.Error, cause: cause}
 }
 
 // fromRecord sets s to the snapshot of r for a reader: the stack of a
