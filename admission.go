@@ -118,15 +118,25 @@ func (l Limits) set() bool {
 }
 
 func (l Limits) validate() error {
-	if l.MaxRunning < 0 || l.MaxWaiting < 0 || l.QueueConcurrency < 0 {
-		return fmt.Errorf("%w: negative limit", ErrInvalidOption)
+	for _, n := range []struct {
+		name  string
+		value int
+	}{{"MaxRunning", l.MaxRunning}, {"MaxWaiting", l.MaxWaiting}, {"QueueConcurrency", l.QueueConcurrency}} {
+		if n.value < 0 {
+			return fmt.Errorf("%w: negative Limits.%s %d", ErrInvalidOption, n.name, n.value)
+		}
 	}
 	return l.Owner.validate()
 }
 
 func (l OwnerLimits) validate() error {
-	if l.Running < 0 || l.Waiting < 0 || l.Weight < 0 {
-		return fmt.Errorf("%w: negative limit", ErrInvalidOption)
+	for _, n := range []struct {
+		name  string
+		value int
+	}{{"Running", l.Running}, {"Waiting", l.Waiting}, {"Weight", l.Weight}} {
+		if n.value < 0 {
+			return fmt.Errorf("%w: negative OwnerLimits.%s %d", ErrInvalidOption, n.name, n.value)
+		}
 	}
 	return nil
 }

@@ -1070,14 +1070,20 @@ func TestSyncLoopLeavesLiveRunsAlone(t *testing.T) {
 // between its renewals.
 func TestMisconfiguredRuntimeRefusesWithoutStart(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"negative LeaseInterval":           {LeaseInterval: -time.Second},
-		"negative SyncInterval":            {SyncInterval: -time.Second},
-		"LeaseTTL not above LeaseInterval": {LeaseInterval: time.Second, LeaseTTL: time.Second},
+		"negative LeaseInterval":                {LeaseInterval: -time.Second},
+		"negative SyncInterval":                 {SyncInterval: -time.Second},
+		"negative RecoverInterval":              {RecoverInterval: -time.Second},
+		"negative Retention":                    {Retention: -time.Second},
+		"negative Limits.MaxWaiting":            {Limits: Limits{MaxWaiting: -1}},
+		"negative OwnerLimits.Weight":           {Limits: Limits{Owner: OwnerLimits{Weight: -1}}},
+		"Observers[1] is nil":                   {Observers: []Observer{ObserverFunc(func(context.Context, Event) {}), nil}},
+		"LeaseTTL 1s must exceed LeaseInterval": {LeaseInterval: time.Second, LeaseTTL: time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rt := newRuntime(t, NewMemStore(), cfg)
 			_, err := rt.Submit(ctx, "k", noop, alice)
 			assert.ErrorIs(t, err, ErrInvalidOption)
+			assert.ErrorContains(t, err, name, "the error names the setting")
 			assert.ErrorIs(t, err, ErrInvalidConfig, "the runtime's fault, not the caller's")
 			_, err = rt.Wait(ctx, "alice::k", alice)
 			assert.ErrorIs(t, err, ErrInvalidOption)

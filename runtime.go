@@ -113,8 +113,10 @@ type Config struct {
 	// the next pass. Defaults to one second over a store that implements
 	// Leaser (the PostgreSQL and SQLite stores, MemStore), and to none
 	// over others. Over a *MemStore, progress is written only while
-	// another runtime over the same store has started (and not shut
-	// down): this runtime's own Status reads it live. A negative value
+	// another runtime over the same store listens to its notices, which
+	// a runtime does from its first Start, Ready, Submit, Wait, Watch or
+	// Subscribe until its Shutdown: this runtime's own Status reads it
+	// live. A negative value
 	// turns these writes off; the sync loop (SyncInterval) still stores
 	// changed progress.
 	ProgressInterval time.Duration
@@ -261,8 +263,21 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
-	if c.CleanupInterval < 0 || c.Retention < 0 || c.SyncInterval < 0 || c.LeaseInterval < 0 || c.RecoverInterval < 0 {
-		return fmt.Errorf("%w: negative interval or retention", ErrInvalidOption)
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{
+		{"CleanupInterval", c.CleanupInterval}, {"Retention", c.Retention}, {"SyncInterval", c.SyncInterval},
+		{"LeaseInterval", c.LeaseInterval}, {"RecoverInterval", c.RecoverInterval},
+	} {
+		if d.value < 0 {
+			return fmt.Errorf("%w: negative %s %v", ErrInvalidOption, d.name, d.value)
+		}
+	}
+	for i, o := range c.Observers {
+		if o == nil {
+			return fmt.Errorf("%w: Observers[%d] is nil", ErrInvalidOption, i)
+		}
 	}
 	if err := c.Limits.validate(); err != nil {
 		return err
@@ -276,7 +291,8 @@ func (c *Config) validate() error {
 // NewRuntime returns a Runtime over store. It starts no goroutine; see
 // Start. A Config it cannot run with (a negative interval where a
 // negative value has no meaning, a LeaseTTL
-// not above LeaseInterval, invalid Limits or queue names) is reported as
+// not above LeaseInterval, invalid Limits or queue names, a nil
+// Observer) is reported, naming the setting, as
 // ErrInvalidConfig, wrapping ErrInvalidOption (ErrInvalidKey for a
 // queue's name), by Start, by Ready, and by every call that would take
 // the runtime's lease (Submit, Wait, Watch, Subscribe) when Start was

@@ -11,7 +11,7 @@
 // Relative to where the handler is mounted (use http.StripPrefix to
 // mount it under a path):
 //
-//	GET  /tasks                 list: ?status=running,pending &limit=N &cursor=C, newest first
+//	GET  /tasks                 list: ?status=running,pending &limit=N (1 to 500, default 50) &cursor=C, newest first
 //	GET  /tasks/{id}            one task
 //	POST /tasks/{id}/cancel     cancel; optional JSON body {"reason": "..."}; the task after it, or 204 if it could not be read
 //	GET  /tasks/{id}/events     Server-Sent Events: the task's snapshots until its end

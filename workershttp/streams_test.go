@@ -291,7 +291,7 @@ func TestAllEventsRefusedByTheRuntimeIsNotAnEmptyStream(t *testing.T) {
 		}, http.StatusServiceUnavailable, ""},
 		"misconfigured": {func(*testing.T) *workers.Runtime[*workers.MemStore] {
 			return workers.NewRuntime(workers.NewMemStore(), workers.Config{CleanupInterval: -1})
-		}, http.StatusInternalServerError, "negative interval"},
+		}, http.StatusInternalServerError, "negative CleanupInterval"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rt := c.rt(t)
