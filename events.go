@@ -548,9 +548,10 @@ func (h *hub) publish(c *change) {
 	if v := r.view.Load(); v != nil && v.Status.Terminal() {
 		h.mu.Unlock()
 		return
-	} else if v != nil && c.kind == changeJoined {
+	} else if v != nil && c.kind == changeJoined && (v.Status != StatusPending || c.state.Status == StatusPending) {
 		// A join changes the watchers only; the state it read may be
-		// older than what was published since.
+		// older than what was published since, unless what was
+		// published is a PENDING the run left while nobody subscribed.
 		ev.snap = *v
 		ev.snap.WatcherCount = len(ev.watchers)
 	}
@@ -646,26 +647,25 @@ func (h *hub) progress(t *Task) {
 	ev := &event{watchers: t.watcherList()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if v := r.view.Load(); v != nil {
-		if v.Status != StatusRunning {
-			return // not started as far as anyone was told, or ended
-		}
+	if v := r.view.Load(); v != nil && v.Status == StatusRunning {
 		ev.snap = *v
+	} else if v != nil && v.Status.Terminal() {
+		return // ended
 	} else {
-		// Running since before anyone subscribed: what the run holds.
-		ev.snap = Snapshot{ID: t.ID(), RunID: t.RunID(), Queue: t.opts.queue, Status: StatusRunning, CreatedAt: t.createdAt()}
-		if r.writeMu.TryLock() {
-			running := r.running()
-			var started time.Time
-			if running {
-				started = r.last.startedAt
-			}
-			r.writeMu.Unlock()
-			if !running {
-				return
-			}
-			ev.snap.StartedAt = started
+		// Running since before anyone subscribed, or since a PENDING
+		// view that nobody subscribed to see replaced: what the run
+		// holds. A run busy with a write is left to it: the write's
+		// change, once it lands, carries the progress.
+		if !r.writeMu.TryLock() {
+			return
 		}
+		running := r.running()
+		started := r.last.startedAt
+		r.writeMu.Unlock()
+		if !running {
+			return // not started
+		}
+		ev.snap = Snapshot{ID: t.ID(), RunID: t.RunID(), Queue: t.opts.queue, Status: StatusRunning, CreatedAt: t.createdAt(), StartedAt: started}
 	}
 	ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(ev.snap.Attempt, t.Attempt())
 	ev.snap.WatcherCount = len(ev.watchers)
@@ -1094,10 +1094,21 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// ended is the run last seen to end, per task: nothing of it, or
 		// of an earlier run, follows its terminal snapshot, whichever path
 		// brings it again.
+		// Past maxTracked tasks, the one whose end was first recorded
+		// is forgotten: an end is brought again soon after it was shown,
+		// if at all (a notice's read that was slower than the event).
 		ended := make(map[string]string)
+		var endOrder []string // ended's ids, a ring from endNext
+		endNext := 0
 		end := func(id, runID string) {
-			if len(ended) >= maxTracked {
-				clear(ended)
+			if _, ok := ended[id]; !ok {
+				if len(endOrder) < maxTracked {
+					endOrder = append(endOrder, id)
+				} else {
+					delete(ended, endOrder[endNext])
+					endOrder[endNext] = id
+					endNext = (endNext + 1) % maxTracked
+				}
 			}
 			ended[id] = runID
 		}
