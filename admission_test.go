@@ -734,6 +734,9 @@ var waitings = []waiting{
 func (w waiting) behindAHead(t *testing.T, s Store, mem *MemStore) (here *Runtime[Store], there *Runtime[*MemStore], head *gate, behind Submission, ran chan struct{}) {
 	t.Helper()
 	here = newRuntime(t, s, Config{Limits: w.limits})
+	resynced := make(chan struct{})
+	var once sync.Once
+	here.hooks.Store(&hooks{resynced: func() { once.Do(func() { close(resynced) }) }})
 	there = newRuntime(t, mem, Config{})
 	if w.stream {
 		sctx, cancel := context.WithCancel(ctx)
@@ -751,6 +754,7 @@ func (w waiting) behindAHead(t *testing.T, s Store, mem *MemStore) (here *Runtim
 	}, alice)
 	require.NoError(t, err)
 	listening(t, mem, 1) // here hears the other runtime's writes
+	wait(t, resynced, "the check that follows the listener's first resync")
 	return here, there, head, behind, ran
 }
 

@@ -560,6 +560,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			// After a resync, every run waiting for its turn too: a
 			// notice of its cancel may be among those lost.
 			rt.checkRuns(ctx, ids, everything, everything)
+			if h := rt.hooks.Load(); everything && h != nil && h.resynced != nil {
+				h.resynced()
+			}
 		}
 	})
 	rt.mu.Unlock()

@@ -615,6 +615,7 @@ type hooks struct {
 	syncRead  func() // checkRuns: between a run's progress check and the read of its record
 	keepEnd   func() // leaveEndToWriter: before it keeps the end it read
 	wrote     func() // write that did not land: between clearing runWriting and looking for an end kept
+	resynced  func() // listen: after the check of every run that follows a Resync
 }
 
 // register decides, under the task's lock, whether the submission joins
