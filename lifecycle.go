@@ -52,7 +52,9 @@ const shutdownSlack = 100 * time.Millisecond
 // (when it did not, the store refused the records' writes): runs whose
 // callbacks still execute (they keep their handles, and release them
 // when they return; each then makes one try, of at most 5 seconds, at
-// writing its outcome, and its record stays live if that fails),
+// writing its outcome, and its record stays live if that fails; if
+// another runtime's recovery ended it meanwhile, the observers hear that
+// end),
 // submissions still registering and queue items still being recorded
 // (each in a store call that ignores its context), and records that
 // could not be written in time (a queue item still PENDING, a run still

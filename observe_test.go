@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -688,4 +689,47 @@ func TestObserverSeesARunResetForgotEndOnce(t *testing.T) {
 			assert.Equal(t, 1, count(kinds, EventFinished)+count(kinds, EventRecovered), "ends reported: %v", kinds)
 		})
 	}
+}
+
+// A run that Shutdown left executing, and that another runtime recovered
+// once its lease expired, is reported finished to this runtime's
+// observers when its callback returns at last, with the end the record
+// holds: its own write is fenced out, and an observer that opened a span
+// for it would otherwise keep it open for good.
+func TestObserverHearsTheEndOfARunLeftByShutdownAndRecoveredElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		rec := &recorder{}
+		cfg := Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+		withObserver := cfg
+		withObserver.Observers = []Observer{rec}
+		here, peer := NewRuntime(mem, withObserver), NewRuntime(mem, cfg)
+		require.NoError(t, peer.Start(ctx))
+		started, release := make(chan struct{}), make(chan struct{})
+		sub, err := here.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) {
+			close(started)
+			<-release // ignores its context
+			return "late", nil
+		}, alice)
+		require.NoError(t, err)
+		<-started
+
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		require.Error(t, here.Shutdown(short), "the run is left executing")
+		time.Sleep(10 * time.Second) // the lease expires, and the peer recovers the run
+		synctest.Wait()
+		r, err := mem.GetTask(ctx, sub.ID)
+		require.NoError(t, err)
+		require.Equal(t, CauseAbandoned, r.Cause, "recovered")
+
+		close(release)
+		synctest.Wait()
+		e, ok := rec.last(sub.ID, EventFinished)
+		if assert.True(t, ok, "the run's end reached the observer: %v", rec.kinds(sub.ID)) {
+			assert.Equal(t, StatusFailed, e.Status)
+			assert.Equal(t, CauseAbandoned, e.Cause)
+		}
+		require.NoError(t, peer.Shutdown(ctx))
+	})
 }

@@ -399,9 +399,15 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 // already, it reads the record, and reports the end another writer made
 // if the record holds one of this run's: a cancel made elsewhere of a
 // run that had not started here, say, whose start is fenced out at its
-// turn, and which nothing else here would report.
+// turn, and which nothing else here would report. After Shutdown it
+// reads only for a run's own outcome, and only for observers, who may
+// hold something open for the run (a span): a run Shutdown left
+// executing, recovered elsewhere since, ends for them too.
 func (rt *Runtime[S]) reportEndFound(op runOp, t *Task) {
-	if t.has(runEndSeen) || rt.life.Err() != nil {
+	if t.has(runEndSeen) {
+		return
+	}
+	if rt.life.Err() != nil && (op != opFinish || len(rt.cfg.Observers) == 0) {
 		return
 	}
 	rec, err := rt.readBack(op, t)
