@@ -499,9 +499,10 @@ func (r recorder) DeleteFinished(ctx context.Context, cutoff time.Time) (int, er
 }
 
 // failHandler is the runtimes' logger: it fails the case on every
-// warning or error but a callback's panic, since the runtime otherwise
-// logs only the store errors no caller sees (a write on a run's behalf,
-// a cleanup) and a conforming store causes none.
+// warning or error but those of the application's own code (a callback
+// that panics or calls runtime.Goexit, an authorizer that panics), since
+// the runtime otherwise logs only the store errors no caller sees (a
+// write on a run's behalf, a cleanup) and a conforming store causes none.
 type failHandler struct {
 	h     *harness
 	attrs []slog.Attr
@@ -513,8 +514,8 @@ func (f failHandler) Handle(_ context.Context, r slog.Record) error {
 	if f.h.over.Load() {
 		return nil // a run the teardown could not settle; the case has failed already
 	}
-	if r.Message == "workers: task panicked" {
-		return nil // a callback's panic, logged with its stack: the callback's fault, not the store's
+	if slices.Contains(applicationFaults, r.Message) {
+		return nil // logged with its stack: the application's fault, not the store's
 	}
 	var b strings.Builder
 	b.WriteString(r.Message)
@@ -527,6 +528,15 @@ func (f failHandler) Handle(_ context.Context, r slog.Record) error {
 	})
 	f.h.t.Errorf("the runtime logged: %s", b.String())
 	return nil
+}
+
+// applicationFaults are the messages the runtime logs of the
+// application's own code.
+var applicationFaults = []string{
+	"workers: task panicked",
+	"workers: task called runtime.Goexit",
+	"workers: the queue authorizer panicked; the submission is denied",
+	"workers: the watch authorizer panicked; the submission is denied",
 }
 
 func (f failHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
