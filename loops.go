@@ -166,6 +166,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	}
 	rt.loops.every(rt.cfg.SyncInterval, rt.syncRuns)
 	rt.loops.every(rt.cfg.ProgressInterval, rt.shareProgress)
+	rt.loops.every(queueReapInterval, rt.reapQueues)
 	rt.mu.Unlock()
 	rt.lease.held.Store(true)
 	return nil

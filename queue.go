@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // queue is a named sequential queue: a FIFO of registered runs and the one
@@ -21,6 +22,8 @@ type queue struct {
 	next     *Task       // guarded by mu: the run taken off items, waiting for an admission slot
 	running  []*Task     // guarded by mu: the runs executing now, in start order
 	draining bool        // guarded by mu: set once by Shutdown; never cleared
+	retired  bool        // guarded by mu: set once by reapQueues, the queue out of Runtime.queues; never cleared
+	idle     bool        // guarded by mu: empty at reapQueues's last pass, and nothing pushed since
 
 	// cancelled counts the items cancelled while they waited, since the
 	// queue last dropped its cancelled items (see dropCancelled); guarded
@@ -79,25 +82,70 @@ func (rt *Runtime[S]) queue(name string) *queue {
 	return q
 }
 
-// push appends a run, and reports false if the queue is draining, or the
-// run was cancelled: a submission that registered while Shutdown began
-// (Shutdown waits only so long for those) finds the queue draining, and a
-// run that a lost lease's sweep cancelled before it was queued, which the
-// sweep's take of the queue's cancelled items (under mu) missed, must end
-// at once rather than wait behind the items ahead of it.
-func (q *queue) push(t *Task) bool {
+// What push did with a run.
+const (
+	pushed      = iota
+	pushRefused // the queue is draining, or the run was cancelled
+	pushRetired // the queue was retired: the run goes to its successor
+)
+
+// push appends a run, and reports pushRefused if the queue is draining,
+// or the run was cancelled: a submission that registered while Shutdown
+// began (Shutdown waits only so long for those) finds the queue draining,
+// and a run that a lost lease's sweep cancelled before it was queued,
+// which the sweep's take of the queue's cancelled items (under mu)
+// missed, must end at once rather than wait behind the items ahead of
+// it. It reports pushRetired if reapQueues retired the queue.
+func (q *queue) push(t *Task) int {
 	q.mu.Lock()
-	if q.draining || t.cause() != nil {
+	switch {
+	case q.retired:
 		q.mu.Unlock()
-		return false
+		return pushRetired
+	case q.draining || t.cause() != nil:
+		q.mu.Unlock()
+		return pushRefused
 	}
 	q.items.push(t)
+	q.idle = false
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return true
+	return pushed
+}
+
+// queueReapInterval is how often reapQueues looks for idle queues: a
+// queue empty at two passes in a row, with nothing pushed in between,
+// is retired.
+const queueReapInterval = time.Minute
+
+// reapQueues retires the queues that have been empty since its last
+// pass: each is taken out of Runtime.queues and its processor ends, so
+// that a process that submits to many queues (one per tenant, say) holds
+// a goroutine only for those in use. A later submission to a retired
+// queue's name starts a new one, as on first use.
+func (rt *Runtime[S]) reapQueues(context.Context) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for name, q := range rt.queues {
+		q.mu.Lock()
+		empty := q.items.len() == 0 && q.next == nil && len(q.running) == 0 && !q.draining
+		retire := empty && q.idle
+		q.idle = empty
+		if retire {
+			q.retired = true
+			delete(rt.queues, name)
+		}
+		q.mu.Unlock()
+		if retire {
+			select {
+			case q.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // process is the queue's processor: it starts items in order until the
@@ -127,7 +175,7 @@ func (rt *Runtime[S]) process(q *queue) {
 	width := max(1, rt.cfg.Limits.QueueConcurrency)
 	for {
 		q.mu.Lock()
-		if q.draining {
+		if q.draining || q.retired {
 			q.mu.Unlock()
 			drained = true
 			return

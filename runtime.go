@@ -504,8 +504,11 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 // its owner's cap from submission until it starts.
 //
 // The queue authorizer is asked with the queue's name. Each distinct
-// queue name gets a processor goroutine that lives until Shutdown, so do
-// not pass untrusted names without a queue authorizer that limits them.
+// queue name gets a processor goroutine while it has items: a queue left
+// empty for one to two minutes ends its goroutine and leaves Stats, and
+// its next submission starts it again, so many queues (one per tenant,
+// say) cost only while they are in use. Do not pass untrusted names
+// without a queue authorizer that limits them.
 // Errors are Submit's.
 func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
 	if err := validateText("queue", queue, MaxKeyLen, ErrInvalidKey); err != nil {
@@ -597,12 +600,22 @@ func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 		rt.run(t)
 		return
 	}
-	if h := rt.hooks.Load(); h != nil && h.enqueue != nil {
-		h.enqueue()
-	}
-	if q := rt.queue(t.opts.queue); q == nil || !q.push(t) {
+	for {
+		q := rt.queue(t.opts.queue)
+		if h := rt.hooks.Load(); h != nil && h.enqueue != nil {
+			h.enqueue()
+		}
+		if q != nil {
+			switch q.push(t) {
+			case pushed:
+				return
+			case pushRetired:
+				continue // to the queue that succeeds it
+			}
+		}
 		t.cancel(ErrShutdown) // the queue drained, or the run was cancelled, since the check
 		go rt.execute(t)
+		return
 	}
 }
 
@@ -611,7 +624,7 @@ func (rt *Runtime[S]) dispatch(t *Task, epoch uint64) {
 type hooks struct {
 	leaseRead func() // leaseForRun: between its reads of the epoch and of the lease's end
 	leaseLost func() // loseLease: between the epoch's bump and the sweep of the runs
-	enqueue   func() // dispatch: before a run that waits for admission, or a queue item, joins its wait
+	enqueue   func() // dispatch: before a run that waits for admission, or a queue item (once its queue is looked up), joins its wait
 	syncRead  func() // checkRuns: between a run's progress check and the read of its record
 	keepEnd   func() // leaveEndToWriter: before it keeps the end it read
 	wrote     func() // write that did not land: between clearing runWriting and looking for an end kept

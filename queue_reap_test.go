@@ -1,0 +1,131 @@
+package workers
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A queue left empty ends its processor and leaves Stats within two
+// reap intervals; a queue with an item waiting, or running, stays; and a
+// submission to a retired queue's name starts it again, in order.
+func TestIdleQueuesAreRetired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{})
+		const tenants = 100
+		for i := range tenants {
+			sub, err := rt.SubmitSequential(ctx, "tenant-"+strconv.Itoa(i), "k", noop, alice)
+			require.NoError(t, err)
+			settled(t, rt, sub.ID)
+		}
+		busy := newGate()
+		_, err := rt.SubmitSequential(ctx, "busy", "head", busy.fn, alice)
+		require.NoError(t, err)
+		<-busy.started
+		behind, err := rt.SubmitSequential(ctx, "busy", "behind", noop, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		before := runtime.NumGoroutine()
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		require.Len(t, st.Queues, tenants+1)
+
+		time.Sleep(2*queueReapInterval + time.Second)
+		synctest.Wait()
+		st, err = rt.Stats(ctx, System)
+		require.NoError(t, err)
+		require.Len(t, st.Queues, 1, "only the busy queue is left")
+		assert.Equal(t, "busy", st.Queues[0].Name)
+		assert.LessOrEqual(t, runtime.NumGoroutine(), before-tenants, "the idle queues' processors ended")
+		assert.Equal(t, StatusPending, mustStatus(t, rt, behind.ID).Status, "the busy queue's item still waits")
+
+		// A retired queue's name takes submissions again, in order.
+		first := newGate()
+		one, err := rt.SubmitSequential(ctx, "tenant-7", "again-1", first.fn, alice)
+		require.NoError(t, err)
+		<-first.started
+		two, err := rt.SubmitSequential(ctx, "tenant-7", "again-2", noop, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, StatusPending, mustStatus(t, rt, two.ID).Status, "behind the first, in its queue")
+		first.open()
+		assert.Equal(t, StatusCompleted, settled(t, rt, one.ID).Status)
+		assert.Equal(t, StatusCompleted, settled(t, rt, two.ID).Status)
+
+		busy.open()
+		assert.Equal(t, StatusCompleted, settled(t, rt, behind.ID).Status)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// Submissions racing the reaper all run, each once, in order per queue:
+// one that finds its queue retired goes to the queue that succeeds it.
+func TestSubmissionsRacingTheReaperAllRun(t *testing.T) {
+	rt := newRuntime(t, NewMemStore(), Config{})
+	stop := make(chan struct{})
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				rt.reapQueues(ctx)
+				runtime.Gosched()
+			}
+		}
+	}()
+	const queues, each = 4, 200
+	var subs []Submission
+	ran := make([][]int, queues) // each queue's items, in the order they ran: written by its processor only
+	for i := range each {
+		for q := range queues {
+			sub, err := rt.SubmitSequential(ctx, "q"+strconv.Itoa(q), strconv.Itoa(q)+"-"+strconv.Itoa(i), func(context.Context, *Task) (any, error) {
+				ran[q] = append(ran[q], i)
+				return nil, nil
+			}, alice)
+			require.NoError(t, err)
+			subs = append(subs, sub)
+		}
+	}
+	for _, sub := range subs {
+		assert.Equal(t, StatusCompleted, settled(t, rt, sub.ID).Status)
+	}
+	close(stop)
+	<-reaped
+	for q := range queues {
+		assert.True(t, slices.IsSorted(ran[q]), "queue %d ran its items in order", q)
+		assert.Len(t, ran[q], each)
+	}
+}
+
+// A submission that looked its queue up just before the reaper retired
+// it goes to the queue that succeeds it, and runs.
+func TestASubmissionToAQueueRetiredUnderItRuns(t *testing.T) {
+	rt := newRuntime(t, NewMemStore(), Config{})
+	first, err := rt.SubmitSequential(ctx, "q", "first", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, first.ID)
+	var once sync.Once
+	rt.hooks.Store(&hooks{enqueue: func() {
+		once.Do(func() {
+			rt.reapQueues(ctx) // empty: marked idle
+			rt.reapQueues(ctx) // still: retired
+		})
+	}})
+	second, err := rt.SubmitSequential(ctx, "q", "second", noop, alice)
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, settled(t, rt, second.ID).Status)
+	st, err := rt.Stats(ctx, System)
+	require.NoError(t, err)
+	require.Len(t, st.Queues, 1, "the queue that succeeds it")
+}
