@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -558,7 +557,7 @@ func goneOfATaskShown(t *testing.T, notices bool, queue string, after func(*test
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
-		held.release()
+		held.unblock()
 		cancel()
 		wg.Wait()
 		assert.NoError(t, runner.Shutdown(ctx))
@@ -592,13 +591,13 @@ func goneOfATaskShown(t *testing.T, notices bool, queue string, after func(*test
 	require.Equal(t, StatusRunning, first.Status)
 	require.Equal(t, sub.RunID, first.RunID)
 
-	held.hold()
+	held.block()
 	g.open()
 	synctest.Wait()
 	settled(t, runner, sub.ID)
 	after(t, runner, mem)
 	synctest.Wait()
-	held.release()
+	held.unblock()
 	time.Sleep(2 * subscribePoll)
 	synctest.Wait()
 	require.Len(t, shown, 1, "the stream left the task live")
@@ -611,27 +610,10 @@ func goneOfATaskShown(t *testing.T, notices bool, queue string, after func(*test
 }
 
 // gatedReads is a MemStore, its leases and notices included, whose reads
-// wait while hold holds them.
+// wait while the gate is blocked.
 type gatedReads struct {
 	*MemStore
-	gate atomic.Pointer[chan struct{}]
-}
-
-func (s *gatedReads) wait() {
-	if ch := s.gate.Load(); ch != nil {
-		<-*ch
-	}
-}
-
-func (s *gatedReads) hold() {
-	ch := make(chan struct{})
-	s.gate.Store(&ch)
-}
-
-func (s *gatedReads) release() {
-	if ch := s.gate.Swap(nil); ch != nil {
-		close(*ch)
-	}
+	holdGate
 }
 
 func (s *gatedReads) GetTask(ctx context.Context, id string) (Record, error) {
@@ -658,7 +640,7 @@ func TestSubscribeShowsTheEndItHoldsRatherThanGone(t *testing.T) {
 		seen := make(chan Snapshot, 16)
 		done := make(chan struct{})
 		defer func() {
-			held.release()
+			held.unblock()
 			cancel()
 			<-done
 			assert.NoError(t, rt.Shutdown(ctx))
@@ -680,14 +662,14 @@ func TestSubscribeShowsTheEndItHoldsRatherThanGone(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, StatusRunning, (<-seen).Status)
 
-		held.hold()
+		held.block()
 		time.Sleep(subscribePoll) // the stream's poll waits on the store
 		synctest.Wait()
 		g.open() // the run ends here: its end reaches the inbox
 		synctest.Wait()
 		_, err = elsewhere.Submit(ctx, "x", newGate().fn, bob) // re-run without alice
 		require.NoError(t, err)
-		held.release()
+		held.unblock()
 		time.Sleep(2 * subscribePoll)
 		synctest.Wait()
 		require.Len(t, seen, 1)
@@ -716,7 +698,7 @@ func TestSubscribeMissesNoNoticeWhileItShowsWhatItRead(t *testing.T) {
 		seen := make(chan Snapshot) // unbuffered: the stream waits for the test
 		done := make(chan struct{})
 		defer func() {
-			held.release()
+			held.unblock()
 			cancel()
 			<-done
 			assert.NoError(t, runner.Shutdown(ctx))
@@ -745,7 +727,7 @@ func TestSubscribeMissesNoNoticeWhileItShowsWhatItRead(t *testing.T) {
 		}()
 		synctest.Wait() // the stream read both, and waits to yield the first
 
-		held.hold()
+		held.block()
 		for key, g := range gates {
 			g.open()
 			id, err := ScopedTaskKey(key, bob)
@@ -755,7 +737,7 @@ func TestSubscribeMissesNoNoticeWhileItShowsWhatItRead(t *testing.T) {
 			require.NoError(t, err)
 		}
 		synctest.Wait()
-		held.release()
+		held.unblock()
 
 		got := map[string][]Snapshot{}
 		for {
@@ -866,7 +848,7 @@ func TestFollowingATaskReadsItAgainOnlyForItsOwnNotices(t *testing.T) {
 		done := make(chan struct{})
 		seen := make(chan Snapshot, 16)
 		defer func() {
-			held.release()
+			held.unblock()
 			cancel()
 			<-done
 			g.open()
@@ -874,7 +856,7 @@ func TestFollowingATaskReadsItAgainOnlyForItsOwnNotices(t *testing.T) {
 			assert.NoError(t, front.Shutdown(ctx))
 		}()
 
-		held.hold() // alice's stream's list waits
+		held.block() // alice's stream's list waits
 		go func() {
 			defer close(done)
 			for snap, err := range front.Subscribe(context.WithValue(sctx, tagged{}, "alice"), alice) {
@@ -891,7 +873,7 @@ func TestFollowingATaskReadsItAgainOnlyForItsOwnNotices(t *testing.T) {
 			settled(t, runner, sub.ID)
 		}
 		synctest.Wait()
-		held.release()
+		held.unblock()
 		synctest.Wait()
 		require.Len(t, seen, 1)
 		assert.Equal(t, StatusRunning, (<-seen).Status)
@@ -936,7 +918,7 @@ func TestSubscribeSaysGoneOfItsOwnRunReRunElsewhereWithoutTheCaller(t *testing.T
 				require.Equal(t, StatusRunning, first.Status)
 
 				if held {
-					reads.hold() // this runtime reads only after the re-run
+					reads.block() // this runtime reads only after the re-run
 				}
 				require.NoError(t, other.Cancel(ctx, sub.ID, bob))
 				next := newGate()
@@ -944,7 +926,7 @@ func TestSubscribeSaysGoneOfItsOwnRunReRunElsewhereWithoutTheCaller(t *testing.T
 				require.NoError(t, err)
 				require.NotEqual(t, sub.RunID, re.RunID)
 				synctest.Wait()
-				reads.release()
+				reads.unblock()
 				time.Sleep(30 * time.Second) // notices, sync passes
 				synctest.Wait()
 				var got []Snapshot

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -97,25 +96,15 @@ func TestProgressReachesAStreamAfterARunStartedUnseen(t *testing.T) {
 	}
 }
 
-// heldWrites is a MemStore whose TransitionTask calls wait while hold
-// holds them.
+// heldWrites is a MemStore whose TransitionTask calls wait while its gate
+// is blocked.
 type heldWrites struct {
 	*MemStore
-	gate atomic.Pointer[chan struct{}]
-}
-
-func (s *heldWrites) hold() { ch := make(chan struct{}); s.gate.Store(&ch) }
-
-func (s *heldWrites) release() {
-	if ch := s.gate.Swap(nil); ch != nil {
-		close(*ch)
-	}
+	holdGate
 }
 
 func (s *heldWrites) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
-	if ch := s.gate.Load(); ch != nil {
-		<-*ch
-	}
+	s.wait()
 	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
 }
 
@@ -147,12 +136,12 @@ func TestPumpedProgressKeepsTheStartTime(t *testing.T) {
 		require.False(t, first.StartedAt.IsZero())
 		step <- 10
 		synctest.Wait()
-		hw.hold()
+		hw.block()
 		time.Sleep(1100 * time.Millisecond) // the share pass writes 10, and waits
 		synctest.Wait()
 		step <- 20
 		synctest.Wait()
-		hw.release()
+		hw.unblock()
 		synctest.Wait()
 		var progress []int
 		for len(seen) > 0 {
@@ -171,19 +160,17 @@ func TestPumpedProgressKeepsTheStartTime(t *testing.T) {
 	})
 }
 
-// readerGated is a MemStore whose GetTask calls wait while hold holds
-// them, for the hub's audience reader only (whose context carries no
+// readerGated is a MemStore whose GetTask calls wait while its gate is
+// blocked, for the hub's audience reader only (whose context carries no
 // tagged value).
 type readerGated struct {
 	*MemStore
-	gate atomic.Pointer[chan struct{}]
+	holdGate
 }
 
 func (s *readerGated) GetTask(ctx context.Context, id string) (Record, error) {
 	if _, ok := ctx.Value(tagged{}).(string); !ok {
-		if ch := s.gate.Load(); ch != nil {
-			<-*ch
-		}
+		s.wait()
 	}
 	return s.MemStore.GetTask(ctx, id)
 }
@@ -233,16 +220,14 @@ func TestAStreamShowsAnEndOnceAfterManyOthers(t *testing.T) {
 		<-g.started
 		synctest.Wait() // the stream shows x RUNNING, and follows it
 
-		ch := make(chan struct{})
-		gs.gate.Store(&ch) // the reader's reads wait
+		gs.block() // the reader's reads wait
 		g.open()
 		settled(t, runner, xID)
 		synctest.Wait() // the stream shows x's end
 		_, err = front.Submit(ctx, "last", noop, alice)
 		require.NoError(t, err)
 		synctest.Wait() // one end more than the stream remembers
-		gs.gate.Store(nil)
-		close(ch)
+		gs.unblock()
 		synctest.Wait()
 
 		mu.Lock()

@@ -112,27 +112,17 @@ func TestAResyncChecksTheRunsWaitingForTheirTurn(t *testing.T) {
 	}
 }
 
-// gatedNotices is a MemStore whose listener, while hold holds it, waits
+// gatedNotices is a MemStore whose listener, while the gate is blocked, waits
 // before handing a notice on: the MemStore queues and merges the notices
 // meanwhile, as it does for any slow listener.
 type gatedNotices struct {
 	*MemStore
-	gate atomic.Pointer[chan struct{}]
-}
-
-func (s *gatedNotices) hold() { ch := make(chan struct{}); s.gate.Store(&ch) }
-
-func (s *gatedNotices) release() {
-	if ch := s.gate.Swap(nil); ch != nil {
-		close(*ch)
-	}
+	holdGate
 }
 
 func (s *gatedNotices) Listen(ctx context.Context, changed func(Change)) error {
 	return s.MemStore.Listen(ctx, func(c Change) {
-		if ch := s.gate.Load(); ch != nil {
-			<-*ch
-		}
+		s.wait()
 		changed(c)
 	})
 }
@@ -166,7 +156,7 @@ func TestWaitReturnsWhenItsRunIsReplacedElsewhere(t *testing.T) {
 		}()
 		synctest.Wait()
 
-		gn.hold()
+		gn.block()
 		_, err = other.Submit(ctx, "unrelated", noop, bob) // the listener takes its notice, and waits
 		require.NoError(t, err)
 		synctest.Wait()
@@ -175,7 +165,7 @@ func TestWaitReturnsWhenItsRunIsReplacedElsewhere(t *testing.T) {
 		_, err = other.Submit(ctx, "x", next.fn, bob) // without alice
 		require.NoError(t, err)
 		synctest.Wait()
-		gn.release()
+		gn.unblock()
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		select {

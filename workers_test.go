@@ -171,3 +171,24 @@ func submitOn[S Store](rt *Runtime[S], queue, key string, fn Func, auth TaskAuth
 	}
 	return rt.SubmitSequential(ctx, queue, key, fn, auth, opts...)
 }
+
+// holdGate makes the calls that pass through it (wait) wait from block
+// until unblock: the test stores embed it.
+type holdGate struct{ p atomic.Pointer[chan struct{}] }
+
+func (g *holdGate) block() {
+	ch := make(chan struct{})
+	g.p.Store(&ch)
+}
+
+func (g *holdGate) unblock() {
+	if ch := g.p.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+func (g *holdGate) wait() {
+	if ch := g.p.Load(); ch != nil {
+		<-*ch
+	}
+}
