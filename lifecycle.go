@@ -173,9 +173,10 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	unwritten := rt.unwritten()
 	// A run whose callback has returned but whose outcome write is still
 	// being tried (the store hangs, or fails) is a record left unwritten,
-	// not a run left executing: its write gives up at the cutoff.
+	// not a run left executing: its write gives up at the cutoff (unless
+	// it has, and unwritten counts it already).
 	for _, t := range inflight {
-		if _, ok := inBacklog[t]; !ok && t.has(runFinishing) && t.has(runWriting) && !t.isSettled() {
+		if _, ok := inBacklog[t]; !ok && t.has(runFinishing) && t.has(runWriting) && !t.has(runGaveUp) && !t.isSettled() {
 			open--
 			unwritten++
 		}

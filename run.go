@@ -460,11 +460,13 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 		case err == nil, errors.Is(err, ErrNotFound):
 			return false, true // fenced out, or the record is gone
 		case rt.life.Err() != nil:
+			t.mark(runGaveUp)
 			rt.gaveUp.Add(1)
 			rt.logRunError("workers: run write abandoned: the runtime shut down; the record is left for recovery", op, t, err)
 			return false, false
 		case permanentStoreError(err):
 			if st.Status.Terminal() && st.Cause == CauseStore {
+				t.mark(runGaveUp)
 				rt.gaveUp.Add(1)
 				rt.logRunError("workers: the store refused a run's fallback outcome; the record is left for recovery", op, t, err)
 				return false, false

@@ -137,6 +137,7 @@ const (
 	// logged, until one lands: the failures between are not logged.
 	runProgressFailing
 	runGoexited // its callback called runtime.Goexit
+	runGaveUp   // a write of its gave up, counted in Runtime.gaveUp
 )
 
 // has reports whether flag is set.
