@@ -74,6 +74,12 @@ var (
 	// running returns. An HTTP handler answers it as a server error.
 	ErrInvalidConfig = errors.New("workers: runtime misconfigured")
 
+	// ErrUnavailable is wrapped by a store's error when the store could
+	// not reach its database: a connection refused, lost or cut. The
+	// same call may succeed once the database is back, so an HTTP
+	// handler answers it as 503 with a Retry-After.
+	ErrUnavailable = errors.New("workers: store unavailable")
+
 	// ErrInvalidData reports a value a store cannot hold: text with a NUL
 	// byte or invalid UTF-8, a value its column type refuses. A store
 	// wraps its backend's refusal in it, so that the runtime knows that

@@ -42,6 +42,7 @@ var statuses = []struct {
 	{workers.ErrFinished, http.StatusConflict, "finished", "task already finished"},
 	{workers.ErrConflict, http.StatusServiceUnavailable, "conflict", ""},
 	{workers.ErrClosed, http.StatusServiceUnavailable, "closed", ""},
+	{workers.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", ""},
 	{workers.ErrInvalidKey, http.StatusBadRequest, "invalid_input", ""},
 	{workers.ErrInvalidOwner, http.StatusBadRequest, "invalid_input", ""},
 	{workers.ErrInvalidOption, http.StatusBadRequest, "invalid_input", ""},
@@ -60,7 +61,8 @@ const conflictRetry = time.Second
 // workers.ErrUnauthorized, 429 workers.ErrQuotaExceeded (a
 // *workers.QuotaError) and any other error with a retry hint (one that
 // implements RetryAfter() time.Duration), 409
-// workers.ErrFinished, 503 workers.ErrConflict and workers.ErrClosed,
+// workers.ErrFinished, 503 workers.ErrConflict, workers.ErrClosed and
+// workers.ErrUnavailable (a store that could not reach its database),
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
 // ErrInvalidOption, ErrInvalidCursor, and this package's ErrBadRequest),
 // except the runtime's own misconfiguration (workers.ErrInvalidConfig),
@@ -86,8 +88,15 @@ func RetryAfter(err error) (time.Duration, bool) {
 	if errors.Is(err, workers.ErrConflict) {
 		return conflictRetry, true
 	}
+	if errors.Is(err, workers.ErrUnavailable) {
+		return unavailableRetry, true
+	}
 	return 0, false
 }
+
+// unavailableRetry is the Retry-After given when the store could not
+// reach its database: a restart or a failover takes seconds.
+const unavailableRetry = 5 * time.Second
 
 func classify(err error) (status int, code, message string) {
 	if err == nil {
@@ -96,7 +105,7 @@ func classify(err error) (status int, code, message string) {
 	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
 		return http.StatusRequestEntityTooLarge, "too_large", "request body too large"
 	}
-	if _, ok := RetryAfter(err); ok && !errors.Is(err, workers.ErrConflict) {
+	if _, ok := RetryAfter(err); ok && !errors.Is(err, workers.ErrConflict) && !errors.Is(err, workers.ErrUnavailable) {
 		err = workers.ErrQuotaExceeded // any refusal with a retry hint
 	}
 	for _, row := range statuses {

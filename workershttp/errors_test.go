@@ -58,6 +58,7 @@ func TestStatusCodeTable(t *testing.T) {
 		{workers.ErrFinished, 409, ""},
 		{fmt.Errorf("%w: kept changing", workers.ErrConflict), 503, "1"},
 		{workers.ErrClosed, 503, ""},
+		{fmt.Errorf("sqlstore/postgres: get task: %w: dial tcp: connection refused", workers.ErrUnavailable), 503, "5"},
 		{invalidOwner(), 400, ""},
 		{workers.ErrInvalidOption, 400, ""},
 		{fmt.Errorf("%w: %w: negative interval", workers.ErrInvalidConfig, workers.ErrInvalidOption), 500, ""},

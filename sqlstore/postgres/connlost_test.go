@@ -1,11 +1,18 @@
 package postgres_test
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // A read that finds its pooled connection ended by the server (as a
@@ -51,5 +58,43 @@ func TestReadsRideOutEndedConnections(t *testing.T) {
 		} else if recs, err := s.ListTasks(ctx, workers.Filter{VisibleTo: "u"}); err != nil || len(recs) != 1 {
 			t.Fatalf("round %d, %d connections ended: ListTasks = %d records, %v", round, ended, len(recs), err)
 		}
+	}
+}
+
+// A store whose database cannot be reached (nothing listens at its
+// address) fails each call with an error that wraps
+// workers.ErrUnavailable, which an HTTP handler answers as 503; a runtime
+// over it says so too. The test needs no server.
+func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	cfg, err := pgxpool.ParseConfig("postgres://postgres@" + addr + "/test?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GetTask(t.Context(), "u::t"); !errors.Is(err, workers.ErrUnavailable) {
+		t.Fatalf("GetTask: %v, want an error wrapping ErrUnavailable", err)
+	}
+	rt := workers.NewRuntime(s, workers.Config{Logger: slog.New(slog.DiscardHandler)})
+	_, err = rt.Submit(t.Context(), "k", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("u"))
+	if !errors.Is(err, workers.ErrUnavailable) {
+		t.Fatalf("Submit: %v, want an error wrapping ErrUnavailable", err)
+	}
+	if err := rt.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -698,9 +698,14 @@ func (s *Store) bound(t time.Time) any {
 // wrap names the store and op in err. An error the dialect says the
 // database raised for the data itself also wraps workers.ErrInvalidData,
 // which the runtime takes as permanent; every other error is transient.
+// One that says the connection was refused, lost or cut also wraps
+// workers.ErrUnavailable.
 func (s *Store) wrap(op string, err error) error {
-	if s.d.DataError != nil && s.d.DataError(err) {
+	switch {
+	case s.d.DataError != nil && s.d.DataError(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
+	case s.d.ConnLost != nil && s.d.ConnLost(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
 }
