@@ -154,6 +154,9 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	l, leased := any(rt.store).(Leaser)
 	if leased {
 		if err := rt.renewUnlessShut(ctx, l); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err() // the caller's: the lease was never in question
+			}
 			return leaseError("taking", err)
 		}
 	}
@@ -208,6 +211,9 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 		return 0, leaseError("renewing", ls.lastErr)
 	default:
 		if err := rt.renewUnlessShut(ctx, rt.leaser); err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
 			return 0, leaseError("renewing", err)
 		}
 	}

@@ -781,3 +781,15 @@ func TestRegisteringWriteOverAMemStoreFailsBeforeLanding(t *testing.T) {
 	eventually(t, func() bool { return rt.runs.len() == 0 }, "the retired run to settle")
 	assert.False(t, ran.Load(), "the callback never ran")
 }
+
+// A submission whose context has ended says so, and nothing of the
+// instance lease it could not take, over any store.
+func TestASubmissionWithAnEndedContextSaysSo(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, NewMemStore(), Config{})
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := rt.Submit(done, "k", noop, alice)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, context.Canceled.Error(), err.Error())
+}
