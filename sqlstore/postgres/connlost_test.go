@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -61,36 +60,33 @@ func TestReadsRideOutEndedConnections(t *testing.T) {
 	}
 }
 
-// A store whose database cannot be reached (nothing listens at its
-// address) fails each call with an error that wraps
-// workers.ErrUnavailable, which an HTTP handler answers as 503; a runtime
-// over it says so too. The test needs no server.
-func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// unreachableStore returns a store over a pool whose database nothing
+// answers: no server listens at its address.
+func unreachableStore(t *testing.T) *postgres.Store {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	cfg, err := pgxpool.ParseConfig("postgres://postgres@" + addr + "/test?sslmode=disable&connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	s, err := postgres.New(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A store whose database cannot be reached fails each call with an
+// error that wraps workers.ErrUnavailable, which an HTTP handler answers
+// as 503; a runtime over it says so too. The test needs no server.
+func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
+	s := unreachableStore(t)
 	if _, err := s.GetTask(t.Context(), "u::t"); !errors.Is(err, workers.ErrUnavailable) {
 		t.Fatalf("GetTask: %v, want an error wrapping ErrUnavailable", err)
 	}
 	rt := workers.NewRuntime(s, workers.Config{Logger: slog.New(slog.DiscardHandler)})
-	_, err = rt.Submit(t.Context(), "k", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("u"))
+	_, err := rt.Submit(t.Context(), "k", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("u"))
 	if !errors.Is(err, workers.ErrUnavailable) {
 		t.Fatalf("Submit: %v, want an error wrapping ErrUnavailable", err)
 	}

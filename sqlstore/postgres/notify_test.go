@@ -128,17 +128,8 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'L
 // fails rather than retrying it for ever.
 func TestListenFailsWithoutServer(t *testing.T) {
 	testDSN(t)
-	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s, err := postgres.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	err = s.Listen(t.Context(), func(workers.Change) { t.Error("a change without a connection") })
+	s := unreachableStore(t)
+	err := s.Listen(t.Context(), func(workers.Change) { t.Error("a change without a connection") })
 	if err == nil || errors.Is(err, context.Canceled) {
 		t.Fatalf("Listen = %v, want a connection error", err)
 	}
