@@ -835,7 +835,20 @@ func TestFaultAHungRegistrationHoldsNoOtherCallerPastItsBound(t *testing.T) {
 // replica would recover it, and its record would stay RUNNING for as long
 // as the callback runs, joined by every submission of its key elsewhere
 // and replaced by one here.
+//
+// Recovery's write of that end may fail, before it lands or after: the
+// next pass ends the record, or finds it ended.
 func TestFaultARunAbandonedWithTheLeaseEndsOnceTheLeaseIsBack(t *testing.T) {
+	for _, fault := range []storetest.Fault{0, storetest.FailBefore, storetest.FailAfter} {
+		name := "no fault"
+		if fault != 0 {
+			name = fault.String()
+		}
+		t.Run(name, func(t *testing.T) { abandonedRunEndsOnceTheLeaseIsBack(t, fault) })
+	}
+}
+
+func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
 		rt, mem, f := faulty(cfg)
@@ -849,11 +862,19 @@ func TestFaultARunAbandonedWithTheLeaseEndsOnceTheLeaseIsBack(t *testing.T) {
 		require.NoError(t, err)
 		<-started
 
+		if fault != 0 {
+			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+				return c.ID == sub.ID && c.Next.Cause == workers.CauseAbandoned
+			}})
+		}
 		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
 		time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
 		unreachable()
 		time.Sleep(3 * time.Second) // renewals land again, and recovery passes run
 		synctest.Wait()
+		if fault != 0 {
+			assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "recovery's write failed once")
+		}
 		live, err := mem.LiveInstances(t.Context())
 		require.NoError(t, err)
 		require.Contains(t, live, workers.InstanceOf(sub.RunID), "the lease is back")
@@ -887,4 +908,65 @@ func TestFaultARunAbandonedWithTheLeaseEndsOnceTheLeaseIsBack(t *testing.T) {
 		assert.Equal(t, again.RunID, rec.RunID, "the late callback's result lands nowhere")
 		assert.Equal(t, workers.StatusCompleted, rec.Status)
 	})
+}
+
+// A run Shutdown left executing, recovered elsewhere since, reads its
+// record once its callback returns, for the observers' end. That read
+// may fail: a failure that passes is tried again, and the observers hear
+// the end; one that lasts gives up within the last write's bound, and
+// they hear nothing, with no goroutine left behind.
+func TestFaultTheReadOfARunsEndAfterShutdownMayFail(t *testing.T) {
+	for _, lasting := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lasting=%v", lasting), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				var finished []workers.Event
+				cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: quiet}
+				withObserver := cfg
+				withObserver.Observers = []workers.Observer{workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+					if e.Kind == workers.EventFinished {
+						mu.Lock()
+						finished = append(finished, e)
+						mu.Unlock()
+					}
+				})}
+				f := &storetest.Faults{}
+				mem := workers.NewMemStore()
+				here, peer := workers.NewRuntime(storetest.Faulty(mem, f), withObserver), workers.NewRuntime(mem, cfg)
+				require.NoError(t, peer.Start(t.Context()))
+				started, release := make(chan struct{}), make(chan struct{})
+				sub, err := here.Submit(t.Context(), "stubborn", func(context.Context, *workers.Task) (any, error) {
+					close(started)
+					<-release // ignores its context
+					return "late", nil
+				}, owner)
+				require.NoError(t, err)
+				<-started
+				short, cancel := context.WithTimeout(t.Context(), time.Second)
+				defer cancel()
+				require.Error(t, here.Shutdown(short), "the run is left executing")
+				time.Sleep(10 * time.Second) // the lease expires, and the peer recovers the run
+				synctest.Wait()
+				endedAs(t, mem, sub.ID, workers.StatusFailed, workers.CauseAbandoned)
+
+				rule := storetest.Rule{Op: storetest.OpGetTask, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool { return c.ID == sub.ID }}
+				if !lasting {
+					rule.Times = 1
+				}
+				f.Add(rule)
+				close(release)
+				time.Sleep(time.Minute) // past the last write's bound
+				synctest.Wait()
+				assert.Positive(t, f.Injected(storetest.OpGetTask), "the read failed")
+				mu.Lock()
+				defer mu.Unlock()
+				if lasting {
+					assert.Empty(t, finished, "no end the runtime could not read")
+				} else if assert.Len(t, finished, 1, "the end, read again") {
+					assert.Equal(t, workers.CauseAbandoned, finished[0].Cause)
+				}
+				require.NoError(t, peer.Shutdown(t.Context()))
+			})
+		})
+	}
 }

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -14,12 +15,23 @@ import (
 )
 
 // droppingNotices is a MemStore shared by processes whose notices to one
-// listener can be lost (drop), and whose listener's connection can be
-// cut, after which the runtime listens again and is told to resync.
+// listener can be lost (drop), and whose listener's connection is cut at
+// each send on cut, after which the runtime listens again and is told to
+// resync. Its
+// next GetTask of the id failRead names fails, as a dropped connection
+// would.
 type droppingNotices struct {
 	*MemStore
-	drop atomic.Bool
-	cut  chan struct{}
+	drop     atomic.Bool
+	cut      chan struct{}
+	failRead atomic.Pointer[string]
+}
+
+func (s *droppingNotices) GetTask(ctx context.Context, id string) (Record, error) {
+	if p := s.failRead.Load(); p != nil && *p == id && s.failRead.CompareAndSwap(p, nil) {
+		return Record{}, errors.New("connection reset by peer")
+	}
+	return s.MemStore.GetTask(ctx, id)
 }
 
 func (s *droppingNotices) Listen(ctx context.Context, changed func(Change)) error {
@@ -45,6 +57,8 @@ func (s *droppingNotices) Listen(ctx context.Context, changed func(Change)) erro
 // the listener was not listening is checked at the listener's resync:
 // it ends, and gives back its place in its queue, or its owner's waiting
 // slot, at once rather than when the callbacks ahead of it return.
+// Should the check's read fail, the run keeps its place until its turn,
+// and then ends without running: the cancel stands.
 func TestAResyncChecksTheRunsWaitingForTheirTurn(t *testing.T) {
 	// waiting counts the runs that wait, as a caller sees them: under
 	// Limits, in Stats; in a queue, among QueueStatus's items still to run.
@@ -70,46 +84,63 @@ func TestAResyncChecksTheRunsWaitingForTheirTurn(t *testing.T) {
 			return len(q.Pending)
 		}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				s := &droppingNotices{MemStore: NewMemStore(), cut: make(chan struct{})}
-				c.cfg.Logger = slog.New(slog.DiscardHandler)
-				c.cfg.LeaseInterval = time.Second
-				c.cfg.SyncInterval = time.Hour // out of the way
-				rt := NewRuntime(s, c.cfg)
-				require.NoError(t, rt.Start(ctx))
-				other := NewRuntime(s.MemStore, Config{Logger: c.cfg.Logger})
-
-				head := newGate()
-				_, err := c.submit(rt, "head", head.fn)
-				require.NoError(t, err)
-				<-head.started
-				var ran atomic.Bool
-				behind, err := c.submit(rt, "behind", func(context.Context, *Task) (any, error) { ran.Store(true); return nil, nil })
-				require.NoError(t, err)
-				synctest.Wait()
-
-				s.drop.Store(true)
-				require.NoError(t, other.Cancel(ctx, behind.ID, alice))
-				synctest.Wait()
-				require.Equal(t, 1, c.waiting(rt), "the cancel's notice was lost")
-
-				s.drop.Store(false)
-				close(s.cut) // the listener listens again after a pause, and resyncs
-				time.Sleep(2 * time.Second)
-				synctest.Wait()
-				assert.Zero(t, c.waiting(rt), "the cancelled run no longer waits")
-				snap, err := rt.Status(ctx, behind.ID, alice)
-				require.NoError(t, err)
-				assert.Equal(t, StatusCancelled, snap.Status)
-
-				head.open()
-				require.NoError(t, rt.Shutdown(ctx))
-				require.NoError(t, other.Shutdown(ctx))
-				assert.False(t, ran.Load(), "the cancelled run never started")
+		for _, readFails := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/read fails=%v", c.name, readFails), func(t *testing.T) {
+				resyncChecksWaiting(t, c.cfg, c.submit, c.waiting, readFails)
 			})
-		})
+		}
 	}
+}
+
+func resyncChecksWaiting(t *testing.T, cfg Config, submit func(rt *Runtime[*droppingNotices], key string, fn Func) (Submission, error),
+	waiting func(rt *Runtime[*droppingNotices]) int, readFails bool) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &droppingNotices{MemStore: NewMemStore(), cut: make(chan struct{})}
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.LeaseInterval = time.Second
+		cfg.SyncInterval = time.Hour // out of the way
+		rt := NewRuntime(s, cfg)
+		require.NoError(t, rt.Start(ctx))
+		other := NewRuntime(s.MemStore, Config{Logger: cfg.Logger})
+
+		head := newGate()
+		_, err := submit(rt, "head", head.fn)
+		require.NoError(t, err)
+		<-head.started
+		var ran atomic.Bool
+		behind, err := submit(rt, "behind", func(context.Context, *Task) (any, error) { ran.Store(true); return nil, nil })
+		require.NoError(t, err)
+		synctest.Wait()
+
+		s.drop.Store(true)
+		require.NoError(t, other.Cancel(ctx, behind.ID, alice))
+		synctest.Wait()
+		require.Equal(t, 1, waiting(rt), "the cancel's notice was lost")
+
+		s.drop.Store(false)
+		if readFails {
+			s.failRead.Store(&behind.ID)
+		}
+		s.cut <- struct{}{} // the listener listens again after a pause, and resyncs
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if readFails {
+			assert.Nil(t, s.failRead.Load(), "the check read it")
+			assert.Equal(t, 1, waiting(rt), "unchecked, the run keeps its place")
+		} else {
+			assert.Zero(t, waiting(rt), "the cancelled run no longer waits")
+		}
+		snap, err := rt.Status(ctx, behind.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, StatusCancelled, snap.Status)
+
+		head.open()
+		synctest.Wait()
+		assert.Zero(t, waiting(rt))
+		require.NoError(t, rt.Shutdown(ctx))
+		require.NoError(t, other.Shutdown(ctx))
+		assert.False(t, ran.Load(), "the cancelled run never started")
+	})
 }
 
 // gatedNotices is a MemStore whose listener, while the gate is blocked, waits
