@@ -30,16 +30,7 @@ func TestProgressReachesAStreamAfterARunStartedUnseen(t *testing.T) {
 				<-head.started
 
 				// A first stream sees x submitted PENDING, then leaves.
-				s1, s1cancel := context.WithCancel(ctx)
-				s1done := make(chan struct{})
-				go func() {
-					defer close(s1done)
-					for _, err := range rt.Subscribe(s1, alice) {
-						if err != nil {
-							return
-						}
-					}
-				}()
+				_, leave := streamed(ctx, rt, alice)
 				synctest.Wait()
 				step := make(chan int)
 				started := make(chan struct{})
@@ -52,8 +43,7 @@ func TestProgressReachesAStreamAfterARunStartedUnseen(t *testing.T) {
 				}, alice)
 				require.NoError(t, err)
 				synctest.Wait()
-				s1cancel()
-				<-s1done
+				leave()
 				synctest.Wait()
 				require.Zero(t, rt.hub.n.Load())
 
@@ -61,35 +51,24 @@ func TestProgressReachesAStreamAfterARunStartedUnseen(t *testing.T) {
 				<-started
 				synctest.Wait()
 
-				s2, s2cancel := context.WithCancel(ctx)
-				seen := make(chan Snapshot, 64)
-				s2done := make(chan struct{})
-				go func() {
-					defer close(s2done)
-					for snap, err := range rt.Subscribe(s2, alice) {
-						if err != nil {
-							return
-						}
-						if snap.ID == sub.ID {
-							seen <- snap
-						}
-					}
-				}()
+				seen, stop := streamed(ctx, rt, alice)
 				synctest.Wait()
-				require.Equal(t, StatusRunning, (<-seen).Status)
+				first := drain(seen)
+				require.Len(t, first, 1)
+				require.Equal(t, sub.ID, first[0].ID)
+				require.Equal(t, StatusRunning, first[0].Status)
 				step <- 50
 				synctest.Wait()
 				var got []int
-				for len(seen) > 0 {
-					snap := <-seen
+				for _, snap := range drain(seen) {
+					assert.Equal(t, sub.ID, snap.ID)
 					assert.False(t, snap.StartedAt.IsZero())
 					got = append(got, snap.Progress)
 				}
 				assert.Equal(t, []int{50}, got)
 				close(step)
 				synctest.Wait()
-				s2cancel()
-				<-s2done
+				stop()
 				require.NoError(t, rt.Shutdown(ctx))
 			})
 		})
@@ -118,18 +97,7 @@ func TestPumpedProgressKeepsTheStartTime(t *testing.T) {
 		rt := NewRuntime[Store](leasedNoNotices{hw, mem}, Config{}) // shares progress every second
 		sub, step := stepped(t, rt, "x", alice)
 		synctest.Wait()
-		sctx, cancel := context.WithCancel(ctx)
-		seen := make(chan Snapshot, 64)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for snap, err := range rt.Subscribe(sctx, alice) {
-				if err != nil {
-					return
-				}
-				seen <- snap
-			}
-		}()
+		seen, stop := streamed(ctx, rt, alice)
 		synctest.Wait()
 		first := <-seen
 		require.Equal(t, StatusRunning, first.Status)
@@ -144,8 +112,7 @@ func TestPumpedProgressKeepsTheStartTime(t *testing.T) {
 		hw.unblock()
 		synctest.Wait()
 		var progress []int
-		for len(seen) > 0 {
-			snap := <-seen
+		for _, snap := range drain(seen) {
 			if snap.ID == sub.ID && snap.Status == StatusRunning {
 				assert.False(t, snap.StartedAt.IsZero(), "RUNNING at %d%% with no StartedAt", snap.Progress)
 				progress = append(progress, snap.Progress)
@@ -154,25 +121,41 @@ func TestPumpedProgressKeepsTheStartTime(t *testing.T) {
 		assert.Contains(t, progress, 20, "the last progress is shown")
 		close(step)
 		synctest.Wait()
-		cancel()
-		<-done
+		stop()
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
 
-// readerGated is a MemStore whose GetTask calls wait while its gate is
-// blocked, for the hub's audience reader only (whose context carries no
-// tagged value).
-type readerGated struct {
-	*MemStore
-	holdGate
+// streamed ranges over rt.Subscribe(ctx, auth, opts...) on a goroutine
+// and sends what it yields on the channel it returns (room for 64), until
+// the stream ends; stop ends the stream and waits for the goroutine.
+func streamed[S Store](ctx context.Context, rt *Runtime[S], auth TaskAuthority, opts ...ListOption) (_ <-chan Snapshot, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	seen := make(chan Snapshot, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for snap, err := range rt.Subscribe(ctx, auth, opts...) {
+			if err != nil {
+				return
+			}
+			select {
+			case seen <- snap:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return seen, func() { cancel(); <-done }
 }
 
-func (s *readerGated) GetTask(ctx context.Context, id string) (Record, error) {
-	if _, ok := ctx.Value(tagged{}).(string); !ok {
-		s.wait()
+// drain returns what seen holds now.
+func drain(seen <-chan Snapshot) []Snapshot {
+	var out []Snapshot
+	for len(seen) > 0 {
+		out = append(out, <-seen)
 	}
-	return s.MemStore.GetTask(ctx, id)
+	return out
 }
 
 // A stream shows the end of another process's run once, even when the
@@ -181,7 +164,7 @@ func (s *readerGated) GetTask(ctx context.Context, id string) (Record, error) {
 func TestAStreamShowsAnEndOnceAfterManyOthers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := NewMemStore()
-		gs := &readerGated{MemStore: mem}
+		gs := &gatedReads{MemStore: mem, readerOnly: true} // the audience reader's reads
 		front, runner := NewRuntime[Store](gs, Config{}), NewRuntime(mem, Config{})
 		require.NoError(t, front.Start(ctx))
 		require.NoError(t, runner.Start(ctx))

@@ -79,8 +79,10 @@ func TestIdleQueuesAreRetired(t *testing.T) {
 	})
 }
 
-// Submissions racing the reaper all run, each once, in order per queue:
-// one that finds its queue retired goes to the queue that succeeds it.
+// Submissions racing the reaper all run, each once, in order per queue,
+// under the race detector. (Whether a retirement falls between a
+// submission's lookup of its queue and its push is left to chance here;
+// TestASubmissionToAQueueRetiredUnderItRuns makes it happen.)
 func TestSubmissionsRacingTheReaperAllRun(t *testing.T) {
 	rt := newRuntime(t, NewMemStore(), Config{})
 	stop := make(chan struct{})
