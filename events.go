@@ -23,6 +23,7 @@ const (
 	changeFinished                        // a terminal write landed, whoever made it
 	changeRecovered                       // recovery ended another run as abandoned
 	changePanicked                        // an attempt's callback panicked (no write)
+	changeReplaced                        // the record moved past the run with no end of its own (no write; see reportMoved)
 )
 
 // eventKinds maps a change to the event observers see; changeProgress has
@@ -35,6 +36,7 @@ var eventKinds = [...]EventKind{
 	changeFinished:  EventFinished,
 	changeRecovered: EventRecovered,
 	changePanicked:  EventPanicked,
+	changeReplaced:  EventFinished,
 }
 
 // change is what emit reports: the store write that made it has landed.
@@ -54,7 +56,7 @@ type change struct {
 // no runtime, task or store lock held, from the goroutine that made the
 // write. Without observers it costs the bell's one atomic load.
 func (rt *Runtime[S]) emit(c *change) {
-	if c.kind != changePanicked {
+	if c.kind < changePanicked { // the others, no writes, are for observers only
 		if rt.hub.n.Load() > 0 {
 			rt.hub.publish(c)
 		}
@@ -99,7 +101,7 @@ func (rt *Runtime[S]) observe(c *change) {
 			e.Stack = pe.Stack
 		}
 	}
-	if c.kind == changeFinished || c.kind == changeRecovered {
+	if c.kind == changeFinished || c.kind == changeRecovered || c.kind == changeReplaced {
 		if !e.StartedAt.IsZero() {
 			e.Duration = e.CompletedAt.Sub(e.StartedAt)
 		}

@@ -709,7 +709,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 			continue
 		}
 		r.writeMu.Lock()
-		running := r.running()
+		running, started := r.running(), r.last.startedAt
 		if running {
 			t.cancel(cause)
 		}
@@ -722,7 +722,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		if end, ok := endOf(t, &rec); ok {
 			rt.reportEnd(t, end)
 		} else {
-			rt.reportMoved(t)
+			rt.reportMoved(t, started)
 		}
 	}
 }
@@ -730,10 +730,21 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 // reportMoved follows the finding that run t's record has moved past it
 // (a re-run elsewhere, a delete) with no end of t's to report: the
 // streams that may show t read the record again, and say Gone of a run
-// they showed and can no longer follow to its end.
-func (rt *Runtime[S]) reportMoved(t *Task) {
+// they showed and can no longer follow to its end. Observers, who heard
+// of the run and may hold something open for it (a span), hear of its
+// end, once: CANCELLED as superseded, the record having moved on to
+// another run, unless an earlier pass kept an end of the run's that its
+// write or settle reports (see leaveEndToWriter). started is when the
+// run started, or zero if it did not.
+func (rt *Runtime[S]) reportMoved(t *Task, started time.Time) {
 	if rt.hub.n.Load() > 0 {
 		rt.hub.reread(t.ID(), t.watcherList())
+	}
+	if len(rt.cfg.Observers) > 0 && !t.has(runEndSeen|runEndKept) {
+		c := change{kind: changeReplaced, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t}
+		causeOutcome(ErrSuperseded).apply(&c.state, now())
+		c.state.StartedAt, c.state.Attempt = started, t.Attempt()
+		rt.reportEnd(t, c)
 	}
 }
 
@@ -821,7 +832,7 @@ func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
 	if end, ok := endOf(t, &rec); ok {
 		rt.reportEnd(t, end) // its own end will be fenced out
 	} else {
-		rt.reportMoved(t)
+		rt.reportMoved(t, time.Time{})
 	}
 	rt.endWaiting(t)
 }

@@ -733,3 +733,106 @@ func TestObserverHearsTheEndOfARunLeftByShutdownAndRecoveredElsewhere(t *testing
 		require.NoError(t, peer.Shutdown(ctx))
 	})
 }
+
+// endsOf returns the ends (Finished, Recovered) observers heard of run.
+func (r *recorder) endsOf(run string) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.events {
+		if e.RunID == run && (e.Kind == EventFinished || e.Kind == EventRecovered) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// As TestObserverHearsTheEndOfARunLeftByShutdownAndRecoveredElsewhere,
+// but the key is submitted again on the peer once recovery ended it: when
+// the callback returns, the record is the new run's, and the run's end is
+// nowhere to read. Its observers hear it ended as superseded, once.
+func TestObserverHearsTheEndOfARunWhoseKeyWasReRunElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		rec := &recorder{}
+		cfg := Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+		withObserver := cfg
+		withObserver.Observers = []Observer{rec}
+		here, peer := NewRuntime(mem, withObserver), NewRuntime(mem, cfg)
+		require.NoError(t, peer.Start(ctx))
+		started, release := make(chan struct{}), make(chan struct{})
+		sub, err := here.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) {
+			close(started)
+			<-release // ignores its context
+			return "late", nil
+		}, alice)
+		require.NoError(t, err)
+		<-started
+
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		require.Error(t, here.Shutdown(short), "the run is left executing")
+		time.Sleep(10 * time.Second) // the lease expires, and the peer recovers the run
+		synctest.Wait()
+		again, err := peer.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) { return nil, nil }, alice)
+		require.NoError(t, err)
+		require.NotEqual(t, sub.RunID, again.RunID)
+		synctest.Wait()
+
+		close(release)
+		synctest.Wait()
+		ends := rec.endsOf(sub.RunID)
+		if assert.Len(t, ends, 1, "the run's end reached the observer: %v", rec.kinds(sub.ID)) {
+			assert.Equal(t, EventFinished, ends[0].Kind)
+			assert.Equal(t, StatusCancelled, ends[0].Status)
+			assert.Equal(t, CauseSuperseded, ends[0].Cause)
+			assert.False(t, ends[0].StartedAt.IsZero(), "it started")
+			assert.Equal(t, ends[0].CompletedAt.Sub(ends[0].StartedAt), ends[0].Duration)
+		}
+		require.NoError(t, peer.Shutdown(ctx))
+	})
+}
+
+// A run cancelled and re-run by another runtime, whose notices this one
+// does not get: its sync pass finds the record another run's, cancels the
+// run, and its observers hear of its end then, as superseded, once; the
+// callback's late outcome adds nothing. A queue item replaced while it
+// waits ends for them when its turn comes, without having started.
+func TestObserverHearsTheEndOfARunReplacedElsewhereOnce(t *testing.T) {
+	for _, queued := range []bool{false, true} {
+		t.Run(map[bool]string{false: "running", true: "waiting in a queue"}[queued], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := NewMemStore()
+				rec := &recorder{}
+				here := newRuntime(t, bareStore{mem}, Config{Observers: []Observer{rec}, SyncInterval: time.Second})
+				require.NoError(t, here.Start(ctx))
+				peer := newRuntime(t, mem, Config{})
+				g := stubbornGate()
+				sub, err := here.SubmitSequential(ctx, "q", "first", g.fn, alice)
+				require.NoError(t, err)
+				wait(t, g.started, "the first item to start")
+				id := sub.ID
+				if queued {
+					sub, err = here.SubmitSequential(ctx, "q", "second", func(context.Context, *Task) (any, error) { return nil, nil }, alice)
+					require.NoError(t, err)
+					id = sub.ID
+				}
+				err = peer.Cancel(ctx, id, alice)
+				require.NoError(t, err)
+				again, err := peer.Submit(ctx, strings.TrimPrefix(id, "alice::"), func(context.Context, *Task) (any, error) { return nil, nil }, alice)
+				require.NoError(t, err)
+				require.NotEqual(t, sub.RunID, again.RunID)
+				time.Sleep(2 * time.Second) // a sync pass
+				synctest.Wait()
+				g.open()
+				synctest.Wait()
+				ends := rec.endsOf(sub.RunID)
+				if assert.Len(t, ends, 1, "events of the task: %v", rec.kinds(id)) {
+					assert.Equal(t, StatusCancelled, ends[0].Status)
+					assert.Equal(t, CauseSuperseded, ends[0].Cause)
+					assert.Equal(t, queued, ends[0].StartedAt.IsZero(), "started: %v", ends[0].StartedAt)
+				}
+			})
+		})
+	}
+}

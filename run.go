@@ -389,7 +389,11 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 		}
 	}
 	if fenced {
-		rt.reportEndFound(op, t)
+		started := st.StartedAt
+		if op == opStart {
+			started = time.Time{} // the start did not land
+		}
+		rt.reportEndFound(op, t, started)
 	}
 	return false
 }
@@ -402,8 +406,10 @@ func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error
 // turn, and which nothing else here would report. After Shutdown it
 // reads only for a run's own outcome, and only for observers, who may
 // hold something open for the run (a span): a run Shutdown left
-// executing, recovered elsewhere since, ends for them too.
-func (rt *Runtime[S]) reportEndFound(op runOp, t *Task) {
+// executing, recovered elsewhere since, ends for them too, as does one
+// whose record moved on to another run meanwhile (see reportMoved).
+// started is when the run started, or zero if it did not.
+func (rt *Runtime[S]) reportEndFound(op runOp, t *Task, started time.Time) {
 	if t.has(runEndSeen) {
 		return
 	}
@@ -414,7 +420,7 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task) {
 	if end, ok := endOf(t, &rec); err == nil && ok {
 		rt.reportEnd(t, end)
 	} else if errors.Is(err, ErrNotFound) || err == nil && rec.RunID != t.RunID() {
-		rt.reportMoved(t)
+		rt.reportMoved(t, started)
 	}
 }
 
