@@ -22,13 +22,19 @@
 // FAILED run sets the span's status to Error. The callback's ctx carries
 // the span, so spans it starts are its children.
 //
-// Attributes: workers.queue ("default" for the async path),
-// workers.run.id, workers.task.status, workers.task.cause and
+// Attributes: workers.queue (the queue's name, "default" for the async
+// path), workers.run.id, workers.task.status, workers.task.cause and
 // workers.task.attempt. Task ids hold user ids ("alice::report"), so
 // neither the task id nor its owner is recorded unless WithTaskIDs asks
 // for them.
 //
 // # Metrics
+//
+// Metrics say "by queue" with the attribute workers.queue, whose value is
+// "default" for the async path and "sequential" for every sequential
+// queue, unless WithQueueLabel names them: queues are often made per
+// tenant or per entity, and a name per queue would grow every metric by
+// a series per queue ever used.
 //
 //   - workers.tasks.submitted, workers.tasks.started: counters, by queue.
 //   - workers.tasks.finished: counter, by queue, status and cause.
@@ -37,7 +43,11 @@
 //   - workers.task.queue_wait: histogram (seconds) from submission to
 //     start, by queue.
 //   - workers.tasks.running, workers.tasks.waiting: up-down counters of
-//     this runtime's runs executing now and waiting to start, by queue.
+//     this runtime's runs started and not yet ended, and waiting to
+//     start, by queue. A run ends when its terminal record lands: a
+//     callback that outlives its run's end (one that ignores the
+//     cancellation of a timeout, say) is no longer counted, though it
+//     may still hold a slot under workers.Limits (see Runtime.Stats).
 //
 // Each run is measured by the runtime that executes it, so that the sum
 // over the replicas of a store counts each run once. A run another
@@ -69,6 +79,7 @@ type config struct {
 	tp      trace.TracerProvider
 	mp      metric.MeterProvider
 	withIDs bool
+	label   func(queue string) string
 }
 
 // WithTracerProvider sets the tracer provider. Defaults to
@@ -85,12 +96,32 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) 
 // metrics, whose cardinality they would explode.
 func WithTaskIDs() Option { return func(c *config) { c.withIDs = true } }
 
+// WithQueueLabel sets the value of the workers.queue attribute of the
+// metrics: label is called with a sequential queue's name, or with
+// workers.DefaultQueue for the async path, and should map the queues to
+// a small fixed set of values, such as the name of each queue of a fixed
+// list and "other" for the rest. Without it, metrics say "default" for
+// the async path and "sequential" for every sequential queue. Spans
+// carry the queue's name either way.
+func WithQueueLabel(label func(queue string) string) Option {
+	return func(c *config) { c.label = label }
+}
+
+// queueKind is the default queue label of the metrics.
+func queueKind(queue string) string {
+	if queue == workers.DefaultQueue {
+		return workers.DefaultQueue
+	}
+	return "sequential"
+}
+
 // Instrumentation holds the tracer, the instruments and the spans of the
 // runs in flight. Build one with New and give its Observer and Middleware
 // to one Runtime's Config.
 type Instrumentation struct {
 	tracer  trace.Tracer
 	withIDs bool
+	label   func(queue string) string
 
 	submitted, started, finished metric.Int64Counter
 	duration, wait               metric.Float64Histogram
@@ -104,7 +135,6 @@ type Instrumentation struct {
 // and its end.
 type run struct {
 	span    trace.Span
-	queue   attribute.KeyValue
 	waiting bool // counted in workers.tasks.waiting
 	running bool // counted in workers.tasks.running
 }
@@ -121,8 +151,11 @@ func New(opts ...Option) (*Instrumentation, error) {
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
 	}
+	if c.label == nil {
+		c.label = queueKind
+	}
 	m := c.mp.Meter(ScopeName)
-	i := &Instrumentation{tracer: c.tp.Tracer(ScopeName), withIDs: c.withIDs, runs: make(map[string]*run)}
+	i := &Instrumentation{tracer: c.tp.Tracer(ScopeName), withIDs: c.withIDs, label: c.label, runs: make(map[string]*run)}
 	var err error
 	mk := func(f func() error) {
 		if err == nil {
@@ -150,7 +183,7 @@ func New(opts ...Option) (*Instrumentation, error) {
 		return
 	})
 	mk(func() (e error) {
-		i.running, e = m.Int64UpDownCounter("workers.tasks.running", metric.WithDescription("Runs executing now."), metric.WithUnit("{run}"))
+		i.running, e = m.Int64UpDownCounter("workers.tasks.running", metric.WithDescription("Runs started and not yet ended."), metric.WithUnit("{run}"))
 		return
 	})
 	mk(func() (e error) {
@@ -185,20 +218,22 @@ func (i *Instrumentation) Middleware() workers.Middleware {
 	}
 }
 
-func queueOf(e *workers.Event) attribute.KeyValue {
-	q := e.Queue
-	if q == "" {
-		q = workers.DefaultQueue
+// queueOf returns the name of e's queue, workers.DefaultQueue for the
+// async path.
+func queueOf(e *workers.Event) string {
+	if e.Queue == "" {
+		return workers.DefaultQueue
 	}
-	return attribute.String("workers.queue", q)
+	return e.Queue
 }
 
 func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
-	q := queueOf(&e)
+	name := queueOf(&e)
+	q := attribute.String("workers.queue", i.label(name))
 	qset := metric.WithAttributes(q)
 	switch e.Kind {
 	case workers.EventSubmitted:
-		attrs := []attribute.KeyValue{q, attribute.String("workers.run.id", e.RunID)}
+		attrs := []attribute.KeyValue{attribute.String("workers.queue", name), attribute.String("workers.run.id", e.RunID)}
 		if i.withIDs {
 			attrs = append(attrs, attribute.String("workers.task.id", e.TaskID))
 			if o, ok := workers.OwnerOf(e.TaskID); ok {
@@ -208,7 +243,7 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		_, span := i.tracer.Start(ctx, "workers.run", trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithTimestamp(e.CreatedAt), trace.WithAttributes(attrs...))
 		i.mu.Lock()
-		i.runs[e.RunID] = &run{span: span, queue: q, waiting: true}
+		i.runs[e.RunID] = &run{span: span, waiting: true}
 		i.mu.Unlock()
 		i.submitted.Add(ctx, 1, qset)
 		i.waiting.Add(ctx, 1, qset)
@@ -250,8 +285,15 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		}
 
 	case workers.EventFinished, workers.EventRecovered:
-		if e.Kind == workers.EventFinished && e.Task == nil {
-			return // another process's run, which that process measures
+		i.mu.Lock()
+		r := i.runs[e.RunID]
+		delete(i.runs, e.RunID)
+		i.mu.Unlock()
+		if e.Kind == workers.EventFinished && e.Task == nil && r == nil {
+			// Another process's run, which that process measures. (A run
+			// of this runtime's whose handle Runtime.Reset forgot is
+			// reported without its Task too: its span is here.)
+			return
 		}
 		status := attribute.String("workers.task.status", string(e.Status))
 		cause := attribute.String("workers.task.cause", string(e.Cause))
@@ -259,10 +301,6 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		if !e.StartedAt.IsZero() {
 			i.duration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(q, status))
 		}
-		i.mu.Lock()
-		r := i.runs[e.RunID]
-		delete(i.runs, e.RunID)
-		i.mu.Unlock()
 		if r == nil {
 			return
 		}

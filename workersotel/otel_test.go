@@ -3,6 +3,7 @@ package workersotel_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"testing"
 	"time"
 
@@ -385,4 +386,133 @@ func TestARunCancelledAsItIsSubmittedEndsItsSpan(t *testing.T) {
 	if sums["workers.tasks.waiting"] != 0 || sums["workers.tasks.running"] != 0 || sums["workers.tasks.finished"] != 1 {
 		t.Errorf("waiting %d, running %d, finished %d; want 0, 0, 1", sums["workers.tasks.waiting"], sums["workers.tasks.running"], sums["workers.tasks.finished"])
 	}
+}
+
+// metricQueues returns the values of workers.queue on every metric's
+// data points.
+func (f *fixture) metricQueues(t *testing.T) map[string]bool {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	queues := map[string]bool{}
+	add := func(set attribute.Set) {
+		v, _ := set.Value("workers.queue")
+		queues[v.AsString()] = true
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					add(p.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					add(p.Attributes)
+				}
+			}
+		}
+	}
+	return queues
+}
+
+// Queues made per tenant add no series to the metrics: they say
+// "sequential" of every sequential queue, while each run's span names its
+// queue. WithQueueLabel names the queues a service wants apart.
+func TestMetricsDoNotGrowWithTheQueues(t *testing.T) {
+	run := func(f *fixture) {
+		t.Helper()
+		fn := func(context.Context, *workers.Task) (any, error) { return nil, nil }
+		for _, q := range []string{"emails", "tenant-1", "tenant-2", "tenant-3"} {
+			sub, err := f.rt.SubmitSequential(context.Background(), q, "k", fn, workers.MustOwner("alice"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.wait(t, sub.ID)
+			if got := attrOf(f.span(t, sub.RunID).Attributes(), "workers.queue"); got != q {
+				t.Errorf("span of a run of queue %q says workers.queue %q", q, got)
+			}
+		}
+		sub, err := f.rt.Submit(context.Background(), "k", fn, workers.MustOwner("alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.wait(t, sub.ID)
+		f.span(t, sub.RunID)
+	}
+
+	f := setup(t)
+	run(f)
+	if got, want := f.metricQueues(t), map[string]bool{"default": true, "sequential": true}; !maps.Equal(got, want) {
+		t.Errorf("workers.queue on metrics: %v, want %v", got, want)
+	}
+
+	f = setup(t, workersotel.WithQueueLabel(func(q string) string {
+		if q == "emails" || q == workers.DefaultQueue {
+			return q
+		}
+		return "other"
+	}))
+	run(f)
+	if got, want := f.metricQueues(t), map[string]bool{"default": true, "emails": true, "other": true}; !maps.Equal(got, want) {
+		t.Errorf("workers.queue on metrics with WithQueueLabel: %v, want %v", got, want)
+	}
+}
+
+// noClearing is a MemStore seen as a durable store: Runtime.Reset keeps
+// its records.
+type noClearing struct{ workers.Store }
+
+// A run whose handle Runtime.Reset forgot, then cancelled through the same
+// runtime, is reported without its Task; its span, opened here, ends, and
+// the gauges let go of it.
+func TestARunForgottenByResetThenCancelledEndsItsSpan(t *testing.T) {
+	spans, reader := tracetest.NewSpanRecorder(), sdkmetric.NewManualReader()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	inst, err := workersotel.New(workersotel.WithTracerProvider(tp), workersotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := workers.NewRuntime(noClearing{workers.NewMemStore()}, workers.Config{Observers: []workers.Observer{inst.Observer()}})
+	started, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	sub, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+		defer close(returned)
+		close(started)
+		<-release // ignores its context
+		return nil, nil
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := rt.Reset(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Cancel(context.Background(), sub.ID, workers.MustOwner("alice")); err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	for _, s := range spans.Ended() {
+		ended = ended || attrOf(s.Attributes(), "workers.run.id") == sub.RunID
+	}
+	if !ended {
+		t.Error("the run's span is still open after its cancel landed")
+	}
+	f := &fixture{reader: reader}
+	sums, _ := f.metrics(t)
+	if sums["workers.tasks.running"] != 0 || sums["workers.tasks.finished"] != 1 {
+		t.Errorf("running %d, finished %d; want 0 and 1", sums["workers.tasks.running"], sums["workers.tasks.finished"])
+	}
+	close(release)
+	<-returned
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rt.Shutdown(ctx); err != nil {
+		t.Error(err)
+	}
+	_ = tp.Shutdown(ctx)
+	_ = mp.Shutdown(ctx)
 }
