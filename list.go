@@ -41,8 +41,13 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 // Tasks deleted meanwhile never break the walk. Tasks are ordered by
 // their current run's creation, so a task submitted meanwhile, or re-run
 // (a new run of its key), takes its new run's place: newest first, behind
-// the walk, where it is not listed; oldest first, ahead of it, where it
-// is, a re-run key then a second time. Each page costs one store query:
+// the walk, where it is not listed; oldest first, usually ahead of it,
+// where it is, a re-run key then a second time. A walk is no feed of new
+// tasks, though: a run's creation time is read before its record is
+// written, on the clock of the process that submits it, so a submission
+// still in flight as a page is read, or made by a process whose clock
+// runs behind, may land behind the cursor and be missed. Subscribe
+// follows new tasks. Each page costs one store query:
 // unfiltered, in proportion to the page, whatever the user's history; with
 // WithStatus or WithQueue, in proportion to the user's tasks it passes
 // over, which MemStore reads under its lock. Errors: ErrNoAuthority,
