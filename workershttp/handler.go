@@ -101,12 +101,13 @@ func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbea
 
 // WithWriteTimeout bounds each write of an event stream (an event or a
 // heartbeat): a client that has not taken it in d, having stopped reading
-// with its connection open, is cut off, and its stream ends. It replaces
-// the server's WriteTimeout for the streams, which would otherwise end
-// every stream at that age. Defaults to 30s; zero or less sets no bound.
-// Behind a middleware's ResponseWriter that cannot set a write deadline
-// (one without an Unwrap method), streams go unbounded, and the handler
-// logs so once.
+// with its connection open, is cut off, and its stream ends. The time
+// between writes is not bounded, over HTTP/2 as over HTTP/1: a stream
+// with nothing to send stays open. It replaces the server's WriteTimeout
+// for the streams, which would otherwise end every stream at that age.
+// Defaults to 30s; zero or less sets no bound. Behind a middleware's
+// ResponseWriter that cannot set a write deadline (one without an Unwrap
+// method), streams go unbounded, and the handler logs so once.
 func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writes = d } }
 
 // WithLogger sets where unexpected (5xx) errors are logged. Defaults to

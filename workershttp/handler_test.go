@@ -54,11 +54,13 @@ func newFixture(t *testing.T, opts ...workershttp.Option) *fixture {
 	return &fixture{rt: rt, srv: srv}
 }
 
-// start starts srv, which serves rt, and when t ends closes it and shuts
-// rt down.
+// start starts srv, which serves rt, unless it was started already (as
+// StartTLS does), and when t ends closes it and shuts rt down.
 func start[S workers.Store](t *testing.T, rt *workers.Runtime[S], srv *httptest.Server) *httptest.Server {
 	t.Helper()
-	srv.Start()
+	if srv.URL == "" {
+		srv.Start()
+	}
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()

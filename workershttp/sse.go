@@ -48,6 +48,22 @@ func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan it
 // itself. With a nil first, the stream opens at once.
 func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(context.Context) iter.Seq2[workers.Snapshot, error], first func(item) bool) {
 	rc := http.NewResponseController(w)
+	// Each write gets its own deadline, so that a client that stopped
+	// reading cannot hold the handler in a write for good, nor the
+	// server's WriteTimeout end a stream that is merely old. The deadline
+	// is cleared once the write is flushed: over HTTP/2 it is a timer that
+	// resets the stream when it fires, written to or not, and would cut a
+	// stream that has nothing to send.
+	deadline := func() {
+		if h.cfg.writes > 0 {
+			rc.SetWriteDeadline(time.Now().Add(h.cfg.writes))
+		}
+	}
+	written := func() {
+		if h.cfg.writes > 0 {
+			rc.SetWriteDeadline(time.Time{})
+		}
+	}
 	// open sends the stream's headers, and reports false, logged, if the
 	// ResponseWriter cannot flush: no event would reach the client before
 	// the stream ended.
@@ -56,29 +72,19 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		hd.Set("Content-Type", "text/event-stream")
 		hd.Set("Cache-Control", "no-store, no-transform") // no compressing proxy buffers it
 		hd.Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
-		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
-			h.cfg.logger.Error("workershttp: event stream not served: its ResponseWriter cannot flush (a middleware's writer that neither implements http.Flusher nor has an Unwrap method)", "method", r.Method, "path", r.URL.Path)
-			return false
-		}
 		if h.cfg.writes > 0 && errors.Is(rc.SetWriteDeadline(time.Now().Add(h.cfg.writes)), http.ErrNotSupported) {
 			// The stream works, unbounded: say so once.
 			h.unbounded.Do(func() {
 				h.cfg.logger.Error("workershttp: event streams served without their write timeout: their ResponseWriter cannot set a write deadline (a middleware's writer without an Unwrap method), so a client that stops reading holds its stream until its connection ends", "method", r.Method, "path", r.URL.Path)
 			})
 		}
-		return true
-	}
-	// Each write gets its own deadline, so that a client that stopped
-	// reading cannot hold the handler in a write for good, nor the
-	// server's WriteTimeout end a stream that is merely old.
-	deadline := func() {
-		if h.cfg.writes > 0 {
-			rc.SetWriteDeadline(time.Now().Add(h.cfg.writes))
+		w.WriteHeader(http.StatusOK)
+		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
+			h.cfg.logger.Error("workershttp: event stream not served: its ResponseWriter cannot flush (a middleware's writer that neither implements http.Flusher nor has an Unwrap method)", "method", r.Method, "path", r.URL.Path)
+			return false
 		}
-	}
-	if h.cfg.writes > 0 {
-		defer rc.SetWriteDeadline(time.Time{})
+		written()
+		return true
 	}
 	if first == nil && r.Method == http.MethodHead {
 		// Nothing of the stream decides the answer: the route asked
@@ -168,6 +174,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			if err := rc.Flush(); err != nil {
 				return
 			}
+			written()
 		}
 		send = true
 		select {
@@ -185,6 +192,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			if err := rc.Flush(); err != nil {
 				return
 			}
+			written()
 		case <-ctx.Done():
 			return
 		}

@@ -587,3 +587,41 @@ func TestAllEventsSaysGoneOfATaskItCannotFollowToItsEnd(t *testing.T) {
 		require.Equal(t, "task", ev.event)
 	}
 }
+
+// Over HTTP/2 a write deadline is a timer on the stream, which resets the
+// stream when it fires, whether a write is under way or not: each write
+// of an event stream is bounded by WithWriteTimeout, and the time between
+// writes is not, so a stream with nothing to send lives on.
+func TestAnIdleHTTP2StreamOutlivesTheWriteTimeout(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	srv := httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader,
+		workershttp.WithHeartbeat(0), workershttp.WithWriteTimeout(100*time.Millisecond)))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	f := &fixture{rt: rt, srv: start(t, rt, srv)}
+	release := make(chan struct{})
+	defer close(release)
+	sub, err := rt.Submit(context.Background(), "job", blocker(release), alice)
+	require.NoError(t, err)
+
+	paths := []string{"/events", "/tasks/" + url.PathEscape(sub.ID) + "/events"}
+	streams := make([]chan sseEvent, len(paths))
+	for i, path := range paths {
+		res, events, _ := openSSE(t, f, path, "alice", "")
+		require.Equal(t, http.StatusOK, res.StatusCode, path)
+		require.Equal(t, 2, res.ProtoMajor, "%s is served over HTTP/2", path)
+		streams[i] = events
+	}
+	end := time.Now().Add(500 * time.Millisecond) // five write timeouts
+	for i, events := range streams {
+		idle := time.After(time.Until(end))
+		for open := true; open; {
+			select {
+			case _, ok := <-events:
+				require.True(t, ok, "%s: the idle stream was cut", paths[i])
+			case <-idle:
+				open = false
+			}
+		}
+	}
+}
