@@ -105,9 +105,10 @@ func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbea
 // between writes is not bounded, over HTTP/2 as over HTTP/1: a stream
 // with nothing to send stays open. It replaces the server's WriteTimeout
 // for the streams, which would otherwise end every stream at that age.
-// Defaults to 30s; zero or less sets no bound. Behind a middleware's
-// ResponseWriter that cannot set a write deadline (one without an Unwrap
-// method), streams go unbounded, and the handler logs so once.
+// Defaults to 30s; zero or less sets no bound, the server's WriteTimeout
+// included. Behind a middleware's ResponseWriter that cannot set a write
+// deadline (one without an Unwrap method), streams go unbounded, or with
+// zero keep the server's WriteTimeout, and the handler logs so once.
 func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writes = d } }
 
 // WithLogger sets where unexpected (5xx) errors are logged. Defaults to
@@ -217,7 +218,7 @@ type handler struct {
 	rt        runtime
 	auth      func(*http.Request) (workers.TaskAuthority, error)
 	cfg       config
-	unbounded sync.Once // logs that streams are served without their write timeout
+	unbounded sync.Once // logs that streams cannot set their write deadline
 }
 
 // authed authenticates the request before f.

@@ -72,11 +72,26 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		hd.Set("Content-Type", "text/event-stream")
 		hd.Set("Cache-Control", "no-store, no-transform") // no compressing proxy buffers it
 		hd.Set("X-Accel-Buffering", "no")
-		if h.cfg.writes > 0 && errors.Is(rc.SetWriteDeadline(time.Now().Add(h.cfg.writes)), http.ErrNotSupported) {
-			// The stream works, unbounded: say so once.
-			h.unbounded.Do(func() {
-				h.cfg.logger.Error("workershttp: event streams served without their write timeout: their ResponseWriter cannot set a write deadline (a middleware's writer without an Unwrap method), so a client that stops reading holds its stream until its connection ends", "method", r.Method, "path", r.URL.Path)
-			})
+		// The stream's own bound, or none, replaces the server's
+		// WriteTimeout, which net/http set when it read the request.
+		var bound time.Time
+		if h.cfg.writes > 0 {
+			bound = time.Now().Add(h.cfg.writes)
+		}
+		if errors.Is(rc.SetWriteDeadline(bound), http.ErrNotSupported) {
+			// The stream works, with the server's bound or none: say so
+			// once.
+			srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+			switch {
+			case h.cfg.writes > 0:
+				h.unbounded.Do(func() {
+					h.cfg.logger.Error("workershttp: event streams served without their write timeout: their ResponseWriter cannot set a write deadline (a middleware's writer without an Unwrap method), so a client that stops reading holds its stream until its connection ends", "method", r.Method, "path", r.URL.Path)
+				})
+			case srv == nil || srv.WriteTimeout > 0:
+				h.unbounded.Do(func() {
+					h.cfg.logger.Error("workershttp: event streams end at the server's WriteTimeout: their ResponseWriter cannot clear its write deadline (a middleware's writer without an Unwrap method)", "method", r.Method, "path", r.URL.Path)
+				})
+			}
 		}
 		w.WriteHeader(http.StatusOK)
 		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {

@@ -460,37 +460,49 @@ type flushOnly struct{ http.ResponseWriter }
 func (f flushOnly) Flush() { f.ResponseWriter.(http.Flusher).Flush() }
 
 // Behind a writer that cannot set a write deadline, streams are served,
-// and the log says once that they go without their write timeout.
+// and the log says once what they go without: their write timeout, or,
+// with WithWriteTimeout(0), a way around the server's WriteTimeout.
 func TestEventStreamsBehindAWriterWithoutDeadlinesAreServedAndLoggedOnce(t *testing.T) {
-	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	var mu sync.Mutex
-	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
-	h := workershttp.Handler(rt, authByHeader, workershttp.WithLogger(logger), workershttp.WithHeartbeat(0))
-	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(flushOnly{w}, r)
-	})))
-	f := &fixture{rt: rt, srv: srv}
-	var streams []chan sseEvent
-	for range 2 {
-		res, events, _ := openSSE(t, f, "/events", "alice", "")
-		require.Equal(t, http.StatusOK, res.StatusCode)
-		streams = append(streams, events)
-	}
-	sub, err := rt.Submit(context.Background(), "job", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
-	require.NoError(t, err)
-	for _, events := range streams {
-		for {
-			_, tk, ok := next(t, events)
-			require.True(t, ok, "the stream ended")
-			if tk.ID == sub.ID && tk.Status.Terminal() {
-				break
+	for name, c := range map[string]struct {
+		opts   []workershttp.Option
+		logged string
+	}{
+		"write timeout": {nil, "without their write timeout"},
+		"none":          {[]workershttp.Option{workershttp.WithWriteTimeout(0)}, "end at the server's WriteTimeout"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+			var mu sync.Mutex
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+			h := workershttp.Handler(rt, authByHeader, append([]workershttp.Option{workershttp.WithLogger(logger), workershttp.WithHeartbeat(0)}, c.opts...)...)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.ServeHTTP(flushOnly{w}, r)
+			}))
+			srv.Config.WriteTimeout = time.Minute
+			f := &fixture{rt: rt, srv: start(t, rt, srv)}
+			var streams []chan sseEvent
+			for range 2 {
+				res, events, _ := openSSE(t, f, "/events", "alice", "")
+				require.Equal(t, http.StatusOK, res.StatusCode)
+				streams = append(streams, events)
 			}
-		}
+			sub, err := rt.Submit(context.Background(), "job", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+			require.NoError(t, err)
+			for _, events := range streams {
+				for {
+					_, tk, ok := next(t, events)
+					require.True(t, ok, "the stream ended")
+					if tk.ID == sub.ID && tk.Status.Terminal() {
+						break
+					}
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Equal(t, 1, strings.Count(logs.String(), c.logged), logs.String())
+		})
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, 1, strings.Count(logs.String(), "without their write timeout"), logs.String())
 }
 
 // A runtime's Shutdown, a deploy's expected end, ends the open streams
@@ -623,5 +635,38 @@ func TestAnIdleHTTP2StreamOutlivesTheWriteTimeout(t *testing.T) {
 				open = false
 			}
 		}
+	}
+}
+
+// WithWriteTimeout(0) sets no bound: the server's WriteTimeout, which
+// net/http sets when it has read the request, does not end a stream at
+// that age either, over HTTP/1 or HTTP/2.
+func TestStreamsWithoutAWriteTimeoutOutliveTheServersWriteTimeout(t *testing.T) {
+	for _, proto := range []int{1, 2} {
+		t.Run(fmt.Sprintf("HTTP%d", proto), func(t *testing.T) {
+			t.Parallel()
+			rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+			srv := httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader,
+				workershttp.WithHeartbeat(20*time.Millisecond), workershttp.WithWriteTimeout(0)))
+			srv.Config.WriteTimeout = 100 * time.Millisecond
+			if proto == 2 {
+				srv.EnableHTTP2 = true
+				srv.StartTLS()
+			}
+			f := &fixture{rt: rt, srv: start(t, rt, srv)}
+			res, events, comments := openSSE(t, f, "/events", "alice", "")
+			require.Equal(t, http.StatusOK, res.StatusCode)
+			require.Equal(t, proto, res.ProtoMajor)
+			idle := time.After(500 * time.Millisecond) // five of the server's WriteTimeout
+			for {
+				select {
+				case _, ok := <-events:
+					require.True(t, ok, "the stream was cut at the server's WriteTimeout")
+				case <-comments:
+				case <-idle:
+					return
+				}
+			}
+		})
 	}
 }
