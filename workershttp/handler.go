@@ -121,7 +121,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // its deadline: register the cancel of ctx with the server's
 // RegisterOnShutdown, and the streams end as the server shuts down.
 // Clients reconnect (an EventSource does) to whichever server serves
-// them next.
+// them next. A stream asked for once ctx has ended is refused 503 (code
+// "closed"), as on a runtime shut down.
 func WithStreamContext(ctx context.Context) Option { return func(c *config) { c.streams = ctx } }
 
 // WithCrossOriginProtection replaces the default protection of the POST

@@ -101,6 +101,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		written()
 		return true
 	}
+	if h.streamsEnded() {
+		// The server is shutting down: the stream would end before its
+		// first event. It is refused as on a runtime shut down.
+		WriteError(w, workers.ErrClosed)
+		return
+	}
 	if first == nil && r.Method == http.MethodHead {
 		// Nothing of the stream decides the answer: the route asked
 		// already. A HEAD response has no body, and a stream would never
@@ -129,9 +135,14 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		select {
 		case it, ok = <-ch:
 		case <-ctx.Done():
-			return
 		}
-		if !ok {
+		if !ok || ctx.Err() != nil || h.streamsEnded() {
+			// The stream ended before its first item (ch closes only
+			// then): its client went, or the stream context ended, which
+			// is answered as at the start, never with an empty 200.
+			if r.Context().Err() == nil {
+				WriteError(w, workers.ErrClosed)
+			}
 			return
 		}
 		if it.err != nil {
@@ -212,6 +223,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			return
 		}
 	}
+}
+
+// streamsEnded reports whether the context given to WithStreamContext
+// has ended.
+func (h *handler) streamsEnded() bool {
+	return h.cfg.streams != nil && h.cfg.streams.Err() != nil
 }
 
 // splitEventID splits an event's id, a run id, "/" and a number, into

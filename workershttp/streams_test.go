@@ -670,3 +670,82 @@ func TestStreamsWithoutAWriteTimeoutOutliveTheServersWriteTimeout(t *testing.T) 
 		})
 	}
 }
+
+// An event stream asked for once the stream context has ended (the
+// server is shutting down, and its RegisterOnShutdown ended the streams)
+// is refused 503, as on a runtime shut down, on both routes and whatever
+// the store answers first: never a 200 that is no event stream, on which
+// an EventSource gives up.
+func TestEventStreamsAskedForAfterTheStreamContextEndedAre503(t *testing.T) {
+	streams, endStreams := context.WithCancel(context.Background())
+	f := newFixture(t, workershttp.WithStreamContext(streams))
+	release := make(chan struct{})
+	defer close(release)
+	sub, err := f.rt.Submit(context.Background(), "job", blocker(release), alice)
+	require.NoError(t, err)
+	endStreams()
+	for range 50 {
+		for _, path := range []string{"/tasks/" + url.PathEscape(sub.ID) + "/events", "/events"} {
+			for _, method := range []string{"GET", "HEAD"} {
+				res, body := f.do(t, method, path, "alice", nil)
+				require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "%s %s: Content-Type %q, body %q", method, path, res.Header.Get("Content-Type"), body)
+				require.Equal(t, "application/json", res.Header.Get("Content-Type"), "%s %s", method, path)
+			}
+		}
+	}
+}
+
+// heldKey marks a request whose task reads heldReadsOfRequests holds.
+type heldKey struct{}
+
+// heldReadsOfRequests is a MemStore whose reads of a task for a marked
+// request say so on reading, then wait for their context to end, as a
+// database read cut off does.
+type heldReadsOfRequests struct {
+	*workers.MemStore
+	reading chan struct{}
+}
+
+func (s heldReadsOfRequests) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	if ctx.Value(heldKey{}) == nil {
+		return s.MemStore.GetTask(ctx, id)
+	}
+	s.reading <- struct{}{}
+	<-ctx.Done()
+	return workers.Record{}, ctx.Err()
+}
+
+// A task's event stream whose stream context ends while it reads the
+// task's first snapshot is refused 503, as one asked for after it ended.
+func TestATaskStreamWhoseStreamContextEndsBeforeItsFirstEventIs503(t *testing.T) {
+	s := heldReadsOfRequests{MemStore: workers.NewMemStore(), reading: make(chan struct{})}
+	rt := workers.NewRuntime(s, workers.Config{})
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	h := workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0), workershttp.WithStreamContext(streams))
+	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), heldKey{}, true)))
+	})))
+	release := make(chan struct{})
+	defer close(release)
+	sub, err := rt.Submit(context.Background(), "job", blocker(release), alice)
+	require.NoError(t, err)
+
+	type answer struct {
+		res  *http.Response
+		body []byte
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, body := get(t, srv.URL+"/tasks/"+url.PathEscape(sub.ID)+"/events", map[string]string{"X-User": "alice"})
+		answered <- answer{res, body}
+	}()
+	select {
+	case <-s.reading:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not read its task")
+	}
+	endStreams()
+	a := <-answered
+	assert.Equal(t, http.StatusServiceUnavailable, a.res.StatusCode, "Content-Type %q, body %q", a.res.Header.Get("Content-Type"), a.body)
+}
