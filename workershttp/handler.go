@@ -41,7 +41,9 @@
 //
 // On both routes a comment line is sent as a heartbeat while nothing
 // changes, and a stream that the runtime's Shutdown ends is not logged
-// as an error.
+// as an error. Behind a middleware's ResponseWriter that cannot flush
+// (neither an http.Flusher nor one with an Unwrap method), no event
+// would reach the client: both routes answer 500, and log why.
 //
 // GET /events begins with the caller's live tasks, then carries their
 // changes and those of every task after. Its subscription starts before

@@ -64,10 +64,8 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			rc.SetWriteDeadline(time.Time{})
 		}
 	}
-	// open sends the stream's headers, and reports false, logged, if the
-	// ResponseWriter cannot flush: no event would reach the client before
-	// the stream ended.
-	open := func() bool {
+	// open sends the stream's headers.
+	open := func() {
 		hd := w.Header()
 		hd.Set("Content-Type", "text/event-stream")
 		hd.Set("Cache-Control", "no-store, no-transform") // no compressing proxy buffers it
@@ -94,12 +92,14 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			}
 		}
 		w.WriteHeader(http.StatusOK)
-		if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
-			h.cfg.logger.Error("workershttp: event stream not served: its ResponseWriter cannot flush (a middleware's writer that neither implements http.Flusher nor has an Unwrap method)", "method", r.Method, "path", r.URL.Path)
-			return false
-		}
+		rc.Flush()
 		written()
-		return true
+	}
+	if !canFlush(w) {
+		// No event would reach the client before the stream ended. A
+		// 500, unlike a stream that ends empty, is not reconnected to.
+		h.fail(w, r, errCannotFlush)
+		return
 	}
 	if h.streamsEnded() {
 		// The server is shutting down: the stream would end before its
@@ -127,9 +127,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 	var it item
 	send := false
 	if first == nil {
-		if !open() {
-			return
-		}
+		open()
 	} else {
 		var ok bool
 		select {
@@ -149,9 +147,10 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			h.fail(w, r, it.err)
 			return
 		}
-		if !first(it) || !open() {
+		if !first(it) {
 			return
 		}
+		open()
 		send = true
 	}
 	if r.Method == http.MethodHead {
@@ -221,6 +220,26 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 			written()
 		case <-ctx.Done():
 			return
+		}
+	}
+}
+
+// errCannotFlush is the failure of an event stream whose ResponseWriter
+// cannot flush.
+var errCannotFlush = errors.New("workershttp: event stream not served: its ResponseWriter cannot flush (a middleware's writer that neither implements http.Flusher nor has an Unwrap method)")
+
+// canFlush reports whether w can flush, as http.ResponseController finds
+// a Flush method (in w, or in what it unwraps to), without flushing,
+// which would send the response's headers.
+func canFlush(w http.ResponseWriter) bool {
+	for {
+		switch t := w.(type) {
+		case interface{ FlushError() error }, http.Flusher:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return false
 		}
 	}
 }

@@ -249,8 +249,10 @@ func TestEventStreamCutsOffAClientThatStopsReading(t *testing.T) {
 type noFlush struct{ http.ResponseWriter }
 
 // Behind a middleware whose writer cannot flush, no event would reach
-// the client: the stream ends at once, and says why in the log.
-func TestEventStreamBehindAWriterThatCannotFlushEndsAndIsLogged(t *testing.T) {
+// the client: both event routes answer 500, which an EventSource does not
+// reconnect to, rather than the headers of a stream that ends empty, and
+// the log says why.
+func TestEventStreamBehindAWriterThatCannotFlushIsAServerErrorAndLogged(t *testing.T) {
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
 	var mu sync.Mutex
 	var logs bytes.Buffer
@@ -259,19 +261,20 @@ func TestEventStreamBehindAWriterThatCannotFlushEndsAndIsLogged(t *testing.T) {
 	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(noFlush{w}, r)
 	})))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/events", nil)
+	release := make(chan struct{})
+	defer close(release)
+	sub, err := rt.Submit(context.Background(), "job", blocker(release), alice)
 	require.NoError(t, err)
-	req.Header.Set("X-User", "alice")
-	res, err := srv.Client().Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	_, err = io.ReadAll(res.Body)
-	require.NoError(t, err, "the stream ends")
+	f := &fixture{srv: srv}
+	for _, path := range []string{"/events", "/tasks/" + url.PathEscape(sub.ID) + "/events"} {
+		for _, method := range []string{"GET", "HEAD"} {
+			res, body := f.do(t, method, path, "alice", nil)
+			assert.Equal(t, http.StatusInternalServerError, res.StatusCode, "%s %s: Content-Type %q, body %q", method, path, res.Header.Get("Content-Type"), body)
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Contains(t, logs.String(), "cannot flush")
+	assert.Equal(t, 4, strings.Count(logs.String(), "cannot flush"), logs.String())
 }
 
 // GET /events is refused with the status of what refuses the
