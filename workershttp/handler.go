@@ -93,7 +93,8 @@ type config struct {
 
 // WithDashboard serves the live dashboard at the handler's root: one
 // page listing the caller's tasks with live progress and a cancel
-// button, embedded in the binary, with no external assets.
+// button, embedded in the binary, with no external assets. Only pages of
+// its own origin may frame it.
 func WithDashboard() Option { return func(c *config) { c.dashboard = true } }
 
 // WithHeartbeat sets how often an idle event stream sends a comment line

@@ -453,6 +453,16 @@ func TestDashboardIsOptIn(t *testing.T) {
 	assert.Contains(t, res.Header.Get("Content-Type"), "text/html")
 }
 
+// The dashboard's Cancel buttons act for whoever the browser signs in:
+// no other site may frame the page and lay its own page over them.
+func TestDashboardRefusesToBeFramedByOtherSites(t *testing.T) {
+	f := newFixture(t, workershttp.WithDashboard())
+	res, _ := f.do(t, "GET", "/", "alice", nil)
+	require.Equal(t, 200, res.StatusCode)
+	assert.Contains(t, res.Header.Get("Content-Security-Policy"), "frame-ancestors 'self'")
+	assert.Equal(t, "SAMEORIGIN", res.Header.Get("X-Frame-Options"), "for browsers without frame-ancestors")
+}
+
 func TestWriteSubmission(t *testing.T) {
 	w := httptest.NewRecorder()
 	workershttp.WriteSubmission(w, "/api", workers.Submission{ID: "alice::x", RunID: "r1"}, nil)
