@@ -619,6 +619,15 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
 }
 
+// TestListPagesOverDisagreeingWatcherRows: a page never repeats a task
+// whose watcher rows hold another created_at than the task (NULL, or a
+// later time), newest or oldest first.
+func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	sqltest.CheckDisagreeingWatcherRows(t, s.Store, s)
+}
+
 // A result is kept byte for byte, \u0000 escapes included (the column is
 // json, not jsonb), and a value the database refuses is reported as
 // workers.ErrInvalidData, which the runtime treats as permanent.

@@ -306,3 +306,12 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
 }
+
+// TestListPagesOverDisagreeingWatcherRows: a page never repeats a task
+// whose watcher rows hold another created_at than the task (NULL, or a
+// later time), newest or oldest first.
+func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	sqltest.CheckDisagreeingWatcherRows(t, s.Store, s)
+}

@@ -425,7 +425,9 @@ func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Reco
 // position, plus the NULL rows where the order reaches them after it.
 // A user's listing is the union of its owned and watched tasks; each
 // (source, range) branch reads at most Limit ids from its index, so a
-// page costs in proportion to its size, whatever the user's history.
+// page costs in proportion to its size, whatever the user's history. The
+// ids the branches find are then held to the position again by their
+// task rows, which is what the order is of.
 func (s *Store) listQuery(f workers.Filter) (string, []any) {
 	var args []any
 	desc := f.Order == workers.NewestFirst
@@ -526,7 +528,20 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 			branch(s.q.watchedFiltered, with(append([]string{"w.user_id = " + u}, filters("t.")...), r, "w.created_at", "w.task_id"), "w.created_at", "w.task_id")
 		}
 	}
-	return s.q.list + " WHERE t.id IN (" + strings.Join(branches, " UNION ") + ")" + order("t.created_at", "t.id") + limit, args
+	// The outer query applies the position again, to the task rows: a
+	// watcher branch reads its watcher rows' created_at, which a row an
+	// older release wrote may lack, or hold another time than its
+	// task's; a task such a row brings is then listed only after the
+	// position, so no page repeats one.
+	in := " WHERE t.id IN (" + strings.Join(branches, " UNION ") + ")"
+	if f.After != nil {
+		after := make([]string, len(ranges))
+		for i, r := range ranges {
+			after[i] = r("t.created_at", "t.id")
+		}
+		in += " AND (" + strings.Join(after, " OR ") + ")"
+	}
+	return s.q.list + in + order("t.created_at", "t.id") + limit, args
 }
 
 // DeleteFinished implements workers.Store: DELETEs over the (status,
