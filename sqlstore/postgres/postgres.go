@@ -102,7 +102,10 @@
 // task; and leases, one row per runtime. Indexes on tasks(owner), watchers(user_id) and tasks(status,
 // completed_at) make a status read one primary-key lookup, listing one
 // user's tasks cost in proportion to that user's tasks, and the recovery
-// and cleanup scans touch only the rows they select.
+// and cleanup scans touch only the rows they select. A watcher row keeps
+// its task's created_at, the order a user's listing reads it in; a
+// trigger gives it to a row inserted without one, as a replica of a
+// release before schema version 4 inserts them during a rollout.
 //
 // Results are stored as JSON, as the runtime encodes them, byte for byte
 // (\u0000 escapes included, which jsonb would refuse); decode one with
@@ -205,8 +208,10 @@ SELECT id FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR co
 AND status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`,
 	// Version 6 only adds a function, which the code of version 5 never
 	// calls; version 7 bounds that function's wait for a lock, which the
-	// code of version 6 takes as a refusal of the batch.
-	CompatibleFrom: map[int]int{6: 5, 7: 5},
+	// code of version 6 takes as a refusal of the batch; version 8 gives
+	// a watcher row written without a created_at its task's, and the
+	// code of version 5 writes it always.
+	CompatibleFrom: map[int]int{6: 5, 7: 5, 8: 5},
 	// One statement, one round trip: the record, then its watchers in
 	// the order given, only if the record went in; each watcher row
 	// carries the record's creation time ($15) for the listing's order.

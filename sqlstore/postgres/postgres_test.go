@@ -303,8 +303,9 @@ func TestMigrateRefusesMismatchedTables(t *testing.T) {
 
 // Migrate records, beside each version, the oldest version whose code
 // can use the tables it leaves: 5 for version 6, which only adds a
-// function, and for version 7, which only bounds its lock waits, and
-// each other version's own. It records it on a version
+// function, for version 7, which only bounds its lock waits, and for
+// version 8, which only fills in what that code writes itself, and each
+// other version's own. It records it on a version
 // table from before the column, and raises a record looser than its
 // own, but never lowers one, so that the releases of a rollout never
 // undo each other's records.
@@ -351,7 +352,7 @@ func TestMigrateRecordsWhatOlderCodeCanUse(t *testing.T) {
 	for v := range sqltest.MigrationFiles(t) {
 		own[v+1] = v + 1
 	}
-	own[6], own[7] = 5, 5
+	own[6], own[7], own[8] = 5, 5, 5
 	check("a new database", own)
 	exec(`ALTER TABLE ` + versions + ` DROP COLUMN compatible_from`)
 	check("a version table without the column", own)
@@ -626,6 +627,21 @@ func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	sqltest.CheckDisagreeingWatcherRows(t, s.Store, s)
+}
+
+// TestListPagesOverOlderReplicaWatchers: watchers that a replica of a
+// release before version 4 adds, without a created_at, before the
+// tables are migrated past version 7 and after, are listed in
+// their place, newest and oldest first.
+func TestListPagesOverOlderReplicaWatchers(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s, err := postgres.New(sc.pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sqltest.CheckOlderReplicaWatchers(t, s.Store, s, 7)
 }
 
 // A result is kept byte for byte, \u0000 escapes included (the column is

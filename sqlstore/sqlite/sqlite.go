@@ -49,7 +49,7 @@
 // every 256 rows), and each process reads its own changes too: in the
 // benchmarks they cut the peak submission rate by about 23%. They cannot
 // be turned off. Code of schema version 5 keeps working over a file at
-// version 6, without notices.
+// version 6 or 7, without notices.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry SQLite's clock computes (unixepoch('subsec'), in the one upsert
@@ -73,7 +73,9 @@
 // and watchers(user_id, created_at, task_id) make a listing read its
 // page in order, at a cost in proportion to the page, and one on
 // tasks(status, completed_at) lets the recovery and cleanup scans touch
-// only the rows they select.
+// only the rows they select. A watcher row keeps its task's created_at,
+// for that order; a trigger gives it to a row inserted without one, as a
+// process of a release before schema version 4 inserts them.
 //
 // Results are stored as JSON, as the runtime encodes them; decode one with
 // workers.ResultAs. A write whose result is not valid JSON fails with an
@@ -116,8 +118,10 @@ var dialect = &sqlcore.Dialect{
 	Expiry:       "CAST(unixepoch('subsec') * 1000000 AS INTEGER) + $2",
 	Migrations:   migrations,
 	// Version 6 adds the changes table and its triggers, which keep it
-	// bounded by themselves: code that does not listen can use the tables.
-	CompatibleFrom: map[int]int{6: 5},
+	// bounded by themselves: code that does not listen can use the
+	// tables. Version 7 gives a watcher row written without a created_at
+	// its task's, and the code of version 5 writes it always.
+	CompatibleFrom: map[int]int{6: 5, 7: 5},
 	// No MigrationLock: the write handle begins every transaction
 	// IMMEDIATE, which is the lock.
 }

@@ -315,3 +315,17 @@ func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 	s := newStore(t)
 	sqltest.CheckDisagreeingWatcherRows(t, s.Store, s)
 }
+
+// TestListPagesOverOlderReplicaWatchers: watchers that a replica of a
+// release before version 4 adds, without a created_at, before the
+// tables are migrated past version 6 and after, are listed in
+// their place, newest and oldest first.
+func TestListPagesOverOlderReplicaWatchers(t *testing.T) {
+	t.Parallel()
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "old.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sqltest.CheckOlderReplicaWatchers(t, s.Store, s, 6)
+}

@@ -2,6 +2,7 @@ package sqltest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +15,12 @@ import (
 // the rows that lack it or disagree with their task: rows that a replica
 // of a release before version 4, still running beside a newer one during
 // a rollout, writes with its own statements.
+
+// oldAddWatcher is AddWatcher's statement in the releases before version
+// 4, which write no created_at.
+const oldAddWatcher = `INSERT INTO {watchers} (task_id, user_id)
+SELECT id, $3 FROM {tasks} WHERE id = $1 AND run_id = $2
+ON CONFLICT DO NOTHING`
 
 // watchedTasks inserts n tasks of bob's, a minute apart from the start of
 // 2025, with ids bob::prefix0, bob::prefix1, ..., each listing alice as a
@@ -90,6 +97,52 @@ func CheckDisagreeingWatcherRows(t *testing.T, s *sqlcore.Store, store workers.S
 	}
 	for _, order := range []workers.Order{workers.NewestFirst, workers.OldestFirst} {
 		walkPages(t, store, workers.Filter{VisibleTo: "alice", Order: order}, len(ids))
+	}
+}
+
+// CheckOlderReplicaWatchers builds the tables at version before, adds
+// watchers as a release before version 4 does, migrates the tables
+// forward, and adds more the same way: alice's listing, newest and oldest
+// first, in pages of two, lists each task she watches or owns exactly
+// once, in order.
+func CheckOlderReplicaWatchers(t *testing.T, s *sqlcore.Store, store workers.Store, before int) {
+	t.Helper()
+	ctx := t.Context()
+	if err := sqlcore.MigrateTo(ctx, s, before); err != nil {
+		t.Fatalf("migrate to version %d: %v", before, err)
+	}
+	addOld := func(ids []string) {
+		t.Helper()
+		for i, id := range ids {
+			if i == 0 {
+				continue // alice's own
+			}
+			if err := sqlcore.ExecRaw(ctx, s, oldAddWatcher, id, fmt.Sprintf("run-%d", i-1), "alice"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	early := watchedTasks(t, store, "a", 4, false)
+	addOld(early)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	late := watchedTasks(t, store, "b", 4, false)
+	addOld(late)
+
+	want := append(slices.Clone(early), late...)
+	f := workers.Filter{VisibleTo: "alice"}
+	slices.SortFunc(want, func(a, b string) int {
+		ra, _ := store.GetTask(ctx, a)
+		rb, _ := store.GetTask(ctx, b)
+		return workers.CompareRecords(&ra, &rb)
+	})
+	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
+		f.Order = order
+		if got := walkPages(t, store, f, len(want)); !slices.Equal(got, want) {
+			t.Errorf("alice's pages, %s, over watcher rows an older release wrote: %q, want %q", orderName(order), got, want)
+		}
+		slices.Reverse(want)
 	}
 }
 
