@@ -50,6 +50,12 @@ var brokenStores = map[string]struct {
 	"OldestFirstAlways": {
 		func() workers.Store { return oldestFirstAlways{workers.NewMemStore()} }, nil,
 		storetest.Run, "List/NewestFirst"},
+	"PositionToTheMicrosecond": {
+		func() workers.Store { return microBounds{workers.NewMemStore()} }, nil,
+		storetest.Run, "List/AfterAPositionBetweenMicroseconds"},
+	"CutoffToTheMicrosecond": {
+		func() workers.Store { return microBounds{workers.NewMemStore()} }, nil,
+		storetest.Run, "Delete/CutoffBetweenMicroseconds"},
 	"DurableClearer": {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
 		storetest.Run, "Clear/DurableHasNoClearer"},
@@ -308,6 +314,22 @@ func (s cursorByID) ListTasks(ctx context.Context, f workers.Filter) ([]workers.
 		}
 	}
 	return s.MemStore.ListTasks(ctx, f)
+}
+
+// microBounds truncates a listing's position and a cleanup's cutoff to
+// the microsecond, as it keeps the times it stores: a position or a
+// cutoff between two microseconds then compares as the one before.
+type microBounds struct{ *workers.MemStore }
+
+func (s microBounds) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	if f.After != nil {
+		f.After = &workers.Position{CreatedAt: f.After.CreatedAt.Truncate(time.Microsecond), ID: f.After.ID}
+	}
+	return s.MemStore.ListTasks(ctx, f)
+}
+
+func (s microBounds) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	return s.MemStore.DeleteFinished(ctx, cutoff.Truncate(time.Microsecond))
 }
 
 // oldestFirstAlways ignores Filter.Order.

@@ -100,7 +100,11 @@
 // The suite writes times as the runtime does: UTC, truncated to the
 // microsecond. Stores keep times to at least microsecond precision and
 // return zero times as zero; the suite compares them with time.Time.Equal,
-// so a store may return them in any location. Results are compared byte
+// so a store may return them in any location. The times it compares
+// stored ones with, a listing's position and a cleanup's cutoff, may
+// fall between two microseconds: a store compares them as given, as
+// Filter.Match and DeleteFinished's contract do, not rounded to what it
+// keeps. Results are compared byte
 // for byte, as CheckState promises: a store must not re-encode them (as
 // a jsonb column would). Watcher order is not part of the contract, and
 // an empty watcher list or result may come back nil or empty.

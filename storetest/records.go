@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/taskgate/workers"
 )
@@ -439,6 +440,29 @@ func (*suite) deleteFinished(t *testing.T, s workers.Store) {
 	}
 	get(t, s, "alice::pending-old")
 	get(t, s, "alice::running-old")
+}
+
+// deleteSubMicrosecond deletes with cutoffs that fall between two
+// microseconds, which no stored time does (a store keeps times to the
+// microsecond), over records completed a microsecond apart.
+func (*suite) deleteSubMicrosecond(t *testing.T, s workers.Store) {
+	for i, completed := range []time.Duration{-time.Microsecond, 0, time.Microsecond} {
+		r := record(fmt.Sprintf("alice::r%d", i), "run-1", "alice")
+		r.State = outcome(workers.StatusCompleted, i)
+		r.StartedAt, r.CompletedAt = epoch.Add(-time.Second), epoch.Add(completed)
+		insert(t, s, r)
+	}
+	for _, step := range []struct {
+		cutoff time.Duration // after epoch
+		want   int
+	}{
+		{-1001, 0}, {-999, 1}, {1, 1}, {999, 0}, {1000, 0}, {1001, 1},
+	} {
+		cutoff := epoch.Add(step.cutoff * time.Nanosecond)
+		if n, err := s.DeleteFinished(t.Context(), cutoff); err != nil || n != step.want {
+			t.Errorf("DeleteFinished(epoch%+dns) = %d, %v; want %d, nil", step.cutoff, n, err, step.want)
+		}
+	}
 }
 
 // deleteThenReinsert checks that a deleted record leaves nothing of

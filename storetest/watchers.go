@@ -275,6 +275,49 @@ func (*suite) listAfterFarOff(t *testing.T, s workers.Store) {
 	}
 }
 
+// listAfterSubMicrosecond lists after positions that fall between two
+// microseconds, which no stored time does (a store keeps times to the
+// microsecond), over records a microsecond apart and records that tie.
+func (*suite) listAfterSubMicrosecond(t *testing.T, s workers.Store) {
+	var recs []workers.Record
+	for i, id := range []string{"alice::a", "alice::m", "alice::z", "alice::before", "alice::after"} {
+		r := record(id, "run-1", "bob")
+		switch id {
+		case "alice::before":
+			r.CreatedAt = epoch.Add(-time.Microsecond)
+		case "alice::after":
+			r.CreatedAt = epoch.Add(time.Microsecond)
+		}
+		if i%2 == 1 {
+			r.State = outcome(workers.StatusCompleted, i)
+		}
+		recs = append(recs, r)
+	}
+	insert(t, s, recs...)
+	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
+		for _, base := range []workers.Filter{
+			{}, {VisibleTo: "alice"}, {VisibleTo: "bob"},
+			{VisibleTo: "bob", Statuses: []workers.Status{workers.StatusPending}},
+		} {
+			for _, off := range []time.Duration{-999, -500, -1, 1, 500, 999} {
+				f := base
+				f.Order = order
+				f.After = &workers.Position{CreatedAt: epoch.Add(off * time.Nanosecond), ID: "alice::m"}
+				var want []workers.Record
+				for _, r := range recs {
+					if f.Match(&r) {
+						want = append(want, r)
+					}
+				}
+				slices.SortFunc(want, func(a, b workers.Record) int { return f.Compare(&a, &b) })
+				if got := list(t, s, f); !slices.Equal(ids(got), ids(want)) {
+					t.Errorf("ListTasks(%+v after epoch%+dns, %q) returned %q, want %q", base, off, f.After.ID, ids(got), ids(want))
+				}
+			}
+		}
+	}
+}
+
 func (*suite) listEmpty(t *testing.T, s workers.Store) {
 	for _, f := range []workers.Filter{{}, {VisibleTo: "alice", Statuses: allStatuses, Queue: "q1", Limit: 5}} {
 		if got := list(t, s, f); len(got) != 0 {

@@ -28,7 +28,8 @@ type Statement struct {
 // not promoted into the dialect packages' API.
 //
 // The paged listings start after after, a record visible to userID in
-// the middle of its history; each reads pages of PageSize records.
+// the middle of its history, or half a microsecond later, where no stored
+// time is; each reads pages of PageSize records.
 func IndexedStatements(s *Store, id, userID string, after workers.Position) []Statement {
 	list, listArgs := s.listQuery(workers.Filter{VisibleTo: userID})
 	running, runningArgs := s.listQuery(workers.Filter{Statuses: []workers.Status{workers.StatusRunning}})
@@ -38,6 +39,7 @@ func IndexedStatements(s *Store, id, userID string, after workers.Position) []St
 		return Statement{Name: name, SQL: q, Args: args, Page: PageSize}
 	}
 	done := []workers.Status{workers.StatusCompleted}
+	between := workers.Position{CreatedAt: after.CreatedAt.Add(500 * time.Nanosecond), ID: after.ID}
 	return []Statement{
 		{Name: "get task", SQL: s.q.get, Args: []any{id}},
 		{Name: "list visible to user", SQL: list, Args: listArgs},
@@ -46,6 +48,8 @@ func IndexedStatements(s *Store, id, userID string, after workers.Position) []St
 		page("page: user's next newest", workers.Filter{VisibleTo: userID, Order: workers.NewestFirst, After: &after}),
 		page("page: user's next oldest", workers.Filter{VisibleTo: userID, After: &after}),
 		page("page: user's next completed, newest", workers.Filter{VisibleTo: userID, Order: workers.NewestFirst, After: &after, Statuses: done}),
+		page("page: user's next newest, between microseconds", workers.Filter{VisibleTo: userID, Order: workers.NewestFirst, After: &between}),
+		page("page: user's next oldest, between microseconds", workers.Filter{VisibleTo: userID, After: &between}),
 		page("page: all, newest", workers.Filter{Order: workers.NewestFirst}),
 		page("page: all, next newest", workers.Filter{Order: workers.NewestFirst, After: &after}),
 		{Name: "delete finished", SQL: s.q.deleteFinished, Args: []any{s.time(time.Unix(1e9, 0)),

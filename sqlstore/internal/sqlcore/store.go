@@ -422,7 +422,9 @@ func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Reco
 // time, as workers.CompareRecords sorts it); NewestFirst is the exact
 // reverse. A page after a position is a keyset condition, split into
 // ranges that each read one index in order: (created_at, id) beyond the
-// position, plus the NULL rows where the order reaches them after it.
+// position, plus the NULL rows where the order reaches them after it. A
+// position between two microseconds, which no stored time is at, is
+// passed by created_at alone (see ceilMicro), as Filter.Match passes it.
 // A user's listing is the union of its owned and watched tasks; each
 // (source, range) branch reads at most Limit ids from its index, so a
 // page costs in proportion to its size, whatever the user's history. The
@@ -462,26 +464,35 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 	// The ranges after f.After, each a condition on (created, id).
 	ranges := []func(created, id string) string{nil}
 	if p := f.After; p != nil {
-		pid := param(&args, p.ID)
-		if p.CreatedAt.IsZero() {
-			cmp := " > "
-			if desc {
-				cmp = " < "
-			}
+		cmp := " > "
+		if desc {
+			cmp = " < "
+		}
+		switch {
+		case p.CreatedAt.IsZero():
+			pid := param(&args, p.ID)
 			ranges = []func(string, string) string{func(c, i string) string { return c + " IS NULL AND " + i + cmp + pid }}
 			if !desc {
 				ranges = append(ranges, func(c, _ string) string { return c + " IS NOT NULL" })
 			}
-		} else {
+		case p.CreatedAt.Nanosecond()%1000 == 0:
+			pid := param(&args, p.ID)
 			pc := param(&args, s.bound(p.CreatedAt))
-			cmp := " > "
-			if desc {
-				cmp = " < "
-			}
 			ranges = []func(string, string) string{func(c, i string) string { return "(" + c + ", " + i + ")" + cmp + "(" + pc + ", " + pid + ")" }}
+		default:
+			// Between two microseconds, where no stored time is, so the
+			// id breaks no tie: the records after the position are those
+			// stored at the microsecond after it or later (oldest
+			// first), or at the one before it or earlier (newest first).
+			at, op := ceilMicro(p.CreatedAt), " >= "
 			if desc {
-				ranges = append(ranges, func(c, _ string) string { return c + " IS NULL" })
+				at, op = floorMicro(p.CreatedAt), " <= "
 			}
+			pc := param(&args, s.bound(at))
+			ranges = []func(string, string) string{func(c, _ string) string { return c + op + pc }}
+		}
+		if desc && !p.CreatedAt.IsZero() {
+			ranges = append(ranges, func(c, _ string) string { return c + " IS NULL" })
 		}
 	}
 	where := func(conds []string) string {
@@ -547,14 +558,15 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 // DeleteFinished implements workers.Store: DELETEs over the (status,
 // completed_at) index of at most deleteBatch records each, until one
 // deletes fewer; the watcher rows go with their records (ON DELETE
-// CASCADE).
+// CASCADE). A cutoff between two microseconds is rounded up to the
+// later: the stored times before it are those before that.
 func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
 	if !cutoff.After(time.Time{}) {
 		return 0, nil // nothing completed before the zero time
 	}
 	deleted := 0
 	for {
-		n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.bound(cutoff),
+		n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.bound(ceilMicro(cutoff)),
 			string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled), deleteBatch))
 		if err != nil {
 			return deleted, s.wrap("delete finished", err)
@@ -695,6 +707,20 @@ func (s *Store) time(t time.Time) any {
 	}
 	return s.d.Time(t)
 }
+
+// ceilMicro and floorMicro round t up and down to the microsecond, the
+// precision of the stored times (Dialect.Time keeps a time's
+// microsecond): a stored time is before t exactly when it is before
+// ceilMicro(t), and after t exactly when it is after floorMicro(t).
+// Nanosecond counts from a whole second, so these hold before 1970 too.
+func ceilMicro(t time.Time) time.Time {
+	if sub := t.Nanosecond() % 1000; sub != 0 {
+		return t.Add(time.Duration(1000 - sub))
+	}
+	return t
+}
+
+func floorMicro(t time.Time) time.Time { return t.Add(-time.Duration(t.Nanosecond() % 1000)) }
 
 // bound encodes t, which is not zero, to be compared with stored times:
 // as time does, or as Dialect.Before or After for a time outside the
