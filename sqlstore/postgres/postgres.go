@@ -99,10 +99,12 @@
 // Three tables, named with the prefix (default "workers_"): tasks, one row
 // per task id, with result as json and times as timestamptz (NULL for the
 // zero time); watchers, one row per (task, user), deleted with their
-// task; and leases, one row per runtime. Indexes on tasks(owner), watchers(user_id) and tasks(status,
-// completed_at) make a status read one primary-key lookup, listing one
-// user's tasks cost in proportion to that user's tasks, and the recovery
-// and cleanup scans touch only the rows they select. A watcher row keeps
+// task; and leases, one row per runtime. A status read is one
+// primary-key lookup; indexes on tasks(owner, created_at, id),
+// tasks(created_at, id) and watchers(user_id, created_at, task_id) read a
+// page of a listing in order, in proportion to the page, and one on
+// tasks(status, completed_at) lets the recovery and cleanup scans touch
+// only the rows they select. A watcher row keeps
 // its task's created_at, the order a user's listing reads it in; a
 // trigger gives it to a row inserted without one, as a replica of a
 // release before schema version 4 inserts them during a rollout.
