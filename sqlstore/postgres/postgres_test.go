@@ -606,17 +606,24 @@ FROM generate_series(0, $1::int - 1) AS i
 WHERE $3::int > 0 -- every statement takes the same three arguments`,
 }
 
-// TestUpgradeFromFirstSchema migrates tables filled by the first release
-// forward: causes are derived from the old messages, and listings page
-// through the old rows.
-func TestUpgradeFromFirstSchema(t *testing.T) {
-	t.Parallel()
+// unmigrated returns a store over a new scratch schema with no tables.
+func unmigrated(t *testing.T) *postgres.Store {
+	t.Helper()
 	sc := newScratchT(t)
 	s, err := postgres.New(sc.pool, postgres.WithSchema(sc.schema))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestUpgradeFromFirstSchema migrates tables filled by the first release
+// forward: causes are derived from the old messages, and listings page
+// through the old rows.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	t.Parallel()
+	s := unmigrated(t)
 	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
 }
 
@@ -635,12 +642,7 @@ func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 // their place, newest and oldest first.
 func TestListPagesOverOlderReplicaWatchers(t *testing.T) {
 	t.Parallel()
-	sc := newScratchT(t)
-	s, err := postgres.New(sc.pool, postgres.WithSchema(sc.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := unmigrated(t)
 	sqltest.CheckOlderReplicaWatchers(t, s.Store, s, 7)
 }
 

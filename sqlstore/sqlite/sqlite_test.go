@@ -294,16 +294,23 @@ SELECT 'u' || (i / $2) || '::k' || i, 'u' || ((i / $2 + 1) % ($1 / $2)), 1735689
 ANALYZE;
 `
 
-// TestUpgradeFromFirstSchema migrates tables filled by the first release
-// forward: causes are derived from the old messages, and listings page
-// through the old rows.
-func TestUpgradeFromFirstSchema(t *testing.T) {
-	t.Parallel()
+// unmigrated returns a store over a new database file with no tables.
+func unmigrated(t *testing.T) *sqlite.Store {
+	t.Helper()
 	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "old.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestUpgradeFromFirstSchema migrates tables filled by the first release
+// forward: causes are derived from the old messages, and listings page
+// through the old rows.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	t.Parallel()
+	s := unmigrated(t)
 	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
 }
 
@@ -322,10 +329,6 @@ func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 // their place, newest and oldest first.
 func TestListPagesOverOlderReplicaWatchers(t *testing.T) {
 	t.Parallel()
-	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "old.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := unmigrated(t)
 	sqltest.CheckOlderReplicaWatchers(t, s.Store, s, 6)
 }
