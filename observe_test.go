@@ -695,43 +695,64 @@ func TestObserverSeesARunResetForgotEndOnce(t *testing.T) {
 // once its lease expired, is reported finished to this runtime's
 // observers when its callback returns at last, with the end the record
 // holds: its own write is fenced out, and an observer that opened a span
-// for it would otherwise keep it open for good.
+// for it would otherwise keep it open for good. If the key was submitted
+// again meanwhile, the record is the new run's and holds no end of the
+// old one: the observers hear it ended as superseded. Either way, once.
 func TestObserverHearsTheEndOfARunLeftByShutdownAndRecoveredElsewhere(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		mem := NewMemStore()
-		rec := &recorder{}
-		cfg := Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)}
-		withObserver := cfg
-		withObserver.Observers = []Observer{rec}
-		here, peer := NewRuntime(mem, withObserver), NewRuntime(mem, cfg)
-		require.NoError(t, peer.Start(ctx))
-		started, release := make(chan struct{}), make(chan struct{})
-		sub, err := here.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) {
-			close(started)
-			<-release // ignores its context
-			return "late", nil
-		}, alice)
-		require.NoError(t, err)
-		<-started
+	for _, rerun := range []bool{false, true} {
+		t.Run(map[bool]string{false: "recovered", true: "then run again"}[rerun], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := NewMemStore()
+				rec := &recorder{}
+				cfg := Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+				withObserver := cfg
+				withObserver.Observers = []Observer{rec}
+				here, peer := NewRuntime(mem, withObserver), NewRuntime(mem, cfg)
+				require.NoError(t, peer.Start(ctx))
+				started, release := make(chan struct{}), make(chan struct{})
+				sub, err := here.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) {
+					close(started)
+					<-release // ignores its context
+					return "late", nil
+				}, alice)
+				require.NoError(t, err)
+				<-started
 
-		short, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		require.Error(t, here.Shutdown(short), "the run is left executing")
-		time.Sleep(10 * time.Second) // the lease expires, and the peer recovers the run
-		synctest.Wait()
-		r, err := mem.GetTask(ctx, sub.ID)
-		require.NoError(t, err)
-		require.Equal(t, CauseAbandoned, r.Cause, "recovered")
+				short, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				require.Error(t, here.Shutdown(short), "the run is left executing")
+				time.Sleep(10 * time.Second) // the lease expires, and the peer recovers the run
+				synctest.Wait()
+				r, err := mem.GetTask(ctx, sub.ID)
+				require.NoError(t, err)
+				require.Equal(t, CauseAbandoned, r.Cause, "recovered")
+				if rerun {
+					again, err := peer.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) { return nil, nil }, alice)
+					require.NoError(t, err)
+					require.NotEqual(t, sub.RunID, again.RunID)
+					synctest.Wait()
+				}
 
-		close(release)
-		synctest.Wait()
-		e, ok := rec.last(sub.ID, EventFinished)
-		if assert.True(t, ok, "the run's end reached the observer: %v", rec.kinds(sub.ID)) {
-			assert.Equal(t, StatusFailed, e.Status)
-			assert.Equal(t, CauseAbandoned, e.Cause)
-		}
-		require.NoError(t, peer.Shutdown(ctx))
-	})
+				close(release)
+				synctest.Wait()
+				ends := rec.endsOf(sub.RunID)
+				if assert.Len(t, ends, 1, "the run's end reached the observer: %v", rec.kinds(sub.ID)) {
+					e := ends[0]
+					assert.Equal(t, EventFinished, e.Kind)
+					if rerun {
+						assert.Equal(t, StatusCancelled, e.Status)
+						assert.Equal(t, CauseSuperseded, e.Cause)
+						assert.False(t, e.StartedAt.IsZero(), "it started")
+						assert.Equal(t, e.CompletedAt.Sub(e.StartedAt), e.Duration)
+					} else {
+						assert.Equal(t, StatusFailed, e.Status)
+						assert.Equal(t, CauseAbandoned, e.Cause)
+					}
+				}
+				require.NoError(t, peer.Shutdown(ctx))
+			})
+		})
+	}
 }
 
 // endsOf returns the ends (Finished, Recovered) observers heard of run.
@@ -745,52 +766,6 @@ func (r *recorder) endsOf(run string) []Event {
 		}
 	}
 	return out
-}
-
-// As TestObserverHearsTheEndOfARunLeftByShutdownAndRecoveredElsewhere,
-// but the key is submitted again on the peer once recovery ended it: when
-// the callback returns, the record is the new run's, and the run's end is
-// nowhere to read. Its observers hear it ended as superseded, once.
-func TestObserverHearsTheEndOfARunWhoseKeyWasReRunElsewhere(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		mem := NewMemStore()
-		rec := &recorder{}
-		cfg := Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)}
-		withObserver := cfg
-		withObserver.Observers = []Observer{rec}
-		here, peer := NewRuntime(mem, withObserver), NewRuntime(mem, cfg)
-		require.NoError(t, peer.Start(ctx))
-		started, release := make(chan struct{}), make(chan struct{})
-		sub, err := here.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) {
-			close(started)
-			<-release // ignores its context
-			return "late", nil
-		}, alice)
-		require.NoError(t, err)
-		<-started
-
-		short, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		require.Error(t, here.Shutdown(short), "the run is left executing")
-		time.Sleep(10 * time.Second) // the lease expires, and the peer recovers the run
-		synctest.Wait()
-		again, err := peer.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) { return nil, nil }, alice)
-		require.NoError(t, err)
-		require.NotEqual(t, sub.RunID, again.RunID)
-		synctest.Wait()
-
-		close(release)
-		synctest.Wait()
-		ends := rec.endsOf(sub.RunID)
-		if assert.Len(t, ends, 1, "the run's end reached the observer: %v", rec.kinds(sub.ID)) {
-			assert.Equal(t, EventFinished, ends[0].Kind)
-			assert.Equal(t, StatusCancelled, ends[0].Status)
-			assert.Equal(t, CauseSuperseded, ends[0].Cause)
-			assert.False(t, ends[0].StartedAt.IsZero(), "it started")
-			assert.Equal(t, ends[0].CompletedAt.Sub(ends[0].StartedAt), ends[0].Duration)
-		}
-		require.NoError(t, peer.Shutdown(ctx))
-	})
 }
 
 // A run cancelled and re-run by another runtime, whose notices this one
