@@ -554,21 +554,46 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 	all := false                         // guarded by mu: check every run
 	rt.mu.Lock()
 	rt.loops.goroutine(func(ctx context.Context) {
+		// After a resync, every run waiting for its turn is read too: a
+		// notice of its cancel may be among those lost. They may be
+		// many (a long queue), so they are read one at a time between
+		// the checks notices ask for, which never wait for more than one
+		// of those reads; a later resync starts them again.
+		var unchecked []*Task
 		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-checks:
+			if len(unchecked) > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-checks:
+				default:
+					t := unchecked[0]
+					unchecked[0], unchecked = nil, unchecked[1:]
+					if t.cause() == nil && rt.isWaiting(t) {
+						rt.checkWaiting(ctx, t)
+					}
+					if len(unchecked) == 0 {
+						rt.resynced()
+					}
+					continue
+				}
+			} else {
+				select {
+				case <-ctx.Done():
+					return
+				case <-checks:
+				}
 			}
 			mu.Lock()
 			ids, everything := pending, all
 			pending, all = make(map[string]struct{}), false
 			mu.Unlock()
-			// After a resync, every run waiting for its turn too: a
-			// notice of its cancel may be among those lost.
-			rt.checkRuns(ctx, ids, everything, everything)
-			if h := rt.hooks.Load(); everything && h != nil && h.resynced != nil {
-				h.resynced()
+			rt.checkRuns(ctx, ids, everything)
+			if everything {
+				unchecked = rt.waitingRuns()
+				if len(unchecked) == 0 {
+					rt.resynced()
+				}
 			}
 		}
 	})
@@ -656,22 +681,41 @@ func (rt *Runtime[S]) endedElsewhere(c Change) bool {
 	return false
 }
 
+// resynced tells a test that the checks after a resync are done.
+func (rt *Runtime[S]) resynced() {
+	if h := rt.hooks.Load(); h != nil && h.resynced != nil {
+		h.resynced()
+	}
+}
+
+// waitingRuns returns the runs waiting for their turn (see isWaiting).
+func (rt *Runtime[S]) waitingRuns() []*Task {
+	runs := rt.runs.all()
+	waiting := runs[:0]
+	for _, t := range runs {
+		if t.cause() == nil && rt.isWaiting(t) {
+			waiting = append(waiting, t)
+		}
+	}
+	clear(runs[len(waiting):])
+	return waiting
+}
+
 // syncRuns is the sync loop's work (see Config.SyncInterval): it stores
 // progress and checks every run against its record.
-func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, true, false) }
+func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, true) }
 
 // checkRuns syncs the runs executing here whose ids are in ids, or all
 // of them when all is set. Runs waiting for their turn (in a queue, or
-// under Config.Limits) are checked only if ids names them, on a notice,
-// or with waiting, after the listener's resync, when notices of their
-// end may have been lost: the sync loop's timed pass leaves them,
-// however many, to end at their turn. A
+// under Config.Limits) are checked only if ids names them, on a notice:
+// the sync loop's timed pass leaves them, however many, to end at their
+// turn, and the listener reads them apart after a resync. A
 // progress write is built from the state the run last wrote, under the
 // run's state lock, so it never undoes a newer write of the run's own (a
 // retry's attempt number, say); a run is cancelled only while it still
 // holds that its last write left it RUNNING, so a run that has just
 // finished is left alone.
-func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, all, waiting bool) {
+func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, all bool) {
 	var runs []*Task
 	if all {
 		runs = rt.runs.all()
@@ -687,7 +731,7 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		}
 		switch rt.syncProgress(t) {
 		case progressIdle, progressBusy:
-			if _, named := ids[t.ID()]; (named || waiting) && rt.isWaiting(t) {
+			if _, named := ids[t.ID()]; named && rt.isWaiting(t) {
 				rt.checkWaiting(ctx, t)
 			}
 			continue // not started yet, finished, or busy

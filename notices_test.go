@@ -19,15 +19,21 @@ import (
 // each send on cut, after which the runtime listens again and is told to
 // resync. Its
 // next GetTask of the id failRead names fails, as a dropped connection
-// would.
+// would. Each GetTask takes readTime, and is counted in reads.
 type droppingNotices struct {
 	*MemStore
 	drop     atomic.Bool
 	cut      chan struct{}
 	failRead atomic.Pointer[string]
+	readTime atomic.Int64 // a time.Duration
+	reads    atomic.Int64
 }
 
 func (s *droppingNotices) GetTask(ctx context.Context, id string) (Record, error) {
+	s.reads.Add(1)
+	if d := time.Duration(s.readTime.Load()); d > 0 {
+		time.Sleep(d)
+	}
 	if p := s.failRead.Load(); p != nil && *p == id && s.failRead.CompareAndSwap(p, nil) {
 		return Record{}, errors.New("connection reset by peer")
 	}
@@ -140,6 +146,53 @@ func resyncChecksWaiting(t *testing.T, cfg Config, submit func(rt *Runtime[*drop
 		require.NoError(t, rt.Shutdown(ctx))
 		require.NoError(t, other.Shutdown(ctx))
 		assert.False(t, ran.Load(), "the cancelled run never started")
+	})
+}
+
+// After a resync, the runs waiting for their turn are read one at a time
+// between the checks that notices ask for: a cancel from another process
+// reaches a running callback within about one read, not after a read of
+// every item of a long queue.
+func TestAResyncsReadsOfWaitingRunsHoldUpNoNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &droppingNotices{MemStore: NewMemStore(), cut: make(chan struct{})}
+		logger := slog.New(slog.DiscardHandler)
+		rt := NewRuntime(s, Config{Logger: logger, LeaseInterval: time.Second, SyncInterval: time.Hour})
+		require.NoError(t, rt.Start(ctx))
+		other := NewRuntime(s.MemStore, Config{Logger: logger})
+
+		head := newGate()
+		_, err := rt.SubmitSequential(ctx, "q", "head", head.fn, alice)
+		require.NoError(t, err)
+		<-head.started
+		const queued = 200
+		for i := range queued {
+			_, err := rt.SubmitSequential(ctx, "q", fmt.Sprint("item-", i), func(context.Context, *Task) (any, error) { return nil, nil }, alice)
+			require.NoError(t, err)
+		}
+		job, running := startGated(t, rt, "job")
+		synctest.Wait()
+
+		s.readTime.Store(int64(10 * time.Millisecond))
+		before := s.reads.Load()
+		s.cut <- struct{}{} // the listener listens again after a pause, and resyncs
+		for deadline := time.Now().Add(10 * time.Second); s.reads.Load() < before+2; {
+			require.True(t, time.Now().Before(deadline), "the resync read no waiting run")
+			time.Sleep(time.Millisecond) // the bubble's clock: until the resync reads the waiting runs
+		}
+		cancelled := time.Now()
+		require.NoError(t, other.Cancel(ctx, job.ID, alice))
+		select {
+		case <-running.ran:
+		case <-time.After(time.Second):
+		}
+		took := time.Since(cancelled)
+		assert.Less(t, took, 100*time.Millisecond, "the cancel reached the callback after %v, behind the resync's reads of %d queued runs", took, queued)
+
+		head.open()
+		synctest.Wait()
+		require.NoError(t, rt.Shutdown(ctx))
+		require.NoError(t, other.Shutdown(ctx))
 	})
 }
 

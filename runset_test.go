@@ -542,9 +542,9 @@ func TestSyncKeptEndSurvivesAnotherPass(t *testing.T) {
 	})
 	defer rt.hooks.Store(nil)
 	d1, d2 := make(chan struct{}), make(chan struct{})
-	go func() { defer close(d1); rt.checkRuns(bg, nil, true, false) }()
+	go func() { defer close(d1); rt.checkRuns(bg, nil, true) }()
 	wait(t, p1, "the first pass past its progress check")
-	go func() { defer close(d2); rt.checkRuns(bg, nil, true, false) }()
+	go func() { defer close(d2); rt.checkRuns(bg, nil, true) }()
 	wait(t, p2, "the second pass past its progress check")
 	g.open() // the outcome write fails, and retries
 	eventually(t, func() bool { return s.failed.Load() >= 1 }, "the outcome write to fail")
