@@ -603,6 +603,35 @@ func TestAllEventsSaysGoneOfATaskItCannotFollowToItsEnd(t *testing.T) {
 	}
 }
 
+// Over HTTP/2, the deadline of a heartbeat's write is cleared once it is
+// flushed, as an event's is: heartbeats farther apart than the write
+// timeout keep a stream open.
+func TestHTTP2HeartbeatsFartherApartThanTheWriteTimeoutKeepTheStream(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	srv := httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader,
+		workershttp.WithHeartbeat(150*time.Millisecond), workershttp.WithWriteTimeout(100*time.Millisecond)))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	f := &fixture{rt: rt, srv: start(t, rt, srv)}
+	res, events, comments := openSSE(t, f, "/events", "alice", "")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, 2, res.ProtoMajor, "served over HTTP/2")
+	beats := 0
+	idle := time.After(700 * time.Millisecond)
+	for {
+		select {
+		case _, ok := <-events:
+			require.True(t, ok, "the stream was cut after %d heartbeats", beats)
+		case _, ok := <-comments:
+			require.True(t, ok, "the stream was cut after %d heartbeats", beats)
+			beats++
+		case <-idle:
+			require.GreaterOrEqual(t, beats, 3, "heartbeats every 150ms for 700ms")
+			return
+		}
+	}
+}
+
 // Over HTTP/2 a write deadline is a timer on the stream, which resets the
 // stream when it fires, whether a write is under way or not: each write
 // of an event stream is bounded by WithWriteTimeout, and the time between
