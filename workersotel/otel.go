@@ -97,19 +97,19 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) 
 func WithTaskIDs() Option { return func(c *config) { c.withIDs = true } }
 
 // WithQueueLabel sets the value of the workers.queue attribute of the
-// metrics: label is called with a sequential queue's name, or with
-// workers.DefaultQueue for the async path, and should map the queues to
-// a small fixed set of values, such as the name of each queue of a fixed
-// list and "other" for the rest. Without it, metrics say "default" for
-// the async path and "sequential" for every sequential queue. Spans
-// carry the queue's name either way.
+// metrics: label is called with a sequential queue's name, or with "" for
+// the async path, and should map the queues to a small fixed set of
+// values, such as the name of each queue of a fixed list and "other" for
+// the rest. Without it, metrics say "default" for the async path and
+// "sequential" for every sequential queue, one named "default" included.
+// Spans carry the queue's name either way ("default" for the async path).
 func WithQueueLabel(label func(queue string) string) Option {
 	return func(c *config) { c.label = label }
 }
 
 // queueKind is the default queue label of the metrics.
 func queueKind(queue string) string {
-	if queue == workers.DefaultQueue {
+	if queue == "" {
 		return workers.DefaultQueue
 	}
 	return "sequential"
@@ -229,7 +229,7 @@ func queueOf(e *workers.Event) string {
 
 func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 	name := queueOf(&e)
-	q := attribute.String("workers.queue", i.label(name))
+	q := attribute.String("workers.queue", i.label(e.Queue))
 	qset := metric.WithAttributes(q)
 	switch e.Kind {
 	case workers.EventSubmitted:

@@ -389,17 +389,17 @@ func TestARunCancelledAsItIsSubmittedEndsItsSpan(t *testing.T) {
 }
 
 // metricQueues returns the values of workers.queue on every metric's
-// data points.
-func (f *fixture) metricQueues(t *testing.T) map[string]bool {
+// data points, each with the count of workers.tasks.submitted it has.
+func (f *fixture) metricQueues(t *testing.T) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := f.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	queues := map[string]bool{}
+	queues := map[string]int64{}
 	add := func(set attribute.Set) {
 		v, _ := set.Value("workers.queue")
-		queues[v.AsString()] = true
+		queues[v.AsString()] += 0 // listed, whichever metric it is on
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -407,6 +407,10 @@ func (f *fixture) metricQueues(t *testing.T) map[string]bool {
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
 					add(p.Attributes)
+					if m.Name == "workers.tasks.submitted" {
+						v, _ := p.Attributes.Value("workers.queue")
+						queues[v.AsString()] += p.Value
+					}
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
@@ -419,13 +423,14 @@ func (f *fixture) metricQueues(t *testing.T) map[string]bool {
 }
 
 // Queues made per tenant add no series to the metrics: they say
-// "sequential" of every sequential queue, while each run's span names its
-// queue. WithQueueLabel names the queues a service wants apart.
+// "sequential" of every sequential queue, one named "default" included,
+// while each run's span names its queue. WithQueueLabel names the queues
+// a service wants apart, and is given "" for the async path.
 func TestMetricsDoNotGrowWithTheQueues(t *testing.T) {
 	run := func(f *fixture) {
 		t.Helper()
 		fn := func(context.Context, *workers.Task) (any, error) { return nil, nil }
-		for _, q := range []string{"emails", "tenant-1", "tenant-2", "tenant-3"} {
+		for _, q := range []string{"emails", "tenant-1", "tenant-2", "tenant-3", workers.DefaultQueue} {
 			sub, err := f.rt.SubmitSequential(context.Background(), q, "k", fn, workers.MustOwner("alice"))
 			if err != nil {
 				t.Fatal(err)
@@ -445,19 +450,22 @@ func TestMetricsDoNotGrowWithTheQueues(t *testing.T) {
 
 	f := setup(t)
 	run(f)
-	if got, want := f.metricQueues(t), map[string]bool{"default": true, "sequential": true}; !maps.Equal(got, want) {
-		t.Errorf("workers.queue on metrics: %v, want %v", got, want)
+	if got, want := f.metricQueues(t), map[string]int64{"default": 1, "sequential": 5}; !maps.Equal(got, want) {
+		t.Errorf("workers.queue on metrics, with the runs submitted: %v, want %v", got, want)
 	}
 
 	f = setup(t, workersotel.WithQueueLabel(func(q string) string {
-		if q == "emails" || q == workers.DefaultQueue {
+		switch q {
+		case "":
+			return "async"
+		case "emails":
 			return q
 		}
 		return "other"
 	}))
 	run(f)
-	if got, want := f.metricQueues(t), map[string]bool{"default": true, "emails": true, "other": true}; !maps.Equal(got, want) {
-		t.Errorf("workers.queue on metrics with WithQueueLabel: %v, want %v", got, want)
+	if got, want := f.metricQueues(t), map[string]int64{"async": 1, "emails": 1, "other": 4}; !maps.Equal(got, want) {
+		t.Errorf("workers.queue on metrics with WithQueueLabel, with the runs submitted: %v, want %v", got, want)
 	}
 }
 
