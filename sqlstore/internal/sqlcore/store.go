@@ -543,7 +543,8 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 	// watcher branch reads its watcher rows' created_at, which a row an
 	// older release wrote may lack, or hold another time than its
 	// task's; a task such a row brings is then listed only after the
-	// position, so no page repeats one.
+	// position, so no page repeats one (a walk may still miss it: a
+	// branch picks its rows by their own time).
 	in := " WHERE t.id IN (" + strings.Join(branches, " UNION ") + ")"
 	if f.After != nil {
 		after := make([]string, len(ranges))

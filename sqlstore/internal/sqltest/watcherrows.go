@@ -81,7 +81,10 @@ func walkPages(t *testing.T, s workers.Store, f workers.Filter, records int) []s
 // CheckDisagreeingWatcherRows lists alice's tasks, newest and oldest
 // first, in pages of two, over watcher rows whose created_at is not their
 // task's (NULL, or a later time): a page never lists a task the pages
-// before it listed, and the walk ends.
+// before it listed, and the walk ends. It may skip a task, since a page
+// picks watcher rows by their own time; no release writes such rows once
+// the tables have the trigger that dates them (CheckOlderReplicaWatchers
+// holds every task listed then).
 func CheckDisagreeingWatcherRows(t *testing.T, s *sqlcore.Store, store workers.Store) {
 	t.Helper()
 	ids := watchedTasks(t, store, "k", 6, true)
