@@ -297,8 +297,10 @@ type Store interface {
 	// TransitionTask writes next to the record id if its RunID is runID
 	// and its Status is one of from, as one atomic step, and reports
 	// whether it did. A wrong run id or status is not an error: it returns
-	// false. Only next is written, once it passes CheckState; identity
-	// fields never change.
+	// false. A status of from that is not a known one (Status.Valid
+	// reports false) matches no record, whatever it spells
+	// ("completed,failed" is none of completed and failed). Only next is
+	// written, once it passes CheckState; identity fields never change.
 	// runID is required (ErrInvalidRunID): every write of a run's outcome
 	// names the run, so a superseded run's late write cannot land. It
 	// returns ErrNotFound if there is no record.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,6 +84,9 @@ var brokenStores = map[string]struct {
 	"WatchersOutliveDelete": {
 		func() workers.Store { return &watchersOutliveDelete{MemStore: workers.NewMemStore()} }, nil,
 		storetest.Run, "Delete/LeavesNothingBehind"},
+	"FromSplitOnCommas": {
+		func() workers.Store { return splitsFrom{workers.NewMemStore()} }, nil,
+		storetest.Run, "Transition/UnknownFromStatusMatchesNothing"},
 	"DropsStack": {
 		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
 		storetest.Run, "RoundTrip/EndingFields"},
@@ -378,6 +382,21 @@ type dropsStack struct{ *workers.MemStore }
 func (s dropsStack) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	next.Stack = ""
 	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+}
+
+// splitsFrom takes each status of a transition's from as a
+// comma-separated list of statuses, as a store that joins them with
+// commas for its database and splits them again would.
+type splitsFrom struct{ *workers.MemStore }
+
+func (s splitsFrom) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	var split []workers.Status
+	for _, st := range from {
+		for part := range strings.SplitSeq(string(st), ",") {
+			split = append(split, workers.Status(part))
+		}
+	}
+	return s.MemStore.TransitionTask(ctx, id, runID, split, next)
 }
 
 // insertOverwrites inserts as INSERT OR REPLACE would: a record of an id

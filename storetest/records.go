@@ -223,6 +223,24 @@ func (*suite) transitionWrongStatus(t *testing.T, s workers.Store) {
 	wantStored(t, s, r)
 }
 
+func (*suite) transitionUnknownFrom(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1")
+	r.State = outcome(workers.StatusFailed, 1)
+	insert(t, s, r)
+	for _, from := range [][]workers.Status{
+		{"completed,failed"},
+		{"failed,completed", "FAILED", " failed", "failed ", ""},
+		{"pending,failed", workers.StatusPending, workers.StatusRunning},
+	} {
+		transition(t, s, r.ID, r.RunID, from, started, false)
+	}
+	wantStored(t, s, r)
+	next := outcome(workers.StatusCompleted, 2)
+	transition(t, s, r.ID, r.RunID, []workers.Status{"completed,failed", workers.StatusFailed}, next, true)
+	r.State = next
+	wantStored(t, s, r)
+}
+
 func (*suite) transitionEmptyRunID(t *testing.T, s workers.Store) {
 	r := record("alice::a", "run-1")
 	insert(t, s, r)

@@ -190,6 +190,56 @@ func TestGroupCommitTransitions(t *testing.T) {
 	}
 }
 
+// TestGroupCommitUnknownFromStatusMatchesNothing: in a batched
+// transition, as in a lone one, only the known statuses of from fence
+// the write; one that is not known (one holding a comma, which the
+// batch's fence joins statuses with, among them) matches nothing, and is
+// not split into the statuses it names.
+func TestGroupCommitUnknownFromStatusMatchesNothing(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	insertPending(t, s, "run-1", "u::gate", "u::pending")
+	now := time.Now()
+	for _, rec := range []workers.Record{
+		{ID: "u::failed", RunID: "run-1", CreatedAt: now, State: workers.State{Status: workers.StatusFailed, CompletedAt: now}},
+		{ID: "u::running", RunID: "run-1", CreatedAt: now, State: workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: now}},
+	} {
+		if err := s.InsertTask(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := workers.State{Status: workers.StatusPending}
+	cases := []struct {
+		id     string
+		from   []workers.Status
+		wantOK bool
+		want   workers.Status // the record's status afterwards
+	}{
+		{"u::failed", []workers.Status{"completed,failed", workers.StatusPending}, false, workers.StatusFailed},
+		{"u::running", []workers.Status{"bogus", "pending,running", workers.StatusCompleted}, false, workers.StatusRunning},
+		{"u::pending", []workers.Status{"running,failed", workers.StatusPending}, true, workers.StatusPending},
+	}
+	g := gateOn(t, sc, s, "u::gate", "run-1")
+	var wg sync.WaitGroup
+	oks, errs := make([]bool, len(cases)), make([]error, len(cases))
+	for i, c := range cases {
+		g.queue(&wg, func() { oks[i], errs[i] = s.TransitionTask(ctx, c.id, "run-1", c.from, pending) })
+	}
+	if err := g.release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, c := range cases {
+		if oks[i] != c.wantOK || errs[i] != nil {
+			t.Errorf("TransitionTask(%s, from %q) = %v, %v; want %v, nil", c.id, c.from, oks[i], errs[i], c.wantOK)
+		}
+		if rec, err := s.GetTask(ctx, c.id); err != nil || rec.Status != c.want {
+			t.Errorf("%s is now %s (%v), want %s", c.id, rec.Status, err, c.want)
+		}
+	}
+}
+
 // TestGroupCommitInserts: inserts that queue behind one in flight go as
 // one statement; a taken id, or the same id twice, is ErrConflict for
 // that call alone, a record the database refuses fails alone, and every

@@ -265,8 +265,9 @@ func makeStateColumns(n int) stateColumns {
 	}
 }
 
-// joinStatuses joins statuses with commas, as a batch row's fence; the
-// common fence of one status costs no allocation.
+// joinStatuses joins statuses, each known (see knownStatuses), with
+// commas, as a batch row's fence; the common fence of one status costs
+// no allocation.
 func joinStatuses(ss []workers.Status) string {
 	if len(ss) == 1 {
 		return string(ss[0])

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -325,12 +326,14 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 // tell a missing record (ErrNotFound) from a fenced-off one (false).
 // Where the dialect has Dialect.WriteMany, concurrent transitions and
 // inserts go together in one statement (see combiner), each transition
-// fenced on its own id, run id and statuses.
+// fenced on its own id, run id and statuses. A status of from that is
+// not a known one matches no record, and never reaches the database
+// (see knownStatuses).
 func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
 	}
-	if len(from) > 0 {
+	if from = knownStatuses(from); len(from) > 0 {
 		if err := s.checkState(&next); err != nil {
 			return false, err
 		}
@@ -362,6 +365,27 @@ func (s *Store) transitionOne(ctx context.Context, row transitionRow) (bool, err
 		return false, s.wrap("transition task", err)
 	}
 	return n > 0, nil
+}
+
+// knownStatuses returns from without the statuses that are not known
+// (workers.Status.Valid), which match no record: from itself, with no
+// copy, when every status is known. A batch's fence joins its statuses
+// with commas (Dialect.WriteMany), which no known status holds, so that
+// none is split into others.
+func knownStatuses(from []workers.Status) []workers.Status {
+	for i, st := range from {
+		if st.Valid() {
+			continue
+		}
+		known := slices.Clone(from[:i])
+		for _, st := range from[i+1:] {
+			if st.Valid() {
+				known = append(known, st)
+			}
+		}
+		return known
+	}
+	return from
 }
 
 // AddWatcher implements workers.Store: one INSERT ... SELECT fenced on
