@@ -365,14 +365,15 @@ func TestCursorWithATimeNoStoreHoldsIsRefused(t *testing.T) {
 }
 
 // A cursor ListPage handed out is one it takes back, whatever time the
-// record it names was created at within what a MemStore keeps.
+// record it names was created at within what a MemStore keeps (from the
+// zero time, before which no store keeps one, to year 285,000 or so).
 func TestListPageTakesBackTheCursorsItGives(t *testing.T) {
 	t.Parallel()
 	s := NewMemStore()
 	rt := newRuntime(t, s, Config{})
 	for i, at := range []time.Time{
-		time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC),
-		time.Date(-5000, 1, 2, 0, 0, 0, 0, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC),
+		time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC),
 		time.Date(285100, 1, 1, 0, 0, 0, 0, time.UTC),
 	} {
 		require.NoError(t, s.InsertTask(ctx, Record{ID: fmt.Sprintf("alice::r%d", i), RunID: "x.1", Watchers: []string{"alice"},

@@ -15,7 +15,8 @@ import (
 // for concurrent use. Records are copied in and out, so nothing a caller
 // holds aliases stored state. Times are kept to the microsecond, as
 // PostgreSQL keeps them, and read back in UTC; a time more than about
-// 285,000 years from year 1 is refused with ErrInvalidData. Like a SQL
+// 285,000 years after year 1 is refused with ErrInvalidData, as every
+// store refuses one before it (see CheckRecord). Like a SQL
 // store, it fails a call whose context is already done. Its records
 // live as long as the process, so it implements RecordClearer.
 //

@@ -414,6 +414,20 @@ func checkRecord(rec *Record) error {
 	if rec.RunID == "" {
 		return ErrInvalidRunID
 	}
+	if !storableText(rec.RunID) {
+		return fmt.Errorf("%w: RunID holds a NUL byte or invalid UTF-8", ErrInvalidData)
+	}
+	if !storableText(rec.Queue) {
+		return fmt.Errorf("%w: Queue holds a NUL byte or invalid UTF-8", ErrInvalidData)
+	}
+	for _, w := range rec.Watchers {
+		if !storableText(w) {
+			return fmt.Errorf("%w: a watcher holds a NUL byte or invalid UTF-8", ErrInvalidData)
+		}
+	}
+	if err := checkDated("CreatedAt", rec.CreatedAt); err != nil {
+		return err
+	}
 	if err := checkState(&rec.State); err != nil {
 		return err
 	}
@@ -433,6 +447,12 @@ func checkState(st *State) error {
 			return err
 		}
 	}
+	if err := checkDated("StartedAt", st.StartedAt); err != nil {
+		return err
+	}
+	if err := checkDated("CompletedAt", st.CompletedAt); err != nil {
+		return err
+	}
 	if st.Progress < 0 || st.Progress > 100 {
 		return fmt.Errorf("%w: progress %d outside 0 to 100", ErrInvalidData, st.Progress)
 	}
@@ -441,6 +461,16 @@ func checkState(st *State) error {
 	}
 	if st.Result != nil {
 		return checkResult(st.Result)
+	}
+	return nil
+}
+
+// checkDated refuses, with ErrInvalidData, a time before the zero time:
+// the zero time is a record's "undated", which sorts before every stored
+// time, and no stored time sorts before it.
+func checkDated(field string, t time.Time) error {
+	if t.Before(time.Time{}) {
+		return fmt.Errorf("%w: %s %v is before the zero time (year 1)", ErrInvalidData, field, t)
 	}
 	return nil
 }
@@ -511,8 +541,11 @@ func checkStateText(st *State) error {
 }
 
 // CheckRecord validates a record before InsertTask or ReplaceTask writes
-// it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a state that
-// passes CheckState, and a CompletedAt on a terminal record
+// it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a RunID, a
+// Queue and Watchers that are valid UTF-8 without NUL bytes, as
+// CheckState's text fields are (ErrInvalidData), a CreatedAt not before
+// the zero time (ErrInvalidData: the zero time itself says undated), a
+// state that passes CheckState, and a CompletedAt on a terminal record
 // (ErrInvalidOption). Stores call it so that all of them refuse the same
 // input with the same errors.
 func CheckRecord(rec Record) error { return checkRecord(&rec) }
@@ -521,11 +554,13 @@ func CheckRecord(rec Record) error { return checkRecord(&rec) }
 // it: a known status (ErrInvalidOption), text fields that are valid UTF-8
 // without NUL bytes (ErrInvalidData: no store need hold what PostgreSQL's
 // text type refuses; the runtime cleans what it writes with the same
-// rule), a Progress from 0 to 100 and an Attempt from 0 to math.MaxInt32
-// (ErrInvalidData: the runtime writes nothing else, and every store can
-// hold them), and a Result that is nil or valid JSON, in valid UTF-8,
-// whose arrays and objects nest at most 1000 deep (ErrResultEncoding:
-// the most every store holds).
+// rule), a StartedAt and a CompletedAt not before the zero time
+// (ErrInvalidData: the zero time itself says undated, and sorts before
+// every stored time), a Progress from 0 to 100 and an Attempt from 0 to
+// math.MaxInt32 (ErrInvalidData: the runtime writes nothing else, and
+// every store can hold them), and a Result that is nil or valid JSON, in
+// valid UTF-8, whose arrays and objects nest at most 1000 deep
+// (ErrResultEncoding: the most every store holds).
 // A Result is stored byte for byte, escapes such as \u0000 included.
 func CheckState(st State) error { return checkState(&st) }
 

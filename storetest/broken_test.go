@@ -87,6 +87,9 @@ var brokenStores = map[string]struct {
 	"FromSplitOnCommas": {
 		func() workers.Store { return splitsFrom{workers.NewMemStore()} }, nil,
 		storetest.Run, "Transition/UnknownFromStatusMatchesNothing"},
+	"CleansRecordText": {
+		func() workers.Store { return cleansText{workers.NewMemStore()} }, nil,
+		storetest.Run, "Insert/InvalidRecordRefused"},
 	"DropsStack": {
 		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
 		storetest.Run, "RoundTrip/EndingFields"},
@@ -397,6 +400,32 @@ func (s splitsFrom) TransitionTask(ctx context.Context, id, runID string, from [
 		}
 	}
 	return s.MemStore.TransitionTask(ctx, id, runID, split, next)
+}
+
+// cleansText stores a record whose run id, queue or watchers hold a NUL
+// byte or invalid UTF-8 with each such byte replaced, as a store that
+// encodes them leniently would, instead of refusing it.
+type cleansText struct{ *workers.MemStore }
+
+func clean(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+func (c cleansText) cleaned(rec workers.Record) workers.Record {
+	rec = rec.Clone()
+	rec.RunID, rec.Queue = clean(rec.RunID), clean(rec.Queue)
+	for i, w := range rec.Watchers {
+		rec.Watchers[i] = clean(w)
+	}
+	return rec
+}
+
+func (c cleansText) InsertTask(ctx context.Context, rec workers.Record) error {
+	return c.MemStore.InsertTask(ctx, c.cleaned(rec))
+}
+
+func (c cleansText) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	return c.MemStore.ReplaceTask(ctx, c.cleaned(rec), prevRunID)
 }
 
 // insertOverwrites inserts as INSERT OR REPLACE would: a record of an id

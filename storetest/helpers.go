@@ -25,6 +25,10 @@ var (
 	farFuture = time.Date(300_000, time.January, 1, 0, 0, 0, 0, time.UTC)
 )
 
+// beforeYear1 is a time before the zero time, which no store holds: the
+// zero time says undated, and no stored time sorts before it.
+var beforeYear1 = time.Date(0, time.June, 1, 0, 0, 0, 0, time.UTC)
+
 // at returns the time min minutes after epoch.
 func at(min int) time.Time { return epoch.Add(time.Duration(min) * time.Minute) }
 

@@ -102,11 +102,16 @@ func (*suite) insertEmptyRunID(t *testing.T, s workers.Store) {
 }
 
 func (*suite) insertInvalid(t *testing.T, s workers.Store) {
+	old := record("alice::replaced", "run-1", "alice")
+	old.State = outcome(workers.StatusCompleted, 1)
+	insert(t, s, old)
 	unknown := record("alice::unknown-status", "run-1")
 	unknown.Status = "paused"
 	unfinished := record("alice::no-completed-at", "run-1")
 	unfinished.Status = workers.StatusCompleted
-	for _, c := range []struct {
+	undated := record("alice::before-year-1", "run-1")
+	undated.CreatedAt = beforeYear1
+	bad := []struct {
 		name string
 		rec  workers.Record
 		want error
@@ -115,11 +120,39 @@ func (*suite) insertInvalid(t *testing.T, s workers.Store) {
 		{"control character in id", record("alice::a\nb", "run-1"), workers.ErrInvalidKey},
 		{"unknown status", unknown, workers.ErrInvalidOption},
 		{"terminal status without CompletedAt", unfinished, workers.ErrInvalidOption},
-	} {
-		wantErr(t, "InsertTask with "+c.name, s.InsertTask(t.Context(), c.rec), c.want)
+		{"a CreatedAt before the zero time", undated, workers.ErrInvalidData},
 	}
-	wantMissing(t, s, unknown.ID)
-	wantMissing(t, s, unfinished.ID)
+	for _, u := range unstorable {
+		for _, f := range []struct {
+			name string
+			set  func(r *workers.Record)
+		}{
+			{"RunID", func(r *workers.Record) { r.RunID = u.text }},
+			{"Queue", func(r *workers.Record) { r.Queue = u.text }},
+			{"a watcher", func(r *workers.Record) { r.Watchers = []string{"alice", u.text} }},
+		} {
+			r := record(fmt.Sprintf("alice::unstorable-%d", len(bad)), "run-1", "alice")
+			f.set(&r)
+			bad = append(bad, struct {
+				name string
+				rec  workers.Record
+				want error
+			}{u.name + " in " + f.name, r, workers.ErrInvalidData})
+		}
+	}
+	for _, c := range bad {
+		wantErr(t, "CheckRecord of a record with "+c.name, workers.CheckRecord(c.rec), c.want)
+		wantErr(t, "InsertTask of a record with "+c.name, s.InsertTask(t.Context(), c.rec), c.want)
+		if c.rec.ID != "" {
+			wantMissing(t, s, c.rec.ID)
+		}
+		if c.want != workers.ErrInvalidKey {
+			r := c.rec
+			r.ID = old.ID
+			wantErr(t, "ReplaceTask with a record with "+c.name, s.ReplaceTask(t.Context(), r, old.RunID), c.want)
+		}
+	}
+	wantStored(t, s, old)
 }
 
 func (*suite) setStateOnly(t *testing.T, s workers.Store) {
@@ -514,6 +547,10 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 	unknown.Status = "paused"
 	farOff := outcome(workers.StatusCompleted, 1)
 	farOff.CompletedAt = farFuture
+	startedEarly := outcome(workers.StatusCompleted, 1)
+	startedEarly.StartedAt = beforeYear1
+	completedEarly := outcome(workers.StatusCompleted, 1)
+	completedEarly.CompletedAt = beforeYear1
 	for _, c := range []struct {
 		name string
 		st   workers.State
@@ -524,6 +561,8 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 		{"a result nested deeper than every store holds", deep, workers.ErrResultEncoding},
 		{"an unknown status", unknown, workers.ErrInvalidOption},
 		{"a time beyond what every store holds (year 300,000)", farOff, workers.ErrInvalidData},
+		{"a StartedAt before the zero time", startedEarly, workers.ErrInvalidData},
+		{"a CompletedAt before the zero time", completedEarly, workers.ErrInvalidData},
 	} {
 		bad := record("alice::bad", "run-1")
 		bad.State = c.st
