@@ -403,6 +403,9 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	if runID == "" {
 		return false, ErrInvalidRunID
 	}
+	if !storableText(watcher) {
+		return false, fmt.Errorf("%w: the watcher holds a NUL byte or invalid UTF-8", ErrInvalidData)
+	}
 	sh := s.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -311,7 +311,9 @@ type Store interface {
 	// list changed: appending a watcher already present is a no-op that
 	// reports false. Concurrent appends of distinct watchers must all
 	// survive. It returns ErrConflict if the record belongs to another
-	// run, ErrNotFound if there is none. It performs no authorization.
+	// run, ErrNotFound if there is none. It refuses a watcher that holds
+	// a NUL byte or invalid UTF-8 with ErrInvalidData, as CheckRecord
+	// does, before it reads the record. It performs no authorization.
 	AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error)
 
 	// ListTasks returns the records f selects, in f.Order (see

@@ -90,6 +90,9 @@ var brokenStores = map[string]struct {
 	"CleansRecordText": {
 		func() workers.Store { return cleansText{workers.NewMemStore()} }, nil,
 		storetest.Run, "Insert/InvalidRecordRefused"},
+	"CleansWatcher": {
+		func() workers.Store { return cleansText{workers.NewMemStore()} }, nil,
+		storetest.Run, "Watchers/UnstorableRefused"},
 	"DropsStack": {
 		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
 		storetest.Run, "RoundTrip/EndingFields"},
@@ -403,8 +406,9 @@ func (s splitsFrom) TransitionTask(ctx context.Context, id, runID string, from [
 }
 
 // cleansText stores a record whose run id, queue or watchers hold a NUL
-// byte or invalid UTF-8 with each such byte replaced, as a store that
-// encodes them leniently would, instead of refusing it.
+// byte or invalid UTF-8, and adds such a watcher, with each such byte
+// replaced, as a store that encodes them leniently would, instead of
+// refusing it.
 type cleansText struct{ *workers.MemStore }
 
 func clean(s string) string {
@@ -426,6 +430,10 @@ func (c cleansText) InsertTask(ctx context.Context, rec workers.Record) error {
 
 func (c cleansText) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
 	return c.MemStore.ReplaceTask(ctx, c.cleaned(rec), prevRunID)
+}
+
+func (c cleansText) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	return c.MemStore.AddWatcher(ctx, id, runID, clean(watcher))
 }
 
 // insertOverwrites inserts as INSERT OR REPLACE would: a record of an id

@@ -58,6 +58,37 @@ func (*suite) watchersEmptyRunID(t *testing.T, s workers.Store) {
 	wantStored(t, s, r)
 }
 
+func (*suite) watchersUnstorable(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1", "alice")
+	insert(t, s, r)
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, u := range unstorable {
+		for _, c := range []struct {
+			name   string
+			ctx    context.Context
+			id     string
+			runID  string
+			target error
+		}{
+			{"the record's run", t.Context(), r.ID, r.RunID, workers.ErrInvalidData},
+			{"another run", t.Context(), r.ID, "run-0", workers.ErrInvalidData},
+			{"a missing record", t.Context(), "alice::nobody", "run-1", workers.ErrInvalidData},
+			{"an empty run id", t.Context(), r.ID, "", workers.ErrInvalidRunID},
+			{"a done context", done, r.ID, r.RunID, context.Canceled},
+		} {
+			added, err := s.AddWatcher(c.ctx, c.id, c.runID, u.text)
+			call := fmt.Sprintf("AddWatcher of a watcher with %s, on %s", u.name, c.name)
+			if added {
+				t.Errorf("%s reported true", call)
+			}
+			wantErr(t, call, err, c.target)
+		}
+	}
+	wantStored(t, s, r)
+	wantMissing(t, s, "alice::nobody")
+}
+
 func (*suite) watchersMissing(t *testing.T, s workers.Store) {
 	_, err := s.AddWatcher(t.Context(), "alice::nobody", "run-1", "bob")
 	wantErr(t, "AddWatcher to a missing id", err, workers.ErrNotFound)

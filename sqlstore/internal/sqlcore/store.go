@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskgate/workers"
 )
@@ -391,10 +392,17 @@ func knownStatuses(from []workers.Status) []workers.Status {
 // AddWatcher implements workers.Store: one INSERT ... SELECT fenced on
 // the run id, with ON CONFLICT DO NOTHING for a watcher already present.
 // Concurrent appends insert distinct rows, so all of them survive. When
-// nothing was inserted, a second read says why.
+// nothing was inserted, a second read says why. A watcher that is not
+// storable text is refused before anything is sent.
 func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
+	}
+	if !storable(watcher) {
+		return false, fmt.Errorf("%s: %w: the watcher holds a NUL byte or invalid UTF-8", s.d.Name, workers.ErrInvalidData)
 	}
 	n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
 	if err != nil {
@@ -791,6 +799,13 @@ func affected(res sql.Result, err error) (int64, error) {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// storable reports whether every store can hold s verbatim, as
+// workers.CheckRecord asks of a record's text: valid UTF-8 without NUL
+// bytes.
+func storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // param appends v to args and returns its placeholder.
