@@ -300,7 +300,9 @@ type Store interface {
 	// false. A status of from that is not a known one (Status.Valid
 	// reports false) matches no record, whatever it spells
 	// ("completed,failed" is none of completed and failed). Only next is
-	// written, once it passes CheckState; identity fields never change.
+	// written, once it passes CheckState, which it must pass even when
+	// from is empty and nothing can be written; identity fields never
+	// change.
 	// runID is required (ErrInvalidRunID): every write of a run's outcome
 	// names the run, so a superseded run's late write cannot land. It
 	// returns ErrNotFound if there is no record.

@@ -93,6 +93,9 @@ var brokenStores = map[string]struct {
 	"CleansWatcher": {
 		func() workers.Store { return cleansText{workers.NewMemStore()} }, nil,
 		storetest.Run, "Watchers/UnstorableRefused"},
+	"EmptyFromUnchecked": {
+		func() workers.Store { return emptyFromUnchecked{workers.NewMemStore()} }, nil,
+		storetest.Run, "State/InvalidRefused"},
 	"DropsStack": {
 		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
 		storetest.Run, "RoundTrip/EndingFields"},
@@ -434,6 +437,18 @@ func (c cleansText) ReplaceTask(ctx context.Context, rec workers.Record, prevRun
 
 func (c cleansText) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
 	return c.MemStore.AddWatcher(ctx, id, runID, clean(watcher))
+}
+
+// emptyFromUnchecked answers a transition with an empty from, which can
+// write nothing, without checking its next state.
+type emptyFromUnchecked struct{ *workers.MemStore }
+
+func (s emptyFromUnchecked) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	if len(from) == 0 && runID != "" {
+		_, err := s.GetTask(ctx, id)
+		return false, err
+	}
+	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
 }
 
 // insertOverwrites inserts as INSERT OR REPLACE would: a record of an id

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -130,11 +131,13 @@ func (*suite) unstorableRefused(t *testing.T, s workers.Store) {
 		w.State = st
 		wantErr(t, call("SetTask"), s.SetTask(t.Context(), w), workers.ErrInvalidData)
 		wantErr(t, call("ReplaceTask"), s.ReplaceTask(t.Context(), workers.Record{ID: kept.ID, RunID: "run-2", CreatedAt: epoch, State: st}, kept.RunID), workers.ErrInvalidData)
-		ok, err := s.TransitionTask(t.Context(), kept.ID, kept.RunID, allStatuses, st)
-		if ok {
-			t.Errorf("%s reported true", call("TransitionTask"))
+		for _, from := range [][]workers.Status{allStatuses, nil} {
+			ok, err := s.TransitionTask(t.Context(), kept.ID, kept.RunID, from, st)
+			if ok {
+				t.Errorf("%s from %q reported true", call("TransitionTask"), from)
+			}
+			wantErr(t, fmt.Sprintf("%s from %q", call("TransitionTask"), from), err, workers.ErrInvalidData)
 		}
-		wantErr(t, call("TransitionTask"), err, workers.ErrInvalidData)
 		wantStored(t, s, kept)
 	}
 }

@@ -572,8 +572,10 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 		arg := stored
 		arg.State = c.st
 		wantErr(t, "SetTask with "+c.name, s.SetTask(t.Context(), arg), c.want)
-		_, err := s.TransitionTask(t.Context(), stored.ID, stored.RunID, []workers.Status{workers.StatusPending}, c.st)
-		wantErr(t, "TransitionTask with "+c.name, err, c.want)
+		for _, from := range [][]workers.Status{pendingOnly, nil} {
+			_, err := s.TransitionTask(t.Context(), stored.ID, stored.RunID, from, c.st)
+			wantErr(t, fmt.Sprintf("TransitionTask from %q with %s", from, c.name), err, c.want)
+		}
 		arg.RunID = "run-2"
 		wantErr(t, "ReplaceTask with "+c.name, s.ReplaceTask(t.Context(), arg, stored.RunID), c.want)
 		wantStored(t, s, stored)

@@ -135,7 +135,7 @@ var cases = []testCase{
 		"SetTask writes every State field and keeps the stored RunID, Watchers, Queue and CreatedAt, whatever its argument holds.",
 		(*suite).setStateOnly},
 	{"State/InvalidRefused",
-		"InsertTask, SetTask, TransitionTask and ReplaceTask refuse a state CheckState refuses (an unknown status, a result that is not JSON) with its errors, and one with a time no store holds (year 300,000) or a time before the zero time with ErrInvalidData, and write nothing.",
+		"InsertTask, SetTask, TransitionTask (even with an empty from, which can write nothing) and ReplaceTask refuse a state CheckState refuses (an unknown status, a result that is not JSON) with its errors, and one with a time no store holds (year 300,000) or a time before the zero time with ErrInvalidData, and write nothing.",
 		(*suite).invalidStateRefused},
 	{"Set/MissingIsNotFound",
 		"SetTask of an id with no record returns ErrNotFound and creates nothing.",
@@ -315,7 +315,7 @@ var cases = []testCase{
 		"the State fields of how a run ended (Cause, CancelledBy, CancelReason, Stack) come back as written through InsertTask, TransitionTask and SetTask, and ReplaceTask clears them with the rest of the state.",
 		(*suite).roundTripEndingFields},
 	{"State/UnstorableRefused",
-		"InsertTask, SetTask, ReplaceTask and TransitionTask refuse, with ErrInvalidData, a state whose text fields hold a NUL byte or invalid UTF-8, or whose Progress lies outside 0 to 100 or Attempt outside 0 to math.MaxInt32, as CheckState does, and write nothing.",
+		"InsertTask, SetTask, ReplaceTask and TransitionTask (even with an empty from) refuse, with ErrInvalidData, a state whose text fields hold a NUL byte or invalid UTF-8, or whose Progress lies outside 0 to 100 or Attempt outside 0 to math.MaxInt32, as CheckState does, and write nothing.",
 		(*suite).unstorableRefused},
 
 	{"Context/DoneRefused",

@@ -329,15 +329,16 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 // inserts go together in one statement (see combiner), each transition
 // fenced on its own id, run id and statuses. A status of from that is
 // not a known one matches no record, and never reaches the database
-// (see knownStatuses).
+// (see knownStatuses). next is checked first, as a sent one would be,
+// even when nothing is sent (an empty from).
 func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
 	}
+	if err := s.checkState(&next); err != nil {
+		return false, err
+	}
 	if from = knownStatuses(from); len(from) > 0 {
-		if err := s.checkState(&next); err != nil {
-			return false, err
-		}
 		row := transitionRow{id: id, runID: runID, from: from, next: next}
 		var ok bool
 		var err error
@@ -350,6 +351,8 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 		if ok || err != nil {
 			return ok, err
 		}
+	} else if err := s.checkRange(next.StartedAt, next.CompletedAt); err != nil {
+		return false, err // as the database would have, had next been sent
 	}
 	if _, err := s.readRunOf(ctx, id); err != nil {
 		return false, err
@@ -721,9 +724,19 @@ func (s *Store) checkState(st *workers.State) error {
 }
 
 // checkTimes refuses, with workers.ErrInvalidData, a time outside
-// Dialect.MinTime and MaxTime.
+// Dialect.MinTime and MaxTime, unless the database refuses it itself
+// (Dialect.DatabaseChecksTimes).
 func (s *Store) checkTimes(times ...time.Time) error {
-	if s.d.DatabaseChecksTimes || s.d.MaxTime.IsZero() {
+	if s.d.DatabaseChecksTimes {
+		return nil
+	}
+	return s.checkRange(times...)
+}
+
+// checkRange is checkTimes for times that are not sent to the database,
+// which then cannot refuse them.
+func (s *Store) checkRange(times ...time.Time) error {
+	if s.d.MaxTime.IsZero() {
 		return nil
 	}
 	for _, t := range times {
