@@ -289,6 +289,8 @@ type Store interface {
 	// ReplaceTask writes the whole of rec over the record rec.ID if, and
 	// only if, that record's RunID is prevRunID; otherwise it returns
 	// ErrConflict and writes nothing (ErrNotFound if there is no record).
+	// A prevRunID holding a NUL byte or invalid UTF-8, as no RunID does
+	// (see CheckRecord), matches no record, and is no error of its own.
 	// Like InsertTask it refuses a record that fails CheckRecord.
 	// Its one caller is the re-run of a finished key, which by design
 	// resets the watcher list and publishes the new run's id.
@@ -304,8 +306,10 @@ type Store interface {
 	// from is empty and nothing can be written; identity fields never
 	// change.
 	// runID is required (ErrInvalidRunID): every write of a run's outcome
-	// names the run, so a superseded run's late write cannot land. It
-	// returns ErrNotFound if there is no record.
+	// names the run, so a superseded run's late write cannot land; one
+	// holding a NUL byte or invalid UTF-8, as no RunID does (see
+	// CheckRecord), matches no record. It returns ErrNotFound if there is
+	// no record.
 	TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error)
 
 	// AddWatcher appends watcher to the record id's watcher list if its
@@ -313,9 +317,11 @@ type Store interface {
 	// list changed: appending a watcher already present is a no-op that
 	// reports false. Concurrent appends of distinct watchers must all
 	// survive. It returns ErrConflict if the record belongs to another
-	// run, ErrNotFound if there is none. It refuses a watcher that holds
-	// a NUL byte or invalid UTF-8 with ErrInvalidData, as CheckRecord
-	// does, before it reads the record. It performs no authorization.
+	// run (as it does for a runID holding a NUL byte or invalid UTF-8,
+	// which no RunID holds), ErrNotFound if there is none. It refuses a
+	// watcher that holds a NUL byte or invalid UTF-8 with ErrInvalidData,
+	// as CheckRecord does, before it reads the record. It performs no
+	// authorization.
 	AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error)
 
 	// ListTasks returns the records f selects, in f.Order (see

@@ -96,6 +96,9 @@ var brokenStores = map[string]struct {
 	"EmptyFromUnchecked": {
 		func() workers.Store { return emptyFromUnchecked{workers.NewMemStore()} }, nil,
 		storetest.Run, "State/InvalidRefused"},
+	"RefusesRunIDArguments": {
+		func() workers.Store { return refusesRunIDs{workers.NewMemStore()} }, nil,
+		storetest.Run, "Fencing/UnstorableRunIDMatchesNothing"},
 	"DropsStack": {
 		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
 		storetest.Run, "RoundTrip/EndingFields"},
@@ -449,6 +452,40 @@ func (s emptyFromUnchecked) TransitionTask(ctx context.Context, id, runID string
 		return false, err
 	}
 	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+}
+
+// refusesRunIDs refuses a run id argument holding a NUL byte or invalid
+// UTF-8 with ErrInvalidData, as a database that cannot hold it does when
+// it is sent, instead of matching no record with it.
+type refusesRunIDs struct{ *workers.MemStore }
+
+// check returns the error for the run id argument runID, or nil.
+func (refusesRunIDs) check(runID string) error {
+	if clean(runID) != runID {
+		return workers.ErrInvalidData
+	}
+	return nil
+}
+
+func (s refusesRunIDs) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	if err := s.check(runID); err != nil {
+		return false, err
+	}
+	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
+}
+
+func (s refusesRunIDs) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	if err := s.check(prevRunID); err != nil {
+		return err
+	}
+	return s.MemStore.ReplaceTask(ctx, rec, prevRunID)
+}
+
+func (s refusesRunIDs) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	if err := s.check(runID); err != nil {
+		return false, err
+	}
+	return s.MemStore.AddWatcher(ctx, id, runID, watcher)
 }
 
 // insertOverwrites inserts as INSERT OR REPLACE would: a record of an id

@@ -392,6 +392,39 @@ func (*suite) fencingReplacedRun(t *testing.T, s workers.Store) {
 	wantStored(t, s, next)
 }
 
+func (*suite) fencingUnstorableRunID(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1", "alice")
+	insert(t, s, r)
+	_, next := replaced()
+	for _, u := range unstorable {
+		call := func(m string) string { return m + " naming a run id with " + u.name }
+		transition(t, s, r.ID, u.text, allStatuses, started, false)
+		ok, err := s.TransitionTask(t.Context(), "alice::nobody", u.text, allStatuses, started)
+		if ok {
+			t.Errorf("%s, of a missing id, reported true", call("TransitionTask"))
+		}
+		wantErr(t, call("TransitionTask")+", of a missing id", err, workers.ErrNotFound)
+
+		wantErr(t, call("ReplaceTask"), s.ReplaceTask(t.Context(), next, u.text), workers.ErrConflict)
+		missing := next
+		missing.ID = "alice::nobody"
+		wantErr(t, call("ReplaceTask")+", of a missing id", s.ReplaceTask(t.Context(), missing, u.text), workers.ErrNotFound)
+
+		for _, c := range []struct {
+			id   string
+			want error
+		}{{r.ID, workers.ErrConflict}, {"alice::nobody", workers.ErrNotFound}} {
+			added, err := s.AddWatcher(t.Context(), c.id, u.text, "bob")
+			if added {
+				t.Errorf("%s, to %q, reported true", call("AddWatcher"), c.id)
+			}
+			wantErr(t, fmt.Sprintf("%s, to %q", call("AddWatcher"), c.id), err, c.want)
+		}
+	}
+	wantStored(t, s, r)
+	wantMissing(t, s, "alice::nobody")
+}
+
 func (su *suite) fencingSuperseded(t *testing.T, s workers.Store) {
 	const rounds = 32
 	recs := make([]workers.Record, rounds)

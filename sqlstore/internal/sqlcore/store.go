@@ -298,10 +298,20 @@ func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
 // ReplaceTask implements workers.Store: in one transaction, an UPDATE
 // conditional on the previous run id, then the new watcher list. When the
 // UPDATE matches nothing, a read in the same transaction tells ErrNotFound
-// from ErrConflict.
+// from ErrConflict. A prevRunID that no record holds, not being
+// storable text, is not sent: the read alone answers.
 func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
 	if err := s.checkRecord(&rec); err != nil {
 		return err
+	}
+	if !storable(prevRunID) {
+		if err := s.checkRange(rec.CreatedAt, rec.StartedAt, rec.CompletedAt); err != nil {
+			return err // as the database would have, had rec been sent
+		}
+		if _, err := s.readRunOf(ctx, rec.ID); err != nil {
+			return err
+		}
+		return workers.ErrConflict
 	}
 	args := append(s.recordArgs(&rec), prevRunID)
 	return s.inTx(ctx, func(tx *sql.Tx) error {
@@ -329,8 +339,9 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 // inserts go together in one statement (see combiner), each transition
 // fenced on its own id, run id and statuses. A status of from that is
 // not a known one matches no record, and never reaches the database
-// (see knownStatuses). next is checked first, as a sent one would be,
-// even when nothing is sent (an empty from).
+// (see knownStatuses); so does a run id that no record holds, not being
+// storable text (see storable). next is checked first, as a sent one
+// would be, even when nothing is sent.
 func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
@@ -338,7 +349,7 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 	if err := s.checkState(&next); err != nil {
 		return false, err
 	}
-	if from = knownStatuses(from); len(from) > 0 {
+	if from = knownStatuses(from); len(from) > 0 && storable(runID) {
 		row := transitionRow{id: id, runID: runID, from: from, next: next}
 		var ok bool
 		var err error
@@ -396,7 +407,8 @@ func knownStatuses(from []workers.Status) []workers.Status {
 // the run id, with ON CONFLICT DO NOTHING for a watcher already present.
 // Concurrent appends insert distinct rows, so all of them survive. When
 // nothing was inserted, a second read says why. A watcher that is not
-// storable text is refused before anything is sent.
+// storable text is refused before anything is sent, and a run id that
+// is not, which no record holds, is not sent: the read alone answers.
 func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -407,12 +419,14 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 	if !storable(watcher) {
 		return false, fmt.Errorf("%s: %w: the watcher holds a NUL byte or invalid UTF-8", s.d.Name, workers.ErrInvalidData)
 	}
-	n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
-	if err != nil {
-		return false, s.wrap("add watcher", err)
-	}
-	if n > 0 {
-		return true, nil
+	if storable(runID) {
+		n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
+		if err != nil {
+			return false, s.wrap("add watcher", err)
+		}
+		if n > 0 {
+			return true, nil
+		}
 	}
 	cur, err := s.readRunOf(ctx, id)
 	if err != nil {
@@ -816,7 +830,8 @@ func affected(res sql.Result, err error) (int64, error) {
 
 // storable reports whether every store can hold s verbatim, as
 // workers.CheckRecord asks of a record's text: valid UTF-8 without NUL
-// bytes.
+// bytes. A run id argument that is not matches no record, and is never
+// sent, since PostgreSQL would refuse it as data.
 func storable(s string) bool {
 	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
