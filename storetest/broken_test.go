@@ -65,6 +65,10 @@ var brokenStores = map[string]struct {
 		func() workers.Store { return ignoresDone{workers.NewMemStore()} }, nil,
 		storetest.Run, "Context/DoneRefused"},
 
+	"CleanupWithADoneContext": {
+		func() workers.Store { return cleanupIgnoresDone{workers.NewMemStore()} }, nil,
+		storetest.Run, "Context/DoneRefused"},
+
 	"LeaseLastsTooLong": {
 		func() workers.Store { return longLease{workers.NewMemStore()} }, nil,
 		storetest.Run, "Lease/ExpiresByTheStoresClock"},
@@ -369,6 +373,17 @@ type ignoresDone struct{ *workers.MemStore }
 
 func (s ignoresDone) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	return s.MemStore.TransitionTask(context.WithoutCancel(ctx), id, runID, from, next)
+}
+
+// cleanupIgnoresDone answers a DeleteFinished whose cutoff can delete
+// nothing (one not after the zero time) without looking at its context.
+type cleanupIgnoresDone struct{ *workers.MemStore }
+
+func (s cleanupIgnoresDone) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	if !cutoff.After(time.Time{}) {
+		return 0, nil
+	}
+	return s.MemStore.DeleteFinished(ctx, cutoff)
 }
 
 // longLease grants every lease twenty times the ttl it is given.

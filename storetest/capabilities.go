@@ -167,11 +167,14 @@ func (*suite) doneContextRefused(t *testing.T, s workers.Store) {
 		t.Error("AddWatcher with a done context reported true")
 	}
 	wantErr(t, "AddWatcher", err, context.Canceled)
-	n, err := s.DeleteFinished(done, at(1000))
-	if n != 0 {
-		t.Errorf("DeleteFinished with a done context reported %d deleted", n)
+	for _, cutoff := range []time.Time{at(1000), {}, farPast} {
+		// A cutoff that can delete nothing too.
+		n, err := s.DeleteFinished(done, cutoff)
+		if n != 0 {
+			t.Errorf("DeleteFinished(%s) with a done context reported %d deleted", show(cutoff), n)
+		}
+		wantErr(t, "DeleteFinished("+show(cutoff)+")", err, context.Canceled)
 	}
-	wantErr(t, "DeleteFinished", err, context.Canceled)
 	wantStored(t, s, running)
 	wantStored(t, s, old)
 

@@ -322,7 +322,7 @@ var cases = []testCase{
 		(*suite).unstorableRefused},
 
 	{"Context/DoneRefused",
-		"every write given a context that is already done (InsertTask, SetTask, ReplaceTask, TransitionTask, AddWatcher, DeleteFinished, and a Leaser's RenewLease) returns an error that wraps the context's, and writes nothing: a write a runtime gave up on, at Shutdown's cutoff, never lands later.",
+		"every write given a context that is already done (InsertTask, SetTask, ReplaceTask, TransitionTask, AddWatcher, DeleteFinished whatever its cutoff, and a Leaser's RenewLease) returns an error that wraps the context's, and writes nothing: a write a runtime gave up on, at Shutdown's cutoff, never lands later.",
 		(*suite).doneContextRefused},
 
 	{"Lease/RenewCreatesThenExtends",

@@ -611,6 +611,9 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 // CASCADE). A cutoff between two microseconds is rounded up to the
 // later: the stored times before it are those before that.
 func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	if !cutoff.After(time.Time{}) {
 		return 0, nil // nothing completed before the zero time
 	}
