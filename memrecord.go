@@ -169,8 +169,28 @@ func newMemRecord(rec *Record, ids string) *memRecord {
 	}
 	r.ids, r.idLen, r.queue, r.created = ids, uint16(len(rec.ID)), rec.Queue, mustMemTime(rec.CreatedAt)
 	r.setState(&rec.State)
-	r.setWatchers(rec.Watchers)
+	r.setWatchers(distinct(rec.Watchers))
 	return r
+}
+
+// distinct returns w with each watcher once, where it first appears: w
+// itself, with no copy, when no watcher is there twice. A runtime's
+// watcher lists never are, and its records are built without it (see
+// Task.memRecord).
+func distinct(w []string) []string {
+	for i := 1; i < len(w); i++ {
+		if !slices.Contains(w[:i], w[i]) {
+			continue
+		}
+		out := slices.Clone(w[:i])
+		for _, x := range w[i+1:] {
+			if !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	return w
 }
 
 // taskID returns the record's id, which keys it in the store's idMap.

@@ -748,3 +748,26 @@ func TestRunRecordIsWhatTheStoreWouldMake(t *testing.T) {
 		})
 	}
 }
+
+// A MemStore keeps watchers as a set: a watcher InsertTask or ReplaceTask
+// is given twice is kept once, where it first appears. A list without
+// duplicates, every list a runtime gives, is kept without a copy more.
+func TestMemStoreKeepsWatchersOnce(t *testing.T) {
+	s := NewMemStore()
+	rec := Record{ID: "alice::k", RunID: "i.1", Watchers: []string{"bob", "alice", "bob", "carol", "alice"},
+		State: State{Status: StatusCompleted, CompletedAt: time.Now()}}
+	require.NoError(t, s.InsertTask(ctx, rec))
+	got, err := s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bob", "alice", "carol"}, got.Watchers)
+	assert.Equal(t, []string{"bob", "alice", "bob", "carol", "alice"}, rec.Watchers, "the caller's slice is left as it was")
+
+	next := Record{ID: rec.ID, RunID: "i.2", Watchers: []string{"dave", "dave"}, State: State{Status: StatusPending}}
+	require.NoError(t, s.ReplaceTask(ctx, next, rec.RunID))
+	got, err = s.GetTask(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"dave"}, got.Watchers)
+
+	once := []string{"bob", "alice", "carol"}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = distinct(once) }))
+}

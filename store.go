@@ -114,7 +114,8 @@ type Record struct {
 	Queue string // the sequential queue's name, or "" for the async path
 
 	// Watchers are the user ids allowed to read, list and cancel the task:
-	// a set, whose order stores need not keep. The owner of a user-scoped
+	// a set, whose order stores need not keep: a watcher InsertTask or
+	// ReplaceTask is given twice is kept once. The owner of a user-scoped
 	// id is also allowed, whether listed or not.
 	Watchers []string
 

@@ -103,6 +103,9 @@ var brokenStores = map[string]struct {
 	"RefusesRunIDArguments": {
 		func() workers.Store { return refusesRunIDs{workers.NewMemStore()} }, nil,
 		storetest.Run, "Fencing/UnstorableRunIDMatchesNothing"},
+	"WatchersKeptVerbatim": {
+		func() workers.Store { return &verbatimWatchers{MemStore: workers.NewMemStore()} }, nil,
+		storetest.Run, "Watchers/DuplicatesStoredOnce"},
 	"DropsStack": {
 		func() workers.Store { return dropsStack{workers.NewMemStore()} }, nil,
 		storetest.Run, "RoundTrip/EndingFields"},
@@ -501,6 +504,45 @@ func (s refusesRunIDs) AddWatcher(ctx context.Context, id, runID, watcher string
 		return false, err
 	}
 	return s.MemStore.AddWatcher(ctx, id, runID, watcher)
+}
+
+// verbatimWatchers keeps each record's watcher list as InsertTask or
+// ReplaceTask was given it, duplicates included, and GetTask returns
+// that list, as a store that keeps the list whole in one column would.
+type verbatimWatchers struct {
+	*workers.MemStore
+	mu   sync.Mutex
+	kept map[string][]string // guarded by mu
+}
+
+func (s *verbatimWatchers) keep(rec workers.Record, err error) error {
+	if err == nil {
+		s.mu.Lock()
+		if s.kept == nil {
+			s.kept = map[string][]string{}
+		}
+		s.kept[rec.ID] = slices.Clone(rec.Watchers)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *verbatimWatchers) InsertTask(ctx context.Context, rec workers.Record) error {
+	return s.keep(rec, s.MemStore.InsertTask(ctx, rec))
+}
+
+func (s *verbatimWatchers) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	return s.keep(rec, s.MemStore.ReplaceTask(ctx, rec, prevRunID))
+}
+
+func (s *verbatimWatchers) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	r, err := s.MemStore.GetTask(ctx, id)
+	s.mu.Lock()
+	if w, ok := s.kept[id]; ok && err == nil {
+		r.Watchers = slices.Clone(w)
+	}
+	s.mu.Unlock()
+	return r, err
 }
 
 // insertOverwrites inserts as INSERT OR REPLACE would: a record of an id

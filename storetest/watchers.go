@@ -42,6 +42,25 @@ func (*suite) watchersExisting(t *testing.T, s workers.Store) {
 	wantStored(t, s, r)
 }
 
+func (*suite) watchersDuplicates(t *testing.T, s workers.Store) {
+	r := record("alice::a", "run-1", "bob", "alice", "bob", "bob")
+	insert(t, s, r)
+	r.Watchers = []string{"bob", "alice"}
+	wantStored(t, s, r)
+	next := record(r.ID, "run-2", "carol", "carol", "alice", "carol", "alice")
+	next.CreatedAt = at(1)
+	if err := s.ReplaceTask(t.Context(), next, r.RunID); err != nil {
+		t.Fatalf("ReplaceTask: %v", err)
+	}
+	next.Watchers = []string{"carol", "alice"}
+	wantStored(t, s, next)
+	for _, g := range list(t, s, workers.Filter{VisibleTo: "carol"}) {
+		if !sameSet(g.Watchers, next.Watchers) {
+			t.Errorf("ListTasks returned %q with watchers %q, want %q (in any order)", g.ID, g.Watchers, next.Watchers)
+		}
+	}
+}
+
 func (*suite) watchersStale(t *testing.T, s workers.Store) {
 	r := record("alice::a", "run-2", "alice")
 	insert(t, s, r)
