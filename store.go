@@ -157,7 +157,9 @@ type Filter struct {
 	// After, when set, keeps the records that come strictly after that
 	// position in Order: the next page after a record at After. Its
 	// time may be one no store holds (year 300,000, say): it compares
-	// with the stored times as any other, and is no error.
+	// with the stored times as any other, and is no error. One before the
+	// zero time comes before every record, those without a CreatedAt
+	// included.
 	After *Position
 }
 

@@ -471,7 +471,10 @@ func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Reco
 // time, as workers.CompareRecords sorts it); NewestFirst is the exact
 // reverse. A page after a position is a keyset condition, split into
 // ranges that each read one index in order: (created_at, id) beyond the
-// position, plus the NULL rows where the order reaches them after it. A
+// position, plus the NULL rows where the order reaches them after it
+// (newest first, after a position later than the zero time; oldest
+// first, after one before it, so that such a position lists from the
+// start, as Filter.Compare has it, and none newest first). A
 // position between two microseconds, which no stored time is at, is
 // passed by created_at alone (see ceilMicro), as Filter.Match passes it.
 // A user's listing is the union of its owned and watched tasks; each
@@ -540,7 +543,10 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 			pc := param(&args, s.bound(at))
 			ranges = []func(string, string) string{func(c, _ string) string { return c + op + pc }}
 		}
-		if desc && !p.CreatedAt.IsZero() {
+		// The NULL rows, at the zero time, come after a position later
+		// than it newest first, and after one before it (which no stored
+		// time is) oldest first.
+		if zero := (time.Time{}); desc && p.CreatedAt.After(zero) || !desc && p.CreatedAt.Before(zero) {
 			ranges = append(ranges, func(c, _ string) string { return c + " IS NULL" })
 		}
 	}
