@@ -432,20 +432,28 @@ func killedChild(c *child, s workers.Store) {
 		return map[string]bool{"ok": true}, nil
 	}, alice)
 	want := map[string]workers.Status{done: workers.StatusCompleted}
+	progress := map[string]int{} // what the running callbacks set
 	var live []string
 	for i := range 3 {
 		id := submit("", "block-"+strconv.Itoa(i), blocked(10*(i+1)), alice, workers.WithWatchers(bob))
-		want[id] = workers.StatusRunning
+		want[id], progress[id] = workers.StatusRunning, 10*(i+1)
 		live = append(live, id)
 	}
 	running := submit("exports", "export-1", blocked(50), bob)
 	waiting := submit("exports", "export-2", blocked(0), bob)
-	want[running], want[waiting] = workers.StatusRunning, workers.StatusPending
+	want[running], want[waiting], progress[running] = workers.StatusRunning, workers.StatusPending, 50
 	live = append(live, running, waiting)
-	eventually(t, "every task is where the scenario wants it", func() (bool, error) {
+	// Until the records say so too: the runs' progress is written a
+	// moment after they set it (Config.ProgressInterval), and no write
+	// may land between the report below and the kill.
+	eventually(t, "every task is where the scenario wants it, in its record too", func() (bool, error) {
 		for id, st := range want {
 			snap, err := rt.Status(c.ctx, id, workers.System)
 			if err != nil || snap.Status != st {
+				return false, err
+			}
+			rec, err := s.GetTask(c.ctx, id)
+			if err != nil || rec.Status != st || rec.Progress != progress[id] && st == workers.StatusRunning {
 				return false, err
 			}
 		}
