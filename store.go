@@ -269,7 +269,9 @@ type WatchAuthorizer func(taskID string, watchers []string, userID string) bool
 // storetest checks all of this; run it against any new implementation.
 type Store interface {
 	// GetTask returns the record stored for id: a durable read, never a
-	// cached live object. It returns ErrNotFound if there is none.
+	// cached live object. It returns ErrNotFound if there is none, as
+	// every method does for an id holding a NUL byte or invalid UTF-8,
+	// which no record holds (see CheckRecord).
 	GetTask(ctx context.Context, id string) (Record, error)
 
 	// InsertTask stores a new record. It returns ErrConflict, and writes

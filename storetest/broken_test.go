@@ -103,6 +103,9 @@ var brokenStores = map[string]struct {
 	"EmptyFromUnchecked": {
 		func() workers.Store { return emptyFromUnchecked{workers.NewMemStore()} }, nil,
 		storetest.Run, "State/InvalidRefused"},
+	"RefusesIDArguments": {
+		func() workers.Store { return refusesIDs{workers.NewMemStore()} }, nil,
+		storetest.Run, "Get/UnstorableIDIsNotFound"},
 	"RefusesRunIDArguments": {
 		func() workers.Store { return refusesRunIDs{workers.NewMemStore()} }, nil,
 		storetest.Run, "Fencing/UnstorableRunIDMatchesNothing"},
@@ -507,6 +510,18 @@ func (s emptyFromUnchecked) TransitionTask(ctx context.Context, id, runID string
 // refusesRunIDs refuses a run id argument holding a NUL byte or invalid
 // UTF-8 with ErrInvalidData, as a database that cannot hold it does when
 // it is sent, instead of matching no record with it.
+// refusesIDs refuses an id argument that no record can hold with
+// ErrInvalidData, as a database whose text type refuses it would, where
+// the contract says no record has that id.
+type refusesIDs struct{ *workers.MemStore }
+
+func (s refusesIDs) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	if clean(id) != id {
+		return workers.Record{}, workers.ErrInvalidData
+	}
+	return s.MemStore.GetTask(ctx, id)
+}
+
 type refusesRunIDs struct{ *workers.MemStore }
 
 // check returns the error for the run id argument runID, or nil.

@@ -28,6 +28,27 @@ func (*suite) getMissing(t *testing.T, s workers.Store) {
 	wantMissing(t, s, "alice::nobody")
 }
 
+func (*suite) getUnstorableID(t *testing.T, s workers.Store) {
+	insert(t, s, record("alice::a", "run-1", "alice"))
+	for _, u := range unstorable {
+		id := "alice::" + u.text
+		_, err := s.GetTask(t.Context(), id)
+		wantErr(t, "GetTask of an id with "+u.name, err, workers.ErrNotFound)
+		wantErr(t, "SetTask of an id with "+u.name, s.SetTask(t.Context(), workers.Record{ID: id, State: started}), workers.ErrNotFound)
+		ok, err := s.TransitionTask(t.Context(), id, "run-1", allStatuses, started)
+		if ok {
+			t.Errorf("TransitionTask of an id with %s reported true", u.name)
+		}
+		wantErr(t, "TransitionTask of an id with "+u.name, err, workers.ErrNotFound)
+		added, err := s.AddWatcher(t.Context(), id, "run-1", "bob")
+		if added {
+			t.Errorf("AddWatcher to an id with %s reported true", u.name)
+		}
+		wantErr(t, "AddWatcher to an id with "+u.name, err, workers.ErrNotFound)
+	}
+	wantStored(t, s, record("alice::a", "run-1", "alice"))
+}
+
 func (*suite) roundTripAllFields(t *testing.T, s workers.Store) {
 	for i, st := range allStatuses {
 		r := workers.Record{

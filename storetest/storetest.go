@@ -107,6 +107,9 @@ var cases = []testCase{
 	{"Get/MissingIsNotFound",
 		"GetTask of an id with no record returns ErrNotFound.",
 		(*suite).getMissing},
+	{"Get/UnstorableIDIsNotFound",
+		"an id holding a NUL byte or invalid UTF-8, which no record holds, is no error of its own: GetTask, SetTask, TransitionTask and AddWatcher return ErrNotFound.",
+		(*suite).getUnstorableID},
 
 	{"RoundTrip/AllFields",
 		"every field InsertTask is given comes back from GetTask, in every status: times to the microsecond, the result byte for byte.",

@@ -210,8 +210,12 @@ func (s *Store) read(ctx context.Context, fn func() error) error {
 	}
 }
 
-// GetTask implements workers.Store: one primary-key lookup.
+// GetTask implements workers.Store: one primary-key lookup. An id that
+// no record holds, not being storable text, is not sent.
 func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	if !storable(id) {
+		return workers.Record{}, missing(ctx)
+	}
 	var rec workers.Record
 	err := s.read(ctx, func() (err error) {
 		rec, err = scanRecord(s.r.QueryRowContext(ctx, s.q.get, id))
@@ -285,6 +289,12 @@ func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
 	if err := s.checkState(&rec.State); err != nil {
 		return err
 	}
+	if !storable(rec.ID) {
+		if err := s.checkRange(rec.StartedAt, rec.CompletedAt); err != nil {
+			return err // as the database would have, had the state been sent
+		}
+		return missing(ctx)
+	}
 	n, err := affected(s.w.ExecContext(ctx, s.q.set, s.stateArgs(rec.ID, &rec.State)...))
 	if err != nil {
 		return s.wrap("set task", err)
@@ -349,7 +359,7 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 	if err := s.checkState(&next); err != nil {
 		return false, err
 	}
-	if from = knownStatuses(from); len(from) > 0 && storable(runID) {
+	if from = knownStatuses(from); len(from) > 0 && storable(runID) && storable(id) {
 		row := transitionRow{id: id, runID: runID, from: from, next: next}
 		var ok bool
 		var err error
@@ -419,7 +429,7 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 	if !storable(watcher) {
 		return false, fmt.Errorf("%s: %w: the watcher holds a NUL byte or invalid UTF-8", s.d.Name, workers.ErrInvalidData)
 	}
-	if storable(runID) {
+	if storable(runID) && storable(id) {
 		n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
 		if err != nil {
 			return false, s.wrap("add watcher", err)
@@ -658,6 +668,9 @@ func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error)
 // readRunOf is runOf outside a transaction, made again on a lost
 // connection (see read): the read that says why a write changed nothing.
 func (s *Store) readRunOf(ctx context.Context, id string) (run string, err error) {
+	if !storable(id) {
+		return "", missing(ctx)
+	}
 	err = s.read(ctx, func() (err error) {
 		run, err = s.runOf(ctx, s.r, id)
 		return err
@@ -835,6 +848,16 @@ func affected(res sql.Result, err error) (int64, error) {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// missing is the answer about an id that no record holds, not being
+// storable text (see storable): ErrNotFound, or ctx's error if it is
+// done, as a read would have found.
+func missing(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return workers.ErrNotFound
 }
 
 // storable reports whether every store can hold s verbatim, as
