@@ -325,6 +325,13 @@ func (*suite) listAfterFarOff(t *testing.T, s workers.Store) {
 	}
 }
 
+// positionFilters are the filters the position cases page through:
+// everything, a user's own and watched tasks, and a filtered listing.
+var positionFilters = []workers.Filter{
+	{}, {VisibleTo: "alice"}, {VisibleTo: "bob"},
+	{VisibleTo: "bob", Statuses: []workers.Status{workers.StatusPending}},
+}
+
 // listAfterSubMicrosecond lists after positions that fall between two
 // microseconds, which no stored time does (a store keeps times to the
 // microsecond), over records a microsecond apart and records that tie.
@@ -345,10 +352,7 @@ func (*suite) listAfterSubMicrosecond(t *testing.T, s workers.Store) {
 	}
 	insert(t, s, recs...)
 	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
-		for _, base := range []workers.Filter{
-			{}, {VisibleTo: "alice"}, {VisibleTo: "bob"},
-			{VisibleTo: "bob", Statuses: []workers.Status{workers.StatusPending}},
-		} {
+		for _, base := range positionFilters {
 			for _, off := range []time.Duration{-999, -500, -1, 1, 500, 999} {
 				f := base
 				f.Order = order
@@ -368,6 +372,9 @@ func (*suite) listAfterSubMicrosecond(t *testing.T, s workers.Store) {
 	}
 }
 
+// listAfterBeforeZero lists after positions before the zero time, which
+// come before every record, undated ones included: oldest first lists
+// what a listing with no position does, newest first nothing.
 func (*suite) listAfterBeforeZero(t *testing.T, s workers.Store) {
 	recs := fixture()
 	for _, id := range []string{"alice::undated", "bob::undated"} {
@@ -377,10 +384,7 @@ func (*suite) listAfterBeforeZero(t *testing.T, s workers.Store) {
 	}
 	insert(t, s, recs...)
 	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
-		for _, base := range []workers.Filter{
-			{}, {VisibleTo: "alice"}, {VisibleTo: "bob"},
-			{VisibleTo: "bob", Statuses: []workers.Status{workers.StatusPending}},
-		} {
+		for _, base := range positionFilters {
 			base.Order = order
 			var want []string
 			if order == workers.OldestFirst {
