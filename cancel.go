@@ -50,6 +50,19 @@ func causeOutcome(cause error) outcome {
 	return outcome{StatusCancelled, CauseCancelled, cleanText(cause.Error())}
 }
 
+// endOfStored returns the state of a stored record, to be ended and
+// written back (by recovery, or a Cancel of a run this runtime does not
+// hold): a StartedAt before the zero time, which a record written before
+// CheckState refused one may hold, is written as none, so that the end
+// passes CheckState and the record does not stay live for good.
+func endOfStored(rec *Record) State {
+	st := rec.State
+	if st.StartedAt.Before(time.Time{}) {
+		st.StartedAt = time.Time{}
+	}
+	return st
+}
+
 // apply writes o into st, with the completion time.
 func (o outcome) apply(st *State, completed time.Time) {
 	st.Status, st.Cause, st.Error, st.CompletedAt = o.status, o.code, truncateText(o.message, MaxErrorLen), completed

@@ -498,7 +498,7 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 				continue // its instance holds a live lease
 			}
 		}
-		st := rec.State
+		st := endOfStored(&rec)
 		o.apply(&st, ts)
 		ok := false
 		end := func(ctx context.Context) (err error) {

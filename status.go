@@ -307,7 +307,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		if err != nil {
 			return err
 		}
-		st := rec.State
+		st := endOfStored(&rec)
 		if t != nil {
 			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
 		}

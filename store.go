@@ -157,9 +157,12 @@ type Filter struct {
 	// After, when set, keeps the records that come strictly after that
 	// position in Order: the next page after a record at After. Its
 	// time may be one no store holds (year 300,000, say): it compares
-	// with the stored times as any other, and is no error. One before the
-	// zero time comes before every record, those without a CreatedAt
-	// included.
+	// with the stored times as any other, and is no error. A time before
+	// the zero time is the exception: whether the records without a
+	// CreatedAt come after it is the store's (a MemStore's do, as
+	// CompareRecords says; the SQL stores' do not, as their order, which
+	// puts those records first, says for the rows with such times that
+	// releases before these rules could store).
 	After *Position
 }
 

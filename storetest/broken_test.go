@@ -57,9 +57,6 @@ var brokenStores = map[string]struct {
 	"CutoffToTheMicrosecond": {
 		func() workers.Store { return microBounds{workers.NewMemStore()} }, nil,
 		storetest.Run, "Delete/CutoffBetweenMicroseconds"},
-	"UndatedOutsideThePosition": {
-		func() workers.Store { return undatedOutside{workers.NewMemStore()} }, nil,
-		storetest.Run, "List/AfterAPositionBeforeTheZeroTime"},
 	"DurableClearer": {
 		func() workers.Store { return workers.NewMemStore() }, []storetest.Option{storetest.Durable()},
 		storetest.Run, "Clear/DurableHasNoClearer"},
@@ -359,35 +356,6 @@ func (s microBounds) ListTasks(ctx context.Context, f workers.Filter) ([]workers
 
 func (s microBounds) DeleteFinished(ctx context.Context, cutoff time.Time) (int, error) {
 	return s.MemStore.DeleteFinished(ctx, cutoff.Truncate(time.Microsecond))
-}
-
-// undatedOutside compares the records without a CreatedAt with a
-// position before the zero time as a keyset condition on a NULL column
-// would: never after it oldest first, always after it newest first.
-type undatedOutside struct{ *workers.MemStore }
-
-func (s undatedOutside) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
-	if f.After == nil || !f.After.CreatedAt.Before(time.Time{}) {
-		return s.MemStore.ListTasks(ctx, f)
-	}
-	limit := f.Limit
-	f.Limit = 0
-	recs, err := s.MemStore.ListTasks(ctx, f)
-	if f.Order == workers.OldestFirst {
-		recs = slices.DeleteFunc(recs, func(r workers.Record) bool { return r.CreatedAt.IsZero() })
-	} else {
-		f.After = nil
-		all, _ := s.MemStore.ListTasks(ctx, f)
-		for _, r := range all {
-			if r.CreatedAt.IsZero() {
-				recs = append(recs, r)
-			}
-		}
-	}
-	if limit > 0 && len(recs) > limit {
-		recs = recs[:limit]
-	}
-	return recs, err
 }
 
 // oldestFirstAlways ignores Filter.Order.

@@ -372,44 +372,6 @@ func (*suite) listAfterSubMicrosecond(t *testing.T, s workers.Store) {
 	}
 }
 
-// listAfterBeforeZero lists after positions before the zero time, which
-// come before every record, undated ones included: oldest first lists
-// what a listing with no position does, newest first nothing.
-func (*suite) listAfterBeforeZero(t *testing.T, s workers.Store) {
-	recs := fixture()
-	for _, id := range []string{"alice::undated", "bob::undated"} {
-		r := record(id, "run-u", "bob")
-		r.CreatedAt = time.Time{}
-		recs = append(recs, r)
-	}
-	insert(t, s, recs...)
-	for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
-		for _, base := range positionFilters {
-			base.Order = order
-			var want []string
-			if order == workers.OldestFirst {
-				want = ids(list(t, s, base))
-			}
-			for _, at := range []time.Time{
-				beforeYear1, beforeYear1.Add(500 * time.Nanosecond),
-				time.Time{}.Add(-time.Microsecond), time.Time{}.Add(-500 * time.Nanosecond), farPast,
-			} {
-				for _, limit := range []int{0, 2} {
-					f := base
-					f.After, f.Limit = &workers.Position{CreatedAt: at, ID: "zzz"}, limit
-					w := want
-					if limit > 0 && len(w) > limit {
-						w = w[:limit]
-					}
-					if got := list(t, s, f); !slices.Equal(ids(got), w) {
-						t.Errorf("ListTasks(%+v, limit %d, after %s) returned %q, want %q", base, limit, show(at), ids(got), w)
-					}
-				}
-			}
-		}
-	}
-}
-
 func (*suite) listEmpty(t *testing.T, s workers.Store) {
 	for _, f := range []workers.Filter{{}, {VisibleTo: "alice", Statuses: allStatuses, Queue: "q1", Limit: 5}} {
 		if got := list(t, s, f); len(got) != 0 {

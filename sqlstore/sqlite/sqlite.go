@@ -104,8 +104,9 @@ import (
 var migrations embed.FS
 
 var dialect = &sqlcore.Dialect{
-	Name: "sqlstore/sqlite",
-	Time: func(t time.Time) any { return t.UnixMicro() },
+	Name:         "sqlstore/sqlite",
+	KeepsAnyText: true,
+	Time:         func(t time.Time) any { return t.UnixMicro() },
 	// The times UnixMicro holds, beyond which it would wrap around, but
 	// for the one at each end, which stands for every time beyond.
 	MinTime:      time.UnixMicro(math.MinInt64 + 1),

@@ -22,6 +22,14 @@ type Dialect struct {
 	// Name prefixes error messages: "postgres" or "sqlite".
 	Name string
 
+	// KeepsAnyText is set where the database keeps any Go string
+	// verbatim (SQLite): an id or run id argument is then sent whatever
+	// its bytes, and matches the row an earlier release stored with
+	// them. Where it is not set (PostgreSQL refuses a NUL byte or
+	// invalid UTF-8), such an argument, which no row holds, is not sent:
+	// a read of the record alone answers.
+	KeepsAnyText bool
+
 	// Time encodes a non-zero time as a query argument. Zero times are
 	// always written as NULL. Scanning accepts what the driver returns
 	// for the column: a time.Time, or integer Unix microseconds.

@@ -210,10 +210,10 @@ func (s *Store) read(ctx context.Context, fn func() error) error {
 	}
 }
 
-// GetTask implements workers.Store: one primary-key lookup. An id that
-// no record holds, not being storable text, is not sent.
+// GetTask implements workers.Store: one primary-key lookup. An id the
+// database cannot hold is not sent (see sendable).
 func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) {
-	if !storable(id) {
+	if !s.sendable(id) {
 		return workers.Record{}, missing(ctx)
 	}
 	var rec workers.Record
@@ -289,7 +289,7 @@ func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
 	if err := s.checkState(&rec.State); err != nil {
 		return err
 	}
-	if !storable(rec.ID) {
+	if !s.sendable(rec.ID) {
 		if err := s.checkRange(rec.StartedAt, rec.CompletedAt); err != nil {
 			return err // as the database would have, had the state been sent
 		}
@@ -308,13 +308,13 @@ func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
 // ReplaceTask implements workers.Store: in one transaction, an UPDATE
 // conditional on the previous run id, then the new watcher list. When the
 // UPDATE matches nothing, a read in the same transaction tells ErrNotFound
-// from ErrConflict. A prevRunID that no record holds, not being
-// storable text, is not sent: the read alone answers.
+// from ErrConflict. A prevRunID the database cannot hold is not sent
+// (see sendable): the read alone answers.
 func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
 	if err := s.checkRecord(&rec); err != nil {
 		return err
 	}
-	if !storable(prevRunID) {
+	if !s.sendable(prevRunID) {
 		if err := s.checkRange(rec.CreatedAt, rec.StartedAt, rec.CompletedAt); err != nil {
 			return err // as the database would have, had rec been sent
 		}
@@ -349,9 +349,9 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 // inserts go together in one statement (see combiner), each transition
 // fenced on its own id, run id and statuses. A status of from that is
 // not a known one matches no record, and never reaches the database
-// (see knownStatuses); so does a run id that no record holds, not being
-// storable text (see storable). next is checked first, as a sent one
-// would be, even when nothing is sent.
+// (see knownStatuses); nor does an id or run id the database cannot
+// hold (see sendable). next is checked first, as a sent one would be,
+// even when nothing is sent.
 func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
@@ -359,7 +359,7 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 	if err := s.checkState(&next); err != nil {
 		return false, err
 	}
-	if from = knownStatuses(from); len(from) > 0 && storable(runID) && storable(id) {
+	if from = knownStatuses(from); len(from) > 0 && s.sendable(runID) && s.sendable(id) {
 		row := transitionRow{id: id, runID: runID, from: from, next: next}
 		var ok bool
 		var err error
@@ -417,8 +417,9 @@ func knownStatuses(from []workers.Status) []workers.Status {
 // the run id, with ON CONFLICT DO NOTHING for a watcher already present.
 // Concurrent appends insert distinct rows, so all of them survive. When
 // nothing was inserted, a second read says why. A watcher that is not
-// storable text is refused before anything is sent, and a run id that
-// is not, which no record holds, is not sent: the read alone answers.
+// storable text is refused before anything is sent, and an id or run id
+// the database cannot hold is not sent (see sendable): the read alone
+// answers.
 func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -429,7 +430,7 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 	if !storable(watcher) {
 		return false, fmt.Errorf("%s: %w: the watcher holds a NUL byte or invalid UTF-8", s.d.Name, workers.ErrInvalidData)
 	}
-	if storable(runID) && storable(id) {
+	if s.sendable(runID) && s.sendable(id) {
 		n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
 		if err != nil {
 			return false, s.wrap("add watcher", err)
@@ -481,10 +482,7 @@ func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Reco
 // time, as workers.CompareRecords sorts it); NewestFirst is the exact
 // reverse. A page after a position is a keyset condition, split into
 // ranges that each read one index in order: (created_at, id) beyond the
-// position, plus the NULL rows where the order reaches them after it
-// (newest first, after a position later than the zero time; oldest
-// first, after one before it, so that such a position lists from the
-// start, as Filter.Compare has it, and none newest first). A
+// position, plus the NULL rows where the order reaches them after it. A
 // position between two microseconds, which no stored time is at, is
 // passed by created_at alone (see ceilMicro), as Filter.Match passes it.
 // A user's listing is the union of its owned and watched tasks; each
@@ -553,10 +551,7 @@ func (s *Store) listQuery(f workers.Filter) (string, []any) {
 			pc := param(&args, s.bound(at))
 			ranges = []func(string, string) string{func(c, _ string) string { return c + op + pc }}
 		}
-		// The NULL rows, at the zero time, come after a position later
-		// than it newest first, and after one before it (which no stored
-		// time is) oldest first.
-		if zero := (time.Time{}); desc && p.CreatedAt.After(zero) || !desc && p.CreatedAt.Before(zero) {
+		if desc && !p.CreatedAt.IsZero() {
 			ranges = append(ranges, func(c, _ string) string { return c + " IS NULL" })
 		}
 	}
@@ -668,7 +663,7 @@ func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error)
 // readRunOf is runOf outside a transaction, made again on a lost
 // connection (see read): the read that says why a write changed nothing.
 func (s *Store) readRunOf(ctx context.Context, id string) (run string, err error) {
-	if !storable(id) {
+	if !s.sendable(id) {
 		return "", missing(ctx)
 	}
 	err = s.read(ctx, func() (err error) {
@@ -850,15 +845,21 @@ func affected(res sql.Result, err error) (int64, error) {
 	return res.RowsAffected()
 }
 
-// missing is the answer about an id that no record holds, not being
-// storable text (see storable): ErrNotFound, or ctx's error if it is
-// done, as a read would have found.
+// missing is the answer about an id the database cannot hold (see
+// sendable): ErrNotFound, or ctx's error if it is done, as a read would
+// have found.
 func missing(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return workers.ErrNotFound
 }
+
+// sendable reports whether an id or run id argument is sent to the
+// database: always where it keeps any text (see Dialect.KeepsAnyText),
+// so that it matches a row an earlier release stored with it; else only
+// if it is storable, since no row holds any other.
+func (s *Store) sendable(arg string) bool { return s.d.KeepsAnyText || storable(arg) }
 
 // storable reports whether every store can hold s verbatim, as
 // workers.CheckRecord asks of a record's text: valid UTF-8 without NUL
