@@ -106,6 +106,20 @@ var brokenStores = map[string]struct {
 	"RefusesRunIDArguments": {
 		func() workers.Store { return refusesRunIDs{workers.NewMemStore()} }, nil,
 		storetest.Run, "Fencing/UnstorableRunIDMatchesNothing"},
+	"WatchersListedVerbatim": {
+		func() workers.Store {
+			return &verbatimListedWatchers{verbatimWatchers{MemStore: workers.NewMemStore()}}
+		}, nil,
+		storetest.Run, "Watchers/DuplicatesStoredOnce"},
+	"EmptyFromUncheckedText": {
+		func() workers.Store { return emptyFromUnchecked{workers.NewMemStore()} }, nil,
+		storetest.Run, "State/UnstorableRefused"},
+	"RecordsEarlyTimesAsUndated": {
+		func() workers.Store { return undatesEarlyTimes{workers.NewMemStore()} }, nil,
+		storetest.Run, "Insert/InvalidRecordRefused"},
+	"StatesEarlyTimesAsUndated": {
+		func() workers.Store { return undatesEarlyTimes{workers.NewMemStore()} }, nil,
+		storetest.Run, "State/InvalidRefused"},
 	"WatchersKeptVerbatim": {
 		func() workers.Store { return &verbatimWatchers{MemStore: workers.NewMemStore()} }, nil,
 		storetest.Run, "Watchers/DuplicatesStoredOnce"},
@@ -558,6 +572,58 @@ func (s *verbatimWatchers) GetTask(ctx context.Context, id string) (workers.Reco
 	}
 	s.mu.Unlock()
 	return r, err
+}
+
+func (s *verbatimWatchers) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	recs, err := s.MemStore.ListTasks(ctx, f)
+	s.mu.Lock()
+	for i := range recs {
+		if w, ok := s.kept[recs[i].ID]; ok {
+			recs[i].Watchers = slices.Clone(w)
+		}
+	}
+	s.mu.Unlock()
+	return recs, err
+}
+
+// verbatimListedWatchers keeps a record's watchers as given only in what
+// ListTasks returns.
+type verbatimListedWatchers struct{ verbatimWatchers }
+
+func (s *verbatimListedWatchers) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	return s.MemStore.GetTask(ctx, id)
+}
+
+// undatesEarlyTimes stores a time before the zero time as none, instead
+// of refusing it, as a store whose columns cannot hold it might.
+type undatesEarlyTimes struct{ *workers.MemStore }
+
+func undate(ts ...*time.Time) {
+	for _, t := range ts {
+		if t.Before(time.Time{}) {
+			*t = time.Time{}
+		}
+	}
+}
+
+func (s undatesEarlyTimes) InsertTask(ctx context.Context, rec workers.Record) error {
+	undate(&rec.CreatedAt, &rec.StartedAt, &rec.CompletedAt)
+	return s.MemStore.InsertTask(ctx, rec)
+}
+
+func (s undatesEarlyTimes) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID string) error {
+	undate(&rec.CreatedAt, &rec.StartedAt, &rec.CompletedAt)
+	return s.MemStore.ReplaceTask(ctx, rec, prevRunID)
+}
+
+func (s undatesEarlyTimes) SetTask(ctx context.Context, rec workers.Record) error {
+	undate(&rec.StartedAt, &rec.CompletedAt)
+	return s.MemStore.SetTask(ctx, rec)
+}
+
+func (s undatesEarlyTimes) TransitionTask(ctx context.Context, id, runID string, from []workers.Status, next workers.State) (bool, error) {
+	undate(&next.StartedAt, &next.CompletedAt)
+	return s.MemStore.TransitionTask(ctx, id, runID, from, next)
 }
 
 // insertOverwrites inserts as INSERT OR REPLACE would: a record of an id
