@@ -91,8 +91,16 @@ func RetryAfter(err error) (time.Duration, bool) {
 	if errors.Is(err, workers.ErrUnavailable) {
 		return unavailableRetry, true
 	}
+	if errors.Is(err, workers.ErrClosed) {
+		return closedRetry, true
+	}
 	return 0, false
 }
+
+// closedRetry is the Retry-After given by a runtime shut down, or a
+// stream asked for as the server shuts down: in a rolling deploy, another
+// replica, or this one restarted, serves the retry.
+const closedRetry = time.Second
 
 // unavailableRetry is the Retry-After given when the store could not
 // reach its database: a restart or a failover takes seconds.
@@ -105,8 +113,8 @@ func classify(err error) (status int, code, message string) {
 	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
 		return http.StatusRequestEntityTooLarge, "too_large", "request body too large"
 	}
-	if _, ok := RetryAfter(err); ok && !errors.Is(err, workers.ErrConflict) && !errors.Is(err, workers.ErrUnavailable) {
-		err = workers.ErrQuotaExceeded // any refusal with a retry hint
+	if ra := retryAfterer(nil); errors.As(err, &ra) {
+		err = workers.ErrQuotaExceeded // any refusal with a retry hint of its own
 	}
 	for _, row := range statuses {
 		if errors.Is(err, row.err) {

@@ -57,7 +57,7 @@ func TestStatusCodeTable(t *testing.T) {
 		{fmt.Errorf("%w: no hint", workers.ErrQuotaExceeded), 429, ""},
 		{workers.ErrFinished, 409, ""},
 		{fmt.Errorf("%w: kept changing", workers.ErrConflict), 503, "1"},
-		{workers.ErrClosed, 503, ""},
+		{workers.ErrClosed, 503, "1"},
 		{fmt.Errorf("sqlstore/postgres: get task: %w: dial tcp: connection refused", workers.ErrUnavailable), 503, "5"},
 		{invalidOwner(), 400, ""},
 		{workers.ErrInvalidOption, 400, ""},
