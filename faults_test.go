@@ -37,6 +37,20 @@ var (
 	liveStates = []workers.Status{workers.StatusPending, workers.StatusRunning}
 )
 
+// heedless is a callback that says when it starts, then ignores its
+// context: it returns "late" only once released.
+type heedless struct{ started, release chan struct{} }
+
+func newHeedless() *heedless {
+	return &heedless{started: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *heedless) fn(context.Context, *workers.Task) (any, error) {
+	close(s.started)
+	<-s.release
+	return "late", nil
+}
+
 // faulty returns a runtime, quiet, over a MemStore behind the faults f
 // inject, with cfg otherwise.
 func faulty(cfg workers.Config) (*workers.Runtime[workers.Store], *workers.MemStore, *storetest.Faults) {
@@ -314,14 +328,10 @@ func TestFaultLostLeaseAbandonsAWaitingItemThroughAFailedWrite(t *testing.T) {
 	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
 		synctest.Test(t, func(t *testing.T) {
 			rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-			started, release := make(chan struct{}), make(chan struct{})
-			_, err := rt.SubmitSequential(t.Context(), "q", "head", func(context.Context, *workers.Task) (any, error) {
-				close(started)
-				<-release // ignores its context
-				return nil, nil
-			}, owner)
+			head := newHeedless()
+			_, err := rt.SubmitSequential(t.Context(), "q", "head", head.fn, owner)
 			require.NoError(t, err)
-			<-started
+			<-head.started
 			behind, err := rt.SubmitSequential(t.Context(), "q", "behind", result(1), owner)
 			require.NoError(t, err)
 
@@ -339,7 +349,7 @@ func TestFaultLostLeaseAbandonsAWaitingItemThroughAFailedWrite(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, workers.StatusFailed, rec.Status, "recorded while the head still runs")
 			assert.Equal(t, workers.CauseAbandoned, rec.Cause)
-			close(release)
+			close(head.release)
 			require.NoError(t, rt.Shutdown(t.Context()))
 		})
 	}
@@ -853,14 +863,10 @@ func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
 		rt, mem, f := faulty(cfg)
 		require.NoError(t, rt.Start(t.Context()))
-		started, release := make(chan struct{}), make(chan struct{})
-		sub, err := rt.Submit(t.Context(), "stubborn", func(context.Context, *workers.Task) (any, error) {
-			close(started)
-			<-release // ignores its context
-			return "late", nil
-		}, owner)
+		run := newHeedless()
+		sub, err := rt.Submit(t.Context(), "stubborn", run.fn, owner)
 		require.NoError(t, err)
-		<-started
+		<-run.started
 
 		if fault != 0 {
 			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
@@ -888,7 +894,7 @@ func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 		cancel()
 		if err != nil || rec.Status != workers.StatusFailed {
 			t.Errorf("Wait: %v", err)
-			close(release) // so that the bubble's goroutines end
+			close(run.release) // so that the bubble's goroutines end
 			require.NoError(t, rt.Shutdown(t.Context()))
 			return
 		}
@@ -900,7 +906,7 @@ func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 		require.NoError(t, err)
 		assert.False(t, again.Joined, "a submission elsewhere does not join the abandoned run")
 
-		close(release)
+		close(run.release)
 		require.NoError(t, rt.Shutdown(t.Context()))
 		require.NoError(t, peer.Shutdown(t.Context()))
 		rec, err = mem.GetTask(t.Context(), sub.ID)
@@ -934,14 +940,10 @@ func TestFaultTheReadOfARunsEndAfterShutdownMayFail(t *testing.T) {
 				mem := workers.NewMemStore()
 				here, peer := workers.NewRuntime(storetest.Faulty(mem, f), withObserver), workers.NewRuntime(mem, cfg)
 				require.NoError(t, peer.Start(t.Context()))
-				started, release := make(chan struct{}), make(chan struct{})
-				sub, err := here.Submit(t.Context(), "stubborn", func(context.Context, *workers.Task) (any, error) {
-					close(started)
-					<-release // ignores its context
-					return "late", nil
-				}, owner)
+				run := newHeedless()
+				sub, err := here.Submit(t.Context(), "stubborn", run.fn, owner)
 				require.NoError(t, err)
-				<-started
+				<-run.started
 				short, cancel := context.WithTimeout(t.Context(), time.Second)
 				defer cancel()
 				require.Error(t, here.Shutdown(short), "the run is left executing")
@@ -954,7 +956,7 @@ func TestFaultTheReadOfARunsEndAfterShutdownMayFail(t *testing.T) {
 					rule.Times = 1
 				}
 				f.Add(rule)
-				close(release)
+				close(run.release)
 				time.Sleep(time.Minute) // past the last write's bound
 				synctest.Wait()
 				assert.Positive(t, f.Injected(storetest.OpGetTask), "the read failed")

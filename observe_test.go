@@ -709,14 +709,10 @@ func TestObserverHearsTheEndOfARunLeftByShutdownAndRecoveredElsewhere(t *testing
 				withObserver.Observers = []Observer{rec}
 				here, peer := NewRuntime(mem, withObserver), NewRuntime(mem, cfg)
 				require.NoError(t, peer.Start(ctx))
-				started, release := make(chan struct{}), make(chan struct{})
-				sub, err := here.Submit(ctx, "stubborn", func(context.Context, *Task) (any, error) {
-					close(started)
-					<-release // ignores its context
-					return "late", nil
-				}, alice)
+				g := stubbornGate()
+				sub, err := here.Submit(ctx, "stubborn", g.fn, alice)
 				require.NoError(t, err)
-				<-started
+				<-g.started
 
 				short, cancel := context.WithTimeout(ctx, time.Second)
 				defer cancel()
@@ -733,7 +729,7 @@ func TestObserverHearsTheEndOfARunLeftByShutdownAndRecoveredElsewhere(t *testing
 					synctest.Wait()
 				}
 
-				close(release)
+				g.open()
 				synctest.Wait()
 				ends := rec.endsOf(sub.RunID)
 				if assert.Len(t, ends, 1, "the run's end reached the observer: %v", rec.kinds(sub.ID)) {
