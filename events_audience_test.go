@@ -902,14 +902,7 @@ func TestSubscribeSaysGoneOfItsOwnRunReRunElsewhereWithoutTheCaller(t *testing.T
 			synctest.Test(t, func(t *testing.T) {
 				mem := NewMemStore()
 				reads := &gatedReads{MemStore: mem}
-				front, other := NewRuntime[Store](reads, Config{}), NewRuntime(mem, Config{})
-				require.NoError(t, front.Start(ctx))
-				require.NoError(t, other.Start(ctx))
-				synctest.Wait()
-				g := newGate()
-				sub, err := front.Submit(ctx, "x", g.fn, bob, WithWatchers(alice))
-				require.NoError(t, err)
-				<-g.started
+				front, other, sub, g := runningOnFront(t, reads, mem)
 				seen, stop := streamed(ctx, front, alice)
 				synctest.Wait()
 				first := <-seen

@@ -211,6 +211,23 @@ func (s *gatedNotices) Listen(ctx context.Context, changed func(Change)) error {
 	})
 }
 
+// runningOnFront starts two runtimes over mem, both listening: front,
+// through s (mem seen through a test's wrapper), and other. On front a
+// run of bob's, watched by alice, has started. Call it in a synctest
+// bubble.
+func runningOnFront(t *testing.T, s Store, mem *MemStore) (front *Runtime[Store], other *Runtime[*MemStore], sub Submission, g *gate) {
+	t.Helper()
+	front, other = NewRuntime(s, Config{}), NewRuntime(mem, Config{})
+	require.NoError(t, front.Start(ctx))
+	require.NoError(t, other.Start(ctx))
+	synctest.Wait()
+	g = newGate()
+	sub, err := front.Submit(ctx, "x", g.fn, bob, WithWatchers(alice))
+	require.NoError(t, err)
+	<-g.started
+	return front, other, sub, g
+}
+
 // A Wait for a run of this runtime that another runtime cancels, and
 // whose key it re-runs at once without the waiter, returns: the notices
 // may reach this runtime as the new run's RUNNING one alone, which says
@@ -219,14 +236,7 @@ func TestWaitReturnsWhenItsRunIsReplacedElsewhere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := NewMemStore()
 		gn := &gatedNotices{MemStore: mem}
-		front, other := NewRuntime[Store](gn, Config{}), NewRuntime(mem, Config{})
-		require.NoError(t, front.Start(ctx))
-		require.NoError(t, other.Start(ctx))
-		synctest.Wait()
-		g := newGate()
-		sub, err := front.Submit(ctx, "x", g.fn, bob, WithWatchers(alice))
-		require.NoError(t, err)
-		<-g.started
+		front, other, sub, g := runningOnFront(t, gn, mem)
 		type waited struct {
 			snap Snapshot
 			err  error
@@ -241,7 +251,7 @@ func TestWaitReturnsWhenItsRunIsReplacedElsewhere(t *testing.T) {
 		synctest.Wait()
 
 		gn.block()
-		_, err = other.Submit(ctx, "unrelated", noop, bob) // the listener takes its notice, and waits
+		_, err := other.Submit(ctx, "unrelated", noop, bob) // the listener takes its notice, and waits
 		require.NoError(t, err)
 		synctest.Wait()
 		require.NoError(t, other.Cancel(ctx, sub.ID, bob))
