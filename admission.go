@@ -118,24 +118,28 @@ func (l Limits) set() bool {
 }
 
 func (l Limits) validate() error {
-	for _, n := range []struct {
-		name  string
-		value int
-	}{{"MaxRunning", l.MaxRunning}, {"MaxWaiting", l.MaxWaiting}, {"QueueConcurrency", l.QueueConcurrency}} {
-		if n.value < 0 {
-			return fmt.Errorf("%w: negative Limits.%s %d", ErrInvalidOption, n.name, n.value)
-		}
+	if err := nonNegative("Limits", setting{"MaxRunning", l.MaxRunning}, setting{"MaxWaiting", l.MaxWaiting}, setting{"QueueConcurrency", l.QueueConcurrency}); err != nil {
+		return err
 	}
 	return l.Owner.validate()
 }
 
 func (l OwnerLimits) validate() error {
-	for _, n := range []struct {
-		name  string
-		value int
-	}{{"Running", l.Running}, {"Waiting", l.Waiting}, {"Weight", l.Weight}} {
+	return nonNegative("OwnerLimits", setting{"Running", l.Running}, setting{"Waiting", l.Waiting}, setting{"Weight", l.Weight})
+}
+
+// setting is a numeric setting of a Limits, by its field's name.
+type setting struct {
+	name  string
+	value int
+}
+
+// nonNegative refuses the first negative setting of the struct named of,
+// naming it.
+func nonNegative(of string, settings ...setting) error {
+	for _, n := range settings {
 		if n.value < 0 {
-			return fmt.Errorf("%w: negative OwnerLimits.%s %d", ErrInvalidOption, n.name, n.value)
+			return fmt.Errorf("%w: negative %s.%s %d", ErrInvalidOption, of, n.name, n.value)
 		}
 	}
 	return nil
