@@ -1147,3 +1147,26 @@ func TestNewRuntimePanicsOnANilStore(t *testing.T) {
 	assert.PanicsWithValue(t, want, func() { NewRuntime[Store](nil, Config{}) })
 	assert.PanicsWithValue(t, want, func() { NewRuntime((*MemStore)(nil), Config{}) })
 }
+
+// Wait reads the store after Shutdown as Status does, whether or not the
+// runtime took its lease before: one that never did answered ErrClosed
+// for a task that had completed.
+func TestWaitAfterShutdownReadsTheStore(t *testing.T) {
+	s := NewMemStore()
+	runner := newRuntime(t, s, Config{})
+	sub, err := runner.Submit(ctx, "done", func(context.Context, *Task) (any, error) { return "ok", nil }, alice)
+	require.NoError(t, err)
+	_, err = runner.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+
+	for _, leased := range []bool{false, true} {
+		rt := NewRuntime(s, Config{})
+		if leased {
+			require.NoError(t, rt.Ready(ctx))
+		}
+		require.NoError(t, rt.Shutdown(ctx))
+		snap, err := rt.Wait(ctx, sub.ID, alice)
+		require.NoError(t, err, "leased before Shutdown: %v", leased)
+		assert.Equal(t, StatusCompleted, snap.Status)
+	}
+}

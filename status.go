@@ -43,12 +43,17 @@ func (rt *Runtime[S]) fallbackPoll(own, notices bool) <-chan time.Time {
 // returns then even while its callback runs on. A change made by this
 // runtime, or announced by a Notifier store, wakes Wait at once; a task
 // another runtime runs over a store without notices is read every 50ms.
-// Errors are those of Status, or ctx.Err(); once Wait has read the record,
-// a store error that may pass (any but ErrNotFound and the data errors
-// that never do) is retried every 50ms until ctx ends, so a database blip
-// does not end a Wait.
+// Wait works after Shutdown too, reading the store as Status does.
+// Errors are those of Status, ErrInvalidConfig (see NewRuntime), the
+// error of taking the instance lease over a Leaser store when this
+// runtime has not taken it yet, or ctx.Err(); once Wait has read the
+// record, a store error that may pass (any but ErrNotFound and the data
+// errors that never do) is retried every 50ms until ctx ends, so a
+// database blip does not end a Wait.
 func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
-	if err := rt.ensureLease(ctx); err != nil {
+	// The lease starts the listener that wakes Wait. A runtime shut down
+	// has none to start, and Wait reads the store as Status does.
+	if err := rt.ensureLease(ctx); err != nil && !errors.Is(err, ErrClosed) {
 		return Snapshot{}, err
 	}
 	_, notices := any(rt.store).(Notifier)
