@@ -12,8 +12,10 @@ import (
 
 // Limits bounds what the runtime takes on. The zero value sets no bound:
 // every submission starts at once on its own goroutine, as without
-// limits. Each field's zero means "no cap"; a negative value makes Start
-// return ErrInvalidOption.
+// limits. Each field's zero means "no cap"; a negative value is a Config
+// the runtime cannot run with: Start, and every call that needs the
+// runtime running, returns ErrInvalidConfig wrapping ErrInvalidOption
+// (see NewRuntime).
 //
 // # Admission
 //
@@ -693,8 +695,8 @@ type Stats struct {
 
 // QueueLoad is one sequential queue's load.
 type QueueLoad struct {
-	Name    string
-	Running int
+	Name    string // the queue's name
+	Running int    // its items executing
 	// Waiting counts the queue's items not yet begun, including those
 	// cancelled whose turn has not come (a cancelled item leaves the
 	// queue when its turn comes, at once): a count that costs no walk of
@@ -705,8 +707,8 @@ type QueueLoad struct {
 // OwnerLoad is one owner's load.
 type OwnerLoad struct {
 	Owner   string // the owner's id; "" for System
-	Running int
-	Waiting int
+	Running int    // its callbacks executing (holding a slot)
+	Waiting int    // its tasks waiting for a slot or in a sequential queue
 }
 
 // Stats reports the runtime's load: running and waiting counts, per

@@ -93,7 +93,8 @@ func causeOf(code Cause, message string) error {
 // through Snapshot.Err. When the record's cause code names a cancellation
 // cause, it unwraps to that cause, so
 // errors.Is(snap.Err(), ErrShutdown) tells a deploy from a person's
-// cancel.
+// cancel; a result that could not be encoded unwraps to
+// ErrResultEncoding. Match it with errors.As.
 type TaskError struct {
 	ID      string // the task id
 	Status  Status // FAILED or CANCELLED
@@ -105,7 +106,8 @@ func (e *TaskError) Error() string {
 	return fmt.Sprintf("workers: task %q %s: %s", e.ID, e.Status, e.Message)
 }
 
-// Unwrap returns the cancellation cause the record's code names, or nil.
+// Unwrap returns the cancellation cause the record's code names,
+// ErrResultEncoding for a result that could not be encoded, or nil.
 func (e *TaskError) Unwrap() error { return e.cause }
 
 // MaxReasonLen bounds a cancel reason, in bytes; WithReason cuts a longer

@@ -25,7 +25,10 @@ type Page struct {
 // otherwise: for an Owner, the tasks it owns or watches; for System,
 // every task. Options narrow the list; WithLimit keeps the first n and
 // WithCursor starts after a ListPage cursor. Errors: ErrNoAuthority,
-// ErrInvalidCursor, or a store error.
+// ErrInvalidOption (a negative WithLimit, a WithStatus or WithOrder
+// value that names no status or order), a *ValidationError
+// (ErrInvalidKey) for WithQueue's name, ErrInvalidCursor, or a store
+// error.
 func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
 	c, f, err := listFilter(auth, opts)
 	if err != nil {
@@ -50,9 +53,7 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 // follows new tasks. Each page costs one store query:
 // unfiltered, in proportion to the page, whatever the user's history; with
 // WithStatus or WithQueue, in proportion to the user's tasks it passes
-// over, which MemStore reads under its lock. Errors: ErrNoAuthority,
-// ErrInvalidCursor, a *ValidationError (ErrInvalidKey) for a queue's
-// name, or a store error.
+// over, which MemStore reads under its lock. Errors are List's.
 func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...ListOption) (Page, error) {
 	c, f, err := listFilter(auth, opts)
 	if err != nil {

@@ -72,10 +72,10 @@ func (k EventKind) String() string {
 // Event is what an Observer receives. Fields that do not apply to its
 // Kind are zero.
 type Event struct {
-	Kind   EventKind
-	TaskID string // the scoped task id
-	RunID  string // the run the event is about
-	Queue  string // the sequential queue, or "" for the async path
+	Kind   EventKind // what happened
+	TaskID string    // the scoped task id
+	RunID  string    // the run the event is about
+	Queue  string    // the sequential queue, or "" for the async path
 
 	Status  Status // the status the record was left in
 	Cause   Cause  // how the run ended, for Finished and Recovered
@@ -129,6 +129,7 @@ type Event struct {
 // is recovered and logged with Config.Logger; the run carries on, and the
 // next observers are still called.
 type Observer interface {
+	// Observe receives one event; see above for when it is called.
 	Observe(ctx context.Context, e Event)
 }
 

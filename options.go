@@ -36,6 +36,7 @@ func WithScope(s Scope) SubmitOption {
 // the submission starts, beside the submitter. This is the only way to
 // share a task: there is no grant after the fact. Re-running a finished
 // key resets its watchers to the submitter and the owners granted then.
+// A zero Owner among them makes the submission fail with ErrNoAuthority.
 func WithWatchers(owners ...Owner) SubmitOption {
 	return func(o *submitOptions) error {
 		for _, w := range owners {

@@ -476,11 +476,12 @@ type Submission struct {
 // *QuotaError and writes nothing, unless it joins a live run, which costs
 // no quota.
 //
-// The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority,
-// a *ValidationError (ErrInvalidKey), ErrInvalidOption, an
+// The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority
+// (also for a zero Owner in WithWatchers), a *ValidationError
+// (ErrInvalidKey), ErrInvalidOption (a nil fn, an option out of range), an
 // *AuthorizationError (ErrUnauthorized), a *QuotaError
 // (ErrQuotaExceeded), the error of Limits.OwnerLimits (wrapped),
-// ErrClosed, ErrConflict (wrapped) when other processes kept changing the
+// ErrClosed, ErrInvalidConfig (see NewRuntime), ErrConflict (wrapped) when other processes kept changing the
 // record, or a store error: over a store with leases, that of taking
 // the instance lease, or of renewing it when it may have ended (both
 // wrapped; see Config.LeaseTTL). A renewal the store does not answer in

@@ -60,7 +60,8 @@ type State struct {
 
 	// Cause is the code of how the run ended, beside the human message in
 	// Error; empty while the record is live. Snapshot.Err reads the
-	// code, never the message.
+	// code, and the message only for a timeout's duration and for a
+	// result that could not be encoded (see Snapshot.Err).
 	Cause Cause
 
 	// CancelledBy is who cancelled a CANCELLED-by-user run: the user id of
@@ -179,8 +180,8 @@ const (
 // Position is a place in a listing: the CreatedAt and ID of the record a
 // page ended at.
 type Position struct {
-	CreatedAt time.Time
-	ID        string
+	CreatedAt time.Time // the record's CreatedAt
+	ID        string    // the record's ID
 }
 
 // PositionOf returns r's position, for Filter.After.

@@ -476,7 +476,7 @@ func (t *Task) visibleTo(c caller) bool {
 type Snapshot struct {
 	ID     string // the scoped task id
 	RunID  string // the run the record belongs to
-	Status Status
+	Status Status // the record's status; empty on a Gone snapshot
 	// Progress is live for a run executing in this runtime, and the last
 	// stored value otherwise.
 	Progress int
@@ -521,9 +521,10 @@ type Snapshot struct {
 
 // Err returns nil unless the task FAILED or was CANCELLED; then it returns
 // a *TaskError carrying the recorded message, which unwraps to the
-// cause the record's Cause code names, if any (never parsed from the
-// message): ErrCancelled, a *TimeoutError,
-// ErrSuperseded, ErrShutdown or ErrAbandoned.
+// cause the record's Cause code names, if any: ErrCancelled, a
+// *TimeoutError, ErrSuperseded, ErrShutdown or ErrAbandoned. A run that
+// FAILED because its result could not be encoded (its message begins
+// with ErrResultEncoding's text) unwraps to ErrResultEncoding.
 func (s Snapshot) Err() error {
 	if s.Status != StatusFailed && s.Status != StatusCancelled {
 		return nil
