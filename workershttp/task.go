@@ -8,7 +8,8 @@ import (
 )
 
 // Task is a task as the API shows it. Its JSON field names are part of
-// the API and stable; times are RFC 3339 and left out while unset.
+// the API and stable; times are RFC 3339 and left out while unset. Each
+// field is the workers.Snapshot field of the same name.
 type Task struct {
 	ID           string          `json:"id"`
 	RunID        string          `json:"run_id"`
@@ -39,6 +40,7 @@ func FromSnapshot(s workers.Snapshot) Task {
 
 // Page is one page of the list route.
 type Page struct {
+	// Tasks are the page's tasks, newest first; [] when there are none.
 	Tasks []Task `json:"tasks"`
 	// Next is the cursor of the following page, or "" on the last one.
 	Next string `json:"next,omitempty"`
@@ -46,7 +48,7 @@ type Page struct {
 
 // SubmissionResponse is the body WriteSubmission writes.
 type SubmissionResponse struct {
-	ID     string `json:"id"`
-	RunID  string `json:"run_id"`
-	Joined bool   `json:"joined"`
+	ID     string `json:"id"`     // the scoped task id (workers.Submission.ID)
+	RunID  string `json:"run_id"` // the run started or joined
+	Joined bool   `json:"joined"` // the submission joined a live run
 }
