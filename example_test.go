@@ -336,3 +336,25 @@ func ExampleObserverFunc() {
 	// started running
 	// finished completed
 }
+
+// A timeout fails the run at once and is never retried; the callback's
+// context carries a *TimeoutError as its cause.
+func ExampleWithTimeout() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	sub, _ := rt.Submit(ctx, "slow", func(ctx context.Context, t *workers.Task) (any, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}, alice, workers.WithTimeout(10*time.Millisecond), workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3}))
+	snap, _ := rt.Wait(ctx, sub.ID, alice)
+
+	var te *workers.TimeoutError
+	fmt.Println(snap.Status, snap.Cause, snap.Attempt, snap.Error)
+	fmt.Println(errors.Is(snap.Err(), workers.ErrTimeout), errors.As(snap.Err(), &te), te.Timeout)
+	// Output:
+	// failed timeout 1 Timed out after 10ms
+	// true true 10ms
+}

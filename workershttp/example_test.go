@@ -2,6 +2,7 @@ package workershttp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,4 +57,35 @@ func ExampleHandler() {
 	// 400  {"error":{"code":"invalid_input","message":"workers: invalid key \"\": empty"}}
 	// 401  {"error":{"code":"unauthenticated","message":"authentication required"}}
 	// 404  {"error":{"code":"not_found","message":"task not found"}}
+}
+
+// StatusCode and WriteError are the one table from the runtime's errors
+// to HTTP statuses: an application's own routes answer with them too.
+func ExampleWriteError() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{
+		Limits: workers.Limits{Owner: workers.OwnerLimits{Running: 1, Waiting: 1}},
+	})
+	defer rt.Shutdown(ctx)
+
+	alice := workers.MustOwner("alice")
+	release := make(chan struct{})
+	defer close(release)
+	slow := func(context.Context, *workers.Task) (any, error) { <-release; return nil, nil }
+	rt.Submit(ctx, "first", slow, alice)  // running
+	rt.Submit(ctx, "second", slow, alice) // waiting
+	_, err := rt.Submit(ctx, "third", slow, alice)
+
+	rec := httptest.NewRecorder()
+	workershttp.WriteError(rec, err)
+	fmt.Println(rec.Code, rec.Header().Get("Retry-After"), strings.TrimSpace(rec.Body.String()))
+	for _, err := range []error{workers.ErrNotFound, workers.ErrFinished, workers.ErrClosed, errors.New("disk on fire")} {
+		fmt.Println(workershttp.StatusCode(err), err)
+	}
+	// Output:
+	// 429 1 {"error":{"code":"too_many_requests","message":"quota exceeded; retry later"}}
+	// 404 workers: task not found
+	// 409 workers: task already finished
+	// 503 workers: runtime closed
+	// 500 disk on fire
 }
