@@ -83,7 +83,7 @@ func (f Fault) String() string {
 // method called are set; pointers point at the call's own arguments and
 // must be treated as read-only.
 type Call struct {
-	Op Op
+	Op Op  // the method called
 	N  int // this call's number among the calls of Op, from 1
 
 	ID       string           // the task id, for the methods that take one
@@ -105,7 +105,7 @@ type Rule struct {
 	Match func(*Call) bool // when set, only the calls it accepts
 	Times int              // when positive, the rule fires that many times and then stops
 
-	Fault Fault
+	Fault Fault         // what the selected calls suffer
 	Err   error         // the error FailBefore and FailAfter return; defaults to ErrInjected
 	Delay time.Duration // Delay's wait
 }
