@@ -149,7 +149,9 @@ func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Re
 	}
 	c := config{heartbeat: 15 * time.Second, writes: 30 * time.Second}
 	for _, o := range opts {
-		o(&c)
+		if o != nil { // as the runtime's options: a nil one sets nothing
+			o(&c)
+		}
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

@@ -517,3 +517,15 @@ func TestRequestsNoRouteTakesAreAnsweredInJSON(t *testing.T) {
 		assert.Equal(t, clean, res.Header.Get("Location"), path)
 	}
 }
+
+// A nil Option sets nothing, as the runtime's options do.
+func TestHandlerSkipsANilOption(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	t.Cleanup(func() { rt.Shutdown(context.Background()) })
+	h := workershttp.Handler(rt, func(*http.Request) (workers.TaskAuthority, error) { return workers.System, nil }, nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/tasks", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("GET /tasks: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -143,7 +143,9 @@ type run struct {
 func New(opts ...Option) (*Instrumentation, error) {
 	var c config
 	for _, o := range opts {
-		o(&c)
+		if o != nil { // as the runtime's options: a nil one sets nothing
+			o(&c)
+		}
 	}
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()

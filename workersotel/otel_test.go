@@ -524,3 +524,10 @@ func TestARunForgottenByResetThenCancelledEndsItsSpan(t *testing.T) {
 	_ = tp.Shutdown(ctx)
 	_ = mp.Shutdown(ctx)
 }
+
+// A nil Option sets nothing, as the runtime's options do.
+func TestNewSkipsANilOption(t *testing.T) {
+	if _, err := workersotel.New(nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -300,7 +300,9 @@ func WithTablePrefix(prefix string) Option {
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	o := options{Config: sqlcore.Config{Prefix: sqlcore.DefaultPrefix}, listen: defaultListen}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // as the runtime's options: a nil one sets nothing
+			opt(&o)
+		}
 	}
 	// A read that finds its connection ended goes again, until a new one.
 	o.ReadAttempts = int(pool.Config().MaxConns) + 1

@@ -673,3 +673,19 @@ func TestResultBytesAndDataErrors(t *testing.T) {
 		t.Errorf("AddWatcher with text the database refuses = %v, want ErrInvalidData", err)
 	}
 }
+
+// A nil Option sets nothing, as the runtime's options do. New does not
+// touch the database, so this needs none.
+func TestNewSkipsANilOption(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := postgres.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}

@@ -202,7 +202,9 @@ func WithNoticeInterval(d time.Duration) Option {
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := options{Config: sqlcore.Config{Prefix: sqlcore.DefaultPrefix}, busyTimeout: 5 * time.Second, notices: DefaultNoticeInterval}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // as the runtime's options: a nil one sets nothing
+			opt(&o)
+		}
 	}
 	if err := o.Validate(); err != nil {
 		return nil, err

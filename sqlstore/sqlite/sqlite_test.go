@@ -332,3 +332,13 @@ func TestListPagesOverOlderReplicaWatchers(t *testing.T) {
 	s := unmigrated(t)
 	sqltest.CheckOlderReplicaWatchers(t, s.Store, s, 6)
 }
+
+// A nil Option sets nothing, as the runtime's options do.
+func TestOpenSkipsANilOption(t *testing.T) {
+	t.Parallel()
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "nil.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
