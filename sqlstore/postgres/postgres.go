@@ -297,6 +297,8 @@ func WithTablePrefix(prefix string) Option {
 
 // New returns a Store over pool. The caller keeps ownership of pool:
 // Close does not close it. New does not touch the database; call Migrate.
+// An invalid schema name or table prefix is an error wrapping
+// workers.ErrInvalidOption.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	o := options{Config: sqlcore.Config{Prefix: sqlcore.DefaultPrefix}, listen: defaultListen}
 	for _, opt := range opts {

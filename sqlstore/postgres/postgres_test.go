@@ -434,9 +434,11 @@ func TestNames(t *testing.T) {
 		postgres.WithTablePrefix("1abc"),
 		postgres.WithTablePrefix(strings.Repeat("p", 33)),
 	} {
-		if s, err := postgres.New(sc.pool, opt); err == nil {
-			s.Close()
-			t.Errorf("New accepted an invalid name")
+		if s, err := postgres.New(sc.pool, opt); !errors.Is(err, workers.ErrInvalidOption) {
+			if err == nil {
+				s.Close()
+			}
+			t.Errorf("New with an invalid name: %v, want ErrInvalidOption", err)
 		}
 	}
 }

@@ -86,8 +86,8 @@ func TestListenFailsWhenItCannotRead(t *testing.T) {
 // The notice interval must be positive.
 func TestOpenRefusesANoticeIntervalThatIsNotPositive(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second} {
-		if _, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "tasks.db"), sqlite.WithNoticeInterval(d)); err == nil {
-			t.Errorf("Open with a notice interval of %v: no error", d)
+		if _, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "tasks.db"), sqlite.WithNoticeInterval(d)); !errors.Is(err, workers.ErrInvalidOption) {
+			t.Errorf("Open with a notice interval of %v: %v, want ErrInvalidOption", d, err)
 		}
 	}
 }

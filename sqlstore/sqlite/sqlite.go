@@ -198,7 +198,10 @@ func WithNoticeInterval(d time.Duration) Option {
 
 // Open opens, or creates, the database file at path and returns a Store
 // on it. path is a file name, not a URI. Call Migrate before using the
-// store, and Close when done.
+// store, and Close when done. An invalid option (a table prefix that is
+// not a lower-case identifier, a negative busy timeout, a notice
+// interval that is not positive) is an error wrapping
+// workers.ErrInvalidOption.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := options{Config: sqlcore.Config{Prefix: sqlcore.DefaultPrefix}, busyTimeout: 5 * time.Second, notices: DefaultNoticeInterval}
 	for _, opt := range opts {
@@ -212,16 +215,16 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if strings.ToLower(o.Prefix) != o.Prefix {
 		// SQLite's names ignore case, quoted or not: "A_" would name the
 		// tables of "a_", another store's.
-		return nil, fmt.Errorf("sqlstore/sqlite: invalid table prefix %q: SQLite's table names ignore case, so a prefix must be lower case", o.Prefix)
+		return nil, fmt.Errorf("%w: sqlstore/sqlite: table prefix %q: SQLite's table names ignore case, so a prefix must be lower case", workers.ErrInvalidOption, o.Prefix)
 	}
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.Contains(path, "?") {
 		return nil, fmt.Errorf("sqlstore/sqlite: %q is not a database file name", path)
 	}
 	if o.busyTimeout < 0 {
-		return nil, fmt.Errorf("sqlstore/sqlite: negative busy timeout %v", o.busyTimeout)
+		return nil, fmt.Errorf("%w: sqlstore/sqlite: negative busy timeout %v", workers.ErrInvalidOption, o.busyTimeout)
 	}
 	if o.notices <= 0 {
-		return nil, fmt.Errorf("sqlstore/sqlite: notice interval %v is not positive", o.notices)
+		return nil, fmt.Errorf("%w: sqlstore/sqlite: notice interval %v is not positive", workers.ErrInvalidOption, o.notices)
 	}
 	busy := strconv.FormatInt(o.busyTimeout.Milliseconds(), 10)
 

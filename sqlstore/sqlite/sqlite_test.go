@@ -156,8 +156,8 @@ func TestTablePrefix(t *testing.T) {
 	}
 	// "A_" would name a's tables: SQLite's names ignore case.
 	for _, p := range []string{`x"; DROP TABLE a_tasks; --`, "1abc", "a-b", strings.Repeat("p", 33), "A_"} {
-		if _, err := sqlite.Open(t.Context(), path, sqlite.WithTablePrefix(p)); err == nil {
-			t.Errorf("Open accepted table prefix %q", p)
+		if _, err := sqlite.Open(t.Context(), path, sqlite.WithTablePrefix(p)); !errors.Is(err, workers.ErrInvalidOption) {
+			t.Errorf("Open with table prefix %q: %v, want ErrInvalidOption", p, err)
 		}
 	}
 }
@@ -341,4 +341,12 @@ func TestOpenSkipsANilOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+}
+
+// A negative busy timeout is refused as an invalid option.
+func TestOpenRefusesANegativeBusyTimeout(t *testing.T) {
+	t.Parallel()
+	if _, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "tasks.db"), sqlite.WithBusyTimeout(-time.Second)); !errors.Is(err, workers.ErrInvalidOption) {
+		t.Errorf("Open with a negative busy timeout: %v, want ErrInvalidOption", err)
+	}
 }

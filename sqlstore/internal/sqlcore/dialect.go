@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/taskgate/workers"
 )
 
 // Dialect is everything that differs between two SQL backends.
@@ -199,10 +201,10 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // predictability, not injection alone.
 func (c Config) Validate() error {
 	if c.Schema != "" && (len(c.Schema) > 63 || !identRE.MatchString(c.Schema)) {
-		return fmt.Errorf("sqlstore: invalid schema name %q: want a letter or underscore, then letters, digits or underscores, at most 63 bytes", c.Schema)
+		return fmt.Errorf("%w: sqlstore: schema name %q: want a letter or underscore, then letters, digits or underscores, at most 63 bytes", workers.ErrInvalidOption, c.Schema)
 	}
 	if c.Prefix != "" && (len(c.Prefix) > 32 || !identRE.MatchString(c.Prefix)) {
-		return fmt.Errorf("sqlstore: invalid table prefix %q: want a letter or underscore, then letters, digits or underscores, at most 32 bytes", c.Prefix)
+		return fmt.Errorf("%w: sqlstore: table prefix %q: want a letter or underscore, then letters, digits or underscores, at most 32 bytes", workers.ErrInvalidOption, c.Prefix)
 	}
 	return nil
 }
