@@ -167,8 +167,15 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 		o := outcome{err: errGoexit} // what the callback's runtime.Goexit leaves
 		defer func() {
 			out <- o
-			if !claim.CompareAndSwap(0, 1) && left.Add(-1) == 0 {
-				rt.settle(t)
+			if !claim.CompareAndSwap(0, 1) {
+				// The waiter gave up: nobody reads o, so a panic is
+				// logged here or never.
+				if pe, ok := asPanic(o.err); ok {
+					rt.panickedLate(t, pe)
+				}
+				if left.Add(-1) == 0 {
+					rt.settle(t)
+				}
 			}
 		}()
 		o.res, o.err = invoke(t, &rt.cfg)
@@ -233,6 +240,16 @@ func (rt *Runtime[S]) panicked(t *Task, st *State, pe *PanicError, err error) {
 	rt.cfg.Logger.Error("workers: task panicked", "task", t.ID(), "run", t.RunID(), "attempt", st.Attempt,
 		"panic", pe.Value, "stack", string(pe.Stack))
 	rt.emit(&change{kind: changePanicked, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
+}
+
+// panickedLate logs the panic of a callback that outlived its timeout:
+// its run was recorded, and its end reported, when the timeout expired,
+// so the panic reaches only the log.
+//
+//go:noinline
+func (rt *Runtime[S]) panickedLate(t *Task, pe *PanicError) {
+	rt.cfg.Logger.Error("workers: task panicked after its timeout", "task", t.ID(), "run", t.RunID(), "attempt", t.Attempt(),
+		"panic", pe.Value, "stack", string(pe.Stack))
 }
 
 // encodeResult marshals a callback's result and checks that every store

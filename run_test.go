@@ -1021,3 +1021,27 @@ func TestASubmissionNeverJoinsARunItsLostLeaseCancelled(t *testing.T) {
 		require.NoError(t, rt.Shutdown(sctx))
 	})
 }
+
+// A callback that panics after its timeout has been recorded still has
+// its panic logged with its stack: nothing else would ever report it.
+func TestAPanicAfterTheTimeoutIsLogged(t *testing.T) {
+	t.Parallel()
+	logger, logs := bufferLogger()
+	rt := newRuntime(t, NewMemStore(), Config{Logger: logger})
+	release := make(chan struct{})
+	ran := make(chan struct{})
+	sub, err := rt.Submit(ctx, "late-panic", func(context.Context, *Task) (any, error) {
+		defer close(ran)
+		<-release // ignores its context
+		panic("late boom")
+	}, alice, WithTimeout(time.Millisecond))
+	require.NoError(t, err)
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	require.Equal(t, CauseTimeout, snap.Cause)
+	close(release)
+	wait(t, ran, "the callback to panic")
+	eventually(t, func() bool { return rt.runs.len() == 0 }, "the run to settle")
+	assert.Contains(t, logs.String(), "task panicked")
+	assert.Contains(t, logs.String(), "late boom")
+}
