@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -1169,4 +1170,31 @@ func TestWaitAfterShutdownReadsTheStore(t *testing.T) {
 		require.NoError(t, err, "leased before Shutdown: %v", leased)
 		assert.Equal(t, StatusCompleted, snap.Status)
 	}
+}
+
+// A backoff never comes out negative, which would retry at once: a
+// Multiplier that grows it past what a Duration holds gives MaxBackoff,
+// and a Multiplier that is not a number is refused, as a Jitter is.
+func TestBackoffStaysWithinItsCapForAnyMultiplier(t *testing.T) {
+	t.Parallel()
+	policy := func(p RetryPolicy) RetryPolicy {
+		t.Helper()
+		var o submitOptions
+		require.NoError(t, WithRetry(p)(&o))
+		return o.retry
+	}
+	for _, p := range []RetryPolicy{
+		{MaxAttempts: 3, MaxBackoff: time.Second, Multiplier: math.Inf(1)},
+		{MaxAttempts: 3, MaxBackoff: math.MaxInt64, Multiplier: 1e12},
+		{MaxAttempts: 3, MaxBackoff: math.MaxInt64, Multiplier: 1e12, Jitter: NoJitter},
+	} {
+		p = policy(p)
+		for attempt := 1; attempt <= 4; attempt++ {
+			d := p.backoff(attempt)
+			require.Positive(t, d, "%+v attempt %d", p, attempt)
+			require.LessOrEqual(t, d, p.MaxBackoff, "%+v attempt %d", p, attempt)
+		}
+	}
+	var o submitOptions
+	require.ErrorIs(t, WithRetry(RetryPolicy{MaxAttempts: 3, Multiplier: math.NaN()})(&o), ErrInvalidOption)
 }

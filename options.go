@@ -113,8 +113,8 @@ func WithRetry(p RetryPolicy) SubmitOption {
 			return fmt.Errorf("%w: negative MaxAttempts %d", ErrInvalidOption, p.MaxAttempts)
 		case p.InitialBackoff < 0 || p.MaxBackoff < 0:
 			return fmt.Errorf("%w: negative backoff", ErrInvalidOption)
-		case p.Multiplier != 0 && p.Multiplier < 1:
-			return fmt.Errorf("%w: Multiplier %v below 1", ErrInvalidOption, p.Multiplier)
+		case p.Multiplier != 0 && p.Multiplier < 1 || p.Multiplier != p.Multiplier:
+			return fmt.Errorf("%w: Multiplier %v is not 1 or more", ErrInvalidOption, p.Multiplier)
 		case p.Jitter > 1 || p.Jitter != p.Jitter:
 			return fmt.Errorf("%w: Jitter %v above 1", ErrInvalidOption, p.Jitter)
 		}
@@ -144,7 +144,12 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 	if p.Jitter > 0 {
 		d *= 1 + p.Jitter*(2*rand.Float64()-1)
 	}
-	return min(time.Duration(d), p.MaxBackoff)
+	// Compared before the conversion: a wait past what a Duration holds
+	// (a huge or infinite Multiplier) would convert to a negative one.
+	if d >= float64(p.MaxBackoff) {
+		return p.MaxBackoff
+	}
+	return time.Duration(d)
 }
 
 // applyOptions returns the options opts set. Without any it allocates
