@@ -1,0 +1,390 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/storetest"
+)
+
+// bothFaults are the two faults of a store call that answers with an
+// error: before it reaches the store, and after it landed.
+var bothFaults = []storetest.Fault{storetest.FailBefore, storetest.FailAfter}
+
+// A run that waited for a slot under Limits is registered PENDING and
+// writes its start when the slot frees. That write fails once, before it
+// lands or after: it is tried again, and the run completes once, its
+// callback called once, on its first attempt.
+func TestFaultTheStartOfARunThatWaitedForASlotFails(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1}})
+				head := newHeedless()
+				_, err := rt.Submit(context.Background(), "head", head.fn, owner)
+				require.NoError(t, err)
+				<-head.started
+				var calls atomic.Int32
+				waiting, err := rt.Submit(context.Background(), "waiting", func(context.Context, *workers.Task) (any, error) {
+					calls.Add(1)
+					return "done", nil
+				}, owner)
+				require.NoError(t, err)
+				synctest.Wait()
+				endedAs(t, mem, waiting.ID, workers.StatusPending, workers.CauseNone)
+
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+					return c.ID == waiting.ID && c.Next.Status == workers.StatusRunning
+				}})
+				close(head.release)
+				snap, err := rt.Wait(context.Background(), waiting.ID, owner)
+				require.NoError(t, err)
+				assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the start failed once")
+				assert.Equal(t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
+				assert.Equal(t, 1, snap.Attempt)
+				assert.Equal(t, int32(1), calls.Load())
+				endedAs(t, mem, waiting.ID, workers.StatusCompleted, workers.CauseCompleted)
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
+}
+
+// A submission whose insert lands after Shutdown began has its run
+// cancelled at once; the write of that end fails once, before it lands or
+// after. It is tried again within Shutdown's bound: the record ends
+// CANCELLED by the shutdown, and Shutdown reports everything settled.
+func TestFaultTheEndOfARunRegisteredAsShutdownBeganFails(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{})
+				// Take the lease first, so the submission below only inserts.
+				first, err := rt.Submit(context.Background(), "first", result(1), owner)
+				require.NoError(t, err)
+				_, err = rt.Wait(context.Background(), first.ID, owner)
+				require.NoError(t, err)
+
+				late := scoped(t, "late")
+				f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.Delay, Delay: time.Second})
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+					return c.ID == late && c.Next.Cause == workers.CauseShutdown
+				}})
+				var calls atomic.Int32
+				submitted := make(chan error, 1)
+				go func() {
+					_, err := rt.Submit(context.Background(), "late", func(context.Context, *workers.Task) (any, error) {
+						calls.Add(1)
+						return "ran", nil
+					}, owner)
+					submitted <- err
+				}()
+				synctest.Wait() // the submission is in its insert
+
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				require.NoError(t, rt.Shutdown(ctx))
+				require.NoError(t, <-submitted, "the insert landed: the submission was acknowledged")
+				assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write failed once")
+				assert.Zero(t, calls.Load(), "the callback of a run registered after Shutdown began ran")
+				endedAs(t, mem, late, workers.StatusCancelled, workers.CauseShutdown)
+			})
+		})
+	}
+}
+
+// A submission whose insert failed after it landed, to a sequential queue
+// or waiting for a slot under Limits, leaves a PENDING record: its
+// retired run ends it, fenced on its own run id, even when that write
+// fails once too, before it lands or after; the record is never joined,
+// and the key runs again.
+func TestFaultAGhostPendingInsertIsEndedNotJoined(t *testing.T) {
+	for _, path := range []string{"queue", "slot"} {
+		for _, fault := range bothFaults {
+			t.Run(path+"/"+fault.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					rt, mem, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1}})
+					submit := func(key string, fn workers.Func) (workers.Submission, error) {
+						if path == "queue" {
+							return rt.SubmitSequential(context.Background(), "q", key, fn, owner)
+						}
+						return rt.Submit(context.Background(), key, fn, owner)
+					}
+					var head *heedless
+					if path == "slot" {
+						head = newHeedless()
+						_, err := rt.Submit(context.Background(), "head", head.fn, owner)
+						require.NoError(t, err)
+						<-head.started
+					}
+					id := scoped(t, "k")
+					f.Add(storetest.Rule{Op: storetest.OpInsertTask, Times: 1, Fault: storetest.FailAfter})
+					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+						return c.ID == id && c.Next.Status.Terminal()
+					}})
+					var calls atomic.Int32
+					_, err := submit("k", func(context.Context, *workers.Task) (any, error) {
+						calls.Add(1)
+						return "lost", nil
+					})
+					require.ErrorIs(t, err, storetest.ErrInjected)
+					time.Sleep(time.Second) // the retired run's write, and its retry
+					synctest.Wait()
+					assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write failed once")
+					endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+					assert.Zero(t, calls.Load(), "the callback of a submission that failed ran")
+
+					if head != nil {
+						close(head.release)
+					}
+					again, err := submit("k", result("done"))
+					require.NoError(t, err)
+					assert.False(t, again.Joined)
+					snap, err := rt.Wait(context.Background(), again.ID, owner)
+					require.NoError(t, err)
+					assert.Equal(t, workers.StatusCompleted, snap.Status)
+					require.NoError(t, rt.Shutdown(context.Background()))
+				})
+			})
+		}
+	}
+}
+
+// A lost lease records a run waiting for a slot under Limits abandoned at
+// once, behind a callback that does not return, even when that write
+// fails, before it lands or after: it is retried, fenced, until the
+// record holds it, and the owner's waiting place frees.
+func TestFaultLostLeaseAbandonsARunWaitingForASlotThroughAFailedWrite(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second,
+					Limits: workers.Limits{MaxRunning: 1, Owner: workers.OwnerLimits{Waiting: 1}}})
+				head := newHeedless()
+				_, err := rt.Submit(t.Context(), "head", head.fn, owner)
+				require.NoError(t, err)
+				<-head.started
+				waiting, err := rt.Submit(t.Context(), "waiting", result(1), owner)
+				require.NoError(t, err)
+
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+					return c.ID == waiting.ID && c.Next.Status.Terminal()
+				}})
+				unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+				time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
+				unreachable()
+				time.Sleep(time.Second) // the abandon write's retries
+				synctest.Wait()
+
+				assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the abandon write failed once")
+				endedAs(t, mem, waiting.ID, workers.StatusFailed, workers.CauseAbandoned)
+				st, err := rt.Stats(t.Context(), workers.System)
+				require.NoError(t, err)
+				assert.Zero(t, st.Waiting, "the waiting place freed: %+v", st)
+				close(head.release)
+				require.NoError(t, rt.Shutdown(t.Context()))
+			})
+		})
+	}
+}
+
+// A submission of a key whose live record another instance wrote asks the
+// store which instances hold a live lease; that read fails, before it
+// reaches the store or after: Submit returns the error and writes
+// nothing, and the next submission replaces the record of a dead
+// instance, or joins the run of a live one.
+func TestFaultTheLivenessReadOfARegistrationFails(t *testing.T) {
+	for _, peerLive := range []bool{false, true} {
+		for _, fault := range bothFaults {
+			name := "dead instance/"
+			if peerLive {
+				name = "live instance/"
+			}
+			t.Run(name+fault.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					ctx := context.Background()
+					rt, mem, f := faulty(workers.Config{})
+					require.NoError(t, rt.Start(ctx))
+					id := scoped(t, "k")
+					var peer *workers.Runtime[*workers.MemStore]
+					var peerRun *heedless
+					if peerLive {
+						peer = workers.NewRuntime(mem, workers.Config{Logger: quiet})
+						peerRun = newHeedless()
+						_, err := peer.Submit(ctx, "k", peerRun.fn, owner)
+						require.NoError(t, err)
+						<-peerRun.started
+					} else {
+						created := time.Now().UTC().Truncate(time.Microsecond)
+						require.NoError(t, mem.InsertTask(ctx, workers.Record{
+							ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+							State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+						}))
+					}
+					before, err := mem.GetTask(ctx, id)
+					require.NoError(t, err)
+
+					f.Add(storetest.Rule{Op: storetest.OpLiveInstances, Times: 1, Fault: fault})
+					_, err = rt.Submit(ctx, "k", result("mine"), owner)
+					require.ErrorIs(t, err, storetest.ErrInjected)
+					after, err := mem.GetTask(ctx, id)
+					require.NoError(t, err)
+					assert.Equal(t, before, after, "a submission that failed changed the record")
+
+					again, err := rt.Submit(ctx, "k", result("mine"), owner)
+					require.NoError(t, err)
+					assert.Equal(t, peerLive, again.Joined)
+					if peerLive {
+						assert.Equal(t, before.RunID, again.RunID)
+						close(peerRun.release)
+					}
+					snap, err := rt.Wait(ctx, id, owner)
+					require.NoError(t, err)
+					assert.Equal(t, workers.StatusCompleted, snap.Status)
+					require.NoError(t, rt.Shutdown(ctx))
+					if peer != nil {
+						require.NoError(t, peer.Shutdown(ctx))
+					}
+				})
+			})
+		}
+	}
+}
+
+// A background loop's read, or cleanup's delete, fails before it reaches
+// the store or after: the pass that made it does nothing more, and the
+// next pass does the work.
+func TestFaultALoopCallThatFailsIsMadeAgainByTheNextPass(t *testing.T) {
+	ctx := context.Background()
+	// dead leaves the run of an instance that holds no lease, for
+	// recovery.
+	dead := func(t *testing.T, _ *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+		id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+		require.NoError(t, mem.InsertTask(ctx, workers.Record{
+			ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+			State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+		}))
+		return func() bool {
+			rec, err := mem.GetTask(ctx, id)
+			require.NoError(t, err)
+			return rec.Status == workers.StatusFailed && rec.Cause == workers.CauseAbandoned
+		}
+	}
+	// finished leaves a finished task, for cleanup.
+	finished := func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+		done, err := rt.Submit(ctx, "done", result("r"), owner)
+		require.NoError(t, err)
+		_, err = rt.Wait(ctx, done.ID, owner)
+		require.NoError(t, err)
+		return func() bool {
+			_, err := mem.GetTask(ctx, done.ID)
+			return errors.Is(err, workers.ErrNotFound)
+		}
+	}
+	// cancelledElsewhere leaves a run of the runtime's that another
+	// process cancelled, for the sync loop to find.
+	cancelledElsewhere := func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+		var ended atomic.Bool
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			ended.Store(errors.Is(context.Cause(ctx), workers.ErrCancelled))
+			return nil, ctx.Err()
+		}, owner)
+		require.NoError(t, err)
+		synctest.Wait()
+		st := workers.State{Status: workers.StatusCancelled, Cause: workers.CauseCancelled, CompletedAt: time.Now()}
+		ok, err := mem.TransitionTask(ctx, sub.ID, sub.RunID, liveStates, st)
+		require.NoError(t, err)
+		require.True(t, ok)
+		return ended.Load
+	}
+	recovery := workers.Config{RecoverInterval: time.Second}
+	cleanup := workers.Config{CleanupInterval: time.Second, Retention: time.Millisecond}
+	syncing := workers.Config{SyncInterval: time.Second}
+	for _, c := range []struct {
+		loop  string
+		cfg   workers.Config
+		op    storetest.Op
+		store func(*workers.MemStore) workers.Store
+		// leave leaves work for the loop and returns whether it is done.
+		leave func(*testing.T, *workers.Runtime[workers.Store], *workers.MemStore) func() bool
+	}{
+		{"recovery's list", recovery, storetest.OpListTasks, nil, dead},
+		{"recovery's liveness read", recovery, storetest.OpLiveInstances, nil, dead},
+		{"cleanup", cleanup, storetest.OpDeleteFinished, nil, finished},
+		// Over a store without notices: the sync loop alone finds the end.
+		{"sync read", syncing, storetest.OpGetTask, func(m *workers.MemStore) workers.Store { return sharedNoNotices{m, m} }, cancelledElsewhere},
+	} {
+		for _, fault := range bothFaults {
+			t.Run(c.loop+"/"+fault.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					c.cfg.Logger = quiet
+					f := &storetest.Faults{}
+					mem := workers.NewMemStore()
+					var s workers.Store = mem
+					if c.store != nil {
+						s = c.store(mem)
+					}
+					rt := workers.NewRuntime(storetest.Faulty(s, f), c.cfg)
+					require.NoError(t, rt.Start(ctx))
+					f.Add(storetest.Rule{Op: c.op, Times: 1, Fault: fault})
+					done := c.leave(t, rt, mem)
+					time.Sleep(1500 * time.Millisecond) // the loop's first pass
+					synctest.Wait()
+					require.Equal(t, 1, f.Injected(c.op), "the first pass's call failed")
+					for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(100 * time.Millisecond) {
+						require.True(t, time.Now().Before(deadline), "no pass of the %s did the work", c.loop)
+					}
+					require.NoError(t, rt.Shutdown(ctx))
+				})
+			})
+		}
+	}
+}
+
+// Shutdown's release of the lease fails, before it reaches the store or
+// after: the runs had all settled, so Shutdown still returns nil, the
+// failure is only logged, and no record is left live. A lease the
+// release did not end expires by itself, after which recovery anywhere
+// finds nothing of the instance's to end.
+func TestFaultShutdownsLeaseReleaseFails(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+				rt, mem, f := faulty(cfg)
+				sub, err := rt.Submit(ctx, "k", result("done"), owner)
+				require.NoError(t, err)
+				_, err = rt.Wait(ctx, sub.ID, owner)
+				require.NoError(t, err)
+				instance := workers.InstanceOf(sub.RunID)
+
+				f.Add(storetest.Rule{Op: storetest.OpReleaseLease, Times: 1, Fault: fault})
+				require.NoError(t, rt.Shutdown(ctx))
+				assert.Equal(t, 1, f.Injected(storetest.OpReleaseLease))
+				live, err := mem.LiveInstances(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, fault == storetest.FailBefore, slices.Contains(live, instance),
+					"the lease lives on only if the release never reached the store")
+
+				time.Sleep(4 * time.Second) // past the lease's TTL
+				live, err = mem.LiveInstances(ctx)
+				require.NoError(t, err)
+				assert.NotContains(t, live, instance, "the lease expired")
+				recs, err := mem.ListTasks(ctx, workers.Filter{Statuses: liveStates})
+				require.NoError(t, err)
+				assert.Empty(t, recs)
+			})
+		})
+	}
+}
