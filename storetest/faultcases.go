@@ -35,6 +35,7 @@ func RunFaults(t *testing.T, newStore func(t *testing.T) workers.Store) {
 		{"RunWrites", faultRunWrites},
 		{"ProgressWrite", faultProgressWrite},
 		{"CancelWrite", faultCancelWrite},
+		{"CancelWriteOfAWaitingItem", faultCancelWriteOfAWaitingItem},
 		{"RecoveryWrite", faultRecoveryWrite},
 		{"ShutdownBacklogWrites", faultShutdownBacklogWrites},
 		{"PermanentRefusalFailsTheRun", faultPermanentRefusalFailsTheRun},
@@ -356,6 +357,50 @@ func faultCancelWrite(t *testing.T, newStore func(*testing.T) workers.Store) {
 	}
 }
 
+// Cancel's write of a queue item still waiting for its turn (PENDING)
+// fails. Before it landed, Cancel returns the error and the item still
+// waits; a second Cancel ends it. After it landed, Cancel finds its write
+// there and succeeds. Either way the item never runs: its turn finds the
+// record CANCELLED, and Wait returns that.
+func faultCancelWriteOfAWaitingItem(t *testing.T, newStore func(*testing.T) workers.Store) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newFaultEnv(t, newStore, workers.Config{})
+			started, release := make(chan struct{}), make(chan struct{})
+			head, err := e.rt.SubmitSequential(context.Background(), "q", "head", blocked(started, release), owner)
+			require.NoError(t, err)
+			<-started
+			var calls atomic.Int32
+			item, err := e.rt.SubmitSequential(context.Background(), "q", "item", func(context.Context, *workers.Task) (any, error) {
+				calls.Add(1)
+				return "ran", nil
+			}, owner)
+			require.NoError(t, err)
+			e.once(fault, OpTransitionTask, func(c *Call) bool { return c.ID == item.ID && c.Next.Status == workers.StatusCancelled })
+			err = e.rt.Cancel(context.Background(), item.ID, owner)
+			if fault == FailAfter {
+				require.NoError(t, err, "the cancel landed: Cancel read the record and says so")
+			} else {
+				require.ErrorIs(t, err, ErrInjected)
+				snap, err := e.rt.Status(context.Background(), item.ID, owner)
+				require.NoError(t, err)
+				require.Equal(t, workers.StatusPending, snap.Status, "a cancel that never landed changed nothing")
+				require.NoError(t, e.rt.Cancel(context.Background(), item.ID, owner))
+			}
+			require.ErrorIs(t, e.rt.Cancel(context.Background(), item.ID, owner), workers.ErrFinished)
+			close(release)
+			assert.Equal(t, workers.StatusCompleted, e.wait(head.ID).Status)
+			snap := e.wait(item.ID)
+			assert.Equal(t, workers.StatusCancelled, snap.Status)
+			assert.ErrorIs(t, snap.Err(), workers.ErrCancelled)
+			assert.Equal(t, "alice", snap.CancelledBy)
+			assert.Equal(t, item.RunID, snap.RunID)
+			assert.Zero(t, calls.Load(), "a cancelled item ran")
+		})
+	}
+}
+
 // Recovery's write fails: Start returns the error and can be called
 // again; the dead run's record ends, and its key runs again.
 func faultRecoveryWrite(t *testing.T, newStore func(*testing.T) workers.Store) {
@@ -379,41 +424,50 @@ func faultRecoveryWrite(t *testing.T, newStore func(*testing.T) workers.Store) {
 	}
 }
 
-// Shutdown's writes of the queue backlog fail: they are retried while
-// Shutdown's context lasts, and every item ends CANCELLED.
+// Shutdown's writes of the backlog, queue items and runs waiting for a
+// slot under workers.Limits, fail: they are retried while Shutdown's
+// context lasts, and every item ends CANCELLED.
 func faultShutdownBacklogWrites(t *testing.T, newStore func(*testing.T) workers.Store) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			t.Parallel()
-			e := newFaultEnv(t, newStore, workers.Config{ShutdownGrace: -1})
-			started := make(chan struct{})
-			head, err := e.rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
-				close(started)
-				<-ctx.Done()
-				return nil, ctx.Err()
-			}, owner)
-			require.NoError(t, err)
-			<-started
-			var items []string
-			for i := range 3 {
-				sub, err := e.rt.SubmitSequential(context.Background(), "q", fmt.Sprint("item-", i), result("never"), owner)
+	for _, path := range []string{"queue", "slot"} {
+		for _, fault := range bothFaults {
+			t.Run(path+"/"+fault.String(), func(t *testing.T) {
+				t.Parallel()
+				e := newFaultEnv(t, newStore, workers.Config{ShutdownGrace: -1, Limits: workers.Limits{MaxRunning: 1}})
+				submit := func(key string, fn workers.Func) (workers.Submission, error) {
+					if path == "queue" {
+						return e.rt.SubmitSequential(context.Background(), "q", key, fn, owner)
+					}
+					return e.rt.Submit(context.Background(), key, fn, owner)
+				}
+				started := make(chan struct{})
+				head, err := submit("head", func(ctx context.Context, _ *workers.Task) (any, error) {
+					close(started)
+					<-ctx.Done()
+					return nil, ctx.Err()
+				})
 				require.NoError(t, err)
-				items = append(items, sub.ID)
-			}
-			e.f.Add(Rule{Op: OpTransitionTask, Times: 2, Fault: fault, Match: func(c *Call) bool {
-				return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
-			}})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			require.NoError(t, e.rt.Shutdown(ctx))
-			assert.Equal(t, 2, e.f.Injected(OpTransitionTask))
-			for _, id := range append(items, head.ID) {
-				r, err := e.mem.GetTask(context.Background(), id)
-				require.NoError(t, err)
-				assert.Equal(t, workers.StatusCancelled, r.Status, "%s", id)
-				assert.Equal(t, workers.CauseShutdown, r.Cause, "%s", id)
-			}
-		})
+				<-started
+				var items []string
+				for i := range 3 {
+					sub, err := submit(fmt.Sprint("item-", i), result("never"))
+					require.NoError(t, err)
+					items = append(items, sub.ID)
+				}
+				e.f.Add(Rule{Op: OpTransitionTask, Times: 2, Fault: fault, Match: func(c *Call) bool {
+					return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
+				}})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				require.NoError(t, e.rt.Shutdown(ctx))
+				assert.Equal(t, 2, e.f.Injected(OpTransitionTask))
+				for _, id := range append(items, head.ID) {
+					r, err := e.mem.GetTask(context.Background(), id)
+					require.NoError(t, err)
+					assert.Equal(t, workers.StatusCancelled, r.Status, "%s", id)
+					assert.Equal(t, workers.CauseShutdown, r.Cause, "%s", id)
+				}
+			})
+		}
 	}
 }
 
@@ -422,23 +476,30 @@ func faultShutdownBacklogWrites(t *testing.T, newStore func(*testing.T) workers.
 // one; so does a run whose start it refuses, whose callback never runs.
 func faultPermanentRefusalFailsTheRun(t *testing.T, newStore func(*testing.T) workers.Store) {
 	refusal := fmt.Errorf("%w: SQLSTATE 22P05: unsupported Unicode escape sequence", workers.ErrInvalidData)
+	retry := []workers.SubmitOption{workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond})}
 	for _, c := range []struct {
 		name  string
-		write workers.Status
+		match func(*Call) bool
+		opts  []workers.SubmitOption
 		ran   int32
 	}{
-		{"Outcome", workers.StatusCompleted, 1},
-		{"Start", workers.StatusRunning, 0}, // a queue item's start: see faultRunWrites
+		{"Outcome", to(workers.StatusCompleted), nil, 1},
+		{"Start", to(workers.StatusRunning), nil, 0}, // a queue item's start: see faultRunWrites
+		// A retry's start (RUNNING, attempt 2), after a first attempt that
+		// failed: the second attempt never begins.
+		{"Retry", func(c *Call) bool { return c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2 }, retry, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := newFaultEnv(t, newStore, workers.Config{})
-			e.f.Add(Rule{Op: OpTransitionTask, Match: to(c.write), Fault: FailBefore, Err: refusal})
+			e.f.Add(Rule{Op: OpTransitionTask, Match: c.match, Fault: FailBefore, Err: refusal})
 			var calls atomic.Int32
 			sub, err := e.rt.SubmitSequential(context.Background(), "q", "k", func(context.Context, *workers.Task) (any, error) {
-				calls.Add(1)
+				if calls.Add(1) == 1 && c.opts != nil {
+					return nil, errors.New("try again")
+				}
 				return "a result the store refuses", nil
-			}, owner)
+			}, owner, c.opts...)
 			require.NoError(t, err)
 			snap := e.wait(sub.ID)
 			assert.Equal(t, workers.StatusFailed, snap.Status)
