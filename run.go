@@ -483,15 +483,11 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 		case err == nil, errors.Is(err, ErrNotFound):
 			return false, true // fenced out, or the record is gone
 		case rt.life.Err() != nil:
-			t.mark(runGaveUp)
-			rt.gaveUp.Add(1)
-			rt.logRunError("workers: run write abandoned: the runtime shut down; the record is left for recovery", op, t, err)
+			rt.giveUp(gaveUpAtShutdown, op, t, err)
 			return false, false
 		case permanentStoreError(err):
 			if st.Status.Terminal() && st.Cause == CauseStore {
-				t.mark(runGaveUp)
-				rt.gaveUp.Add(1)
-				rt.logRunError("workers: the store refused a run's fallback outcome; the record is left for recovery", op, t, err)
+				rt.giveUp("workers: the store refused a run's fallback outcome; the record is left for recovery", op, t, err)
 				return false, false
 			}
 			rt.logRunError("workers: the store refused a run write for good; recording the run FAILED", op, t, err)
@@ -515,10 +511,29 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 			causeOutcome(t.cause()).apply(st, now())
 		}
 		if !sleep(rt.life, jitter(backoff)) {
-			continue // the runtime's life ended: one last try (see transition), then the give-up
+			// The runtime's life ended: Shutdown's cutoff, at which it
+			// counts this write among the records left unwritten. A try
+			// now would outlive Shutdown (transition gives a try made
+			// after the cutoff a bound of its own, for a late callback's
+			// outcome), with nobody waiting for it.
+			rt.giveUp(gaveUpAtShutdown, op, t, err)
+			return false, false
 		}
 		backoff = min(2*backoff, writeBackoffMax)
 	}
+}
+
+// gaveUpAtShutdown is the log message of a run write given up because the
+// runtime's life ended.
+const gaveUpAtShutdown = "workers: run write abandoned: the runtime shut down; the record is left for recovery"
+
+// giveUp records that run t's write of op was given up, with err, its
+// last try's error: the record is left for recovery, and Shutdown counts
+// it among the records left unwritten.
+func (rt *Runtime[S]) giveUp(msg string, op runOp, t *Task, err error) {
+	t.mark(runGaveUp)
+	rt.gaveUp.Add(1)
+	rt.logRunError(msg, op, t, err)
 }
 
 // lastWriteTimeout bounds the one try a run makes to write its outcome

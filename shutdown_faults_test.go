@@ -367,3 +367,41 @@ func headAndBehind[S workers.Store](t *testing.T, rt *workers.Runtime[S]) (head,
 	synctest.Wait()
 	return head, behind
 }
+
+// A run whose callback returned before Shutdown began, but whose outcome
+// write keeps failing, gives that write up at Shutdown's cutoff, as
+// Shutdown counts it: among the records left unwritten, with no goroutine
+// left executing. No try of the write is made past the cutoff, where a
+// store that hangs would hold it, and the run's goroutine, past Shutdown's
+// return.
+func TestFaultAnOutcomeWriteIsNotTriedPastShutdownsCutoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		start := time.Now()
+		const bound = time.Second
+		// The tries fail at once until Shutdown's ctx ends, and hang from
+		// then on, as a store that goes down does.
+		down := start.Add(bound)
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+			return c.Next.Status.Terminal() && time.Now().Before(down)
+		}})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Match: func(c *storetest.Call) bool {
+			return c.Next.Status.Terminal()
+		}})
+		sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+		require.NoError(t, err)
+		synctest.Wait() // the callback returned; its outcome write fails, and is tried again
+
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		err = rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "left 0 runs or goroutines executing and 1 live records of this runtime unwritten")
+		assert.LessOrEqual(t, time.Since(start), bound+100*time.Millisecond, "Shutdown outlived its bound")
+		synctest.Wait()
+		assert.Zero(t, f.Hung(), "a try of the run's outcome write outlived Shutdown")
+		r, err := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusRunning, r.Status, "left for recovery")
+	})
+}
