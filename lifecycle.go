@@ -486,7 +486,9 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 // (at the startup of a single instance, with Config.RecoverZombies).
 //
 // A record it cannot end (its write fails) does not stop it: it goes on
-// with the others, and returns the first such error with its count.
+// with the others, and returns the first such error with its count. A
+// write that reports an error is checked against the record: one that
+// landed all the same counts as ended.
 func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
 	return rt.recoverRuns(ctx, true)
 }

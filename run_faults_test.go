@@ -388,3 +388,53 @@ func TestFaultShutdownsLeaseReleaseFails(t *testing.T) {
 		})
 	}
 }
+
+// Recovery's write of a dead run's end fails after it landed: recovery
+// reads the record, finds its end there, and counts and reports the
+// recovery as its own. The next pass would not list the record again,
+// so the observers would otherwise never hear of that end, nor would
+// RecoverZombies count it. A write that did not land (fail-before) is
+// an error of the pass, and a later pass ends the record.
+func TestFaultARecoveryWriteThatLandedIsReported(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				recovered := make(chan workers.Event, 4)
+				rt, mem, f := faulty(workers.Config{Observers: []workers.Observer{
+					workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+						if e.Kind == workers.EventRecovered {
+							recovered <- e
+						}
+					}),
+				}})
+				id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+				require.NoError(t, mem.InsertTask(ctx, workers.Record{
+					ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+					State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+				}))
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault})
+				n, err := rt.RecoverZombies(ctx)
+				if fault == storetest.FailAfter {
+					require.NoError(t, err, "the write landed")
+					assert.Equal(t, 1, n)
+				} else {
+					require.ErrorIs(t, err, storetest.ErrInjected)
+					assert.Zero(t, n)
+					n, err = rt.RecoverZombies(ctx)
+					require.NoError(t, err)
+					assert.Equal(t, 1, n)
+				}
+				endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+				require.Len(t, recovered, 1, "the observers hear of the recovery once")
+				e := <-recovered
+				assert.Equal(t, id, e.TaskID)
+				assert.Equal(t, "gone-instance.1", e.RunID)
+				n, err = rt.RecoverZombies(ctx)
+				require.NoError(t, err)
+				assert.Zero(t, n)
+				require.NoError(t, rt.Shutdown(ctx))
+			})
+		})
+	}
+}
