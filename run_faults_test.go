@@ -438,3 +438,44 @@ func TestFaultARecoveryWriteThatLandedIsReported(t *testing.T) {
 		})
 	}
 }
+
+// The store's notices are how a run learns at once that another process
+// ended its record. Listen fails as it starts: the runtime listens again
+// after a LeaseInterval, and the resync that starts every listen has the
+// run checked against its record, so a cancel made elsewhere meanwhile
+// still reaches the callback, with no sync loop to stand in. (Listen
+// blocks until its context ends, so a fault after it reached the store
+// is one of its end, which Shutdown makes.)
+func TestFaultAListenThatFailsIsMadeAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		f.Add(storetest.Rule{Op: storetest.OpListen, Times: 1, Fault: storetest.FailBefore})
+		rt := workers.NewRuntime(storetest.Faulty(mem, f),
+			workers.Config{Logger: quiet, LeaseInterval: time.Second, SyncInterval: time.Hour})
+		cancelled := make(chan error, 1)
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			cancelled <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}, owner)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, 1, f.Injected(storetest.OpListen), "the first Listen failed")
+
+		there := workers.NewRuntime(mem, workers.Config{Logger: quiet})
+		require.NoError(t, there.Cancel(ctx, sub.ID, owner))
+		timeout := time.NewTimer(time.Minute)
+		select {
+		case cause := <-cancelled:
+			assert.ErrorIs(t, cause, workers.ErrCancelled)
+		case <-timeout.C:
+			t.Fatal("the run never learnt of the cancel made elsewhere")
+		}
+		assert.Equal(t, 2, f.Calls(storetest.OpListen), "listened again")
+		require.NoError(t, rt.Shutdown(ctx))
+		require.NoError(t, there.Shutdown(ctx))
+		endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseCancelled)
+	})
+}
