@@ -126,7 +126,19 @@ const queueReapInterval = time.Minute
 // that a process that submits to many queues (one per tenant, say) holds
 // a goroutine only for those in use. A later submission to a retired
 // queue's name starts a new one, as on first use.
+//
+// It returns once the retired queues' processors have ended: Shutdown
+// waits for its loops, and so for them, which it no longer finds among
+// the queues.
 func (rt *Runtime[S]) reapQueues(context.Context) {
+	for _, q := range rt.retireIdleQueues() {
+		<-q.exited // at once: the queue is empty, and its processor woken
+	}
+}
+
+// retireIdleQueues retires the queues that reapQueues retires, wakes
+// their processors to end, and returns them.
+func (rt *Runtime[S]) retireIdleQueues() (retired []*queue) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for name, q := range rt.queues {
@@ -140,12 +152,14 @@ func (rt *Runtime[S]) reapQueues(context.Context) {
 		}
 		q.mu.Unlock()
 		if retire {
+			retired = append(retired, q)
 			select {
 			case q.wake <- struct{}{}:
 			default:
 			}
 		}
 	}
+	return retired
 }
 
 // process is the queue's processor: it starts items in order until the

@@ -144,3 +144,27 @@ func TestASubmissionToAQueueRetiredUnderItRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, st.Queues, 1, "the queue that succeeds it")
 }
+
+// reapQueues returns once the processors of the queues it retired have
+// ended, so that Shutdown, which waits for its loops, leaves none of
+// them running. With one processor for Go to run goroutines on, a
+// processor that reapQueues only woke has not run when it returns.
+func TestRetiredQueuesProcessorsEndBeforeTheReapReturns(t *testing.T) {
+	rt := newRuntime(t, NewMemStore(), Config{})
+	sub, err := rt.SubmitSequential(ctx, "q", "k", noop, alice)
+	require.NoError(t, err)
+	settled(t, rt, sub.ID)
+	rt.mu.RLock()
+	q := rt.queues["q"]
+	rt.mu.RUnlock()
+	require.NotNil(t, q)
+
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	rt.reapQueues(ctx) // empty: marked idle
+	rt.reapQueues(ctx) // still: retired
+	select {
+	case <-q.exited:
+	default:
+		t.Error("reapQueues returned before the retired queue's processor ended")
+	}
+}
