@@ -433,7 +433,7 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task, started time.Time) {
 	if rt.life.Err() != nil && (op != opFinish || len(rt.cfg.Observers) == 0) {
 		return
 	}
-	rec, err := rt.readBack(op, t)
+	rec, err := rt.readBack(t, rt.life.Err() != nil)
 	if end, ok := endOf(t, &rec); err == nil && ok {
 		rt.reportEnd(t, end)
 	} else if errors.Is(err, ErrNotFound) || err == nil && rec.RunID != t.RunID() {
@@ -455,6 +455,11 @@ func endOf(t *Task, rec *Record) (change, bool) {
 // the write landed, and, when it did not, whether it was fenced out (or
 // found the record gone) rather than given up.
 func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok, fenced bool) {
+	// A write begun after Shutdown's cutoff is a late callback's outcome:
+	// it gets one try bounded on its own (see transition). One begun
+	// before has the runtime's life for its bound, and gives up when the
+	// cutoff ends it, as Shutdown counts it.
+	late := rt.life.Err() != nil && op != opAbandon
 	var failed error // the last attempt's error: it may have landed
 	backoff := writeBackoffMin
 	for try := 1; ; try++ {
@@ -465,10 +470,10 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 			// over the RUNNING record that try would have left, too.
 			fence = fromStarting
 		}
-		ok, err := rt.transition(op, t, fence, st)
+		ok, err := rt.transition(t, fence, st, late)
 		if !ok && err == nil && failed != nil {
 			// Fenced out after a failed try: that try may have landed.
-			switch landed, known := rt.landed(op, t, st); {
+			switch landed, known := rt.landed(t, st, late); {
 			case landed:
 				t.setState(st)
 				return true, false
@@ -512,12 +517,12 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 		}
 		if !sleep(rt.life, jitter(backoff)) {
 			// The runtime's life ended: Shutdown's cutoff, at which it
-			// counts this write among the records left unwritten. A try
-			// now would outlive Shutdown (transition gives a try made
-			// after the cutoff a bound of its own, for a late callback's
-			// outcome), with nobody waiting for it.
+			// counts this write among the records left unwritten.
 			rt.giveUp(gaveUpAtShutdown, op, t, err)
 			return false, false
+		}
+		if h := rt.hooks.Load(); h != nil && h.backedOff != nil {
+			h.backedOff()
 		}
 		backoff = min(2*backoff, writeBackoffMax)
 	}
@@ -540,19 +545,21 @@ func (rt *Runtime[S]) giveUp(msg string, op runOp, t *Task, err error) {
 // after Shutdown gave up on it.
 const lastWriteTimeout = 5 * time.Second
 
-// transition is one try of a run's write. While the runtime lives, the
-// call carries its life, which Shutdown's cutoff ends, bounded by
-// StoreTimeout (see bounded). Afterwards, a run
-// whose callback returned late still gets one try at its outcome, bounded
-// on its own, since no Shutdown waits for it; a queue item's abandon
-// write, made for Shutdown, gets none.
-func (rt *Runtime[S]) transition(op runOp, t *Task, from []Status, st *State) (bool, error) {
-	ctx, cancel := rt.life, noCancel
-	switch {
-	case rt.life.Err() != nil && op != opAbandon:
+// transition is one try of a run's write. A write begun while the
+// runtime lives carries its life, which Shutdown's cutoff ends, bounded
+// by StoreTimeout (see bounded), on every try: once the cutoff has
+// passed, a try fails at once, and the write gives up, so that no try
+// outlives the Shutdown that counted it. A late write (begun after the
+// cutoff: the outcome of a run whose callback returned late) gets its
+// one try bounded on its own, since no Shutdown waits for it; a queue
+// item's abandon write, made for Shutdown, is never late.
+func (rt *Runtime[S]) transition(t *Task, from []Status, st *State, late bool) (bool, error) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if late {
 		ctx, cancel = context.WithTimeout(context.Background(), lastWriteTimeout)
-	default:
-		ctx, cancel = rt.bounded(ctx) // each try: one cut off is tried again
+	} else {
+		ctx, cancel = rt.bounded(rt.life) // each try: one cut off is tried again
 	}
 	defer cancel()
 	if rt.mem != nil {
@@ -603,8 +610,8 @@ var errLandedUnknown = errors.New("workers: could not read whether an earlier tr
 // landed reports whether the record holds exactly the state st of run t,
 // which a write that reported a failure may have stored after all; known
 // is false if the record could not be read (see readBack).
-func (rt *Runtime[S]) landed(op runOp, t *Task, st *State) (landed, known bool) {
-	rec, err := rt.readBack(op, t)
+func (rt *Runtime[S]) landed(t *Task, st *State, late bool) (landed, known bool) {
+	rec, err := rt.readBack(t, late)
 	switch {
 	case err == nil:
 		return wrote(&rec, t.RunID(), st), true
@@ -614,15 +621,14 @@ func (rt *Runtime[S]) landed(op runOp, t *Task, st *State) (landed, known bool) 
 	return false, false
 }
 
-// readBack reads t's record after a write of op that did not land, or
-// did not say whether it did. A read that fails for a transient reason
-// is retried with backoff, within the bound of the write's own tries:
-// the runtime's life (cut off by Shutdown) while it lives and for a
-// queue item's abandon write, made for Shutdown; the one bounded try of
-// a run's outcome after Shutdown gave up on it otherwise.
-func (rt *Runtime[S]) readBack(op runOp, t *Task) (Record, error) {
+// readBack reads t's record after a write that did not land, or did not
+// say whether it did. A read that fails for a transient reason is
+// retried with backoff, within the bound of the write's own tries (see
+// transition): the runtime's life, which Shutdown's cutoff ends, unless
+// the write is late, begun after that cutoff.
+func (rt *Runtime[S]) readBack(t *Task, late bool) (Record, error) {
 	parent := rt.life
-	if rt.life.Err() != nil && op != opAbandon {
+	if late {
 		parent = context.WithoutCancel(rt.life)
 	}
 	ctx, cancel := context.WithTimeout(parent, lastWriteTimeout)

@@ -1045,3 +1045,53 @@ func TestAPanicAfterTheTimeoutIsLogged(t *testing.T) {
 	assert.Contains(t, logs.String(), "task panicked")
 	assert.Contains(t, logs.String(), "late boom")
 }
+
+// outcomeWritesDown fails a run's end writes, and once hanging is set,
+// holds each until its context ends, as a store that went down does.
+type outcomeWritesDown struct {
+	Store
+	hanging atomic.Bool
+	hung    atomic.Int32 // end writes held now
+}
+
+func (s *outcomeWritesDown) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if !next.Status.Terminal() {
+		return s.Store.TransitionTask(ctx, id, runID, from, next)
+	}
+	if !s.hanging.Load() {
+		return false, errors.New("connection reset")
+	}
+	s.hung.Add(1)
+	defer s.hung.Add(-1)
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+
+// A run's outcome write begun before Shutdown's cutoff, whose backoff
+// ends just before it, gives up at its next try: the try carries the
+// runtime's ended life, not the bound of its own that only a write begun
+// after the cutoff (a late callback's outcome) gets, which would keep it
+// in the store after Shutdown returned.
+func TestAWriteBegunBeforeShutdownsCutoffIsNotTriedPastIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &outcomeWritesDown{Store: NewMemStore()}
+		rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler)})
+		var once atomic.Bool
+		rt.hooks.Store(&hooks{backedOff: func() {
+			if once.CompareAndSwap(false, true) {
+				s.hanging.Store(true)
+				<-rt.life.Done() // the cutoff passes between the backoff and the next try
+			}
+		}})
+		_, err := rt.Submit(context.Background(), "k", noop, alice)
+		require.NoError(t, err)
+		synctest.Wait() // the callback returned; its outcome write failed and backs off
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		synctest.Wait()
+		assert.Zero(t, s.hung.Load(), "a try of the outcome write outlived Shutdown: %v", err)
+	})
+}

@@ -630,6 +630,7 @@ type hooks struct {
 	keepEnd   func() // leaveEndToWriter: before it keeps the end it read
 	wrote     func() // write that did not land: between clearing runWriting and looking for an end kept
 	resynced  func() // listen: after the check of every run that follows a Resync
+	backedOff func() // writeLocked: after a failed try's backoff, before the next try
 }
 
 // register decides, under the task's lock, whether the submission joins
