@@ -721,8 +721,10 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, tru
 // of them when all is set. Runs waiting for their turn (in a queue, or
 // under Config.Limits) are checked only if ids names them, on a notice:
 // the sync loop's timed pass leaves them, however many, to end at their
-// turn, and the listener reads them apart after a resync. A
-// progress write is built from the state the run last wrote, under the
+// turn, and the listener reads them apart after a resync. A run a
+// notice names is read even while a write holds it (the sync loop's
+// pass skips it), since the notice may be the only word of a cancel
+// made elsewhere. A progress write is built from the state the run last wrote, under the
 // run's state lock, so it never undoes a newer write of the run's own (a
 // retry's attempt number, say); a run is cancelled only while it still
 // holds that its last write left it RUNNING, so a run that has just
@@ -741,12 +743,26 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		if t.cause() != nil {
 			continue // ending already: its final write carries its state
 		}
+		_, named := ids[t.ID()]
 		switch rt.syncProgress(t) {
-		case progressIdle, progressBusy:
-			if _, named := ids[t.ID()]; named && rt.isWaiting(t) {
+		case progressIdle:
+			if named && rt.isWaiting(t) {
 				rt.checkWaiting(ctx, t)
 			}
-			continue // not started yet, finished, or busy
+			continue // not started yet, or finished
+		case progressBusy:
+			if named && rt.isWaiting(t) {
+				rt.checkWaiting(ctx, t)
+				continue
+			}
+			if !named {
+				continue // busy: the next pass checks it
+			}
+			// A notice names it while a write holds it: a progress
+			// write of shareProgress, say, which a cancel made elsewhere
+			// fences out without a word, so that the notice is the only
+			// one. Its record is read now, and the run cancelled once
+			// that write is done.
 		case progressStored:
 			continue // still this run's and RUNNING
 		}

@@ -22,6 +22,7 @@ func RunReplicas(t *testing.T, b Backend) {
 		{"RollingDeployDrainsSoftly", rollingDeploy},
 		{"SlowRenewalsKeepTheLease", slowRenewals},
 		{"StalledReplicaIsRecoveredAndFencedOut", stalledReplica},
+		{"CancelDuringAProgressWriteReachesTheRun", cancelDuringProgressWrite},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
