@@ -618,11 +618,15 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			rt.hub.remote(c)
 		}
 		if c.Resync {
+			rt.ends.resync()
 			rt.bells.ringAll()
 			mu.Lock()
 			all = true
 			mu.Unlock()
 		} else {
+			if c.Status == "" || c.Status.Terminal() {
+				rt.ends.note(c.ID) // before looking for its run: see checkRegistered
+			}
 			if c.Status != StatusPending && c.Status != StatusRunning {
 				rt.bells.ring(c.ID)
 			} else {
@@ -655,6 +659,58 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			return
 		}
 	}
+}
+
+// endNoticeRing is how many notices of ends endNotices remembers.
+const endNoticeRing = 1024
+
+// endNotices remembers the ids of the latest notices that may say a run
+// ended elsewhere (its record ended or deleted), so that a run that
+// registers while one comes can tell whether it may be its own (see
+// Runtime.checkRegistered). A notice is noted before the listener looks
+// for its run; a registration reads seq before its registering write and
+// looks in the notes once its run is published, so that a notice of the
+// run's end is either noted in between or finds the run.
+type endNotices struct {
+	seq atomic.Uint64 // notices noted, ever; a Resync counts for more than the ring holds
+	mu  sync.Mutex
+	ids [endNoticeRing]string // guarded by mu: notice i's id at i % endNoticeRing
+}
+
+// note remembers a notice that may say id's run ended.
+func (n *endNotices) note(id string) {
+	n.mu.Lock()
+	n.ids[n.seq.Load()%endNoticeRing] = id
+	n.seq.Add(1)
+	n.mu.Unlock()
+}
+
+// resync notes a Resync: notices may have been lost, of any id.
+func (n *endNotices) resync() {
+	n.mu.Lock()
+	n.seq.Add(endNoticeRing + 1)
+	n.mu.Unlock()
+}
+
+// since reports whether a notice that may say id's run ended was noted
+// since seq was from: one of id's, a Resync, or more than the ring
+// remembers.
+func (n *endNotices) since(from uint64, id string) bool {
+	if n.seq.Load() == from {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	to := n.seq.Load()
+	if to-from > endNoticeRing {
+		return true
+	}
+	for i := from; i < to; i++ {
+		if n.ids[i%endNoticeRing] == id {
+			return true
+		}
+	}
+	return false
 }
 
 // ownNotice reports whether notice c is of a write this runtime made and

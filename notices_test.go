@@ -276,3 +276,92 @@ func TestWaitReturnsWhenItsRunIsReplacedElsewhere(t *testing.T) {
 		require.NoError(t, front.Shutdown(ctx))
 	})
 }
+
+// landedInsertHeld is a MemStore whose InsertTask lands and then waits for
+// release before it returns, as a commit whose answer is slow to come.
+type landedInsertHeld struct {
+	*MemStore
+	inserted, release chan struct{}
+}
+
+func (s *landedInsertHeld) InsertTask(ctx context.Context, rec Record) error {
+	err := s.MemStore.InsertTask(ctx, rec)
+	close(s.inserted)
+	<-s.release
+	return err
+}
+
+// A run cancelled by another process once its registering write is in,
+// but before the run is published here, never starts its callback: the
+// notice of the cancel, which the listener could not match to a run, is
+// remembered for the run's registration to check.
+func TestACancelElsewhereBeforeTheRunIsPublishedKeepsItsCallbackFromStarting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		s := &landedInsertHeld{MemStore: mem, inserted: make(chan struct{}), release: make(chan struct{})}
+		front, other := NewRuntime[Store](s, Config{SyncInterval: time.Hour}), NewRuntime(mem, Config{})
+		require.NoError(t, front.Start(ctx))
+		require.NoError(t, other.Start(ctx))
+		synctest.Wait()
+
+		started := make(chan struct{}, 1)
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := front.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+				started <- struct{}{}
+				<-ctx.Done()
+				return nil, context.Cause(ctx)
+			}, alice)
+			submitted <- err
+		}()
+		<-s.inserted
+		id, err := ScopedTaskKey("k", alice)
+		require.NoError(t, err)
+		require.NoError(t, other.Cancel(ctx, id, alice))
+		synctest.Wait() // front's listener has handled the notice, before the run is published
+		close(s.release)
+		require.NoError(t, <-submitted)
+		synctest.Wait()
+		select {
+		case <-started:
+			t.Error("the callback started, its record cancelled elsewhere")
+		default:
+		}
+		assert.Zero(t, front.runs.len(), "the run settled")
+		r, err := mem.GetTask(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, StatusCancelled, r.Status)
+		require.NoError(t, front.Shutdown(ctx))
+		require.NoError(t, other.Shutdown(ctx))
+	})
+}
+
+// endNotices tells a registration whether a notice of its id's end may
+// have come since it began: one of its id, a Resync, or more notices
+// than it remembers; not one of another id.
+func TestEndNoticesSince(t *testing.T) {
+	var n endNotices
+	from := n.seq.Load()
+	assert.False(t, n.since(from, "a"), "no notice")
+	n.note("b")
+	assert.False(t, n.since(from, "a"), "another id's")
+	n.note("a")
+	assert.True(t, n.since(from, "a"), "its own")
+	assert.False(t, n.since(n.seq.Load(), "a"), "its own, before the registration began")
+
+	from = n.seq.Load()
+	n.note("a")
+	for range endNoticeRing {
+		n.note("b")
+	}
+	assert.True(t, n.since(from, "a"), "its own, pushed out of the ring")
+	from = n.seq.Load()
+	for range endNoticeRing {
+		n.note("b")
+	}
+	assert.False(t, n.since(from, "a"), "a full ring of another id's")
+
+	from = n.seq.Load()
+	n.resync()
+	assert.True(t, n.since(from, "a"), "a Resync")
+}

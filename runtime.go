@@ -219,6 +219,9 @@ type Runtime[S Store] struct {
 	// listening is set while the store's listener listens: from its
 	// Resync until its Listen returns (see waitFallback).
 	listening atomic.Bool
+	// ends remembers the notices that may say a run ended elsewhere, for
+	// the runs that register while one comes (see checkRegistered).
+	ends endNotices
 
 	// What every submission writes, a cache line away from what the runs
 	// read.
@@ -556,6 +559,7 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 			return Submission{}, refused
 		}
 	}
+	ends := rt.ends.seq.Load()
 	t, sub, err := rt.register(ctx, k, base, c, o, fn, adm, refused)
 	if err != nil || t == nil {
 		// A join or a failure takes no place, except a run retired after
@@ -566,8 +570,27 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		}
 		return sub, err
 	}
+	rt.checkRegistered(ctx, t, ends)
 	rt.dispatch(t, epoch)
 	return sub, nil
+}
+
+// checkRegistered checks run t, just registered and not yet dispatched,
+// against its record if a notice that someone may have ended its id's
+// run came while it registered (ends is the count of such notices
+// before): the listener, which could not find the run here before it was
+// published, passed it by, and it may be the run's cancel, made
+// elsewhere once its registering write was in. A run found ended is
+// cancelled: its callback never starts, and its fenced-out write reports
+// the end its record holds. The read is the submission's, bounded by
+// ctx; should it fail, the run starts, and the sync loop finds its end.
+func (rt *Runtime[S]) checkRegistered(ctx context.Context, t *Task, ends uint64) {
+	if !rt.ends.since(ends, t.ID()) {
+		return
+	}
+	if _, cause := rt.endedBy(ctx, t); cause != nil {
+		t.cancel(cause)
+	}
 }
 
 // dispatch hands a registered run to a goroutine or its queue, which it

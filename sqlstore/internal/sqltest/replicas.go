@@ -23,6 +23,7 @@ func RunReplicas(t *testing.T, b Backend) {
 		{"SlowRenewalsKeepTheLease", slowRenewals},
 		{"StalledReplicaIsRecoveredAndFencedOut", stalledReplica},
 		{"CancelDuringAProgressWriteReachesTheRun", cancelDuringProgressWrite},
+		{"CancelBeforeTheRunIsKnownKeepsItsCallbackFromStarting", cancelBeforePublish},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
