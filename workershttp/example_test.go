@@ -24,7 +24,7 @@ func ExampleHandler() {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/api/", http.StripPrefix("/api", workershttp.Handler(rt, authenticate, workershttp.WithDashboard())))
-	mux.HandleFunc("POST /api/tasks", func(w http.ResponseWriter, r *http.Request) {
+	submit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		owner, err := authenticate(r)
 		if err != nil {
 			workershttp.WriteError(w, workershttp.ErrUnauthenticated)
@@ -35,6 +35,9 @@ func ExampleHandler() {
 		}, owner)
 		workershttp.WriteSubmission(w, "/api", sub, err)
 	})
+	// A browser's cookies would authenticate it too: refuse cross-origin
+	// posts, as the handler does for its own POST routes.
+	mux.Handle("POST /api/tasks", http.NewCrossOriginProtection().Handler(submit))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
