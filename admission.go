@@ -299,12 +299,12 @@ func (a *admission) decide(r *admit, sequential bool) error {
 	}
 	if !under(o.waiting, o.limits.Waiting) {
 		// The owner's waiting drains through its own running slots.
-		return a.refusal("owner waiting", o.limits.Waiting, o.waiting, cmp.Or(o.limits.Running, a.limits.MaxRunning), o)
+		return a.refusal(QuotaOwnerWaiting, o.limits.Waiting, o.waiting, cmp.Or(o.limits.Running, a.limits.MaxRunning), o)
 	}
 	if !under(a.waiting, a.limits.MaxWaiting) {
 		// The runtime's, through all of them: MaxRunning, or, without it,
 		// as many as run now.
-		return a.refusal("runtime waiting", a.limits.MaxWaiting, a.waiting, cmp.Or(a.limits.MaxRunning, a.running, o.limits.Running), o)
+		return a.refusal(QuotaRuntimeWaiting, a.limits.MaxWaiting, a.waiting, cmp.Or(a.limits.MaxRunning, a.running, o.limits.Running), o)
 	}
 	r.slot = slotWaiting
 	r.waits = !sequential

@@ -215,7 +215,7 @@ func TestQuotaRefusalWritesNothingAndJoinsAreFree(t *testing.T) {
 		var qe *QuotaError
 		require.ErrorAs(t, err, &qe)
 		assert.Equal(t, "alice", qe.Owner)
-		assert.Equal(t, "owner waiting", qe.Limit)
+		assert.Equal(t, QuotaOwnerWaiting, qe.Limit)
 		assert.Equal(t, 2, qe.Max)
 		assert.Equal(t, 2, qe.Current)
 		assert.GreaterOrEqual(t, qe.RetryAfter(), time.Second)
@@ -421,7 +421,7 @@ func TestRuntimeWideWaitingCap(t *testing.T) {
 		_, err := rt.Submit(ctx, "over", g.fn, MustOwner("dave"))
 		var qe *QuotaError
 		require.ErrorAs(t, err, &qe)
-		assert.Equal(t, "runtime waiting", qe.Limit)
+		assert.Equal(t, QuotaRuntimeWaiting, qe.Limit)
 		_, err = s.GetTask(ctx, "dave::over")
 		assert.ErrorIs(t, err, ErrNotFound)
 		g.open()
@@ -851,7 +851,7 @@ func TestRuntimeWaitingRefusalHintsAtTheRuntimesPace(t *testing.T) {
 	require.NotNil(t, r)
 	var qe *QuotaError
 	require.ErrorAs(t, err, &qe)
-	assert.Equal(t, "runtime waiting", qe.Limit)
+	assert.Equal(t, QuotaRuntimeWaiting, qe.Limit)
 	assert.Equal(t, 30*time.Second, qe.RetryAfter(), "16 waiting through 8 slots at 10s each, and this one")
 }
 
@@ -942,7 +942,7 @@ func TestRuntimeWaitingRefusalWithoutMaxRunningHintsAtTheRunningSlots(t *testing
 	_, err := a.reserve(ctx, caller{userID: "carol"}, false)
 	var qe *QuotaError
 	require.ErrorAs(t, err, &qe)
-	assert.Equal(t, "runtime waiting", qe.Limit)
+	assert.Equal(t, QuotaRuntimeWaiting, qe.Limit)
 	assert.Equal(t, 11*time.Second, qe.RetryAfter(), "100 waiting through the 10 running slots at 1s each, and this one")
 }
 

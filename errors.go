@@ -210,11 +210,21 @@ func (e *PanicError) Unwrap() error {
 // of RetryAfter.
 type QuotaError struct {
 	Owner   string        // the submitting owner's id; "" for System
-	Limit   string        // "owner waiting" or "runtime waiting"
+	Limit   string        // the limit reached: QuotaOwnerWaiting or QuotaRuntimeWaiting
 	Max     int           // the limit
 	Current int           // how many were waiting when the submission came
 	Retry   time.Duration // the retry hint RetryAfter returns
 }
+
+// The limits a QuotaError names in its Limit field.
+const (
+	// QuotaOwnerWaiting is the owner's cap on its tasks waiting
+	// (OwnerLimits.Waiting).
+	QuotaOwnerWaiting = "owner waiting"
+	// QuotaRuntimeWaiting is the runtime's cap on the tasks waiting
+	// (Limits.MaxWaiting).
+	QuotaRuntimeWaiting = "runtime waiting"
+)
 
 func (e *QuotaError) Error() string {
 	return fmt.Sprintf("workers: quota exceeded: %s limit %d reached (%d waiting); retry after %v", e.Limit, e.Max, e.Current, e.Retry)

@@ -90,7 +90,7 @@ func TestDocumentedErrorsMatch(t *testing.T) {
 		{"queue authorizer", queueErr, []error{ErrUnauthorized}, &authorization, []error{ErrNotFound}, nil},
 		{"Stats by an Owner", statsErr, []error{ErrUnauthorized}, &authorization, nil, nil},
 		{"quota", quotaErr, []error{ErrQuotaExceeded}, &quota, nil, func(t *testing.T) {
-			assert.Equal(t, "owner waiting", quota.Limit)
+			assert.Equal(t, QuotaOwnerWaiting, quota.Limit)
 			assert.Positive(t, quota.RetryAfter())
 		}},
 		{"missing task", notFound, []error{ErrNotFound}, nil, nil, nil},

@@ -53,7 +53,7 @@ func TestStatusCodeTable(t *testing.T) {
 		{workers.ErrNotFound, 404, ""},
 		{&workers.AuthorizationError{Op: "submit", Queue: "q", UserID: "u"}, 403, ""},
 		{fmt.Errorf("x: %w", quotaErr{2500 * time.Millisecond}), 429, "3"},
-		{&workers.QuotaError{Limit: "owner waiting", Max: 2, Current: 2, Retry: 4 * time.Second}, 429, "4"},
+		{&workers.QuotaError{Limit: workers.QuotaOwnerWaiting, Max: 2, Current: 2, Retry: 4 * time.Second}, 429, "4"},
 		{fmt.Errorf("%w: no hint", workers.ErrQuotaExceeded), 429, ""},
 		{workers.ErrFinished, 409, ""},
 		{fmt.Errorf("%w: kept changing", workers.ErrConflict), 503, "1"},
