@@ -79,20 +79,34 @@ func id(i int) string {
 }
 
 func main() {
-	path := flag.String("db", filepath.Join(os.TempDir(), "workers-durable-example.db"),
-		"the SQLite database `file`; deleted and created afresh on every run")
+	path := flag.String("db", "",
+		"the SQLite database `file`, deleted and created afresh (by default, one in a new temporary directory, removed at the end)")
 	flag.Parse()
 	ctx := context.Background()
 	var err error
 	if os.Getenv(phaseEnv) == "1" {
 		err = phaseOne(ctx, os.Stdout, os.Stdin, os.Getenv(dbEnv))
 	} else {
-		err = run(ctx, os.Stdout, *path, []string{os.Args[0]})
+		err = runIn(ctx, *path)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "durable:", err)
 		os.Exit(1)
 	}
+}
+
+// runIn runs the demonstration on the database file at path, or, if
+// path is empty, on one in a new temporary directory that it removes.
+func runIn(ctx context.Context, path string) error {
+	if path == "" {
+		dir, err := os.MkdirTemp("", "workers-durable-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		path = filepath.Join(dir, "tasks.db")
+	}
+	return run(ctx, os.Stdout, path, []string{os.Args[0]})
 }
 
 // invoices is a task that finishes at once.
