@@ -570,7 +570,9 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		}
 		return sub, err
 	}
-	rt.checkRegistered(ctx, t, ends)
+	if rt.ends.seq.Load() != ends {
+		rt.checkRegistered(ctx, t, ends)
+	}
 	rt.dispatch(t, epoch)
 	return sub, nil
 }
