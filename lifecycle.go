@@ -2,10 +2,10 @@ package workers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +48,8 @@ const shutdownSlack = 100 * time.Millisecond
 // Shutdown returns by ctx's deadline plus a small constant, even over a
 // store that hangs: every store call made for it, or on a run's behalf,
 // is cut off then. It returns nil when everything settled, and otherwise
-// an error that says what was left, wrapping ctx.Err() when ctx ended
+// a *ShutdownError that counts what was left and names its tasks,
+// wrapping ctx.Err() when ctx ended
 // (when it did not, the store refused the records' writes): runs whose
 // callbacks still execute (they keep their handles, and release them
 // when they return; each then makes one try, of at most 5 seconds, at
@@ -197,16 +198,131 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	}
 	err := ctx.Err()
 	if err == nil {
-		err = context.Cause(rt.life)
+		err = context.Cause(rt.life) // nil: nothing cut Shutdown short, the store refused those writes
 	}
 	rt.endLife(ErrClosed)
-	left := fmt.Sprintf("workers: shutdown left %d runs or goroutines executing and %d live records of this runtime unwritten", open, unwritten)
-	if err == nil {
-		// Nothing cut Shutdown short: the store refused those writes.
-		return errors.New(left + ": the store refused their writes")
-	}
-	return fmt.Errorf("%s: %w", left, err)
+	se := &ShutdownError{Executing: open, Unwritten: unwritten, Err: err}
+	se.ExecutingIDs, se.UnwrittenIDs = leftRuns(rt.left.list(), inBacklog, inflight, backlog, rt.runs.all())
+	return se
 }
+
+// leftRuns returns the ids of the runs among those given that Shutdown
+// leaves executing, and of the records it leaves unwritten: those of
+// given up (the runtime's writes given up) and of the runs given whose
+// outcome writes are still being tried, as Shutdown counts them (see
+// ShutdownError): an item of the backlog whose write is still being
+// tried is executing. Each list is sorted and names a task once.
+func leftRuns(givenUp []string, backlog map[*Task]struct{}, groups ...[]*Task) (executing, unwritten []string) {
+	unwritten = givenUp
+	seen := make(map[*Task]struct{})
+	for _, runs := range groups {
+		for _, t := range runs {
+			if _, ok := seen[t]; ok {
+				continue
+			}
+			seen[t] = struct{}{}
+			switch settled := t.isSettled(); {
+			case t.has(runGaveUp):
+				// Among givenUp.
+			case !settled && t.has(runFinishing) && t.has(runWriting) && !inSet(backlog, t):
+				unwritten = append(unwritten, t.ID())
+			case !settled:
+				executing = append(executing, t.ID())
+			}
+		}
+	}
+	slices.Sort(executing)
+	slices.Sort(unwritten)
+	return executing, slices.Compact(unwritten)
+}
+
+func inSet(set map[*Task]struct{}, t *Task) bool {
+	_, ok := set[t]
+	return ok
+}
+
+// maxLeftIDs bounds the ids of records left unwritten that a runtime
+// keeps to name in a ShutdownError; its counts go on beyond it.
+const maxLeftIDs = 1000
+
+// leftIDs are the ids of the records whose writes a runtime gave up.
+type leftIDs struct {
+	mu  sync.Mutex
+	ids []string // guarded by mu: at most maxLeftIDs
+}
+
+func (l *leftIDs) add(id string) {
+	l.mu.Lock()
+	if len(l.ids) < maxLeftIDs {
+		l.ids = append(l.ids, id)
+	}
+	l.mu.Unlock()
+}
+
+func (l *leftIDs) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ids)
+}
+
+// ShutdownError is the error of a Shutdown that left something: runs or
+// goroutines still executing, or records of this runtime left live, for
+// recovery to end (see Runtime.Shutdown). Match it with errors.As; it
+// wraps ctx's error when ctx ended, so errors.Is(err,
+// context.DeadlineExceeded) holds then.
+type ShutdownError struct {
+	// Executing counts the runs and goroutines left executing: callbacks
+	// still running, and submissions, queue items or background work in
+	// a store call that ignores its context.
+	Executing int
+	// Unwritten counts the live records of this runtime left unwritten.
+	Unwritten int
+	// ExecutingIDs holds the scoped ids of the tasks among Executing whose
+	// runs Shutdown knew of (a run, or a queue item still being
+	// recorded), sorted.
+	ExecutingIDs []string
+	// UnwrittenIDs holds the ids of the tasks whose records this
+	// Shutdown left unwritten, sorted.
+	UnwrittenIDs []string
+	// Err is ctx's error when ctx ended, and nil when it did not and the
+	// store refused the records' writes.
+	Err error
+}
+
+// shutdownIDsShown is how many ids of each kind a ShutdownError's
+// message names.
+const shutdownIDsShown = 5
+
+func (e *ShutdownError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "workers: shutdown left %d runs or goroutines executing and %d live records of this runtime unwritten", e.Executing, e.Unwritten)
+	sep := " ("
+	for _, l := range []struct {
+		what string
+		ids  []string
+	}{{"executing", e.ExecutingIDs}, {"unwritten", e.UnwrittenIDs}} {
+		if len(l.ids) == 0 {
+			continue
+		}
+		b.WriteString(sep + l.what + ": " + strings.Join(l.ids[:min(len(l.ids), shutdownIDsShown)], ", "))
+		if more := len(l.ids) - shutdownIDsShown; more > 0 {
+			fmt.Fprintf(&b, " and %d more", more)
+		}
+		sep = "; "
+	}
+	if sep != " (" {
+		b.WriteString(")")
+	}
+	if e.Err == nil {
+		b.WriteString(": the store refused their writes")
+	} else {
+		b.WriteString(": " + e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *ShutdownError) Unwrap() error { return e.Err }
 
 // lateRuns returns the done channels of the runs in flight that listed
 // does not hold.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1197,4 +1198,41 @@ func TestBackoffStaysWithinItsCapForAnyMultiplier(t *testing.T) {
 	}
 	var o submitOptions
 	require.ErrorIs(t, WithRetry(RetryPolicy{MaxAttempts: 3, Multiplier: math.NaN()})(&o), ErrInvalidOption)
+}
+
+// A Shutdown that leaves a callback executing names its task in a
+// *ShutdownError, which wraps ctx's error.
+func TestShutdownErrorNamesTheRunsLeftExecuting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{Logger: slog.New(slog.DiscardHandler)})
+		g := stubbornGate()
+		sub, err := rt.Submit(ctx, "stubborn", g.fn, alice)
+		require.NoError(t, err)
+		<-g.started
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err = rt.Shutdown(sctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var se *ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, 1, se.Executing)
+		assert.Equal(t, []string{sub.ID}, se.ExecutingIDs)
+		assert.Empty(t, se.UnwrittenIDs)
+		assert.Equal(t, "workers: shutdown left 1 runs or goroutines executing and 0 live records of this runtime unwritten (executing: "+sub.ID+"): context deadline exceeded", err.Error())
+		g.open()
+		synctest.Wait()
+	})
+}
+
+// A ShutdownError's message names at most five tasks of each kind.
+func TestShutdownErrorMessageNamesAFewTasks(t *testing.T) {
+	ids := func(prefix string, n int) (s []string) {
+		for i := range n {
+			s = append(s, prefix+strconv.Itoa(i))
+		}
+		return s
+	}
+	err := &ShutdownError{Executing: 7, Unwritten: 2, ExecutingIDs: ids("x", 7), UnwrittenIDs: ids("u", 2)}
+	assert.Equal(t, "workers: shutdown left 7 runs or goroutines executing and 2 live records of this runtime unwritten (executing: x0, x1, x2, x3, x4 and 2 more; unwritten: u0, u1): the store refused their writes", err.Error())
+	assert.Nil(t, errors.Unwrap(err))
 }

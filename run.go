@@ -538,6 +538,7 @@ const gaveUpAtShutdown = "workers: run write abandoned: the runtime shut down; t
 func (rt *Runtime[S]) giveUp(msg string, op runOp, t *Task, err error) {
 	t.mark(runGaveUp)
 	rt.gaveUp.Add(1)
+	rt.left.add(t.ID())
 	rt.logRunError(msg, op, t, err)
 }
 

@@ -205,6 +205,7 @@ type Runtime[S Store] struct {
 	leaser Leaser                // the store as a Leaser, nil if it is not one
 	hooks  atomic.Pointer[hooks] // nil outside tests
 	gaveUp atomic.Int64          // run writes given up because the runtime was ending
+	left   leftIDs               // the ids of the records of those writes, for ShutdownError
 
 	runs *runSet // every registered run not yet settled
 

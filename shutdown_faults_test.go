@@ -85,7 +85,12 @@ func TestFaultShutdownErrorForRecordsTheStoreRefused(t *testing.T) {
 				err = rt.Shutdown(context.Background())
 				require.Error(t, err)
 				assert.NotContains(t, err.Error(), "%!w", "Shutdown's error wraps a nil error")
-				assert.Contains(t, err.Error(), "0 runs or goroutines executing and 1 live records of this runtime unwritten: the store refused their writes")
+				assert.Equal(t, "workers: shutdown left 0 runs or goroutines executing and 1 live records of this runtime unwritten (unwritten: "+sub.ID+"): the store refused their writes", err.Error())
+				var se *workers.ShutdownError
+				require.ErrorAs(t, err, &se)
+				assert.Equal(t, []string{sub.ID}, se.UnwrittenIDs, "the record left, named")
+				assert.Empty(t, se.ExecutingIDs)
+				assert.NoError(t, se.Err, "ctx never ended")
 			})
 		})
 	}
@@ -321,6 +326,9 @@ func TestFaultShutdownDoesNotWaitForAStuckAbandonWrite(t *testing.T) {
 		err := rt.Shutdown(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Contains(t, err.Error(), "left 1 runs or goroutines executing")
+		var se *workers.ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, []string{behind.ID}, se.ExecutingIDs, "the item whose write is stuck, named: %+v", se)
 		assert.LessOrEqual(t, time.Since(start), 2*time.Second, "Shutdown returns by its deadline plus the slack")
 
 		time.Sleep(time.Hour) // the stuck call returns
@@ -397,6 +405,9 @@ func TestFaultAnOutcomeWriteIsNotTriedPastShutdownsCutoff(t *testing.T) {
 		err = rt.Shutdown(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Contains(t, err.Error(), "left 0 runs or goroutines executing and 1 live records of this runtime unwritten")
+		var se *workers.ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, []string{sub.ID}, se.UnwrittenIDs, "the record left, named")
 		assert.LessOrEqual(t, time.Since(start), bound+100*time.Millisecond, "Shutdown outlived its bound")
 		synctest.Wait()
 		assert.Zero(t, f.Hung(), "a try of the run's outcome write outlived Shutdown")
