@@ -442,31 +442,7 @@ func TestFaultAProgressWriteTheStoreNeverAnswersIsCutOff(t *testing.T) {
 // off after StoreTimeout: the next pass does the work.
 func TestFaultALoopPassTheStoreNeverAnswersIsCutOff(t *testing.T) {
 	ctx := context.Background()
-	// The run of an instance that holds no lease, for recovery.
-	dead := func(t *testing.T, _ *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
-		// The run of an instance that holds no lease.
-		id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
-		require.NoError(t, mem.InsertTask(ctx, workers.Record{
-			ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
-			State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
-		}))
-		return func() bool {
-			rec, err := mem.GetTask(ctx, id)
-			require.NoError(t, err)
-			return rec.Status == workers.StatusFailed && rec.Cause == workers.CauseAbandoned
-		}
-	}
-	// A finished task, for cleanup.
-	finished := func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
-		done, err := rt.Submit(ctx, "done", result("r"), owner)
-		require.NoError(t, err)
-		_, err = rt.Wait(ctx, done.ID, owner)
-		require.NoError(t, err)
-		return func() bool {
-			_, err := mem.GetTask(ctx, done.ID)
-			return errors.Is(err, workers.ErrNotFound)
-		}
-	}
+	dead, finished := deadRun, finishedTask
 	recovery := workers.Config{RecoverInterval: time.Second}
 	cleanup := workers.Config{CleanupInterval: time.Second, Retention: time.Millisecond}
 	for _, c := range []struct {
@@ -970,5 +946,35 @@ func TestFaultTheReadOfARunsEndAfterShutdownMayFail(t *testing.T) {
 				require.NoError(t, peer.Shutdown(t.Context()))
 			})
 		})
+	}
+}
+
+// deadRun leaves in mem the run of an instance that holds no lease, for
+// recovery, and returns whether recovery has ended it.
+func deadRun(t *testing.T, _ *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+	ctx := context.Background()
+	id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+	require.NoError(t, mem.InsertTask(ctx, workers.Record{
+		ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+		State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+	}))
+	return func() bool {
+		rec, err := mem.GetTask(ctx, id)
+		require.NoError(t, err)
+		return rec.Status == workers.StatusFailed && rec.Cause == workers.CauseAbandoned
+	}
+}
+
+// finishedTask runs a task to its end on rt, for cleanup, and returns
+// whether cleanup has deleted its record from mem.
+func finishedTask(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
+	ctx := context.Background()
+	done, err := rt.Submit(ctx, "done", result("r"), owner)
+	require.NoError(t, err)
+	_, err = rt.Wait(ctx, done.ID, owner)
+	require.NoError(t, err)
+	return func() bool {
+		_, err := mem.GetTask(ctx, done.ID)
+		return errors.Is(err, workers.ErrNotFound)
 	}
 }

@@ -265,31 +265,7 @@ func TestFaultTheLivenessReadOfARegistrationFails(t *testing.T) {
 // next pass does the work.
 func TestFaultALoopCallThatFailsIsMadeAgainByTheNextPass(t *testing.T) {
 	ctx := context.Background()
-	// dead leaves the run of an instance that holds no lease, for
-	// recovery.
-	dead := func(t *testing.T, _ *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
-		id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
-		require.NoError(t, mem.InsertTask(ctx, workers.Record{
-			ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
-			State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
-		}))
-		return func() bool {
-			rec, err := mem.GetTask(ctx, id)
-			require.NoError(t, err)
-			return rec.Status == workers.StatusFailed && rec.Cause == workers.CauseAbandoned
-		}
-	}
-	// finished leaves a finished task, for cleanup.
-	finished := func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
-		done, err := rt.Submit(ctx, "done", result("r"), owner)
-		require.NoError(t, err)
-		_, err = rt.Wait(ctx, done.ID, owner)
-		require.NoError(t, err)
-		return func() bool {
-			_, err := mem.GetTask(ctx, done.ID)
-			return errors.Is(err, workers.ErrNotFound)
-		}
-	}
+	dead, finished := deadRun, finishedTask
 	// cancelledElsewhere leaves a run of the runtime's that another
 	// process cancelled, for the sync loop to find.
 	cancelledElsewhere := func(t *testing.T, rt *workers.Runtime[workers.Store], mem *workers.MemStore) func() bool {
