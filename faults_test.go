@@ -321,37 +321,55 @@ func TestRunAdmittedAtOnceIsRegisteredRunning(t *testing.T) {
 	}
 }
 
-// A lost lease records a queue's waiting item abandoned at once, behind
-// a head that does not return, even when that write fails, before it
-// lands and after: it is retried, fenced, until the record holds it.
-func TestFaultLostLeaseAbandonsAWaitingItemThroughAFailedWrite(t *testing.T) {
-	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter} {
-		synctest.Test(t, func(t *testing.T) {
-			rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-			head := newHeedless()
-			_, err := rt.SubmitSequential(t.Context(), "q", "head", head.fn, owner)
-			require.NoError(t, err)
-			<-head.started
-			behind, err := rt.SubmitSequential(t.Context(), "q", "behind", result(1), owner)
-			require.NoError(t, err)
+// A lost lease records a run waiting for its turn abandoned at once,
+// behind a callback that does not return, even when that write fails,
+// before it lands or after: it is retried, fenced, until the record holds
+// it. A queue's waiting item is one such run; one waiting for a slot
+// under Limits is another, and its owner's waiting place frees.
+func TestFaultLostLeaseAbandonsAWaitingRunThroughAFailedWrite(t *testing.T) {
+	limits := workers.Limits{MaxRunning: 1, Owner: workers.OwnerLimits{Waiting: 1}}
+	for _, c := range []struct {
+		name   string
+		limits workers.Limits
+		submit func(rt *workers.Runtime[workers.Store], key string, fn workers.Func) (workers.Submission, error)
+	}{
+		{"queue item", workers.Limits{}, func(rt *workers.Runtime[workers.Store], key string, fn workers.Func) (workers.Submission, error) {
+			return rt.SubmitSequential(context.Background(), "q", key, fn, owner)
+		}},
+		{"waiting for a slot", limits, func(rt *workers.Runtime[workers.Store], key string, fn workers.Func) (workers.Submission, error) {
+			return rt.Submit(context.Background(), key, fn, owner)
+		}},
+	} {
+		for _, fault := range bothFaults {
+			t.Run(c.name+"/"+fault.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Limits: c.limits})
+					head := newHeedless()
+					_, err := c.submit(rt, "head", head.fn)
+					require.NoError(t, err)
+					<-head.started
+					waiting, err := c.submit(rt, "waiting", result(1))
+					require.NoError(t, err)
 
-			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
-				return c.ID == behind.ID && c.Next.Status.Terminal()
-			}})
-			unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
-			time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
-			unreachable()
-			time.Sleep(time.Second) // the abandon write's retries
-			synctest.Wait()
+					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+						return c.ID == waiting.ID && c.Next.Status.Terminal()
+					}})
+					unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+					time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
+					unreachable()
+					time.Sleep(time.Second) // the abandon write's retries
+					synctest.Wait()
 
-			assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the abandon write failed once")
-			rec, err := mem.GetTask(t.Context(), behind.ID)
-			require.NoError(t, err)
-			assert.Equal(t, workers.StatusFailed, rec.Status, "recorded while the head still runs")
-			assert.Equal(t, workers.CauseAbandoned, rec.Cause)
-			close(head.release)
-			require.NoError(t, rt.Shutdown(t.Context()))
-		})
+					assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the abandon write failed once")
+					endedAs(t, mem, waiting.ID, workers.StatusFailed, workers.CauseAbandoned) // while the head still runs
+					st, err := rt.Stats(t.Context(), workers.System)
+					require.NoError(t, err)
+					assert.Zero(t, st.Waiting, "the waiting place freed: %+v", st)
+					close(head.release)
+					require.NoError(t, rt.Shutdown(t.Context()))
+				})
+			})
+		}
 	}
 }
 

@@ -159,44 +159,6 @@ func TestFaultAGhostPendingInsertIsEndedNotJoined(t *testing.T) {
 	}
 }
 
-// A lost lease records a run waiting for a slot under Limits abandoned at
-// once, behind a callback that does not return, even when that write
-// fails, before it lands or after: it is retried, fenced, until the
-// record holds it, and the owner's waiting place frees.
-func TestFaultLostLeaseAbandonsARunWaitingForASlotThroughAFailedWrite(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second,
-					Limits: workers.Limits{MaxRunning: 1, Owner: workers.OwnerLimits{Waiting: 1}}})
-				head := newHeedless()
-				_, err := rt.Submit(t.Context(), "head", head.fn, owner)
-				require.NoError(t, err)
-				<-head.started
-				waiting, err := rt.Submit(t.Context(), "waiting", result(1), owner)
-				require.NoError(t, err)
-
-				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
-					return c.ID == waiting.ID && c.Next.Status.Terminal()
-				}})
-				unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
-				time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
-				unreachable()
-				time.Sleep(time.Second) // the abandon write's retries
-				synctest.Wait()
-
-				assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the abandon write failed once")
-				endedAs(t, mem, waiting.ID, workers.StatusFailed, workers.CauseAbandoned)
-				st, err := rt.Stats(t.Context(), workers.System)
-				require.NoError(t, err)
-				assert.Zero(t, st.Waiting, "the waiting place freed: %+v", st)
-				close(head.release)
-				require.NoError(t, rt.Shutdown(t.Context()))
-			})
-		})
-	}
-}
-
 // A submission of a key whose live record another instance wrote asks the
 // store which instances hold a live lease; that read fails, before it
 // reaches the store or after: Submit returns the error and writes
