@@ -122,13 +122,17 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	for _, t := range inflight {
 		t.cancel(ErrShutdown)
 	}
-	for _, q := range queues {
-		done = append(done, q.exited)
+	// The runs left are counted at the end, from their state then (see
+	// leftBehind); the wait for them is the same.
+	runsLeft := waitAll(ctx, done)
+	exited := make([]<-chan struct{}, len(queues))
+	for i, q := range queues {
+		exited[i] = q.exited
 	}
-	open := waitAll(ctx, done)
+	open := waitAll(ctx, exited)
 	// Runners end once their runs settled: they are counted only when no
 	// run is left, or each unsettled run would count twice.
-	if gone := rt.runners.stop(); open == 0 {
+	if gone := rt.runners.stop(); open+runsLeft == 0 {
 		open = waitAll(ctx, []<-chan struct{}{gone})
 	}
 
@@ -171,17 +175,9 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	// intake ran out first) has a run that list missed.
 	open += waitAll(ctx, rt.lateRuns(inflight))
 
-	unwritten := rt.unwritten()
-	// A run whose callback has returned but whose outcome write is still
-	// being tried (the store hangs, or fails) is a record left unwritten,
-	// not a run left executing: its write gives up at the cutoff (unless
-	// it has, and unwritten counts it already).
-	for _, t := range inflight {
-		if _, ok := inBacklog[t]; !ok && t.has(runFinishing) && t.has(runWriting) && !t.has(runGaveUp) && !t.isSettled() {
-			open--
-			unwritten++
-		}
-	}
+	se := rt.leftBehind(inflight, inBacklog)
+	open += se.Executing
+	unwritten := se.Unwritten
 	// The lease is released once, by the Shutdown that settled
 	// everything, unless its cutoff passed already.
 	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() &&
@@ -201,68 +197,64 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		err = context.Cause(rt.life) // nil: nothing cut Shutdown short, the store refused those writes
 	}
 	rt.endLife(ErrClosed)
-	se := &ShutdownError{Executing: open, Unwritten: unwritten, Err: err}
-	se.ExecutingIDs, se.UnwrittenIDs = leftRuns(rt.left.list(), inBacklog, inflight, backlog, rt.runs.all())
+	se.Executing, se.Err = open, err
 	return se
 }
 
-// leftRuns returns the ids of the runs among those given that Shutdown
-// leaves executing, and of the records it leaves unwritten: those of
-// given up (the runtime's writes given up) and of the runs given whose
-// outcome writes are still being tried, as Shutdown counts them (see
-// ShutdownError): an item of the backlog whose write is still being
-// tried is executing. Each list is sorted and names a task once.
-func leftRuns(givenUp []string, backlog map[*Task]struct{}, groups ...[]*Task) (executing, unwritten []string) {
-	unwritten = givenUp
-	seen := make(map[*Task]struct{})
-	for _, runs := range groups {
-		for _, t := range runs {
-			if _, ok := seen[t]; ok {
-				continue
-			}
-			seen[t] = struct{}{}
-			switch settled := t.isSettled(); {
-			case t.has(runGaveUp):
-				// Among givenUp.
-			case !settled && t.has(runFinishing) && t.has(runWriting) && !inSet(backlog, t):
-				unwritten = append(unwritten, t.ID())
-			case !settled:
-				executing = append(executing, t.ID())
-			}
+// leftBehind counts and names, from their state now, the runs among
+// inflight (those Shutdown listed, inBacklog among them) that it leaves
+// executing (the runs not in the backlog, which Shutdown counts apart),
+// and the records it leaves unwritten: those whose writes the runtime
+// gave up, and those of the runs whose callbacks have returned and whose
+// outcome writes are still being tried (the store hangs, or fails),
+// which give up at the cutoff. A run that gives up meanwhile is counted
+// once: giving up and this count exclude each other. ExecutingIDs also
+// names the items of the backlog and the runs registered since the list
+// that are not settled. Each list is sorted and names a task once.
+func (rt *Runtime[S]) leftBehind(inflight []*Task, inBacklog map[*Task]struct{}) *ShutdownError {
+	se := &ShutdownError{}
+	rt.left.mu.Lock()
+	se.Unwritten = rt.left.n
+	se.UnwrittenIDs = slices.Clone(rt.left.ids)
+	seen := make(map[*Task]struct{}, len(inflight))
+	for _, t := range inflight {
+		seen[t] = struct{}{}
+		_, queued := inBacklog[t]
+		switch settled := t.isSettled(); {
+		case settled, t.has(runGaveUp):
+			// Ended, or counted among the writes given up.
+		case queued:
+			se.ExecutingIDs = append(se.ExecutingIDs, t.ID()) // counted apart
+		case t.has(runFinishing) && t.has(runWriting):
+			se.Unwritten++
+			se.UnwrittenIDs = append(se.UnwrittenIDs, t.ID())
+		default:
+			se.Executing++
+			se.ExecutingIDs = append(se.ExecutingIDs, t.ID())
 		}
 	}
-	slices.Sort(executing)
-	slices.Sort(unwritten)
-	return executing, slices.Compact(unwritten)
-}
-
-func inSet(set map[*Task]struct{}, t *Task) bool {
-	_, ok := set[t]
-	return ok
+	rt.left.mu.Unlock()
+	for _, t := range rt.runs.all() {
+		if _, ok := seen[t]; !ok && !t.isSettled() {
+			se.ExecutingIDs = append(se.ExecutingIDs, t.ID()) // registered late, counted apart
+		}
+	}
+	slices.Sort(se.ExecutingIDs)
+	slices.Sort(se.UnwrittenIDs)
+	se.ExecutingIDs, se.UnwrittenIDs = slices.Compact(se.ExecutingIDs), slices.Compact(se.UnwrittenIDs)
+	return se
 }
 
 // maxLeftIDs bounds the ids of records left unwritten that a runtime
 // keeps to name in a ShutdownError; its counts go on beyond it.
 const maxLeftIDs = 1000
 
-// leftIDs are the ids of the records whose writes a runtime gave up.
+// leftIDs counts the writes a runtime gave up, and keeps the ids of
+// their records (see Runtime.giveUp).
 type leftIDs struct {
 	mu  sync.Mutex
-	ids []string // guarded by mu: at most maxLeftIDs
-}
-
-func (l *leftIDs) add(id string) {
-	l.mu.Lock()
-	if len(l.ids) < maxLeftIDs {
-		l.ids = append(l.ids, id)
-	}
-	l.mu.Unlock()
-}
-
-func (l *leftIDs) list() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.ids)
+	n   int      // guarded by mu: writes given up
+	ids []string // guarded by mu: their ids, at most maxLeftIDs
 }
 
 // ShutdownError is the error of a Shutdown that left something: runs or
@@ -368,7 +360,6 @@ func minTime(a, b time.Time) time.Time {
 // unwritten counts the runs of this runtime whose handle is gone but whose
 // record could not be ended: what Shutdown leaves for recovery. It is read
 // from the runs that gave up a write because the runtime was ending.
-func (rt *Runtime[S]) unwritten() int { return int(rt.gaveUp.Load()) }
 
 // intake is the runtime's intake. Submissions enter it for the length of
 // their registration; Shutdown closes it and waits for those inside.

@@ -536,9 +536,13 @@ const gaveUpAtShutdown = "workers: run write abandoned: the runtime shut down; t
 // last try's error: the record is left for recovery, and Shutdown counts
 // it among the records left unwritten.
 func (rt *Runtime[S]) giveUp(msg string, op runOp, t *Task, err error) {
+	l := &rt.left
+	l.mu.Lock()
 	t.mark(runGaveUp)
-	rt.gaveUp.Add(1)
-	rt.left.add(t.ID())
+	if l.n++; len(l.ids) < maxLeftIDs {
+		l.ids = append(l.ids, t.ID())
+	}
+	l.mu.Unlock()
 	rt.logRunError(msg, op, t, err)
 }
 

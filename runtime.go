@@ -204,8 +204,7 @@ type Runtime[S Store] struct {
 	lease  leaseState            // this instance's lease, over a Leaser store
 	leaser Leaser                // the store as a Leaser, nil if it is not one
 	hooks  atomic.Pointer[hooks] // nil outside tests
-	gaveUp atomic.Int64          // run writes given up because the runtime was ending
-	left   leftIDs               // the ids of the records of those writes, for ShutdownError
+	left   leftIDs               // the run writes given up, and their records' ids
 
 	runs *runSet // every registered run not yet settled
 
