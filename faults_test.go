@@ -90,16 +90,18 @@ func TestFaultShutdownBoundedWhenTheStoreHangs(t *testing.T) {
 		s := storetest.Faulty(mem, f)
 		cfg := workers.Config{Logger: quiet, ShutdownGrace: -1}
 		rt := workers.NewRuntime(s, cfg)
-		started := make(chan struct{})
+		started, returns := make(chan struct{}), make(chan struct{})
 		sub, err := rt.Submit(t.Context(), "running", func(ctx context.Context, _ *workers.Task) (any, error) {
 			close(started)
-			<-ctx.Done()
+			<-returns
 			return nil, ctx.Err()
 		}, owner)
 		require.NoError(t, err)
 		<-started
 
 		f.Add(storetest.Rule{Fault: storetest.Hang, Match: func(c *storetest.Call) bool { return c.Op != storetest.OpListen }})
+		close(returns)
+		synctest.Wait() // the callback returned; its outcome write hangs
 		hungSubmit := make(chan error, 1)
 		go func() {
 			_, err := rt.Submit(context.Background(), "hung", result("late"), owner)
