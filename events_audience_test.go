@@ -895,7 +895,9 @@ func TestFollowingATaskReadsItAgainOnlyForItsOwnNotices(t *testing.T) {
 // A stream that shows a run of this runtime live is told Gone when
 // another runtime cancels that run and re-runs the key without the
 // stream's caller before this runtime reads the record: the run's end
-// cannot be read any more, and its own late write is fenced out.
+// cannot be read any more, and its own late write is fenced out. With
+// its reads free, this runtime may read the cancel first, and the stream
+// then shows that end instead.
 func TestSubscribeSaysGoneOfItsOwnRunReRunElsewhereWithoutTheCaller(t *testing.T) {
 	for _, held := range []bool{false, true} {
 		t.Run(fmt.Sprintf("reads held=%v", held), func(t *testing.T) {
@@ -923,7 +925,10 @@ func TestSubscribeSaysGoneOfItsOwnRunReRunElsewhereWithoutTheCaller(t *testing.T
 				synctest.Wait()
 				got := drain(seen)
 				if assert.Len(t, got, 1, "alice's stream still shows %s RUNNING", sub.RunID) {
-					assert.True(t, got[0].Gone, "%+v", got[0])
+					// With its reads free, this runtime may read the
+					// cancel before the re-run: the stream then ends with
+					// the run's end, which is as final as Gone.
+					assert.True(t, got[0].Gone || !held && got[0].Status == StatusCancelled, "%+v", got[0])
 					assert.Equal(t, sub.RunID, got[0].RunID)
 				}
 				stop()

@@ -901,6 +901,8 @@ func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 		again, err := peer.Submit(t.Context(), "stubborn", result(1), owner)
 		require.NoError(t, err)
 		assert.False(t, again.Joined, "a submission elsewhere does not join the abandoned run")
+		_, err = peer.Wait(t.Context(), again.ID, owner) // before peer's Shutdown, which would cancel it if it had not begun
+		require.NoError(t, err)
 
 		close(run.release)
 		require.NoError(t, rt.Shutdown(t.Context()))
