@@ -140,8 +140,11 @@ func TestChaosShutdownUnderFaults(t *testing.T) {
 	err := rt.Shutdown(ctx)
 	took := time.Since(began)
 	t.Logf("chaos: Shutdown under faults took %v and returned %v", took, err)
-	// The slack is 100ms; the rest allows for the race detector's pace.
-	assert.Less(t, took, bound+100*time.Millisecond+50*time.Millisecond, "Shutdown outlived its bound (seed %d)", seed)
+	// Every store call is cut off a slack (100ms) after ctx's end, and a
+	// backlog write stuck in a call that ignores its context gets one
+	// slack more (see Shutdown); the rest allows for the race detector's
+	// pace.
+	assert.Less(t, took, bound+2*100*time.Millisecond+50*time.Millisecond, "Shutdown outlived its bound (seed %d)", seed)
 	ids := <-stormed // submissions are refused once Shutdown began
 	f.Heal()
 
