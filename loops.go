@@ -624,8 +624,11 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 			all = true
 			mu.Unlock()
 		} else {
-			if c.Status == "" || c.Status.Terminal() {
-				rt.ends.note(c.ID) // before looking for its run: see checkRegistered
+			if c.Status == "" || c.Status.Terminal() || InstanceOf(c.RunID) != rt.instance {
+				// Before looking for its run: see checkRegistered. A
+				// notice of another instance's run may be a cancel and a
+				// re-run coalesced into one.
+				rt.ends.note(c.ID)
 			}
 			if c.Status != StatusPending && c.Status != StatusRunning {
 				rt.bells.ring(c.ID)
@@ -665,7 +668,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 const endNoticeRing = 1024
 
 // endNotices remembers the ids of the latest notices that may say a run
-// ended elsewhere (its record ended or deleted), so that a run that
+// ended elsewhere (its record ended, deleted, or moved to a run another
+// instance minted, which a notice of its end coalesced into the re-run's
+// may say alone), so that a run that
 // registers while one comes can tell whether it may be its own (see
 // Runtime.checkRegistered). A notice is noted before the listener looks
 // for its run; a registration reads seq before its registering write and

@@ -365,3 +365,86 @@ func TestEndNoticesSince(t *testing.T) {
 	n.resync()
 	assert.True(t, n.since(from, "a"), "a Resync")
 }
+
+// coalescedBehindHeld is landedInsertHeld whose listener is held, once,
+// on the notice of the task blocker names, so that the notices of other
+// tasks written meanwhile are coalesced, as a Notifier may coalesce them.
+type coalescedBehindHeld struct {
+	landedInsertHeld
+	blocker       string
+	held, unblock chan struct{}
+	heldOnce      atomic.Bool
+}
+
+func (s *coalescedBehindHeld) Listen(ctx context.Context, changed func(Change)) error {
+	return s.MemStore.Listen(ctx, func(c Change) {
+		if c.ID == s.blocker && s.heldOnce.CompareAndSwap(false, true) {
+			close(s.held)
+			<-s.unblock
+		}
+		changed(c)
+	})
+}
+
+// A run cancelled and re-run by another process once its registering
+// write is in, but before the run is published here, never starts its
+// callback even when the notices of the cancel and the re-run come
+// coalesced into one of the new run: that notice says the run ended as
+// much as the cancel's would have.
+func TestACancelAndReRunElsewhereBeforeTheRunIsPublishedKeepsItsCallbackFromStarting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := NewMemStore()
+		blocker, err := ScopedTaskKey("blocker", alice)
+		require.NoError(t, err)
+		s := &coalescedBehindHeld{
+			landedInsertHeld: landedInsertHeld{MemStore: mem, inserted: make(chan struct{}), release: make(chan struct{})},
+			blocker:          blocker, held: make(chan struct{}), unblock: make(chan struct{}),
+		}
+		front, other := NewRuntime[Store](s, Config{SyncInterval: time.Hour}), NewRuntime(mem, Config{})
+		require.NoError(t, front.Start(ctx))
+		require.NoError(t, other.Start(ctx))
+		synctest.Wait()
+
+		block := func(ctx context.Context, _ *Task) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}
+		_, err = other.Submit(ctx, "blocker", block, alice)
+		require.NoError(t, err)
+		<-s.held // front's listener waits on the blocker's notice
+
+		started := make(chan struct{}, 1)
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := front.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+				started <- struct{}{}
+				<-ctx.Done()
+				return nil, context.Cause(ctx)
+			}, alice)
+			submitted <- err
+		}()
+		<-s.inserted
+		id, err := ScopedTaskKey("k", alice)
+		require.NoError(t, err)
+		require.NoError(t, other.Cancel(ctx, id, alice))
+		rerun, err := other.Submit(ctx, "k", block, alice)
+		require.NoError(t, err)
+		require.False(t, rerun.Joined)
+		close(s.unblock)
+		synctest.Wait() // front's listener has handled the coalesced notice, before the run is published
+		close(s.release)
+		require.NoError(t, <-submitted)
+		synctest.Wait()
+		select {
+		case <-started:
+			t.Error("the callback started, its record cancelled and re-run elsewhere")
+		default:
+		}
+		assert.Zero(t, front.runs.len(), "the run settled")
+		r, err := mem.GetTask(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, rerun.RunID, r.RunID)
+		require.NoError(t, front.Shutdown(ctx))
+		require.NoError(t, other.Shutdown(ctx))
+	})
+}
