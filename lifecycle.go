@@ -131,8 +131,10 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	}
 	open := waitAll(ctx, exited)
 	// Runners end once their runs settled: they are counted only when no
-	// run is left, or each unsettled run would count twice.
-	if gone := rt.runners.stop(); open+runsLeft == 0 {
+	// run is left, or each unsettled run would count twice (see below for
+	// runs that settle after this wait).
+	gone := rt.runners.stop()
+	if open+runsLeft == 0 {
 		open = waitAll(ctx, []<-chan struct{}{gone})
 	}
 
@@ -178,6 +180,11 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	se := rt.leftBehind(inflight, inBacklog)
 	open += se.Executing
 	unwritten := se.Unwritten
+	if runsLeft > 0 && !slices.ContainsFunc(inflight, func(t *Task) bool { return !t.isSettled() }) {
+		// The runs left at the wait have settled since: their runners
+		// end now, and are waited for until the cutoff.
+		open += waitAll(rt.life, []<-chan struct{}{gone})
+	}
 	// The lease is released once, by the Shutdown that settled
 	// everything, unless its cutoff passed already.
 	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() &&
