@@ -279,9 +279,16 @@ func TestWaitReturnsWhenItsRunIsReplacedElsewhere(t *testing.T) {
 
 // landedInsertHeld is a MemStore whose InsertTask lands and then waits for
 // release before it returns, as a commit whose answer is slow to come.
+// Once armed with a fault, its next GetTask fails, before it reads or
+// after.
 type landedInsertHeld struct {
 	*MemStore
 	inserted, release chan struct{}
+	readFault         atomic.Pointer[string] // "before" or "after"
+}
+
+func newLandedInsertHeld(mem *MemStore) *landedInsertHeld {
+	return &landedInsertHeld{MemStore: mem, inserted: make(chan struct{}), release: make(chan struct{})}
 }
 
 func (s *landedInsertHeld) InsertTask(ctx context.Context, rec Record) error {
@@ -291,6 +298,61 @@ func (s *landedInsertHeld) InsertTask(ctx context.Context, rec Record) error {
 	return err
 }
 
+func (s *landedInsertHeld) GetTask(ctx context.Context, id string) (Record, error) {
+	fault := s.readFault.Swap(nil)
+	if fault != nil && *fault == "before" {
+		return Record{}, errors.New("connection reset by peer")
+	}
+	rec, err := s.MemStore.GetTask(ctx, id)
+	if fault != nil {
+		return Record{}, errors.New("connection reset by peer")
+	}
+	return rec, err
+}
+
+// heldFront starts front and other over mem (front through s), calls
+// first if it is not nil, and has front submit alice's task k, whose
+// callback sends to started and waits for its context; it returns once
+// the registering write is in, with the channel of Submit's error and the
+// task's id.
+func heldFront(t *testing.T, mem *MemStore, s Store, inserted <-chan struct{}, cfg Config, first func(other *Runtime[*MemStore])) (front *Runtime[Store], other *Runtime[*MemStore], started chan struct{}, submitted chan error, id string) {
+	t.Helper()
+	front, other = NewRuntime(s, cfg), NewRuntime(mem, Config{})
+	require.NoError(t, front.Start(ctx))
+	require.NoError(t, other.Start(ctx))
+	synctest.Wait()
+	if first != nil {
+		first(other)
+	}
+	started, submitted = make(chan struct{}, 1), make(chan error, 1)
+	go func() {
+		_, err := front.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, alice)
+		submitted <- err
+	}()
+	<-inserted
+	id, err := ScopedTaskKey("k", alice)
+	require.NoError(t, err)
+	return front, other, started, submitted, id
+}
+
+// neverStarted checks that front's run of k settled without its callback
+// starting, and shuts both runtimes down.
+func neverStarted(t *testing.T, front *Runtime[Store], other *Runtime[*MemStore], started chan struct{}) {
+	t.Helper()
+	select {
+	case <-started:
+		t.Error("the callback started, its record ended elsewhere")
+	default:
+	}
+	assert.Zero(t, front.runs.len(), "the run settled")
+	require.NoError(t, front.Shutdown(ctx))
+	require.NoError(t, other.Shutdown(ctx))
+}
+
 // A run cancelled by another process once its registering write is in,
 // but before the run is published here, never starts its callback: the
 // notice of the cancel, which the listener could not match to a run, is
@@ -298,42 +360,48 @@ func (s *landedInsertHeld) InsertTask(ctx context.Context, rec Record) error {
 func TestACancelElsewhereBeforeTheRunIsPublishedKeepsItsCallbackFromStarting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := NewMemStore()
-		s := &landedInsertHeld{MemStore: mem, inserted: make(chan struct{}), release: make(chan struct{})}
-		front, other := NewRuntime[Store](s, Config{SyncInterval: time.Hour}), NewRuntime(mem, Config{})
-		require.NoError(t, front.Start(ctx))
-		require.NoError(t, other.Start(ctx))
-		synctest.Wait()
-
-		started := make(chan struct{}, 1)
-		submitted := make(chan error, 1)
-		go func() {
-			_, err := front.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
-				started <- struct{}{}
-				<-ctx.Done()
-				return nil, context.Cause(ctx)
-			}, alice)
-			submitted <- err
-		}()
-		<-s.inserted
-		id, err := ScopedTaskKey("k", alice)
-		require.NoError(t, err)
+		s := newLandedInsertHeld(mem)
+		front, other, started, submitted, id := heldFront(t, mem, s, s.inserted, Config{SyncInterval: time.Hour}, nil)
 		require.NoError(t, other.Cancel(ctx, id, alice))
 		synctest.Wait() // front's listener has handled the notice, before the run is published
 		close(s.release)
 		require.NoError(t, <-submitted)
 		synctest.Wait()
-		select {
-		case <-started:
-			t.Error("the callback started, its record cancelled elsewhere")
-		default:
-		}
-		assert.Zero(t, front.runs.len(), "the run settled")
 		r, err := mem.GetTask(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, StatusCancelled, r.Status)
-		require.NoError(t, front.Shutdown(ctx))
-		require.NoError(t, other.Shutdown(ctx))
+		neverStarted(t, front, other, started)
 	})
+}
+
+// The registration's read of its record, on such a notice, may fail,
+// before it reaches the store or after: the submission succeeds, the run
+// starts, and the sync loop's next pass finds the cancel and ends it.
+func TestACancelElsewhereBeforeTheRunIsPublishedWhoseCheckFailsEndsAtTheNextSync(t *testing.T) {
+	for _, fault := range []string{"before", "after"} {
+		t.Run(fault, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := NewMemStore()
+				s := newLandedInsertHeld(mem)
+				front, other, started, submitted, id := heldFront(t, mem, s, s.inserted, Config{SyncInterval: time.Second, Logger: slog.New(slog.DiscardHandler)}, nil)
+				require.NoError(t, other.Cancel(ctx, id, alice))
+				synctest.Wait()
+				s.readFault.Store(&fault) // the registration's check is the next read
+				close(s.release)
+				require.NoError(t, <-submitted)
+				<-started
+				assert.Nil(t, s.readFault.Load(), "the registration read its record")
+				time.Sleep(2 * time.Second) // a sync pass
+				synctest.Wait()
+				assert.Zero(t, front.runs.len(), "the sync loop ended the run")
+				r, err := mem.GetTask(ctx, id)
+				require.NoError(t, err)
+				assert.Equal(t, StatusCancelled, r.Status, "the cancel stands")
+				require.NoError(t, front.Shutdown(ctx))
+				require.NoError(t, other.Shutdown(ctx))
+			})
+		})
+	}
 }
 
 // endNotices tells a registration whether a notice of its id's end may
@@ -370,7 +438,7 @@ func TestEndNoticesSince(t *testing.T) {
 // on the notice of the task blocker names, so that the notices of other
 // tasks written meanwhile are coalesced, as a Notifier may coalesce them.
 type coalescedBehindHeld struct {
-	landedInsertHeld
+	*landedInsertHeld
 	blocker       string
 	held, unblock chan struct{}
 	heldOnce      atomic.Bool
@@ -396,36 +464,16 @@ func TestACancelAndReRunElsewhereBeforeTheRunIsPublishedKeepsItsCallbackFromStar
 		mem := NewMemStore()
 		blocker, err := ScopedTaskKey("blocker", alice)
 		require.NoError(t, err)
-		s := &coalescedBehindHeld{
-			landedInsertHeld: landedInsertHeld{MemStore: mem, inserted: make(chan struct{}), release: make(chan struct{})},
-			blocker:          blocker, held: make(chan struct{}), unblock: make(chan struct{}),
-		}
-		front, other := NewRuntime[Store](s, Config{SyncInterval: time.Hour}), NewRuntime(mem, Config{})
-		require.NoError(t, front.Start(ctx))
-		require.NoError(t, other.Start(ctx))
-		synctest.Wait()
-
+		s := &coalescedBehindHeld{landedInsertHeld: newLandedInsertHeld(mem), blocker: blocker, held: make(chan struct{}), unblock: make(chan struct{})}
 		block := func(ctx context.Context, _ *Task) (any, error) {
 			<-ctx.Done()
 			return nil, context.Cause(ctx)
 		}
-		_, err = other.Submit(ctx, "blocker", block, alice)
-		require.NoError(t, err)
-		<-s.held // front's listener waits on the blocker's notice
-
-		started := make(chan struct{}, 1)
-		submitted := make(chan error, 1)
-		go func() {
-			_, err := front.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
-				started <- struct{}{}
-				<-ctx.Done()
-				return nil, context.Cause(ctx)
-			}, alice)
-			submitted <- err
-		}()
-		<-s.inserted
-		id, err := ScopedTaskKey("k", alice)
-		require.NoError(t, err)
+		front, other, started, submitted, id := heldFront(t, mem, s, s.inserted, Config{SyncInterval: time.Hour}, func(other *Runtime[*MemStore]) {
+			_, err := other.Submit(ctx, "blocker", block, alice)
+			require.NoError(t, err)
+			<-s.held // front's listener waits on the blocker's notice
+		})
 		require.NoError(t, other.Cancel(ctx, id, alice))
 		rerun, err := other.Submit(ctx, "k", block, alice)
 		require.NoError(t, err)
@@ -435,16 +483,9 @@ func TestACancelAndReRunElsewhereBeforeTheRunIsPublishedKeepsItsCallbackFromStar
 		close(s.release)
 		require.NoError(t, <-submitted)
 		synctest.Wait()
-		select {
-		case <-started:
-			t.Error("the callback started, its record cancelled and re-run elsewhere")
-		default:
-		}
-		assert.Zero(t, front.runs.len(), "the run settled")
 		r, err := mem.GetTask(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, rerun.RunID, r.RunID)
-		require.NoError(t, front.Shutdown(ctx))
-		require.NoError(t, other.Shutdown(ctx))
+		neverStarted(t, front, other, started)
 	})
 }

@@ -417,3 +417,34 @@ func TestFaultAListenThatFailsIsMadeAgain(t *testing.T) {
 		endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseCancelled)
 	})
 }
+
+// Recovery's read-back of a write that reported an error may fail too,
+// before it reaches the store or after: the pass then returns the write's
+// error and counts nothing, as it did before it read back; the record,
+// ended all the same, is listed by no later pass.
+func TestFaultARecoveryReadBackThatFailsLeavesTheWritesError(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				rt, mem, f := faulty(workers.Config{})
+				id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+				require.NoError(t, mem.InsertTask(ctx, workers.Record{
+					ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+					State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+				}))
+				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter})
+				f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: fault})
+				n, err := rt.RecoverZombies(ctx)
+				require.ErrorIs(t, err, storetest.ErrInjected)
+				assert.Zero(t, n)
+				assert.Equal(t, 1, f.Injected(storetest.OpGetTask), "the read-back was made, and failed")
+				endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+				n, err = rt.RecoverZombies(ctx)
+				require.NoError(t, err)
+				assert.Zero(t, n, "an ended record is not recovered again")
+				require.NoError(t, rt.Shutdown(ctx))
+			})
+		})
+	}
+}
