@@ -670,9 +670,8 @@ const endNoticeRing = 1024
 // endNotices remembers the ids of the latest notices that may say a run
 // ended elsewhere (its record ended, deleted, or moved to a run another
 // instance minted, which a notice of its end coalesced into the re-run's
-// may say alone), so that a run that
-// registers while one comes can tell whether it may be its own (see
-// Runtime.checkRegistered). A notice is noted before the listener looks
+// may say alone), so that a run that registers while one comes can tell
+// whether it may be its own (see Runtime.checkRegistered). A notice is noted before the listener looks
 // for its run; a registration reads seq before its registering write and
 // looks in the notes once its run is published, so that a notice of the
 // run's end is either noted in between or finds the run.
@@ -785,8 +784,8 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, tru
 // turn, and the listener reads them apart after a resync. A run a
 // notice names is read even while a write holds it (the sync loop's
 // pass skips it), since the notice may be the only word of a cancel
-// made elsewhere. A progress write is built from the state the run last wrote, under the
-// run's state lock, so it never undoes a newer write of the run's own (a
+// made elsewhere. A progress write is built from the state the run last
+// wrote, under the run's state lock, so it never undoes a newer write of the run's own (a
 // retry's attempt number, say); a run is cancelled only while it still
 // holds that its last write left it RUNNING, so a run that has just
 // finished is left alone.
@@ -805,19 +804,14 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 			continue // ending already: its final write carries its state
 		}
 		_, named := ids[t.ID()]
-		switch rt.syncProgress(t) {
-		case progressIdle:
-			if named && rt.isWaiting(t) {
-				rt.checkWaiting(ctx, t)
-			}
-			continue // not started yet, or finished
-		case progressBusy:
+		switch p := rt.syncProgress(t); p {
+		case progressIdle, progressBusy:
 			if named && rt.isWaiting(t) {
 				rt.checkWaiting(ctx, t)
 				continue
 			}
-			if !named {
-				continue // busy: the next pass checks it
+			if p == progressIdle || !named {
+				continue // not started yet, finished, or busy until the next pass
 			}
 			// A notice names it while a write holds it: a progress
 			// write of shareProgress, say, which a cancel made elsewhere
