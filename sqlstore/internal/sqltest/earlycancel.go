@@ -20,6 +20,7 @@ type landedInsertHeld struct {
 	id                string
 	inserted, release chan struct{}
 	heard             chan workers.Change
+	listening         chan struct{} // gets a value at each Resync: the listener listens
 }
 
 func (s *landedInsertHeld) InsertTask(ctx context.Context, rec workers.Record) error {
@@ -34,6 +35,12 @@ func (s *landedInsertHeld) InsertTask(ctx context.Context, rec workers.Record) e
 func (s *landedInsertHeld) Listen(ctx context.Context, changed func(workers.Change)) error {
 	return s.Notifier.Listen(ctx, func(c workers.Change) {
 		changed(c)
+		if c.Resync {
+			select {
+			case s.listening <- struct{}{}:
+			default:
+			}
+		}
 		if c.ID == s.id && c.Status.Terminal() {
 			s.heard <- c
 		}
@@ -63,9 +70,10 @@ func cancelBeforePublish(t *testing.T, open Opener) {
 	}
 	b := replica(t, open, cfg, func(s workers.Store) workers.Store {
 		held = &landedInsertHeld{Store: s, Leaser: s.(workers.Leaser), Notifier: s.(workers.Notifier),
-			id: id, inserted: make(chan struct{}), release: make(chan struct{}), heard: make(chan workers.Change, 8)}
+			id: id, inserted: make(chan struct{}), release: make(chan struct{}), heard: make(chan workers.Change, 8), listening: make(chan struct{}, 1)}
 		return held
 	})
+	recv(t, held.listening, "B listening") // so that it hears the cancel
 	started := make(chan struct{}, 1)
 	submitted := make(chan error, 1)
 	go func() {
