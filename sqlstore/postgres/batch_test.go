@@ -106,6 +106,10 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// insertManyArgs are the argument types of migration 0009's function.
+const insertManyArgs = `text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
+	text[], text[], text[], text[], text[], text[], timestamptz[], text[], text[], text[]`
+
 // TestGroupCommitTransitions: transitions that queue behind one in flight
 // go as one UPDATE, and each caller gets its own answer: updated, fenced
 // off by run id or status, missing, or refused by the database (only the
@@ -255,7 +259,12 @@ func TestGroupCommitInserts(t *testing.T) {
 	if err := s.InsertTask(ctx, rec("taken", "x")); err != nil {
 		t.Fatal(err)
 	}
-	// The first insert waits on the row an open transaction inserted.
+	// The first insert waits on the row an open transaction inserted,
+	// for as long as the test holds it: the function's own bound on a
+	// lock wait (100 ms) would let the batch go alone.
+	if _, err := sc.pool.Exec(ctx, `ALTER FUNCTION "`+sc.schema+`".workers_insert_many(`+insertManyArgs+`) SET lock_timeout = 0`); err != nil {
+		t.Fatal(err)
+	}
 	g := blockBehind(t, sc, s, `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('first', 'other', 'pending')`, func() error {
 		return s.InsertTask(ctx, rec("first", "u"))
 	})

@@ -97,6 +97,84 @@ func TestListen(t *testing.T) {
 	}
 }
 
+// A new task's insert sends one notice, with its run and status, once
+// it has committed, and none from the trigger, for the task or for its
+// watchers; an insert that finds its id taken sends none. A row inserted
+// by hand still notifies from the trigger.
+func TestInsertsAreAnnouncedOnce(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	listener, writer := sc.store(t), sc.store(t)
+	changes := make(chan workers.Change, 256)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- listener.Listen(ctx, func(c workers.Change) { changes <- c })
+	}()
+	defer func() { cancel(); <-done }()
+	next := func(what string) workers.Change {
+		t.Helper()
+		select {
+		case c := <-changes:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no notice: want %s", what)
+			return workers.Change{}
+		}
+	}
+	if c := next("a resync at start"); !c.Resync {
+		t.Fatalf("first notice %+v, want a resync", c)
+	}
+
+	const n = 40
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			// Concurrent inserts: some go alone, some in one statement.
+			rec := workers.Record{ID: "alice::t" + strconv.Itoa(i), RunID: "inst." + strconv.Itoa(i), Watchers: []string{"bob", "carol"},
+				CreatedAt: time.Now(), State: workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}}
+			if err := writer.InsertTask(t.Context(), rec); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	taken := workers.Record{ID: "alice::t0", RunID: "inst.again", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+	if err := writer.InsertTask(t.Context(), taken); !errors.Is(err, workers.ErrConflict) {
+		t.Fatalf("insert of a taken id = %v, want ErrConflict", err)
+	}
+	// Closing the writer sends what it has yet to announce: every notice
+	// of its inserts commits before the row inserted by hand below.
+	if err := writer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.pool.Exec(t.Context(), `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('by-hand', 'r', 'pending')`); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]workers.Change{}
+	for {
+		c := next("the row inserted by hand")
+		if c.ID == "by-hand" {
+			if c != (workers.Change{ID: "by-hand", RunID: "r", Status: workers.StatusPending}) {
+				t.Errorf("the row inserted by hand: notice %+v", c)
+			}
+			break
+		}
+		got[c.ID] = append(got[c.ID], c)
+	}
+	if len(got) != n {
+		t.Errorf("notices of %d ids, want %d", len(got), n)
+	}
+	for i := range n {
+		id := "alice::t" + strconv.Itoa(i)
+		want := workers.Change{ID: id, RunID: "inst." + strconv.Itoa(i), Status: workers.StatusRunning}
+		if cs := got[id]; len(cs) != 1 || cs[0] != want {
+			t.Errorf("%s: notices %+v, want one, %+v", id, cs, want)
+		}
+	}
+}
+
 // A listener whose connection goes silent, as one to a server gone
 // behind a partition does (it is never closed, and carries nothing
 // more), pings it, finds no answer, and listens again on a new

@@ -24,15 +24,17 @@
 //
 // # Group commit
 //
-// Inserts and transitions that arrive while one of the store's batch
-// statements is in flight wait for it, then go together as the next: one
-// statement (an INSERT of the new records and their watchers and an
-// UPDATE ... FROM of the transitions, each row with its own condition),
-// one round trip and one commit for all of them. Each caller is told its
-// own outcome: inserted or ErrConflict, moved or fenced off. A write that
-// finds nothing in flight goes at once, alone, as the single-row
-// statements above, so a lone submission waits for no tick. A batch holds
-// at most one write per task id and 256 rows; one batch is in flight at a
+// Transitions that arrive while one of the store's batch statements is in
+// flight wait for it, then go together as the next: one statement (an
+// UPDATE ... FROM, each row with its own condition), one round trip and
+// one commit for all of them. Inserts do the same apart, in batches of
+// their own (an INSERT of the new records and their watchers), which send
+// no notice from the trigger: see Notices below. Each caller is told its
+// own outcome: inserted or ErrConflict, moved or fenced off. A transition
+// that finds nothing in flight goes at once, alone, as the single-row
+// statements above, and so does a lone insert, in the batch statement, so
+// a lone submission waits for no tick. A batch holds at most one write
+// per task id and 256 rows; one batch of each kind is in flight at a
 // time, which measured best, since PostgreSQL serializes the commits of
 // transactions that notify anyway. A batch still in flight after 20 ms
 // (one waiting on a row lock that a transaction elsewhere holds, or on a
@@ -69,16 +71,31 @@
 // workers.ErrNotFound wherever it asks. A cancel from a process that does
 // not run the task writes CANCELLED ("Cancelled by user") to the record
 // at once, fenced on the run id. The store implements workers.Notifier
-// with LISTEN/NOTIFY: a trigger announces every committed change of a
-// task (a trigger rather than a NOTIFY sent by each of the store's
-// writes, so that every write path notifies, a fix made by hand in SQL
-// included, and the notice leaves with the commit of the transaction that
-// made the change, or not at all), so the process running the callback cancels its context (with
-// workers.ErrCancelled) within milliseconds, and Wait in any process
-// returns as soon as the record ends. The runtime's sync loop
-// (workers.Config.SyncInterval) remains the fallback for a lost notice.
-// Either way the run's own terminal write is fenced out and the record
-// stays CANCELLED.
+// with LISTEN/NOTIFY (see Notices), so the process running the callback
+// cancels its context (with workers.ErrCancelled) within milliseconds,
+// and Wait in any process returns as soon as the record ends. The
+// runtime's sync loop (workers.Config.SyncInterval) remains the fallback
+// for a lost notice. Either way the run's own terminal write is fenced
+// out and the record stays CANCELLED.
+//
+// # Notices
+//
+// A trigger announces every committed change of a task: a trigger rather
+// than a NOTIFY sent by each of the store's writes, so that every write
+// path notifies, a fix made by hand in SQL included, and the notice
+// leaves with the commit of the transaction that made the change, or not
+// at all. The one exception is the store's own insert of a new task.
+// PostgreSQL serializes the commits of transactions that notify, WAL
+// flush included, and a task's start waits for its insert's commit: so
+// that it does not wait behind every outcome and cancel that notifies,
+// the insert sends no notice, and the store sends it once the insert has
+// committed, in a statement of its own that gathers the inserts of the
+// moment (migration 0009). That notice names the row as it is when it
+// commits, with the row locked meanwhile, so that the notices of a task
+// still come in the order of its writes. A process that ends between an
+// insert's commit and its notice leaves that notice unsent; Close sends
+// the notices still queued, waiting a second at most, and a statement of
+// them that fails is tried again with backoff until then.
 //
 // # Limits
 //
@@ -92,7 +109,8 @@
 // them) and migrate under another lock.
 // Listen holds one connection outside the pool for as long as the runtime
 // lives. Every task write sends a notice, which PostgreSQL serializes at
-// commit; the throughput figures in the bench module include that cost.
+// commit (a new task's in a statement after its insert's: see Notices);
+// the throughput figures in the bench module include that cost.
 //
 // # Schema
 //
@@ -190,12 +208,22 @@ var dialect = &sqlcore.Dialect{
 	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[],
 	$19::text[], $20::text[], $21::text[], $22::text[], $23::bigint[], $24::bigint[], $25::text[],
 	$26::text[], $27::timestamptz[], $28::timestamptz[], $29::text[], $30::text[], $31::text[], $32::text[]) AS w(id)`,
-	// The function of migration 0006, found in the catalog, which takes
-	// no lock on the tables.
+	// Group commit's inserts go apart, to the function of migration 0009,
+	// which sends no notice: the store announces the rows it inserted once
+	// they have committed (see sqlcore.Dialect.InsertMany).
+	InsertMany: `SELECT id FROM {schema}"{prefix}insert_many"($1::text[], $2::text[], $3::bigint[], $4::bigint[],
+	$5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[],
+	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[]) AS w(id)`,
+	Announce: `SELECT {schema}"{prefix}announce"($1::text[])`,
+	// The functions of migrations 0006 and 0009, found in the catalog,
+	// which takes no lock on the tables.
 	Probes: []string{`SELECT '{schema}"{prefix}write_many"(text[], text[], bigint[], bigint[], text[], text[],
 	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
 	text[], text[], text[], text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[])'::regprocedure`},
+	timestamptz[], timestamptz[], text[], text[], text[], text[])'::regprocedure`,
+		`SELECT '{schema}"{prefix}insert_many"(text[], text[], bigint[], bigint[], text[], text[],
+	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
+	text[], text[])'::regprocedure`, `SELECT '{schema}"{prefix}announce"(text[])'::regprocedure`},
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,
@@ -212,8 +240,9 @@ AND status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`,
 	// calls; version 7 bounds that function's wait for a lock, which the
 	// code of version 6 takes as a refusal of the batch; version 8 gives
 	// a watcher row written without a created_at its task's, and the
-	// code of version 5 writes it always.
-	CompatibleFrom: map[int]int{6: 5, 7: 5, 8: 5},
+	// code of version 5 writes it always; version 9 adds a function, and
+	// keeps the notices of the statements of every release before it.
+	CompatibleFrom: map[int]int{6: 5, 7: 5, 8: 5, 9: 5},
 	// One statement, one round trip: the record, then its watchers in
 	// the order given, only if the record went in; each watcher row
 	// carries the record's creation time ($15) for the listing's order.
@@ -341,10 +370,12 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 // Pool returns the connection pool the store uses.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close releases the store's handle on the pool, and closes the pool if
-// Open created it. It does not wait for a runtime using the store: shut
-// that down first.
+// Close sends the notices of new tasks the store has yet to send (see
+// Listen), waiting a second at most, releases the store's handle on the
+// pool, and closes the pool if Open created it. It does not wait for a
+// runtime using the store: shut that down first.
 func (s *Store) Close() error {
+	s.Store.Stop()
 	err := s.db.Close()
 	if s.ownPool {
 		s.pool.Close()

@@ -223,6 +223,9 @@ func (c *combiner[T]) run(batch []*call[T]) {
 // queued behind it, up to batchSpare more: a statement takes 1 to 2 ms
 // here, so only a batch that waits on a lock, or on a database that
 // stalls, takes that long.
+//
+// Inserts that go apart (Dialect.InsertMany) have the same sizes: two of
+// their batches in flight measured no better than one.
 const (
 	batchLimit = 1
 	batchMax   = 256
@@ -328,51 +331,77 @@ func timeOrNull(t time.Time, times *[]time.Time) *time.Time {
 }
 
 // writeMany is the combiner's exec. A lone write goes as it would
-// without group commit; several go in one Dialect.WriteMany statement:
-// an insert it did not make found its id taken (ErrConflict), and a
-// transition it did not make was fenced off (ok false; TransitionTask
-// then reads why). Should a row wait too long for a lock another
-// transaction holds (Dialect.LockBusy), nothing landed, and each caller
-// makes its write alone, at once (errWriteAlone), so that only the held
-// row waits. Should the database refuse the statement, nothing of
-// it landed, and each write is tried alone, so that one row it refuses
-// fails only its own call. Any other failure (a lost connection, after
-// which the statement may or may not have committed) is every call's
-// error, as it would be for a lone write: the caller learns that the
-// outcome is unknown, not a guess.
+// without group commit; several go in one Dialect.WriteMany statement
+// (see writeGroup).
 func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
-	if len(batch) > 1 {
-		// Rows are locked in the order of the statement's arrays: in the
-		// keys' order, two processes' batches over the same rows never
-		// wait for each other in a cycle, which the database would break
-		// only after its deadlock check (a second, by default).
-		slices.SortFunc(batch, func(a, b *call[groupWrite]) int { return strings.Compare(a.key, b.key) })
-		written, err := s.writeBatch(ctx, batch)
-		if err == nil {
-			for _, w := range batch {
-				_, w.ok = written[w.key]
-				if !w.ok && w.in.insert != nil {
-					w.err = workers.ErrConflict
-				}
-			}
-			return
-		}
-		if s.d.LockBusy != nil && s.d.LockBusy(err) {
-			// A row waited too long for a lock another transaction
-			// holds, and nothing landed: each caller makes its write
-			// alone, at once, so that only the held row waits.
-			for _, w := range batch {
-				w.err = errWriteAlone
-			}
-			return
-		}
-		if !s.refused(ctx, err) {
-			for _, w := range batch {
-				w.err = err
-			}
-			return
+	if len(batch) == 1 {
+		s.writeAlone(ctx, batch)
+		return
+	}
+	s.writeGroup(ctx, batch, s.q.writeMany, groupWriteArgs(batch))
+}
+
+// insertMany is the exec of the inserts' combiner: the batch, a lone
+// insert too, goes in one Dialect.InsertMany statement (see writeGroup),
+// which sends no notice, and the rows it inserted are announced once it
+// has committed. An insert made alone, after a batch that failed so,
+// notifies as any other write.
+func (s *Store) insertMany(ctx context.Context, batch []*call[groupWrite]) {
+	if !s.writeGroup(ctx, batch, s.q.insertMany, groupWriteArgs(batch)[:insertArgs]) {
+		return
+	}
+	var ids []string
+	for _, w := range batch {
+		if w.ok {
+			ids = append(ids, w.key)
 		}
 	}
+	s.announce.add(ids)
+}
+
+// writeGroup writes batch in the group statement query, with args, and
+// sets each call's outcome: an insert it did not make found its id taken
+// (ErrConflict), and a transition it did not make was fenced off (ok
+// false; TransitionTask then reads why). It reports whether the statement
+// wrote them.
+//
+// Should a row wait too long for a lock another transaction holds
+// (Dialect.LockBusy), nothing landed, and each caller makes its write
+// alone, at once (errWriteAlone), so that only the held row waits.
+// Should the database refuse the statement, nothing of it landed, and
+// each write is tried alone, so that one row it refuses fails only its
+// own call. Any other failure (a lost connection, after which the
+// statement may or may not have committed) is every call's error, as it
+// would be for a lone write: the caller learns that the outcome is
+// unknown, not a guess.
+func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query string, args []any) bool {
+	written, err := s.writeBatch(ctx, query, args)
+	if err == nil {
+		for _, w := range batch {
+			_, w.ok = written[w.key]
+			if !w.ok && w.in.insert != nil {
+				w.err = workers.ErrConflict
+			}
+		}
+		return true
+	}
+	switch {
+	case s.d.LockBusy != nil && s.d.LockBusy(err):
+		for _, w := range batch {
+			w.err = errWriteAlone
+		}
+	case !s.refused(ctx, err):
+		for _, w := range batch {
+			w.err = err
+		}
+	default:
+		s.writeAlone(ctx, batch)
+	}
+	return false
+}
+
+// writeAlone makes each write of batch in a statement of its own.
+func (s *Store) writeAlone(ctx context.Context, batch []*call[groupWrite]) {
 	for _, w := range batch {
 		if w.in.insert != nil {
 			w.err = s.insertOne(ctx, *w.in.insert)
@@ -387,15 +416,15 @@ func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 // lock wait and wrote nothing: its caller makes the write alone.
 var errWriteAlone = errors.New("sqlcore: the batch waited too long for a row lock; write alone")
 
-// writeBatch runs Dialect.WriteMany for batch and returns the ids it
+// writeBatch runs a group statement with args and returns the ids it
 // inserted or updated.
-func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[string]struct{}, error) {
-	rows, err := s.w.QueryContext(ctx, s.q.writeMany, groupWriteArgs(batch)...)
+func (s *Store) writeBatch(ctx context.Context, query string, args []any) (map[string]struct{}, error) {
+	rows, err := s.w.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.wrap("write tasks", err)
 	}
 	defer rows.Close()
-	written := make(map[string]struct{}, len(batch))
+	written := make(map[string]struct{})
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
@@ -409,8 +438,23 @@ func (s *Store) writeBatch(ctx context.Context, batch []*call[groupWrite]) (map[
 	return written, nil
 }
 
-// groupWriteArgs returns Dialect.WriteMany's arguments for batch.
+// insertArgs is how many of WriteMany's arguments are the inserts',
+// InsertMany's.
+const insertArgs = 18
+
+// sendNotices is the announcer's send: one Dialect.Announce statement.
+func (s *Store) sendNotices(ctx context.Context, ids []string) error {
+	_, err := s.w.ExecContext(ctx, s.q.announce, ids)
+	return err
+}
+
+// groupWriteArgs returns Dialect.WriteMany's arguments for batch, in the
+// keys' order: rows are locked in the order of the statement's arrays,
+// so two processes' batches over the same rows never wait for each other
+// in a cycle, which the database would break only after its deadlock
+// check (a second, by default).
 func groupWriteArgs(batch []*call[groupWrite]) []any {
+	slices.SortFunc(batch, func(a, b *call[groupWrite]) int { return strings.Compare(a.key, b.key) })
 	nIns, nWatchers := 0, 0
 	for _, w := range batch {
 		if rec := w.in.insert; rec != nil {
@@ -468,20 +512,25 @@ func (s *Store) refused(ctx context.Context, err error) bool {
 // Queued reports how many writes of s wait behind a batch in flight, for
 // tests that need a batch to gather known writes.
 func Queued(s *Store) int {
-	if s.writes == nil {
-		return 0
+	n := 0
+	for _, c := range []*combiner[groupWrite]{s.writes, s.inserts} {
+		if c != nil {
+			n += c.queued()
+		}
 	}
-	return s.writes.queued()
+	return n
 }
 
 // SetStall sets how long a batch of s stays in flight before another may
 // start beside it (0: never), for tests that need writes to gather
 // behind a batch held on purpose.
 func SetStall(s *Store, d time.Duration) {
-	if s.writes != nil {
-		s.writes.mu.Lock()
-		s.writes.stall = d
-		s.writes.mu.Unlock()
+	for _, c := range []*combiner[groupWrite]{s.writes, s.inserts} {
+		if c != nil {
+			c.mu.Lock()
+			c.stall = d
+			c.mu.Unlock()
+		}
 	}
 }
 

@@ -81,6 +81,24 @@ type Dialect struct {
 	// write goes alone.
 	WriteMany string
 
+	// InsertMany, if set with WriteMany, is group commit's statement for
+	// inserts, which then go in batches of their own: $1 to $18 as
+	// WriteMany's, it inserts the records whose ids are free, and their
+	// watchers, and returns the ids it inserted. It sends no notice of
+	// them: the store sends one per row it inserted with Announce, in a
+	// statement of its own once the insert has committed. A task's start
+	// waits for its insert's commit, and PostgreSQL serializes the
+	// commits that send notices.
+	InsertMany string
+
+	// Announce sends the notices of rows InsertMany inserted, $1 an
+	// array of their ids: a notice for each, as the dialect's trigger
+	// builds it, from the row as it is when the notice commits, so that it
+	// names no run or status older than a notice sent before it. An empty
+	// id sends an empty notice, which listeners take as "re-read
+	// everything".
+	Announce string
+
 	// ConnLost, if set, reports whether err says the connection a
 	// statement went on was gone: ended by the server (an operator, a
 	// restart) or by the network. GetTask and ListTasks try such a read

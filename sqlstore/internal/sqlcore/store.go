@@ -115,14 +115,17 @@ type Store struct {
 	q    queries // expanded once by New, read-only after
 
 	// Group commit, where the dialect has the statements for it: nil
-	// otherwise, and each write goes alone.
-	writes *combiner[groupWrite]
+	// otherwise, and each write goes alone. Where the dialect has
+	// InsertMany, inserts go in batches of their own (inserts), and
+	// announce sends their notices.
+	writes, inserts *combiner[groupWrite]
+	announce        *announcer
 }
 
 // queries is the shared SQL with table names and dialect hooks filled in.
 type queries struct {
 	get, insert, set, transition, replace, addWatcher, runOf string
-	insertWithWatchers, writeMany                            string
+	insertWithWatchers, writeMany, insertMany, announce      string
 	insertWatchers, dropWatchers, deleteFinished, list       string
 	owned, watched, watchedFiltered                          string
 	createVersions, readChecksum, addChecksum, applied       string
@@ -149,9 +152,11 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	st := &Store{
 		d: d, cfg: cfg, r: read, w: write,
 		q: queries{
-			writeMany: x(d.WriteMany),
-			get:       x(sqlGet),
-			insert:    x(sqlInsert),
+			writeMany:  x(d.WriteMany),
+			insertMany: x(d.InsertMany),
+			announce:   x(d.Announce),
+			get:        x(sqlGet),
+			insert:     x(sqlInsert),
 			insertWithWatchers: x(strings.ReplaceAll(d.InsertWithWatchers, "{insert}",
 				strings.TrimSuffix(sqlInsert, "\nON CONFLICT (id) DO NOTHING"))),
 			set:             x(sqlSet),
@@ -184,8 +189,21 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	}
 	if st.q.writeMany != "" {
 		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.writeMany}
+		if st.q.insertMany != "" {
+			st.inserts = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.insertMany}
+			st.announce = newAnnouncer(st.sendNotices)
+		}
 	}
 	return st, nil
+}
+
+// Stop sends the notices the store has yet to announce (see
+// Dialect.InsertMany), waiting a second at most, and announces no more:
+// the dialect's store calls it as it closes.
+func (s *Store) Stop() {
+	if s.announce != nil {
+		s.announce.stop()
+	}
 }
 
 // expandAll returns each of qs expanded by x.
@@ -236,13 +254,14 @@ func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) 
 // Dialect.InsertWithWatchers, and in one transaction otherwise. Where the
 // dialect has Dialect.WriteMany, concurrent inserts and transitions go
 // together in one statement (see combiner), each insert still made only
-// if its id is free.
+// if its id is free; where it has Dialect.InsertMany too, inserts go in
+// statements of their own, and are announced after their commit.
 func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	if err := s.checkRecord(&rec); err != nil {
 		return err
 	}
-	if s.writes != nil {
-		_, err := s.writes.do(ctx, rec.ID, groupWrite{insert: &rec})
+	if c := cmp.Or(s.inserts, s.writes); c != nil {
+		_, err := c.do(ctx, rec.ID, groupWrite{insert: &rec})
 		if !errors.Is(err, errWriteAlone) {
 			return err
 		}

@@ -1,0 +1,167 @@
+package sqlcore
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// An announcer sends the notices of the rows group commit inserted
+// without one (Dialect.InsertMany), once their insert has committed, off
+// the inserting callers' path: the ids queued while a statement
+// (Dialect.Announce) is in flight go together in the next. A statement that fails is tried
+// again, with the notices queued since, after a backoff (up to
+// announceBackoff), until the store stops. More than maxAnnounced
+// notices waiting give way to one empty notice, which listeners take as
+// "re-read everything", as they take a notice that never came once
+// their connection is back.
+//
+// Once stopped, it sends what is queued, once, and drops whatever that
+// statement fails to send: the store is closing, and a replica's sync
+// loop stays the fallback for any notice lost.
+type announcer struct {
+	send func(ctx context.Context, ids []string) error // "" for an empty notice
+
+	ctx    context.Context // ends when stop's wait runs out
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	queue   []string      // guarded by mu: ids, in the order their rows committed
+	resync  bool          // guarded by mu: the queue overflowed; send one empty notice for it
+	running bool          // guarded by mu: a loop sends the queue
+	stopped bool          // guarded by mu
+	halt    chan struct{} // closed by stop: a backoff ends at once
+	done    chan struct{} // guarded by mu: closed when the running loop returns
+}
+
+// Announcer limits: the notices one statement carries at most, waiting
+// notices before they give way to one empty notice, one statement's
+// bound, the longest backoff after a failure, and how long stop waits
+// for the queue to go.
+const (
+	announceMax     = 1024
+	maxAnnounced    = 8192
+	announceTimeout = 5 * time.Second
+	announceBackoff = time.Second
+	announceStopped = time.Second
+)
+
+func newAnnouncer(send func(ctx context.Context, ids []string) error) *announcer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &announcer{send: send, ctx: ctx, cancel: cancel, halt: make(chan struct{})}
+}
+
+// add queues the notices of ids, in order, and starts a loop to send
+// them if none runs.
+func (a *announcer) add(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return
+	}
+	switch {
+	case a.resync:
+		// The empty notice yet to go covers these rows: they committed
+		// before it is sent.
+	case len(a.queue)+len(ids) > maxAnnounced:
+		clear(a.queue)
+		a.queue, a.resync = a.queue[:0], true
+	default:
+		a.queue = append(a.queue, ids...)
+	}
+	if !a.running {
+		a.running, a.done = true, make(chan struct{})
+		go a.loop(a.done)
+	}
+}
+
+// take removes the next statement's notices from the queue, or reports
+// that none wait and the loop ends. a.mu is held.
+func (a *announcer) take() []string {
+	if a.resync {
+		a.resync = false
+		return []string{""}
+	}
+	if len(a.queue) == 0 {
+		a.running = false
+		return nil
+	}
+	n := min(len(a.queue), announceMax)
+	batch := make([]string, n)
+	copy(batch, a.queue)
+	a.queue = append(a.queue[:0], a.queue[n:]...)
+	return batch
+}
+
+// loop sends the queue until it is empty.
+func (a *announcer) loop(done chan struct{}) {
+	defer close(done)
+	var backoff time.Duration
+	for {
+		a.mu.Lock()
+		batch, stopped := a.take(), a.stopped
+		a.mu.Unlock()
+		if batch == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(a.ctx, announceTimeout)
+		err := a.send(ctx, batch)
+		cancel()
+		if err == nil {
+			backoff = 0
+			continue
+		}
+		if stopped {
+			continue // dropped: see announcer
+		}
+		a.mu.Lock()
+		a.requeue(batch)
+		a.mu.Unlock()
+		backoff = min(max(2*backoff, 10*time.Millisecond), announceBackoff)
+		select {
+		case <-time.After(backoff):
+		case <-a.halt:
+		}
+	}
+}
+
+// requeue puts back the notices of a statement that failed, ahead of
+// those queued since. a.mu is held.
+func (a *announcer) requeue(batch []string) {
+	switch {
+	case a.resync:
+	case len(batch) == 1 && batch[0] == "", len(batch)+len(a.queue) > maxAnnounced:
+		clear(a.queue)
+		a.queue, a.resync = a.queue[:0], true
+	default:
+		a.queue = append(batch, a.queue...)
+	}
+}
+
+// stop sends what is queued, waiting for it at most announceStopped, and
+// stops: the notices of later inserts are dropped.
+func (a *announcer) stop() {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return
+	}
+	a.stopped = true
+	close(a.halt)
+	done := a.done
+	a.mu.Unlock()
+	if done != nil {
+		t := time.NewTimer(announceStopped)
+		select {
+		case <-done:
+		case <-t.C:
+			a.cancel()
+			<-done
+		}
+		t.Stop()
+	}
+	a.cancel()
+}

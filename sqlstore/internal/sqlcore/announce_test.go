@@ -1,0 +1,207 @@
+package sqlcore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// sender is an announcer's send for tests: it records each statement's
+// payloads, waits at the gate for the calls that have one, and answers
+// with the error the test set.
+type sender struct {
+	mu    sync.Mutex
+	sent  [][]string
+	at    []time.Time
+	gates []chan struct{} // the i-th call waits on gates[i], where set
+	fail  []error         // the i-th call's answer, where set
+}
+
+func (s *sender) send(ctx context.Context, payloads []string) error {
+	s.mu.Lock()
+	i := len(s.sent)
+	s.sent = append(s.sent, slices.Clone(payloads))
+	s.at = append(s.at, time.Now())
+	var gate chan struct{}
+	if i < len(s.gates) {
+		gate = s.gates[i]
+	}
+	var err error
+	if i < len(s.fail) {
+		err = s.fail[i]
+	}
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+func (s *sender) calls() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.sent)
+}
+
+func payloads(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+// Notices added while a statement is in flight go together in the next,
+// at most announceMax to a statement, in the order they came.
+func TestAnnouncerGathersNoticesBehindAStatementInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		s := &sender{gates: []chan struct{}{gate}}
+		a := newAnnouncer(s.send)
+		defer a.stop()
+		a.add([]string{"a"})
+		synctest.Wait() // the first statement is in flight
+		a.add([]string{"b", "c"})
+		many := payloads("m", announceMax)
+		a.add(many)
+		close(gate)
+		synctest.Wait()
+		want := [][]string{{"a"}, append([]string{"b", "c"}, many[:announceMax-2]...), many[announceMax-2:]}
+		if got := s.calls(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("statements of %d, want 1, %d and 2 notices in order", lens(got), announceMax)
+		}
+	})
+}
+
+func lens(b [][]string) []int {
+	n := make([]int, len(b))
+	for i, p := range b {
+		n[i] = len(p)
+	}
+	return n
+}
+
+// A statement that fails is tried again after a backoff, with the
+// notices queued since behind its own; the backoff grows while the
+// failures go on.
+func TestAnnouncerTriesAFailedStatementAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		down := errors.New("down")
+		s := &sender{gates: []chan struct{}{gate}, fail: []error{down, down}}
+		a := newAnnouncer(s.send)
+		defer a.stop()
+		a.add([]string{"a"})
+		synctest.Wait()
+		a.add([]string{"b"})
+		close(gate) // the first statement fails
+		time.Sleep(time.Second)
+		synctest.Wait()
+		want := [][]string{{"a"}, {"a", "b"}, {"a", "b"}}
+		if got := s.calls(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("statements %q, want %q", got, want)
+		}
+		first, second := s.at[1].Sub(s.at[0]), s.at[2].Sub(s.at[1])
+		if first <= 0 || second <= first {
+			t.Errorf("backoffs %v then %v, want a growing wait", first, second)
+		}
+	})
+}
+
+// More notices waiting than maxAnnounced give way to one empty notice,
+// which listeners take as "re-read everything"; notices added once it
+// has gone are sent as they come.
+func TestAnnouncerOverflowSendsOneEmptyNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		s := &sender{gates: []chan struct{}{gate}}
+		a := newAnnouncer(s.send)
+		defer a.stop()
+		a.add([]string{"a"})
+		synctest.Wait()
+		a.add(payloads("m", maxAnnounced))
+		a.add([]string{"over"})
+		a.add([]string{"covered"})
+		close(gate)
+		synctest.Wait()
+		a.add([]string{"after"})
+		synctest.Wait()
+		want := [][]string{{"a"}, {""}, {"after"}}
+		if got := s.calls(); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("statements of %v notices, want %q", lens(got), want)
+		}
+	})
+}
+
+// stop sends what is queued and waits for it; a statement that fails
+// then is tried once more and dropped, one that hangs is cut off after
+// announceStopped, and notices added after stop are dropped.
+func TestAnnouncerStop(t *testing.T) {
+	t.Run("SendsWhatIsQueued", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			gate := make(chan struct{})
+			s := &sender{gates: []chan struct{}{gate}}
+			a := newAnnouncer(s.send)
+			a.add([]string{"a"})
+			synctest.Wait()
+			a.add([]string{"b"})
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				close(gate)
+			}()
+			a.stop()
+			a.add([]string{"dropped"})
+			synctest.Wait()
+			want := [][]string{{"a"}, {"b"}}
+			if got := s.calls(); !slices.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("statements %q, want %q", got, want)
+			}
+		})
+	})
+	t.Run("TriesAFailedStatementOnceMore", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			gate := make(chan struct{})
+			down := errors.New("down")
+			s := &sender{gates: []chan struct{}{gate}, fail: []error{down, down}}
+			a := newAnnouncer(s.send)
+			a.add([]string{"a"})
+			synctest.Wait()
+			stopped := make(chan time.Duration)
+			go func() {
+				start := time.Now()
+				a.stop()
+				stopped <- time.Since(start)
+			}()
+			synctest.Wait()
+			close(gate) // it fails; its backoff ends at once, and so does the next try
+			if d := <-stopped; d != 0 {
+				t.Errorf("stop took %v, want no wait beyond the tries", d)
+			}
+			if got := s.calls(); len(got) != 2 {
+				t.Errorf("statements %q, want the one that failed and one more try", got)
+			}
+		})
+	})
+	t.Run("CutsOffAHungStatement", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := &sender{gates: []chan struct{}{make(chan struct{})}}
+			a := newAnnouncer(s.send)
+			a.add([]string{"a"})
+			synctest.Wait()
+			start := time.Now()
+			a.stop()
+			if d := time.Since(start); d != announceStopped {
+				t.Errorf("stop returned after %v, want %v", d, announceStopped)
+			}
+		})
+	})
+}
