@@ -205,3 +205,15 @@ func TestAnnouncerStop(t *testing.T) {
 		})
 	})
 }
+
+// The rows announced after an InsertMany statement are those it
+// inserted; after a failure that leaves its commit unknown, every row of
+// the batch, since each may be in; after one that landed nothing, none.
+func TestAnnouncedRows(t *testing.T) {
+	batch := []*call[groupWrite]{{key: "a", ok: true}, {key: "b"}, {key: "c", ok: true}}
+	for end, want := range map[groupEnd][]string{groupWrote: {"a", "c"}, groupUnsure: {"a", "b", "c"}, groupNone: nil} {
+		if got := announced(batch, end); !slices.Equal(got, want) {
+			t.Errorf("announced after %d = %q, want %q", end, got, want)
+		}
+	}
+}

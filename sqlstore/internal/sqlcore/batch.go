@@ -347,23 +347,37 @@ func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 // has committed. An insert made alone, after a batch that failed so,
 // notifies as any other write.
 func (s *Store) insertMany(ctx context.Context, batch []*call[groupWrite]) {
-	if !s.writeGroup(ctx, batch, s.q.insertMany, groupWriteArgs(batch)[:insertArgs]) {
-		return
-	}
+	s.announce.add(announced(batch, s.writeGroup(ctx, batch, s.q.insertMany, groupWriteArgs(batch)[:insertArgs])))
+}
+
+// announced returns the ids of the rows an InsertMany statement that
+// ended so may have inserted: those it inserted, or, after a failure
+// that leaves its commit unknown, every one (the notice of a row that is
+// not there is not sent, and one of a row another write inserted is a
+// hint like any other).
+func announced(batch []*call[groupWrite], end groupEnd) []string {
 	var ids []string
 	for _, w := range batch {
-		if w.ok {
+		if end == groupUnsure || end == groupWrote && w.ok {
 			ids = append(ids, w.key)
 		}
 	}
-	s.announce.add(ids)
+	return ids
 }
+
+// groupEnd is how a group statement ended.
+type groupEnd int
+
+const (
+	groupWrote  groupEnd = iota // it wrote the batch, each row on its own condition
+	groupNone                   // nothing of it landed: each write was made alone, or is to be
+	groupUnsure                 // it failed after it may have committed
+)
 
 // writeGroup writes batch in the group statement query, with args, and
 // sets each call's outcome: an insert it did not make found its id taken
 // (ErrConflict), and a transition it did not make was fenced off (ok
-// false; TransitionTask then reads why). It reports whether the statement
-// wrote them.
+// false; TransitionTask then reads why).
 //
 // Should a row wait too long for a lock another transaction holds
 // (Dialect.LockBusy), nothing landed, and each caller makes its write
@@ -374,7 +388,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*call[groupWrite]) {
 // statement may or may not have committed) is every call's error, as it
 // would be for a lone write: the caller learns that the outcome is
 // unknown, not a guess.
-func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query string, args []any) bool {
+func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query string, args []any) groupEnd {
 	written, err := s.writeBatch(ctx, query, args)
 	if err == nil {
 		for _, w := range batch {
@@ -383,7 +397,7 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 				w.err = workers.ErrConflict
 			}
 		}
-		return true
+		return groupWrote
 	}
 	switch {
 	case s.d.LockBusy != nil && s.d.LockBusy(err):
@@ -394,10 +408,11 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		for _, w := range batch {
 			w.err = err
 		}
+		return groupUnsure
 	default:
 		s.writeAlone(ctx, batch)
 	}
-	return false
+	return groupNone
 }
 
 // writeAlone makes each write of batch in a statement of its own.
