@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,16 +13,20 @@ import (
 )
 
 // checkGate wraps a replica's store handle. It holds the progress write
-// (progress 1) of one run, the target's, until told; and it holds each
-// read of a marker task, which only the replica's notice checks make,
-// so that a test knows which batch of notice checks the replica is in.
-// It keeps the handle's Leaser and Notifier.
+// (progress 1) of one run, the target's, until told; and, once armed, it
+// holds each read of a marker task, which only the replica's notice
+// checks then make, so that a test knows which batch of notice checks the
+// replica is in. (Before, the marker's own submission may read it: a
+// notice that came while it registered, such as the listener's first
+// Resync, has it check its record.) It keeps the handle's Leaser and
+// Notifier.
 type checkGate struct {
 	workers.Store
 	workers.Leaser
 	workers.Notifier
 
 	target, marker string // task ids, set before either task is submitted
+	armed          atomic.Bool
 
 	hold    chan struct{} // the target's progress write waits for it to close
 	holding chan struct{} // closed when that write waits
@@ -62,6 +67,9 @@ func (g *checkGate) GetTask(ctx context.Context, id string) (workers.Record, err
 	case g.target:
 		g.targetRead <- struct{}{}
 	case g.marker:
+		if !g.armed.Load() {
+			break
+		}
 		release := make(chan struct{})
 		select {
 		case g.markerIn <- release:
@@ -155,6 +163,7 @@ func cancelDuringProgressWrite(t *testing.T, open Opener) {
 	}
 	// The marker's notices are heard once B listens.
 	recv(t, g.resynced, "B listening")
+	g.armed.Store(true)
 	// Two batches, so that the one held is not B's first, which checks
 	// every run (the target's read included).
 	touchMarker()
