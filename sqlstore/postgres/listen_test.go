@@ -26,23 +26,8 @@ func TestListen(t *testing.T) {
 	t.Parallel()
 	sc := newScratchT(t)
 	listener, writer := sc.store(t), sc.store(t)
-	changes := make(chan workers.Change, 64)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		done <- listener.Listen(ctx, func(c workers.Change) { changes <- c })
-	}()
-	next := func(what string) workers.Change {
-		t.Helper()
-		select {
-		case c := <-changes:
-			return c
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no notice: want %s", what)
-			return workers.Change{}
-		}
-	}
-	if c := next("a resync at start"); !c.Resync {
+	ch, stop := listening(t, listener)
+	if c := next(t, ch); !c.Resync {
 		t.Fatalf("first notice %+v, want a resync", c)
 	}
 
@@ -51,7 +36,7 @@ func TestListen(t *testing.T) {
 	if err := writer.InsertTask(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
-	if c := next("the insert"); c != (workers.Change{ID: rec.ID, RunID: "inst.1", Status: workers.StatusPending}) {
+	if c := next(t, ch); c != (workers.Change{ID: rec.ID, RunID: "inst.1", Status: workers.StatusPending}) {
 		t.Errorf("insert notice %+v", c)
 	}
 	ok, err := writer.TransitionTask(t.Context(), rec.ID, "inst.1", []workers.Status{workers.StatusPending},
@@ -59,13 +44,13 @@ func TestListen(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("TransitionTask = %v, %v", ok, err)
 	}
-	if c := next("the transition"); c.ID != rec.ID || c.Status != workers.StatusRunning {
+	if c := next(t, ch); c.ID != rec.ID || c.Status != workers.StatusRunning {
 		t.Errorf("transition notice %+v", c)
 	}
 	if ok, err := writer.AddWatcher(t.Context(), rec.ID, "inst.1", "bob"); err != nil || !ok {
 		t.Fatalf("AddWatcher = %v, %v", ok, err)
 	}
-	if c := next("the watcher"); c.ID != rec.ID {
+	if c := next(t, ch); c.ID != rec.ID {
 		t.Errorf("watcher notice %+v", c)
 	}
 
@@ -76,24 +61,18 @@ func TestListen(t *testing.T) {
 		listener.Channel()); err != nil {
 		t.Fatal(err)
 	}
-	if c := next("a resync after the reconnect"); !c.Resync {
+	if c := next(t, ch); !c.Resync {
 		t.Fatalf("after the kill: %+v, want a resync", c)
 	}
 	if err := writer.SetTask(t.Context(), workers.Record{ID: rec.ID, State: workers.State{Status: workers.StatusRunning, Progress: 50, Attempt: 1, StartedAt: at}}); err != nil {
 		t.Fatal(err)
 	}
-	if c := next("a change after the reconnect"); c.ID != rec.ID {
+	if c := next(t, ch); c.ID != rec.ID {
 		t.Errorf("notice after the reconnect %+v", c)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Listen after ctx ended = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Listen did not return when its ctx ended")
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Listen after ctx ended = %v, want context.Canceled", err)
 	}
 }
 
@@ -105,25 +84,8 @@ func TestInsertsAreAnnouncedOnce(t *testing.T) {
 	t.Parallel()
 	sc := newScratchT(t)
 	listener, writer := sc.store(t), sc.store(t)
-	changes := make(chan workers.Change, 256)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- listener.Listen(ctx, func(c workers.Change) { changes <- c })
-	}()
-	defer func() { cancel(); <-done }()
-	next := func(what string) workers.Change {
-		t.Helper()
-		select {
-		case c := <-changes:
-			return c
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no notice: want %s", what)
-			return workers.Change{}
-		}
-	}
-	if c := next("a resync at start"); !c.Resync {
+	ch, _ := listening(t, listener)
+	if c := next(t, ch); !c.Resync {
 		t.Fatalf("first notice %+v, want a resync", c)
 	}
 
@@ -154,7 +116,7 @@ func TestInsertsAreAnnouncedOnce(t *testing.T) {
 	}
 	got := map[string][]workers.Change{}
 	for {
-		c := next("the row inserted by hand")
+		c := next(t, ch)
 		if c.ID == "by-hand" {
 			if c != (workers.Change{ID: "by-hand", RunID: "r", Status: workers.StatusPending}) {
 				t.Errorf("the row inserted by hand: notice %+v", c)

@@ -52,7 +52,19 @@ func (s *sender) calls() [][]string {
 	return slices.Clone(s.sent)
 }
 
-func payloads(prefix string, n int) []string {
+// inFlight returns an announcer whose first statement, of "a", is in
+// flight, held until the returned gate closes; it fails with fail's
+// errors, one per statement. Call it inside a synctest bubble.
+func inFlight(fail ...error) (*sender, *announcer, chan struct{}) {
+	gate := make(chan struct{})
+	s := &sender{gates: []chan struct{}{gate}, fail: fail}
+	a := newAnnouncer(s.send)
+	a.add([]string{"a"})
+	synctest.Wait()
+	return s, a, gate
+}
+
+func ids(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
 		out[i] = prefix + strconv.Itoa(i)
@@ -64,14 +76,10 @@ func payloads(prefix string, n int) []string {
 // at most announceMax to a statement, in the order they came.
 func TestAnnouncerGathersNoticesBehindAStatementInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		gate := make(chan struct{})
-		s := &sender{gates: []chan struct{}{gate}}
-		a := newAnnouncer(s.send)
+		s, a, gate := inFlight()
 		defer a.stop()
-		a.add([]string{"a"})
-		synctest.Wait() // the first statement is in flight
 		a.add([]string{"b", "c"})
-		many := payloads("m", announceMax)
+		many := ids("m", announceMax)
 		a.add(many)
 		close(gate)
 		synctest.Wait()
@@ -95,13 +103,9 @@ func lens(b [][]string) []int {
 // failures go on.
 func TestAnnouncerTriesAFailedStatementAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		gate := make(chan struct{})
 		down := errors.New("down")
-		s := &sender{gates: []chan struct{}{gate}, fail: []error{down, down}}
-		a := newAnnouncer(s.send)
+		s, a, gate := inFlight(down, down)
 		defer a.stop()
-		a.add([]string{"a"})
-		synctest.Wait()
 		a.add([]string{"b"})
 		close(gate) // the first statement fails
 		time.Sleep(time.Second)
@@ -122,13 +126,9 @@ func TestAnnouncerTriesAFailedStatementAgain(t *testing.T) {
 // has gone are sent as they come.
 func TestAnnouncerOverflowSendsOneEmptyNotice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		gate := make(chan struct{})
-		s := &sender{gates: []chan struct{}{gate}}
-		a := newAnnouncer(s.send)
+		s, a, gate := inFlight()
 		defer a.stop()
-		a.add([]string{"a"})
-		synctest.Wait()
-		a.add(payloads("m", maxAnnounced))
+		a.add(ids("m", maxAnnounced))
 		a.add([]string{"over"})
 		a.add([]string{"covered"})
 		close(gate)
@@ -148,11 +148,7 @@ func TestAnnouncerOverflowSendsOneEmptyNotice(t *testing.T) {
 func TestAnnouncerStop(t *testing.T) {
 	t.Run("SendsWhatIsQueued", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			gate := make(chan struct{})
-			s := &sender{gates: []chan struct{}{gate}}
-			a := newAnnouncer(s.send)
-			a.add([]string{"a"})
-			synctest.Wait()
+			s, a, gate := inFlight()
 			a.add([]string{"b"})
 			go func() {
 				time.Sleep(100 * time.Millisecond)
@@ -169,12 +165,8 @@ func TestAnnouncerStop(t *testing.T) {
 	})
 	t.Run("TriesAFailedStatementOnceMore", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			gate := make(chan struct{})
 			down := errors.New("down")
-			s := &sender{gates: []chan struct{}{gate}, fail: []error{down, down}}
-			a := newAnnouncer(s.send)
-			a.add([]string{"a"})
-			synctest.Wait()
+			s, a, gate := inFlight(down, down)
 			stopped := make(chan time.Duration)
 			go func() {
 				start := time.Now()
@@ -193,10 +185,7 @@ func TestAnnouncerStop(t *testing.T) {
 	})
 	t.Run("CutsOffAHungStatement", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			s := &sender{gates: []chan struct{}{make(chan struct{})}}
-			a := newAnnouncer(s.send)
-			a.add([]string{"a"})
-			synctest.Wait()
+			_, a, _ := inFlight()
 			start := time.Now()
 			a.stop()
 			if d := time.Since(start); d != announceStopped {
