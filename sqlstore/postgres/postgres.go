@@ -202,7 +202,8 @@ var dialect = &sqlcore.Dialect{
 	// Group commit: the rows come as one array per column, to the
 	// function of migration 0006, whose statement inserts and transitions
 	// them; the inserts and the transitions of one batch are of distinct
-	// ids.
+	// ids. This release sends it transitions only, its inserts going to
+	// InsertMany; the release before sends it both.
 	WriteMany: `SELECT id FROM {schema}"{prefix}write_many"($1::text[], $2::text[], $3::bigint[], $4::bigint[],
 	$5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[],
 	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[],
