@@ -215,7 +215,7 @@ var dialect = &sqlcore.Dialect{
 	InsertMany: `SELECT id FROM {schema}"{prefix}insert_many"($1::text[], $2::text[], $3::bigint[], $4::bigint[],
 	$5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[],
 	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[]) AS w(id)`,
-	Announce: `SELECT {schema}"{prefix}announce"($1::text[])`,
+	Announce: `SELECT id FROM {schema}"{prefix}announce"($1::text[]) AS a(id)`,
 	// The functions of migrations 0006 and 0009, found in the catalog,
 	// which takes no lock on the tables.
 	Probes: []string{`SELECT '{schema}"{prefix}write_many"(text[], text[], bigint[], bigint[], text[], text[],

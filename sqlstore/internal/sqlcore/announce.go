@@ -11,7 +11,11 @@ import (
 // the inserting callers' path: the ids queued while a statement
 // (Dialect.Announce) is in flight go together in the next. A statement that fails is tried
 // again, with the notices queued since, after a backoff (up to
-// announceBackoff), until the store stops. More than maxAnnounced
+// announceBackoff), until the store stops. The notices of rows that a
+// transaction elsewhere holds locked, which the statement skips, are
+// tried again the same way, except that notices added meanwhile end the
+// wait: they go at once, with the held ones, which cost them no wait.
+// More than maxAnnounced
 // notices waiting give way to one empty notice, which listeners take as
 // "re-read everything", as they take a notice that never came once
 // their connection is back.
@@ -20,7 +24,9 @@ import (
 // statement fails to send: the store is closing, and a replica's sync
 // loop stays the fallback for any notice lost.
 type announcer struct {
-	send func(ctx context.Context, ids []string) error // "" for an empty notice
+	// send sends the notices of ids ("" for an empty notice) and returns
+	// those of rows it found held, and skipped.
+	send func(ctx context.Context, ids []string) (held []string, err error)
 
 	ctx    context.Context // ends when stop's wait runs out
 	cancel context.CancelFunc
@@ -31,6 +37,7 @@ type announcer struct {
 	running bool          // guarded by mu: a loop sends the queue
 	stopped bool          // guarded by mu
 	halt    chan struct{} // closed by stop: a backoff ends at once
+	added   chan struct{} // signalled by add: a wait for held rows ends
 	done    chan struct{} // guarded by mu: closed when the running loop returns
 }
 
@@ -46,9 +53,9 @@ const (
 	announceStopped = time.Second
 )
 
-func newAnnouncer(send func(ctx context.Context, ids []string) error) *announcer {
+func newAnnouncer(send func(ctx context.Context, ids []string) ([]string, error)) *announcer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &announcer{send: send, ctx: ctx, cancel: cancel, halt: make(chan struct{})}
+	return &announcer{send: send, ctx: ctx, cancel: cancel, halt: make(chan struct{}), added: make(chan struct{}, 1)}
 }
 
 // add queues the notices of ids, in order, and starts a loop to send
@@ -75,6 +82,10 @@ func (a *announcer) add(ids []string) {
 	if !a.running {
 		a.running, a.done = true, make(chan struct{})
 		go a.loop(a.done)
+	}
+	select {
+	case a.added <- struct{}{}:
+	default:
 	}
 }
 
@@ -108,14 +119,18 @@ func (a *announcer) loop(done chan struct{}) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(a.ctx, announceTimeout)
-		err := a.send(ctx, batch)
+		held, err := a.send(ctx, batch)
 		cancel()
-		if err == nil {
+		if err == nil && len(held) == 0 {
 			backoff = 0
 			continue
 		}
 		if stopped {
 			continue // dropped: see announcer
+		}
+		var added <-chan struct{}
+		if err == nil {
+			batch, added = held, a.added // the others went
 		}
 		a.mu.Lock()
 		a.requeue(batch)
@@ -124,6 +139,7 @@ func (a *announcer) loop(done chan struct{}) {
 		select {
 		case <-time.After(backoff):
 		case <-a.halt:
+		case <-added:
 		}
 	}
 }

@@ -20,9 +20,10 @@ type sender struct {
 	at    []time.Time
 	gates []chan struct{} // the i-th call waits on gates[i], where set
 	fail  []error         // the i-th call's answer, where set
+	held  [][]string      // the i-th call's rows held, where set
 }
 
-func (s *sender) send(ctx context.Context, payloads []string) error {
+func (s *sender) send(ctx context.Context, payloads []string) ([]string, error) {
 	s.mu.Lock()
 	i := len(s.sent)
 	s.sent = append(s.sent, slices.Clone(payloads))
@@ -35,15 +36,19 @@ func (s *sender) send(ctx context.Context, payloads []string) error {
 	if i < len(s.fail) {
 		err = s.fail[i]
 	}
+	var held []string
+	if i < len(s.held) {
+		held = s.held[i]
+	}
 	s.mu.Unlock()
 	if gate != nil {
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	return err
+	return held, err
 }
 
 func (s *sender) calls() [][]string {
@@ -138,6 +143,43 @@ func TestAnnouncerOverflowSendsOneEmptyNotice(t *testing.T) {
 		want := [][]string{{"a"}, {""}, {"after"}}
 		if got := s.calls(); !slices.EqualFunc(got, want, slices.Equal) {
 			t.Errorf("statements of %v notices, want %q", lens(got), want)
+		}
+	})
+}
+
+// The notices of rows a statement found held are tried again after a
+// backoff, alone, or at once with notices added meanwhile, which the held
+// rows never hold back.
+func TestAnnouncerTriesHeldRowsAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &sender{}
+		for range 50 {
+			s.held = append(s.held, []string{"h"}) // held throughout
+		}
+		a := newAnnouncer(s.send)
+		defer a.stop()
+		a.add([]string{"a", "h"})
+		synctest.Wait() // "h" held; the backoff after it may be cut short by the add that started the loop
+		time.Sleep(time.Second)
+		synctest.Wait()
+		n := len(s.calls())
+		if n < 2 {
+			t.Fatalf("statements %q, want the held row tried again", s.calls())
+		}
+		start := time.Now()
+		a.add([]string{"b"})
+		synctest.Wait()
+		if d := time.Since(start); d != 0 {
+			t.Errorf("a notice added while a row is held waited %v", d)
+		}
+		got := s.calls()
+		if len(got) != n+1 || !slices.Equal(got[n], []string{"h", "b"}) {
+			t.Errorf("statements %q, want one more, of the held row and the new one", got)
+		}
+		for _, c := range got {
+			if slices.Contains(c, "a") && !slices.Equal(c, []string{"a", "h"}) {
+				t.Errorf("statements %q: the notice sent went again", got)
+			}
 		}
 	})
 }

@@ -457,10 +457,23 @@ func (s *Store) writeBatch(ctx context.Context, query string, args []any) (map[s
 // InsertMany's.
 const insertArgs = 18
 
-// sendNotices is the announcer's send: one Dialect.Announce statement.
-func (s *Store) sendNotices(ctx context.Context, ids []string) error {
-	_, err := s.w.ExecContext(ctx, s.q.announce, ids)
-	return err
+// sendNotices is the announcer's send: one Dialect.Announce statement,
+// which returns the ids of the rows it found held and skipped.
+func (s *Store) sendNotices(ctx context.Context, ids []string) ([]string, error) {
+	rows, err := s.w.QueryContext(ctx, s.q.announce, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var held []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		held = append(held, id)
+	}
+	return held, rows.Err()
 }
 
 // groupWriteArgs returns Dialect.WriteMany's arguments for batch, in the

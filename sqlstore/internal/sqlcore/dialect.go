@@ -94,7 +94,9 @@ type Dialect struct {
 	// Announce sends the notices of rows InsertMany inserted, $1 an
 	// array of their ids: a notice for each, as the dialect's trigger
 	// builds it, from the row as it is when the notice commits, so that it
-	// names no run or status older than a notice sent before it. An empty
+	// names no run or status older than a notice sent before it. A row
+	// that another transaction holds locked it skips, without waiting,
+	// and returns its id, which the store announces again later. An empty
 	// id sends an empty notice, which listeners take as "re-read
 	// everything".
 	Announce string

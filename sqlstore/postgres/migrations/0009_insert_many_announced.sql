@@ -76,28 +76,38 @@ $$;
 -- after, names that write's run and status or a later one's, so that the
 -- notices of a task still come in the order of its writes. The rows are
 -- locked, in the order of their ids, until the notices commit: a write
--- to one of them meanwhile waits, so that its notice comes after. An
--- empty id sends an empty notice, which listeners take as "re-read
+-- to one of them meanwhile waits, so that its notice comes after. A row
+-- that a transaction elsewhere holds locked is skipped rather than waited
+-- for, and its id returned, to be announced again later: one row held by
+-- an open transaction would otherwise fail the whole statement, and every
+-- notice behind it, for as long as that transaction stays open. An empty
+-- id sends an empty notice, which listeners take as "re-read
 -- everything".
-CREATE FUNCTION {schema}"{prefix}announce"(text[]) RETURNS void
+CREATE FUNCTION {schema}"{prefix}announce"(text[]) RETURNS SETOF text
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET lock_timeout = '100ms'
 AS $$
 DECLARE
+	row_id text;
 	payload text;
+	sent text[] := '{}';
 BEGIN
 	IF '' = ANY($1) THEN
 		PERFORM pg_notify('{channel}', '');
 	END IF;
-	FOR payload IN
-		SELECT json_build_object('id', id, 'run', run_id, 'status', status)::text
-		FROM {tasks} WHERE id = ANY($1) ORDER BY id FOR SHARE
+	FOR row_id, payload IN
+		SELECT id, json_build_object('id', id, 'run', run_id, 'status', status)::text
+		FROM {tasks} WHERE id = ANY($1) ORDER BY id FOR SHARE SKIP LOCKED
 	LOOP
 		IF octet_length(payload) > 7000 THEN
 			payload := '';
 		END IF;
 		PERFORM pg_notify('{channel}', payload);
+		sent := sent || row_id;
 	END LOOP;
+	IF cardinality(sent) < cardinality($1) THEN
+		RETURN QUERY SELECT id FROM {tasks} WHERE id = ANY($1) AND id NOT IN (SELECT unnest(sent));
+	END IF;
 END
 $$;

@@ -1,0 +1,82 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// A row held locked by a transaction that stays open delays only its own
+// notice: the notices of other new tasks still go, and the held row's
+// goes once the transaction ends.
+func TestAnnounceOfAHeldRowHoldsBackNoOther(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	listener, writer := sc.store(t), sc.store(t)
+	changes := make(chan workers.Change, 256)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- listener.Listen(ctx, func(c workers.Change) { changes <- c })
+	}()
+	defer func() { cancel(); <-done }()
+	waitID := func(id string, d time.Duration) bool {
+		t.Helper()
+		deadline := time.After(d)
+		for {
+			select {
+			case c := <-changes:
+				if c.ID == id {
+					return true
+				}
+			case <-deadline:
+				return false
+			}
+		}
+	}
+	if !waitID("", 10*time.Second) {
+		t.Fatal("no resync at start")
+	}
+	tasks := `"` + sc.schema + `".workers_tasks`
+	if _, err := sc.pool.Exec(t.Context(), `INSERT INTO `+tasks+` (id, run_id, status) VALUES ('held', 'r', 'pending')`); err != nil {
+		t.Fatal(err)
+	}
+	if !waitID("held", 10*time.Second) {
+		t.Fatal("no notice of the row inserted by hand")
+	}
+	// A transaction elsewhere writes the row and stays open.
+	tx, err := sc.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), `UPDATE `+tasks+` SET progress = 1 WHERE id = 'held'`); err != nil {
+		t.Fatal(err)
+	}
+	// An insert of the held id whose caller gives up while it waits ends
+	// with its commit unknown: its id is queued to be announced.
+	short, stop := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	err = writer.InsertTask(short, workers.Record{ID: "held", RunID: "r2", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}})
+	stop()
+	if err == nil {
+		t.Fatal("the insert of a taken id went through")
+	}
+	time.Sleep(50 * time.Millisecond)
+	// A new task, inserted and committed: its notice should not wait for
+	// the held row.
+	if err := writer.InsertTask(t.Context(), workers.Record{ID: "fresh", RunID: "r", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitID("fresh", 3*time.Second) {
+		t.Error("no notice of a new task in 3s while another row is held")
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !waitID("held", 5*time.Second) {
+		t.Error("no notice of the held row once its transaction ended")
+	}
+}
