@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
 )
 
 // A row held locked by a transaction that stays open delays only its own
@@ -15,14 +16,7 @@ func TestAnnounceOfAHeldRowHoldsBackNoOther(t *testing.T) {
 	t.Parallel()
 	sc := newScratchT(t)
 	listener, writer := sc.store(t), sc.store(t)
-	changes := make(chan workers.Change, 256)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- listener.Listen(ctx, func(c workers.Change) { changes <- c })
-	}()
-	defer func() { cancel(); <-done }()
+	changes, _ := listening(t, listener)
 	waitID := func(id string, d time.Duration) bool {
 		t.Helper()
 		deadline := time.After(d)
@@ -64,7 +58,7 @@ func TestAnnounceOfAHeldRowHoldsBackNoOther(t *testing.T) {
 	if err == nil {
 		t.Fatal("the insert of a taken id went through")
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, func() bool { return sqlcore.Announced(writer.Store) == 1 })
 	// A new task, inserted and committed: its notice should not wait for
 	// the held row.
 	if err := writer.InsertTask(t.Context(), workers.Record{ID: "fresh", RunID: "r", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}); err != nil {

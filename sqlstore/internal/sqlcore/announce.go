@@ -33,6 +33,7 @@ type announcer struct {
 
 	mu      sync.Mutex
 	queue   []string      // guarded by mu: ids, in the order their rows committed
+	total   int           // guarded by mu: ids ever added, for tests
 	resync  bool          // guarded by mu: the queue overflowed; send one empty notice for it
 	running bool          // guarded by mu: a loop sends the queue
 	stopped bool          // guarded by mu
@@ -69,6 +70,7 @@ func (a *announcer) add(ids []string) {
 	if a.stopped {
 		return
 	}
+	a.total += len(ids)
 	switch {
 	case a.resync:
 		// The empty notice yet to go covers these rows: they committed

@@ -549,6 +549,18 @@ func Queued(s *Store) int {
 	return n
 }
 
+// Announced reports how many ids of inserted rows s has queued to
+// announce since it was made, for tests that need a notice queued before
+// they go on.
+func Announced(s *Store) int {
+	if s.announce == nil {
+		return 0
+	}
+	s.announce.mu.Lock()
+	defer s.announce.mu.Unlock()
+	return s.announce.total
+}
+
 // SetStall sets how long a batch of s stays in flight before another may
 // start beside it (0: never), for tests that need writes to gather
 // behind a batch held on purpose.
