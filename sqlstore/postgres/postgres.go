@@ -92,7 +92,9 @@
 // committed, in a statement of its own that gathers the inserts of the
 // moment (migration 0009). That notice names the row as it is when it
 // commits, with the row locked meanwhile, so that the notices of a task
-// still come in the order of its writes. A process that ends between an
+// still come in the order of its writes; a row another transaction holds
+// locked is skipped, without a wait, and announced again later, so that
+// it holds back no other. A process that ends between an
 // insert's commit and its notice leaves that notice unsent; Close sends
 // the notices still queued, waiting a second at most, and a statement of
 // them that fails is tried again with backoff until then.
