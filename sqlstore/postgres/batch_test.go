@@ -329,13 +329,7 @@ func stuckWrite(t *testing.T, terminate bool) {
 	sc := newScratchT(t)
 	s, app := sc.namedStore(t, "workers-stuck")
 	ctx := t.Context()
-	// Inserted by hand: no notice of theirs waits to go with the first
-	// write, which would then wait in a batch statement (a hundred
-	// milliseconds at most) before it goes alone, so that the test could
-	// end a backend between the two and miss the write's.
-	if _, err := sc.pool.Exec(ctx, `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('u::stuck', 'run-1', 'pending'), ('u::free', 'run-1', 'pending')`); err != nil {
-		t.Fatal(err)
-	}
+	insertPending(t, s, "run-1", "u::stuck", "u::free")
 	tx, err := sc.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

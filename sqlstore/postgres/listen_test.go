@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskgate/workers"
-	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
 	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
@@ -138,54 +137,7 @@ func TestInsertsAreAnnouncedOnce(t *testing.T) {
 	}
 }
 
-// The notices of new tasks queued while the store's own announcing
-// statement is in flight go with its next transition instead, in its
-// statement and commit: a new task's notice, naming the row as it was
-// before the transition, then the transition's.
-func TestATransitionCarriesTheNoticesQueuedMeanwhile(t *testing.T) {
-	t.Parallel()
-	sc := newScratchT(t)
-	listener, writer := sc.store(t), sc.store(t)
-	release := sqlcore.HoldAnnounces(writer.Store)
-	defer release()
-	ch, _ := listening(t, listener)
-	if c := next(t, ch); !c.Resync {
-		t.Fatalf("first notice %+v, want a resync", c)
-	}
-	pending := func(id string) workers.Record {
-		return workers.Record{ID: id, RunID: "run-1", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
-	}
-	if err := writer.InsertTask(t.Context(), pending("alice::first")); err != nil {
-		t.Fatal(err)
-	}
-	// The announcer's statement of the first is in flight, held.
-	waitFor(t, func() bool { return sqlcore.Announced(writer.Store) == 1 && sqlcore.Unannounced(writer.Store) == 0 })
-	if err := writer.InsertTask(t.Context(), pending("alice::second")); err != nil {
-		t.Fatal(err)
-	}
-	ok, err := writer.TransitionTask(t.Context(), "alice::second", "run-1", []workers.Status{workers.StatusPending},
-		workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()})
-	if err != nil || !ok {
-		t.Fatalf("TransitionTask = %v, %v", ok, err)
-	}
-	for _, want := range []workers.Change{
-		{ID: "alice::second", RunID: "run-1", Status: workers.StatusPending},
-		{ID: "alice::second", RunID: "run-1", Status: workers.StatusRunning},
-	} {
-		if c := next(t, ch); c != want {
-			t.Fatalf("notice %+v, want %+v", c, want)
-		}
-	}
-	release()
-	if c := next(t, ch); c != (workers.Change{ID: "alice::first", RunID: "run-1", Status: workers.StatusPending}) {
-		t.Fatalf("notice %+v, want the first task's, once its statement goes", c)
-	}
-	if sqlcore.Unannounced(writer.Store) != 0 {
-		t.Error("notices still queued after the transition carried them")
-	}
-}
-
-// A listener whose connection goes silent,// A listener whose connection goes silent, as one to a server gone
+// A listener whose connection goes silent, as one to a server gone
 // behind a partition does (it is never closed, and carries nothing
 // more), pings it, finds no answer, and listens again on a new
 // connection, with a Resync. Without the ping it would wait for a notice

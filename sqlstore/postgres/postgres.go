@@ -89,9 +89,8 @@
 // flush included, and a task's start waits for its insert's commit: so
 // that it does not wait behind every outcome and cancel that notifies,
 // the insert sends no notice, and the store sends it once the insert has
-// committed (migration 0009): with the store's next transitions, in their
-// statement and commit, or, when none is on its way, in a statement of
-// its own that gathers the inserts of the moment. That notice names the row as it is when it
+// committed, in a statement of its own that gathers the inserts of the
+// moment (migration 0009). That notice names the row as it is when it
 // commits, with the row locked meanwhile, so that the notices of a task
 // still come in the order of its writes; a row another transaction holds
 // locked is skipped, without a wait, and announced again later, so that
@@ -219,15 +218,6 @@ var dialect = &sqlcore.Dialect{
 	$5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[],
 	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[]) AS w(id)`,
 	Announce: `SELECT id FROM {schema}"{prefix}announce"($1::text[]) AS a(id)`,
-	// The transitions of group commit, with the notices of new tasks
-	// queued meanwhile, to the function of migration 0009 that calls the
-	// two above.
-	WriteManyAnnouncing: `SELECT row_id, held FROM {schema}"{prefix}write_many_announcing"($1::text[],
-	$2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::timestamptz[], $9::timestamptz[],
-	$10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::timestamptz[], $17::text[],
-	$18::text[], $19::text[], $20::text[], $21::text[], $22::text[], $23::text[], $24::bigint[], $25::bigint[],
-	$26::text[], $27::text[], $28::timestamptz[], $29::timestamptz[], $30::text[], $31::text[], $32::text[],
-	$33::text[])`,
 	// The functions of migrations 0006 and 0009, found in the catalog,
 	// which takes no lock on the tables.
 	Probes: []string{`SELECT '{schema}"{prefix}write_many"(text[], text[], bigint[], bigint[], text[], text[],
@@ -236,11 +226,7 @@ var dialect = &sqlcore.Dialect{
 	timestamptz[], timestamptz[], text[], text[], text[], text[])'::regprocedure`,
 		`SELECT '{schema}"{prefix}insert_many"(text[], text[], bigint[], bigint[], text[], text[],
 	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
-	text[], text[])'::regprocedure`, `SELECT '{schema}"{prefix}announce"(text[])'::regprocedure`,
-		`SELECT '{schema}"{prefix}write_many_announcing"(text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
-	text[], text[], text[], text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[])'::regprocedure`},
+	text[], text[])'::regprocedure`, `SELECT '{schema}"{prefix}announce"(text[])'::regprocedure`},
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,

@@ -91,33 +91,6 @@ func (a *announcer) add(ids []string) {
 	}
 }
 
-// takeAll removes the next statement's notices from the queue for a
-// statement of the store's own writes to carry (Dialect.
-// WriteManyAnnouncing), which puts back what it could not send. It takes
-// none while an empty notice is to go, which goes alone, nor from a nil
-// announcer (a dialect without one) or a stopped one.
-func (a *announcer) takeAll() []string {
-	if a == nil {
-		return nil
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.stopped || a.resync || len(a.queue) == 0 {
-		return nil
-	}
-	return a.next()
-}
-
-// next removes up to announceMax notices from the head of the queue.
-// a.mu is held.
-func (a *announcer) next() []string {
-	n := min(len(a.queue), announceMax)
-	batch := make([]string, n)
-	copy(batch, a.queue)
-	a.queue = append(a.queue[:0], a.queue[n:]...)
-	return batch
-}
-
 // take removes the next statement's notices from the queue, or reports
 // that none wait and the loop ends. a.mu is held.
 func (a *announcer) take() []string {
@@ -129,7 +102,11 @@ func (a *announcer) take() []string {
 		a.running = false
 		return nil
 	}
-	return a.next()
+	n := min(len(a.queue), announceMax)
+	batch := make([]string, n)
+	copy(batch, a.queue)
+	a.queue = append(a.queue[:0], a.queue[n:]...)
+	return batch
 }
 
 // loop sends the queue until it is empty.

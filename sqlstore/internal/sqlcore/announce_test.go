@@ -248,37 +248,3 @@ func TestAnnouncedRows(t *testing.T) {
 		}
 	}
 }
-
-// takeAll hands the queued notices to a statement of the store's own
-// writes, at most announceMax of them, and none from a nil or stopped
-// announcer or while an empty notice is to go, which goes alone.
-func TestAnnouncerTakeAll(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var none *announcer
-		if got := none.takeAll(); got != nil {
-			t.Errorf("a nil announcer gave %q", got)
-		}
-		s, a, gate := inFlight()
-		a.add(ids("m", announceMax+1))
-		if got := a.takeAll(); len(got) != announceMax || got[0] != "m0" {
-			t.Errorf("takeAll gave %d notices, want the first %d", len(got), announceMax)
-		}
-		if got := a.takeAll(); !slices.Equal(got, []string{"m" + strconv.Itoa(announceMax)}) {
-			t.Errorf("takeAll then gave %q, want the last one", got)
-		}
-		a.add(ids("o", maxAnnounced+1)) // overflows: one empty notice is to go
-		if got := a.takeAll(); got != nil {
-			t.Errorf("takeAll with an empty notice to go gave %d notices", len(got))
-		}
-		close(gate)
-		synctest.Wait()
-		if got := s.calls(); !slices.EqualFunc(got, [][]string{{"a"}, {""}}, slices.Equal) {
-			t.Errorf("statements of %v notices, want the first and the empty one", lens(got))
-		}
-		a.stop()
-		a.add([]string{"late"})
-		if got := a.takeAll(); got != nil {
-			t.Errorf("a stopped announcer gave %q", got)
-		}
-	})
-}

@@ -332,26 +332,13 @@ func timeOrNull(t time.Time, times *[]time.Time) *time.Time {
 
 // writeMany is the combiner's exec. A lone write goes as it would
 // without group commit; several go in one Dialect.WriteMany statement
-// (see writeGroup). Where new tasks wait to be announced, the writes, a
-// lone one too, go in one Dialect.WriteManyAnnouncing statement instead,
-// which sends their notices with the writes' commit; those it could not
-// send (held rows), or all of them should the statement fail, go back to
-// the announcer.
+// (see writeGroup).
 func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
-	ids := s.announce.takeAll()
-	if len(ids) == 0 {
-		if len(batch) == 1 {
-			s.writeAlone(ctx, batch)
-			return
-		}
-		s.writeGroup(ctx, batch, s.q.writeMany, groupWriteArgs(batch), false)
+	if len(batch) == 1 {
+		s.writeAlone(ctx, batch)
 		return
 	}
-	end, held := s.writeGroup(ctx, batch, s.q.writeManyAnnouncing, append([]any{ids}, groupWriteArgs(batch)...), true)
-	if end != groupWrote {
-		held = ids
-	}
-	s.announce.add(held)
+	s.writeGroup(ctx, batch, s.q.writeMany, groupWriteArgs(batch))
 }
 
 // insertMany is the exec of the inserts' combiner: the batch, a lone
@@ -360,8 +347,7 @@ func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 // has committed. An insert made alone, after a batch that failed so,
 // notifies as any other write.
 func (s *Store) insertMany(ctx context.Context, batch []*call[groupWrite]) {
-	end, _ := s.writeGroup(ctx, batch, s.q.insertMany, groupWriteArgs(batch)[:insertArgs], false)
-	s.announce.add(announced(batch, end))
+	s.announce.add(announced(batch, s.writeGroup(ctx, batch, s.q.insertMany, groupWriteArgs(batch)[:insertArgs])))
 }
 
 // announced returns the ids of the rows an InsertMany statement that
@@ -391,9 +377,7 @@ const (
 // writeGroup writes batch in the group statement query, with args, and
 // sets each call's outcome: an insert it did not make found its id taken
 // (ErrConflict), and a transition it did not make was fenced off (ok
-// false; TransitionTask then reads why). It returns how the statement
-// ended and, for a statement that announces (Dialect.
-// WriteManyAnnouncing), the held rows it could not announce.
+// false; TransitionTask then reads why).
 //
 // Should a row wait too long for a lock another transaction holds
 // (Dialect.LockBusy), nothing landed, and each caller makes its write
@@ -404,8 +388,8 @@ const (
 // statement may or may not have committed) is every call's error, as it
 // would be for a lone write: the caller learns that the outcome is
 // unknown, not a guess.
-func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query string, args []any, announces bool) (groupEnd, []string) {
-	written, held, err := s.writeBatch(ctx, query, args, announces)
+func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query string, args []any) groupEnd {
+	written, err := s.writeBatch(ctx, query, args)
 	if err == nil {
 		for _, w := range batch {
 			_, w.ok = written[w.key]
@@ -413,7 +397,7 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 				w.err = workers.ErrConflict
 			}
 		}
-		return groupWrote, held
+		return groupWrote
 	}
 	switch {
 	case s.d.LockBusy != nil && s.d.LockBusy(err):
@@ -424,11 +408,11 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		for _, w := range batch {
 			w.err = err
 		}
-		return groupUnsure, nil
+		return groupUnsure
 	default:
 		s.writeAlone(ctx, batch)
 	}
-	return groupNone, nil
+	return groupNone
 }
 
 // writeAlone makes each write of batch in a statement of its own.
@@ -448,36 +432,25 @@ func (s *Store) writeAlone(ctx context.Context, batch []*call[groupWrite]) {
 var errWriteAlone = errors.New("sqlcore: the batch waited too long for a row lock; write alone")
 
 // writeBatch runs a group statement with args and returns the ids it
-// inserted or updated and, where it announces (its rows then have a
-// second column, true for a held row), the held rows it could not.
-func (s *Store) writeBatch(ctx context.Context, query string, args []any, announces bool) (written map[string]struct{}, held []string, err error) {
+// inserted or updated.
+func (s *Store) writeBatch(ctx context.Context, query string, args []any) (map[string]struct{}, error) {
 	rows, err := s.w.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, nil, s.wrap("write tasks", err)
+		return nil, s.wrap("write tasks", err)
 	}
 	defer rows.Close()
-	written = make(map[string]struct{})
+	written := make(map[string]struct{})
 	for rows.Next() {
 		var id string
-		var isHeld bool
-		if announces {
-			err = rows.Scan(&id, &isHeld)
-		} else {
-			err = rows.Scan(&id)
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap("write tasks", err)
 		}
-		if err != nil {
-			return nil, nil, s.wrap("write tasks", err)
-		}
-		if isHeld {
-			held = append(held, id)
-		} else {
-			written[id] = struct{}{}
-		}
+		written[id] = struct{}{}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, s.wrap("write tasks", err)
+		return nil, s.wrap("write tasks", err)
 	}
-	return written, held, nil
+	return written, nil
 }
 
 // insertArgs is how many of WriteMany's arguments are the inserts',
@@ -586,35 +559,6 @@ func Announced(s *Store) int {
 	s.announce.mu.Lock()
 	defer s.announce.mu.Unlock()
 	return s.announce.total
-}
-
-// Unannounced reports how many notices of s wait in its announcer's
-// queue, not counting a statement in flight.
-func Unannounced(s *Store) int {
-	if s.announce == nil {
-		return 0
-	}
-	s.announce.mu.Lock()
-	defer s.announce.mu.Unlock()
-	return len(s.announce.queue)
-}
-
-// HoldAnnounces makes s's announcer wait, before each statement of its
-// own, until release is called, for tests that need notices queued while
-// one of its statements is in flight. Call it before s inserts anything.
-func HoldAnnounces(s *Store) (release func()) {
-	gate := make(chan struct{})
-	send := s.announce.send
-	s.announce.send = func(ctx context.Context, ids []string) ([]string, error) {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return send(ctx, ids)
-	}
-	var once sync.Once
-	return func() { once.Do(func() { close(gate) }) }
 }
 
 // SetStall sets how long a batch of s stays in flight before another may

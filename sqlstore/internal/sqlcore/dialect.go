@@ -101,14 +101,6 @@ type Dialect struct {
 	// everything".
 	Announce string
 
-	// WriteManyAnnouncing, if set with InsertMany, is WriteMany that
-	// sends the notices of new tasks queued meanwhile in the same
-	// statement, so that they share its commit: $1 as Announce's, $2 to
-	// $33 as WriteMany's $1 to $32. Its notices go before its
-	// transitions'. It returns two columns: the ids WriteMany returns,
-	// with false, and those Announce returns, with true.
-	WriteManyAnnouncing string
-
 	// ConnLost, if set, reports whether err says the connection a
 	// statement went on was gone: ended by the server (an operator, a
 	// restart) or by the network. GetTask and ListTasks try such a read

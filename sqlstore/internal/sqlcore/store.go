@@ -126,7 +126,6 @@ type Store struct {
 type queries struct {
 	get, insert, set, transition, replace, addWatcher, runOf string
 	insertWithWatchers, writeMany, insertMany, announce      string
-	writeManyAnnouncing                                      string
 	insertWatchers, dropWatchers, deleteFinished, list       string
 	owned, watched, watchedFiltered                          string
 	createVersions, readChecksum, addChecksum, applied       string
@@ -153,12 +152,11 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	st := &Store{
 		d: d, cfg: cfg, r: read, w: write,
 		q: queries{
-			writeMany:           x(d.WriteMany),
-			insertMany:          x(d.InsertMany),
-			announce:            x(d.Announce),
-			writeManyAnnouncing: x(d.WriteManyAnnouncing),
-			get:                 x(sqlGet),
-			insert:              x(sqlInsert),
+			writeMany:  x(d.WriteMany),
+			insertMany: x(d.InsertMany),
+			announce:   x(d.Announce),
+			get:        x(sqlGet),
+			insert:     x(sqlInsert),
 			insertWithWatchers: x(strings.ReplaceAll(d.InsertWithWatchers, "{insert}",
 				strings.TrimSuffix(sqlInsert, "\nON CONFLICT (id) DO NOTHING"))),
 			set:             x(sqlSet),

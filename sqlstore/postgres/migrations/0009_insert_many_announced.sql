@@ -5,9 +5,8 @@
 -- commit of an outcome, a cancel or a progress write. Group commit's
 -- inserts now go through a function of their own, insert_many, which
 -- sends no notice: the store announces the rows it inserted once the
--- insert has committed, with announce, in a transaction of its own or in
--- that of its next transitions, write_many_announcing (a notice still
--- never announces a write that did not become durable).
+-- insert has committed, with announce, in a transaction of its own (a
+-- notice still never announces a write that did not become durable).
 -- insert_many sets workers.announce for its own statements only, and
 -- the trigger stays silent while it is 'later'. Every other write
 -- notifies as before, a fix made by hand included; the release before
@@ -110,28 +109,5 @@ BEGIN
 	IF cardinality(sent) < cardinality($1) THEN
 		RETURN QUERY SELECT id FROM {tasks} WHERE id = ANY($1) AND id NOT IN (SELECT unnest(sent));
 	END IF;
-END
-$$;
-
--- Group commit's transitions, with the notices of new tasks queued
--- meanwhile: $1 as announce's, the rest as write_many's. The notices go
--- first, each naming its row as it is before the transitions, then the
--- transitions, whose trigger notifies; they commit together, one commit
--- that notifies where there would have been two. It returns the ids
--- write_many returns, held false, and those announce found held, true.
-CREATE FUNCTION {schema}"{prefix}write_many_announcing"(text[],
-	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
-	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
-	text[], text[],
-	text[], text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[])
-RETURNS TABLE (row_id text, held boolean)
-LANGUAGE plpgsql
-AS $$
-BEGIN
-	RETURN QUERY SELECT a.a, true FROM {schema}"{prefix}announce"($1) AS a(a);
-	RETURN QUERY SELECT w.w, false FROM {schema}"{prefix}write_many"($2, $3, $4, $5, $6, $7, $8, $9, $10,
-		$11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30,
-		$31, $32, $33) AS w(w);
 END
 $$;
