@@ -9,16 +9,16 @@ import (
 // An announcer sends the notices of the rows group commit inserted
 // without one (Dialect.InsertMany), once their insert has committed, off
 // the inserting callers' path: the ids queued while a statement
-// (Dialect.Announce) is in flight go together in the next. A statement that fails is tried
-// again, with the notices queued since, after a backoff (up to
-// announceBackoff), until the store stops. The notices of rows that a
-// transaction elsewhere holds locked, which the statement skips, are
-// tried again the same way, except that notices added meanwhile end the
-// wait: they go at once, with the held ones, which cost them no wait.
-// More than maxAnnounced
-// notices waiting give way to one empty notice, which listeners take as
-// "re-read everything", as they take a notice that never came once
-// their connection is back.
+// (Dialect.Announce) is in flight go together in the next.
+//
+// A statement that fails is tried again, with the notices queued since,
+// after a backoff (up to announceBackoff), until the store stops. The
+// notices of rows that a transaction elsewhere holds locked, which the
+// statement skips, are tried again the same way, except that notices
+// added meanwhile end the wait: they go at once, with the held ones,
+// which cost them no wait. More than maxAnnounced notices waiting give
+// way to one empty notice, which listeners take as "re-read everything",
+// as they take a notice that never came once their connection is back.
 //
 // Once stopped, it sends what is queued, once, and drops whatever that
 // statement fails to send: the store is closing, and a replica's sync
