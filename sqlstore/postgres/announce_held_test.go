@@ -74,3 +74,31 @@ func TestAnnounceOfAHeldRowHoldsBackNoOther(t *testing.T) {
 		t.Error("no notice of the held row once its transaction ended")
 	}
 }
+
+// While the store's announcements fail, new tasks' inserts notify from
+// the trigger, as the other writes do: none goes unannounced.
+func TestInsertsNotifyWhileAnnouncementsFail(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	listener, writer := sc.store(t), sc.store(t)
+	ch, _ := listening(t, listener)
+	if c := next(t, ch); !c.Resync {
+		t.Fatalf("first notice %+v, want a resync", c)
+	}
+	if _, err := sc.pool.Exec(t.Context(), `DROP FUNCTION "`+sc.schema+`".workers_announce(text[])`); err != nil {
+		t.Fatal(err)
+	}
+	pending := func(id string) workers.Record {
+		return workers.Record{ID: id, RunID: "run-1", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+	}
+	if err := writer.InsertTask(t.Context(), pending("alice::first")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return sqlcore.AnnounceFailing(writer.Store) })
+	if err := writer.InsertTask(t.Context(), pending("alice::second")); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(t, ch); c != (workers.Change{ID: "alice::second", RunID: "run-1", Status: workers.StatusPending}) {
+		t.Fatalf("notice %+v, want the second insert's", c)
+	}
+}

@@ -97,7 +97,9 @@
 // it holds back no other. A process that ends between an
 // insert's commit and its notice leaves that notice unsent; Close sends
 // the notices still queued, waiting a second at most, and a statement of
-// them that fails is tried again with backoff until then.
+// them that fails is tried again with backoff until then; meanwhile, new
+// tasks' inserts notify from the trigger, as every other write does, so
+// that none goes unannounced while the statements fail.
 //
 // # Limits
 //

@@ -3,6 +3,7 @@ package sqlcore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,10 @@ import (
 // which cost them no wait. More than maxAnnounced notices waiting give
 // way to one empty notice, which listeners take as "re-read everything",
 // as they take a notice that never came once their connection is back.
+//
+// While its statements fail, inserts go as other writes do, notifying
+// from the trigger (see Store.InsertTask), so that no new task goes
+// unannounced meanwhile.
 //
 // Once stopped, it sends what is queued, once, and drops whatever that
 // statement fails to send: the store is closing, and a replica's sync
@@ -38,6 +43,7 @@ type announcer struct {
 	running bool          // guarded by mu: a loop sends the queue
 	stopped bool          // guarded by mu
 	halt    chan struct{} // closed by stop: a backoff ends at once
+	failing atomic.Bool   // the last statement failed (see Store.InsertTask)
 	added   chan struct{} // signalled by add: a wait for held rows ends
 	done    chan struct{} // guarded by mu: closed when the running loop returns
 }
@@ -123,6 +129,7 @@ func (a *announcer) loop(done chan struct{}) {
 		ctx, cancel := context.WithTimeout(a.ctx, announceTimeout)
 		held, err := a.send(ctx, batch)
 		cancel()
+		a.failing.Store(err != nil)
 		if err == nil && len(held) == 0 {
 			backoff = 0
 			continue

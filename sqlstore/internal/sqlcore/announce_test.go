@@ -113,8 +113,15 @@ func TestAnnouncerTriesAFailedStatementAgain(t *testing.T) {
 		defer a.stop()
 		a.add([]string{"b"})
 		close(gate) // the first statement fails
+		synctest.Wait()
+		if !a.failing.Load() {
+			t.Error("not failing after a statement failed")
+		}
 		time.Sleep(time.Second)
 		synctest.Wait()
+		if a.failing.Load() {
+			t.Error("still failing after a statement went")
+		}
 		want := [][]string{{"a"}, {"a", "b"}, {"a", "b"}}
 		if got := s.calls(); !slices.EqualFunc(got, want, slices.Equal) {
 			t.Fatalf("statements %q, want %q", got, want)

@@ -561,6 +561,10 @@ func Announced(s *Store) int {
 	return s.announce.total
 }
 
+// AnnounceFailing reports whether the last statement of s's announcer
+// failed, so that s's inserts go as its other writes do.
+func AnnounceFailing(s *Store) bool { return s.announce != nil && s.announce.failing.Load() }
+
 // SetStall sets how long a batch of s stays in flight before another may
 // start beside it (0: never), for tests that need writes to gather
 // behind a batch held on purpose.

@@ -255,12 +255,19 @@ func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) 
 // dialect has Dialect.WriteMany, concurrent inserts and transitions go
 // together in one statement (see combiner), each insert still made only
 // if its id is free; where it has Dialect.InsertMany too, inserts go in
-// statements of their own, and are announced after their commit.
+// statements of their own, and are announced after their commit, unless
+// the last announcement failed.
 func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	if err := s.checkRecord(&rec); err != nil {
 		return err
 	}
-	if c := cmp.Or(s.inserts, s.writes); c != nil {
+	c := s.inserts
+	if c == nil || s.announce.failing.Load() {
+		// Without an announcer, or while its statements fail, an insert
+		// goes as the other writes do, and notifies from the trigger.
+		c = s.writes
+	}
+	if c != nil {
 		_, err := c.do(ctx, rec.ID, groupWrite{insert: &rec})
 		if !errors.Is(err, errWriteAlone) {
 			return err
