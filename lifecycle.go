@@ -49,14 +49,12 @@ const shutdownSlack = 100 * time.Millisecond
 // store that hangs: every store call made for it, or on a run's behalf,
 // is cut off then. It returns nil when everything settled, and otherwise
 // a *ShutdownError that counts what was left and names its tasks,
-// wrapping ctx.Err() when ctx ended
-// (when it did not, the store refused the records' writes): runs whose
-// callbacks still execute (they keep their handles, and release them
-// when they return; each then makes one try, of at most 5 seconds, at
-// writing its outcome, and its record stays live if that fails; if
-// another runtime's recovery ended it meanwhile, the observers hear that
-// end),
-// submissions still registering and queue items still being recorded
+// wrapping ctx.Err() when ctx ended (when it did not, the store refused
+// the records' writes): runs whose callbacks still execute (they keep
+// their handles, and release them when they return; each then makes one
+// try, of at most 5 seconds, at writing its outcome, and its record stays
+// live if that fails; if another runtime's recovery ended it meanwhile,
+// the observers hear that end), submissions still registering and queue items still being recorded
 // (each in a store call that ignores its context), and records that
 // could not be written in time (a queue item still PENDING, a run still
 // RUNNING). Such records belong to this runtime's
@@ -179,7 +177,6 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 
 	se := rt.leftBehind(inflight, inBacklog)
 	open += se.Executing
-	unwritten := se.Unwritten
 	if runsLeft > 0 && !slices.ContainsFunc(inflight, func(t *Task) bool { return !t.isSettled() }) {
 		// The runs left at the wait have settled since: their runners
 		// end now, and are waited for until the cutoff.
@@ -187,7 +184,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	}
 	// The lease is released once, by the Shutdown that settled
 	// everything, unless its cutoff passed already.
-	if l, ok := any(rt.store).(Leaser); ok && open == 0 && unwritten == 0 && rt.lease.held.Load() &&
+	if l, ok := any(rt.store).(Leaser); ok && open == 0 && se.Unwritten == 0 && rt.lease.held.Load() &&
 		rt.life.Err() == nil && rt.lease.released.CompareAndSwap(false, true) {
 		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
 		if err := l.ReleaseLease(release, rt.instance); err != nil {
@@ -195,7 +192,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		}
 		cancel()
 	}
-	if open == 0 && unwritten == 0 {
+	if open == 0 && se.Unwritten == 0 {
 		rt.endLife(ErrClosed)
 		return nil
 	}
@@ -363,10 +360,6 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
-
-// unwritten counts the runs of this runtime whose handle is gone but whose
-// record could not be ended: what Shutdown leaves for recovery. It is read
-// from the runs that gave up a write because the runtime was ending.
 
 // intake is the runtime's intake. Submissions enter it for the length of
 // their registration; Shutdown closes it and waits for those inside.

@@ -671,10 +671,11 @@ const endNoticeRing = 1024
 // ended elsewhere (its record ended, deleted, or moved to a run another
 // instance minted, which a notice of its end coalesced into the re-run's
 // may say alone), so that a run that registers while one comes can tell
-// whether it may be its own (see Runtime.checkRegistered). A notice is noted before the listener looks
-// for its run; a registration reads seq before its registering write and
-// looks in the notes once its run is published, so that a notice of the
-// run's end is either noted in between or finds the run.
+// whether it may be its own (see Runtime.checkRegistered). A notice is
+// noted before the listener looks for its run; a registration reads seq
+// before its registering write and looks in the notes once its run is
+// published, so that a notice of the run's end is either noted in
+// between or finds the run.
 type endNotices struct {
 	seq atomic.Uint64 // notices noted, ever; a Resync counts for more than the ring holds
 	mu  sync.Mutex
@@ -785,10 +786,10 @@ func (rt *Runtime[S]) syncRuns(ctx context.Context) { rt.checkRuns(ctx, nil, tru
 // notice names is read even while a write holds it (the sync loop's
 // pass skips it), since the notice may be the only word of a cancel
 // made elsewhere. A progress write is built from the state the run last
-// wrote, under the run's state lock, so it never undoes a newer write of the run's own (a
-// retry's attempt number, say); a run is cancelled only while it still
-// holds that its last write left it RUNNING, so a run that has just
-// finished is left alone.
+// wrote, under the run's state lock, so it never undoes a newer write of
+// the run's own (a retry's attempt number, say); a run is cancelled only
+// while it still holds that its last write left it RUNNING, so a run that
+// has just finished is left alone.
 func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, all bool) {
 	var runs []*Task
 	if all {
