@@ -31,16 +31,12 @@ func TestAnnounceOfAHeldRowHoldsBackNoOther(t *testing.T) {
 			}
 		}
 	}
-	if !waitID("", 10*time.Second) {
-		t.Fatal("no resync at start")
-	}
+	nextResync(t, changes)
 	tasks := `"` + sc.schema + `".workers_tasks`
 	if _, err := sc.pool.Exec(t.Context(), `INSERT INTO `+tasks+` (id, run_id, status) VALUES ('held', 'r', 'pending')`); err != nil {
 		t.Fatal(err)
 	}
-	if !waitID("held", 10*time.Second) {
-		t.Fatal("no notice of the row inserted by hand")
-	}
+	nextFor(t, changes, "held") // the row inserted by hand
 	// A transaction elsewhere writes the row and stays open.
 	tx, err := sc.pool.Begin(t.Context())
 	if err != nil {

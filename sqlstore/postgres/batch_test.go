@@ -592,3 +592,67 @@ func unboundLockWaits(t *testing.T, sc scratch) {
 		t.Fatal(err)
 	}
 }
+
+// An insert whose id another open transaction is inserting waits in its
+// batch statement 100 ms at most, then goes alone; the inserts behind it
+// land meanwhile, and the held one lands, and notifies, once the other
+// transaction rolls back.
+func TestAnInsertHeldByAnotherTransactionGoesAlone(t *testing.T) {
+	sc := newScratchT(t)
+	listener, s := sc.store(t), sc.store(t)
+	ch, _ := listening(t, listener)
+	nextResync(t, ch)
+	ctx := t.Context()
+	holder, err := sc.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('u::held', 'other', 'pending')`); err != nil {
+		t.Fatal(err)
+	}
+	pending := func(id string) workers.Record {
+		return workers.Record{ID: id, RunID: "run-1", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+	}
+	// waiting reports whether a statement on the schema's tables waits
+	// for a lock, in the batch statement or alone.
+	waiting := func(batch bool) func() bool {
+		return func() bool {
+			var n int
+			err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+				AND position($1 in query) > 0 AND (position('insert_many' in query) > 0) = $2`, sc.schema, batch).Scan(&n)
+			return err == nil && n > 0
+		}
+	}
+	held := make(chan error, 1)
+	go func() { held <- s.InsertTask(ctx, pending("u::held")) }()
+	waitFor(t, waiting(true))
+	free := make(chan error, 1)
+	go func() { free <- s.InsertTask(ctx, pending("u::free")) }()
+	select {
+	case err := <-free:
+		if err != nil {
+			t.Fatalf("the insert behind the held one: %v", err)
+		}
+	case err := <-held:
+		t.Fatalf("the held insert ended while the other transaction was open: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the insert behind the held one waited for the other transaction")
+	}
+	if c := nextFor(t, ch, "u::free"); c.RunID != "run-1" {
+		t.Errorf("notice of the free insert %+v", c)
+	}
+	waitFor(t, waiting(false)) // the held insert, alone now
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-held; err != nil {
+		t.Fatalf("the held insert, once the other transaction rolled back: %v", err)
+	}
+	if got, err := s.GetTask(ctx, "u::held"); err != nil || got.RunID != "run-1" {
+		t.Fatalf("u::held = %+v, %v; want run-1's", got, err)
+	}
+	if c := nextFor(t, ch, "u::held"); c.RunID != "run-1" {
+		t.Errorf("notice of the held insert %+v, want run-1's", c)
+	}
+}
