@@ -224,6 +224,8 @@ func TestDashboardInChromium(t *testing.T) {
 	dir := os.Getenv("WORKERS_TEST_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "dashboard.png")
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
