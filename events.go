@@ -1026,6 +1026,12 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // the first range over the iterator ends or ctx does, whichever comes
 // first; a later range subscribes anew, from its own start. An iterator
 // never ranged holds its subscription, bounded in memory, until ctx ends.
+//
+// An error is yielded once and ends the stream: ErrNoAuthority,
+// ErrInvalidOption for a WithStatus value that names no status, or a
+// *ValidationError (ErrInvalidKey) for WithQueue's name, as from List,
+// at once; ErrInvalidConfig (see NewRuntime) or the error of taking the
+// instance lease; ctx.Err(); or ErrClosed.
 func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ...ListOption) iter.Seq2[Snapshot, error] {
 	var o listOptions
 	for _, opt := range opts {
@@ -1035,6 +1041,9 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 	}
 	f := o.f
 	c, err := resolve(auth)
+	if err == nil {
+		err = checkSelection(f)
+	}
 	var early *subscriber // the subscription the call starts, for the first range
 	var stop func() bool  // ends the removal of early when ctx ends
 	var taken atomic.Bool

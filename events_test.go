@@ -1271,3 +1271,24 @@ func TestALateReadThatLearnsOfAJoinShowsNoStaleState(t *testing.T) {
 		require.NoError(t, joiner.Shutdown(ctx))
 	})
 }
+
+// Subscribe refuses the filters List refuses, rather than running a
+// stream that can never show a task.
+func TestSubscribeRefusesAnUnknownStatusAndABadQueueName(t *testing.T) {
+	t.Parallel()
+	rt := memRuntime(t)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		opt  ListOption
+		want error
+	}{
+		{WithStatus(StatusRunning, "Running"), ErrInvalidOption},
+		{WithQueue("q\x00"), ErrInvalidKey},
+		{WithQueue(strings.Repeat("q", MaxKeyLen+1)), ErrInvalidKey},
+	} {
+		_, err := collect(t, rt.Subscribe(sctx, alice, c.opt))
+		require.ErrorIs(t, err, c.want)
+		require.NoError(t, sctx.Err(), "the stream ended with the error, not with ctx")
+	}
+}

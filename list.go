@@ -128,17 +128,8 @@ func listFilter(auth TaskAuthority, opts []ListOption) (caller, Filter, error) {
 	if o.f.Limit < 0 {
 		return caller{}, Filter{}, fmt.Errorf("%w: negative limit %d", ErrInvalidOption, o.f.Limit)
 	}
-	for _, st := range o.f.Statuses {
-		if !st.Valid() {
-			return caller{}, Filter{}, fmt.Errorf("%w: unknown status %q", ErrInvalidOption, st)
-		}
-	}
-	if o.f.Queue != "" {
-		// Checked as a queue's name is at submission: a store may refuse
-		// bytes no queue's name has.
-		if err := validateText("queue", o.f.Queue, MaxKeyLen, ErrInvalidKey); err != nil {
-			return caller{}, Filter{}, err
-		}
+	if err := checkSelection(o.f); err != nil {
+		return caller{}, Filter{}, err
 	}
 	if o.cursor != "" {
 		order, pos, err := decodeCursor(o.cursor)
@@ -151,6 +142,24 @@ func listFilter(auth TaskAuthority, opts []ListOption) (caller, Filter, error) {
 		o.f.VisibleTo = c.userID
 	}
 	return c, o.f, nil
+}
+
+// checkSelection checks the options that choose tasks, WithStatus and
+// WithQueue, for List, ListPage and Subscribe alike.
+func checkSelection(f Filter) error {
+	for _, st := range f.Statuses {
+		if !st.Valid() {
+			return fmt.Errorf("%w: unknown status %q", ErrInvalidOption, st)
+		}
+	}
+	if f.Queue != "" {
+		// Checked as a queue's name is at submission: a store may refuse
+		// bytes no queue's name has.
+		if err := validateText("queue", f.Queue, MaxKeyLen, ErrInvalidKey); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // A cursor is the base64url encoding of a version byte, the order, a flag
