@@ -280,7 +280,7 @@ func validateID(id string) error {
 
 func invalid(field, value, reason string, sentinel error) error {
 	if len(value) > 64 {
-		value = value[:64]
+		value = truncateText(value, 64)
 	}
 	return &ValidationError{Field: field, Value: value, Reason: reason, err: sentinel}
 }

@@ -184,3 +184,17 @@ func TestHasControlIsIsControl(t *testing.T) {
 		}
 	}
 }
+
+// A long value is cut at a rune boundary, so that the error of a valid
+// UTF-8 value does not show half a character.
+func TestValidationErrorCutsALongValueAtARuneBoundary(t *testing.T) {
+	t.Parallel()
+	key := "a" + strings.Repeat("é", MaxKeyLen)
+	_, err := ScopedTaskKey(key, MustOwner("alice"))
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	assert.True(t, utf8.ValidString(ve.Value), "%q", ve.Value)
+	assert.True(t, strings.HasPrefix(key, ve.Value))
+	assert.Len(t, ve.Value, 63)
+	assert.NotContains(t, err.Error(), `\x`)
+}

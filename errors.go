@@ -132,7 +132,7 @@ var (
 // queue name. It wraps ErrInvalidOwner or ErrInvalidKey.
 type ValidationError struct {
 	Field  string // "owner", "key", "task id" or "queue"
-	Value  string // the rejected value, truncated to 64 bytes
+	Value  string // the rejected value, cut to at most 64 bytes at a rune boundary
 	Reason string // why it was rejected
 	err    error
 }
