@@ -44,6 +44,9 @@ func (rt *Runtime[S]) fallbackPoll(own, notices bool) <-chan time.Time {
 // runtime, or announced by a Notifier store, wakes Wait at once; a task
 // another runtime runs over a store without notices is read every 50ms.
 // Wait works after Shutdown too, reading the store as Status does.
+// How the task ended is in the snapshot, not in Wait's error: for a task
+// that FAILED or was CANCELLED Wait returns a nil error, and the
+// snapshot's Err (or ResultAs) returns the task's *TaskError.
 // Errors are those of Status, ErrInvalidConfig (see NewRuntime), the
 // error of taking the instance lease over a Leaser store when this
 // runtime has not taken it yet, or ctx.Err(); once Wait has read the
