@@ -865,7 +865,9 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // stream as well: those of Status, ctx.Err() when ctx ends, and ErrClosed
 // once the runtime's Shutdown has ended (returned, or passed its
 // deadline's cutoff), after the changes that
-// reached the stream before.
+// reached the stream before. A range that begins after Shutdown has
+// ended yields ErrClosed alone, without the task's current snapshot:
+// read that with Status or Wait, which work after Shutdown.
 //
 // Watch returns an iterator rather than a channel: the loop runs on the
 // caller's goroutine, so there is no goroutine to leak and nothing to
