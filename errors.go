@@ -102,9 +102,11 @@ var (
 // Cancellation causes. The context a callback receives is cancelled with
 // one of these as its cause ([context.Cause]): ErrCancelled, a
 // *TimeoutError, ErrSuperseded or ErrShutdown from its own runtime, or
-// ErrCancelled, ErrSuperseded or ErrAbandoned from the sync loop
-// (Config.SyncInterval) when another process ended the run. The first
-// cause to land is the one that sticks and the one recorded.
+// ErrAbandoned when that runtime lost its instance lease; or
+// ErrCancelled, ErrSuperseded or ErrAbandoned from the store's notices
+// or the sync loop (Config.SyncInterval) when another process ended the
+// run. The first cause to land is the one that sticks and the one
+// recorded.
 var (
 	// ErrCancelled is the cause of a cancellation requested through
 	// Runtime.Cancel.
@@ -123,7 +125,8 @@ var (
 	ErrShutdown = errors.New("workers: cancelled by worker shutdown")
 
 	// ErrAbandoned is the reason Runtime.RecoverZombies records for a
-	// record whose run is no longer alive, and the cause the sync loop
+	// record whose run is no longer alive, the cause a runtime that lost
+	// its instance lease gives its runs, and the cause the sync loop
 	// gives a run that another process recovered as a zombie.
 	ErrAbandoned = errors.New("workers: run abandoned")
 )
