@@ -33,8 +33,10 @@ func WithScope(s Scope) SubmitOption {
 }
 
 // WithWatchers grants each owner read, list and cancel access to the run
-// the submission starts, beside the submitter. This is the only way to
-// share a task: there is no grant after the fact. Re-running a finished
+// the submission starts, beside the submitter. No call grants access to
+// a run after the fact, with one exception: a submission of a live
+// global-scope key by a caller the store's WatchAuthorizer lets join
+// makes that caller a watcher of the run. Re-running a finished
 // key resets its watchers to the submitter and the owners granted then.
 // A zero Owner among them makes the submission fail with ErrNoAuthority.
 func WithWatchers(owners ...Owner) SubmitOption {

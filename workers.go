@@ -35,7 +35,9 @@
 // Watchers are the only gate on reading, listing and cancelling. A caller
 // who is not a watcher cannot learn that a task exists: [Runtime.Status]
 // and [Runtime.Cancel] answer [ErrNotFound] exactly as for a missing task.
-// Access is granted only at submit time, with [WithWatchers].
+// Access is granted only at submit time: with [WithWatchers], or, for a
+// live global-scope key, by joining it when the store's [WatchAuthorizer]
+// allows the caller, which makes the caller a watcher.
 //
 // # Runs and fencing
 //
