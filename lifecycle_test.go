@@ -1079,6 +1079,7 @@ func TestMisconfiguredRuntimeRefusesWithoutStart(t *testing.T) {
 		"negative Limits.MaxWaiting":            {Limits: Limits{MaxWaiting: -1}},
 		"negative OwnerLimits.Weight":           {Limits: Limits{Owner: OwnerLimits{Weight: -1}}},
 		"Observers[1] is nil":                   {Observers: []Observer{ObserverFunc(func(context.Context, Event) {}), nil}},
+		"Middleware[0] is nil":                  {Middleware: []Middleware{nil}},
 		"LeaseTTL 1s must exceed LeaseInterval": {LeaseInterval: time.Second, LeaseTTL: time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {

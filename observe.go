@@ -156,9 +156,7 @@ func asPanic(err error) (*PanicError, bool) {
 // wrap returns fn wrapped in the middleware, the first outermost.
 func wrap(fn Func, mw []Middleware) Func {
 	for i := len(mw) - 1; i >= 0; i-- {
-		if mw[i] != nil {
-			fn = mw[i](fn)
-		}
+		fn = mw[i](fn) // none is nil: see Config.validate
 	}
 	return fn
 }

@@ -164,7 +164,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Middleware wraps every run's callback, once per attempt, the first
-	// outermost (see Middleware). Defaults to none.
+	// outermost (see Middleware). Defaults to none; a nil entry is an
+	// invalid Config.
 	Middleware []Middleware
 
 	// Observers receive every run's lifecycle events, in this order (see
@@ -282,6 +283,11 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%w: Observers[%d] is nil", ErrInvalidOption, i)
 		}
 	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			return fmt.Errorf("%w: Middleware[%d] is nil", ErrInvalidOption, i)
+		}
+	}
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
@@ -295,7 +301,7 @@ func (c *Config) validate() error {
 // Start. A Config it cannot run with (a negative interval where a
 // negative value has no meaning, a LeaseTTL
 // not above LeaseInterval, invalid Limits or queue names, a nil
-// Observer) is reported, naming the setting, as
+// Observer or Middleware) is reported, naming the setting, as
 // ErrInvalidConfig, wrapping ErrInvalidOption (ErrInvalidKey for a
 // queue's name), by Start, by Ready, and by every call that would take
 // the runtime's lease (Submit, Wait, Watch, Subscribe) when Start was
