@@ -271,7 +271,11 @@ type ShutdownError struct {
 	// still running, and submissions, queue items or background work in
 	// a store call that ignores its context.
 	Executing int
-	// Unwritten counts the live records of this runtime left unwritten.
+	// Unwritten counts the live records of this runtime whose writes
+	// were given up at the cutoff (a queue item still PENDING, the
+	// outcome of a run whose callback returned). A run counted in
+	// Executing is not counted here as well, though its record shows it
+	// live until its callback returns and its outcome lands.
 	Unwritten int
 	// ExecutingIDs holds the scoped ids of the tasks among Executing whose
 	// runs Shutdown knew of (a run, or a queue item still being

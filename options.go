@@ -189,7 +189,8 @@ func WithStatus(s ...Status) ListOption {
 
 // WithQueue keeps tasks of the named sequential queue. A name no queue
 // could have (see SubmitSequential) makes the call fail with a
-// *ValidationError (ErrInvalidKey).
+// *ValidationError (ErrInvalidKey). The empty name keeps every task, as
+// if the option were not given.
 func WithQueue(name string) ListOption {
 	return func(o *listOptions) { o.f.Queue = name }
 }

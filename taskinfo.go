@@ -14,8 +14,9 @@ import (
 // Func is a task's callback. ctx is cancelled by the runtime, with one of
 // ErrCancelled, a *TimeoutError, ErrSuperseded, ErrShutdown or
 // ErrAbandoned (its runtime lost its instance lease, or another process
-// recovered the run) as its cause, when the run should stop; a callback that watches ctx ends promptly. t
-// is the live run: report progress through t.SetProgress.
+// recovered the run) as its cause, when the run should stop; a callback
+// that watches ctx ends promptly. t is the live run: report progress
+// through t.SetProgress.
 //
 // The result is stored as JSON (see ResultAs); a result that cannot be
 // encoded fails the run. A returned error fails the run, or triggers a
