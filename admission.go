@@ -19,17 +19,17 @@ import (
 //
 // # Admission
 //
-// A submission that starts a new run is admitted in one of three ways
-// (a join is never refused, and gives back the place it reserved before
-// it read the store once it has joined): it starts at once when the
-// runtime and its owner are under their running caps and none of the
-// owner's tasks waits for a running slot (a queue item waits for one
-// only once its turn in its queue has come); otherwise it waits, as a
-// PENDING record, when its owner is under OwnerLimits.Waiting and the
-// runtime under MaxWaiting; otherwise it is refused with a *QuotaError
-// (ErrQuotaExceeded) and nothing is written to the store. A waiting task holds no goroutine. It is visible
-// to its watchers, Cancel ends it without ever starting it, and Shutdown
-// records it CANCELLED like a sequential backlog item.
+// A submission that starts a new run is admitted in one of three ways (a
+// join is never refused, and gives back the place it reserved before it
+// read the store once it has joined): it starts at once when the runtime
+// and its owner are under their running caps and none of the owner's tasks
+// waits for a running slot (a queue item waits for one only once its turn
+// in its queue has come); otherwise it waits, as a PENDING record, when
+// its owner is under OwnerLimits.Waiting and the runtime under MaxWaiting;
+// otherwise it is refused with a *QuotaError (ErrQuotaExceeded) and
+// nothing is written to the store. A waiting task holds no goroutine. It
+// is visible to its watchers, Cancel ends it without ever starting it, and
+// Shutdown records it CANCELLED like a sequential backlog item.
 //
 // # Fair dispatch
 //

@@ -46,18 +46,18 @@ const shutdownSlack = 100 * time.Millisecond
 // task's callback: it would wait for that callback.
 //
 // Shutdown returns by ctx's deadline plus a small constant, even over a
-// store that hangs: every store call made for it, or on a run's behalf,
-// is cut off then. It returns nil when everything settled, and otherwise
-// a *ShutdownError that counts what was left and names its tasks,
-// wrapping ctx.Err() when ctx ended (when it did not, the store refused
-// the records' writes): runs whose callbacks still execute (they keep
-// their handles, and release them when they return; each then makes one
-// try, of at most 5 seconds, at writing its outcome, and its record stays
-// live if that fails; if another runtime's recovery ended it meanwhile,
-// the observers hear that end), submissions still registering and queue items still being recorded
-// (each in a store call that ignores its context), and records that
-// could not be written in time (a queue item still PENDING, a run still
-// RUNNING). Such records belong to this runtime's
+// store that hangs: every store call made for it, or on a run's behalf, is
+// cut off then. It returns nil when everything settled, and otherwise a
+// *ShutdownError that counts what was left and names its tasks, wrapping
+// ctx.Err() when ctx ended (when it did not, the store refused the
+// records' writes): runs whose callbacks still execute (they keep their
+// handles, and release them when they return; each then makes one try, of
+// at most 5 seconds, at writing its outcome, and its record stays live if
+// that fails; if another runtime's recovery ended it meanwhile, the
+// observers hear that end), submissions still registering and queue items
+// still being recorded (each in a store call that ignores its context),
+// and records that could not be written in time (a queue item still
+// PENDING, a run still RUNNING). Such records belong to this runtime's
 // instance: once its lease expires (it is no longer renewed), any
 // runtime's recovery ends them as abandoned; over a store without leases,
 // RecoverZombies does. An already-done ctx means "do not wait". Calling

@@ -83,15 +83,16 @@ type Config struct {
 	// Defaults to 24 hours.
 	Retention time.Duration
 
-	// SyncInterval is how often a loop, started with the first run or by
-	// Start, syncs this runtime's running tasks with the store, for
-	// processes that share it: it stores a run's live progress whenever
-	// it changed (ProgressInterval, by default shorter, does so too), and it cancels a run whose record says another
-	// process ended it: with ErrCancelled when it was cancelled there,
-	// ErrAbandoned when it was recovered, ErrSuperseded when the record
-	// was replaced or deleted. Each progress write is fenced on the run
-	// and its RUNNING status; a run with no progress to store costs one
-	// read per interval.
+	// SyncInterval is how often a loop, started with the first run or
+	// by Start, syncs this runtime's running tasks with the store, for
+	// processes that share it: it stores a run's live progress
+	// whenever it changed (ProgressInterval, by default shorter, does
+	// so too), and it cancels a run whose record says another process
+	// ended it: with ErrCancelled when it was cancelled there,
+	// ErrAbandoned when it was recovered, ErrSuperseded when the
+	// record was replaced or deleted. Each progress write is fenced on
+	// the run and its RUNNING status; a run with no progress to store
+	// costs one read per interval.
 	//
 	// Over a store that implements Notifier, a change written elsewhere
 	// reaches the run at once, and this loop is only the fallback for a
@@ -488,13 +489,13 @@ type Submission struct {
 // The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority
 // (also for a zero Owner in WithWatchers), a *ValidationError
 // (ErrInvalidKey), ErrInvalidOption (a nil fn, an option out of range), an
-// *AuthorizationError (ErrUnauthorized), a *QuotaError
-// (ErrQuotaExceeded), the error of Limits.OwnerLimits (wrapped),
-// ErrClosed, ErrInvalidConfig (see NewRuntime), ErrConflict (wrapped) when other processes kept changing the
-// record, or a store error: over a store with leases, that of taking
-// the instance lease, or of renewing it when it may have ended (both
-// wrapped; see Config.LeaseTTL). A renewal the store does not answer in
-// time fails with an error that says so, not context.DeadlineExceeded,
+// *AuthorizationError (ErrUnauthorized), a *QuotaError (ErrQuotaExceeded),
+// the error of Limits.OwnerLimits (wrapped), ErrClosed, ErrInvalidConfig
+// (see NewRuntime), ErrConflict (wrapped) when other processes kept
+// changing the record, or a store error: over a store with leases, that of
+// taking the instance lease, or of renewing it when it may have ended
+// (both wrapped; see Config.LeaseTTL). A renewal the store does not answer
+// in time fails with an error that says so, not context.DeadlineExceeded,
 // which would read as ctx's own.
 //
 // Options such as WithWatchers apply to a new run only: a submission that

@@ -2,15 +2,16 @@
 // implementations. Every store, MemStore included, runs the same cases,
 // which is how the stores are known to behave alike.
 //
-// The suite has three entry points. [Run] checks the Store contract
-// method by method. [RunRuntime] drives real [workers.Runtime] values
-// over the store, through the scenarios in which backends have been seen
-// to differ: joins, cancels, re-runs that supersede a run still
-// executing, sequential queues, shutdown, zombie recovery, cleanup.
-// [RunFaults] puts the store behind [Faulty] and fails each store call
-// on a run's path, before and after it lands, checking that no task is
-// ever stranded. A store passes all three. Call them from tests in the store's package, with a factory that
-// returns a fresh, empty store and registers its teardown with t.Cleanup:
+// The suite has three entry points. [Run] checks the Store contract method
+// by method. [RunRuntime] drives real [workers.Runtime] values over the
+// store, through the scenarios in which backends have been seen to differ:
+// joins, cancels, re-runs that supersede a run still executing, sequential
+// queues, shutdown, zombie recovery, cleanup. [RunFaults] puts the store
+// behind [Faulty] and fails each store call on a run's path, before and
+// after it lands, checking that no task is ever stranded. A store passes
+// all three. Call them from tests in the store's package, with a factory
+// that returns a fresh, empty store and registers its teardown with
+// t.Cleanup:
 //
 //	package mystore_test
 //
@@ -125,9 +126,9 @@
 // through unchanged and notes each write, so that a case can wait for a
 // run's write; it has exactly the optional capabilities of the store
 // ([workers.RecordClearer], [workers.Leaser], [workers.Notifier]), so a
-// runtime over it takes the lease and listens as it would over the store. A runtime logs only store errors that no caller sees,
-// such as a failed write on a run's behalf, so every error a runtime logs
-// fails the case.
+// runtime over it takes the lease and listens as it would over the store.
+// A runtime logs only store errors that no caller sees, such as a failed
+// write on a run's behalf, so every error a runtime logs fails the case.
 //
 // # Watchdog
 //

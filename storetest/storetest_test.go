@@ -33,9 +33,10 @@ func TestMemStoreRuntime(t *testing.T) {
 // against.
 const brokenEnv = "STORETEST_BROKEN_STORE"
 
-// TestHelperBroken runs the suite the entry in brokenStores names
-// (Run or RunRuntime) against the broken store brokenEnv names. It runs only as TestSuiteBites' child process, where its failure
-// is the expected outcome.
+// TestHelperBroken runs the suite the entry in brokenStores names (Run or
+// RunRuntime) against the broken store brokenEnv names. It runs only as
+// TestSuiteBites' child process, where its failure is the expected
+// outcome.
 func TestHelperBroken(t *testing.T) {
 	name := os.Getenv(brokenEnv)
 	if name == "" {

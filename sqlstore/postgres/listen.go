@@ -19,14 +19,14 @@ import (
 var _ workers.Notifier = (*Store)(nil)
 
 // Listen implements workers.Notifier with LISTEN/NOTIFY. A trigger on the
-// tables sends a notice on the store's channel when a task row is
-// inserted or updated and when a watcher is added, delivered once the
-// write commits; the store's own inserts of new tasks are announced just
-// after their commit instead (see the package's Notices). Listen holds one connection of its own, opened outside
-// the pool as the pool opens its own (its configuration, with its
-// BeforeConnect and AfterConnect hooks run for each connection, so that
-// credentials a hook supplies serve the listener too), and named
-// "workers listener" in pg_stat_activity.
+// tables sends a notice on the store's channel when a task row is inserted
+// or updated and when a watcher is added, delivered once the write
+// commits; the store's own inserts of new tasks are announced just after
+// their commit instead (see the package's Notices). Listen holds one
+// connection of its own, opened outside the pool as the pool opens its own
+// (its configuration, with its BeforeConnect and AfterConnect hooks run
+// for each connection, so that credentials a hook supplies serve the
+// listener too), and named "workers listener" in pg_stat_activity.
 //
 // It calls changed with a Resync as soon as it listens, and again after
 // every reconnect, since notices sent while it was not listening are

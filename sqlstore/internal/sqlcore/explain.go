@@ -22,10 +22,10 @@ type Statement struct {
 }
 
 // IndexedStatements returns the reads whose plans must be index lookups,
-// for the dialect packages' plan tests: the status read of id, the
-// listing of userID's tasks, the scan for RUNNING records that recovery
-// makes, and the cleanup's delete of old terminal records. It is a function rather than a method so that it is
-// not promoted into the dialect packages' API.
+// for the dialect packages' plan tests: the status read of id, the listing
+// of userID's tasks, the scan for RUNNING records that recovery makes, and
+// the cleanup's delete of old terminal records. It is a function rather
+// than a method so that it is not promoted into the dialect packages' API.
 //
 // The paged listings start after after, a record visible to userID in
 // the middle of its history, or half a microsecond later, where no stored
