@@ -402,7 +402,10 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 // name in Config.Queues, or ErrInvalidOption for a negative interval or
 // Retention or a LeaseTTL not above LeaseInterval; it returns ErrClosed
 // after Shutdown and ErrStarted if it already ran; a Start that failed (a
-// store error during recovery) may be called again.
+// store error during recovery) may be called again. A Start that failed
+// after taking the lease leaves its renewal and the listener running, as
+// a submission that takes the lease does: call Shutdown on a runtime
+// that is given up, whether or not it started.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
 	if rt.cfgErr != nil {
 		return rt.cfgErr
