@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/internal/sqltest"
 	"github.com/taskgate/workers/sqlstore/postgres"
@@ -28,6 +30,29 @@ var backend = sqltest.Backend{
 				return nil, nil, err
 			}
 			return s, func() { s.Close() }, nil
+		}
+	},
+	// A fault terminates the backends of the scenario's own store
+	// handles: those that connected after the fault was prepared and
+	// whose last statement names the scenario's schema, a random name no
+	// other test's statements hold. The pools reconnect. (A listener's
+	// LISTEN names a hash of the schema, not the schema: listeners are
+	// left alone.)
+	Fault: func(t *testing.T, getenv func(string) string) func(context.Context) {
+		schema := getenv(schemaEnv)
+		pool, err := pgxpool.New(t.Context(), getenv(dsnEnv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		var since any
+		if err := pool.QueryRow(t.Context(), `SELECT clock_timestamp()`).Scan(&since); err != nil {
+			t.Fatal(err)
+		}
+		return func(ctx context.Context) {
+			_, _ = pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+AND backend_start > $1 AND position($2 in query) > 0`, since, schema)
 		}
 	},
 }

@@ -2,8 +2,10 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/internal/sqltest"
@@ -31,7 +33,37 @@ var backend = sqltest.Backend{
 			return s, func() { s.Close() }, nil
 		}
 	},
+	// A fault holds the file's write lock from a connection of its own,
+	// for faultHold: the stores' writes wait for it, within their busy
+	// timeout.
+	Fault: func(t *testing.T, getenv func(string) string) func(context.Context) {
+		db, err := sql.Open("sqlite", getenv(pathEnv)+"?_busy_timeout=5000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return func(ctx context.Context) {
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				return // the load ended
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(faultHold):
+			}
+			if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+				t.Errorf("release the write lock: %v", err)
+			}
+		}
+	},
 }
+
+// faultHold is how long a fault of the soak scenario holds the write lock.
+const faultHold = 200 * time.Millisecond
 
 // TestProcesses runs the scenarios that need real processes sharing the
 // database file: concurrent joins and re-runs, a process killed mid-run,

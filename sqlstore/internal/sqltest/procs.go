@@ -43,6 +43,14 @@ type Backend struct {
 	// that falls back to os.Getenv. Parent and child thus open their
 	// handles the same way.
 	Open func(getenv func(string) string) Opener
+
+	// Fault, if not nil, prepares the injection of faults into the
+	// database that getenv names (as for Open), for the soak scenario of
+	// RunReplicas, and returns the function that injects one: it
+	// disturbs the scenario's own store handles for a moment, and never
+	// another test's, for the tests run in parallel. It may skip or
+	// fail t, and closes what it opens in t's cleanup.
+	Fault func(t *testing.T, getenv func(string) string) func(ctx context.Context)
 }
 
 // The variables a parent sets for its children.

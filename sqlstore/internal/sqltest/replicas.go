@@ -24,11 +24,21 @@ func RunReplicas(t *testing.T, b Backend) {
 		{"StalledReplicaIsRecoveredAndFencedOut", stalledReplica},
 		{"CancelDuringAProgressWriteReachesTheRun", cancelDuringProgressWrite},
 		{"CancelBeforeTheRunIsKnownKeepsItsCallbackFromStarting", cancelBeforePublish},
+		{"SoakOfRestartsAndCancels", nil}, // run with b.Fault, below
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			env := b.NewDB(t)
-			c.test(t, b.Open(func(name string) string { return lookup(env, name) }))
+			getenv := func(name string) string { return lookup(env, name) }
+			if c.test != nil {
+				c.test(t, b.Open(getenv))
+				return
+			}
+			var fault func(context.Context)
+			if b.Fault != nil {
+				fault = b.Fault(t, getenv)
+			}
+			soakOfRestartsAndCancels(t, b.Open(getenv), fault)
 		})
 	}
 }
