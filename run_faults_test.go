@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -447,4 +448,101 @@ func TestFaultARecoveryReadBackThatFailsLeavesTheWritesError(t *testing.T) {
 			})
 		})
 	}
+}
+
+// lostConn is a store error that says the connection was lost.
+var lostConn = fmt.Errorf("%w: connection reset by peer", workers.ErrUnavailable)
+
+// A registering write, an insert or the replace of a finished record,
+// fails once because the store lost its connection, before it lands or
+// after: it is made again, and Submit succeeds with one run, whose
+// callback runs once and whose record is the run's, completed. After a
+// try that landed, the retry finds the record taken and reads it: it
+// holds the submission's own run.
+func TestFaultARegisteringWriteOnALostConnectionIsMadeAgain(t *testing.T) {
+	for _, op := range []storetest.Op{storetest.OpInsertTask, storetest.OpReplaceTask} {
+		for _, fault := range bothFaults {
+			t.Run(string(op)+"/"+fault.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					rt, mem, f := faulty(workers.Config{})
+					if op == storetest.OpReplaceTask {
+						first, err := rt.Submit(context.Background(), "k", result("first"), owner)
+						require.NoError(t, err)
+						_, err = rt.Wait(context.Background(), first.ID, owner)
+						require.NoError(t, err)
+					}
+					f.Add(storetest.Rule{Op: op, Times: 1, Fault: fault, Err: lostConn})
+					var calls atomic.Int32
+					sub, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+						calls.Add(1)
+						return "done", nil
+					}, owner)
+					require.NoError(t, err)
+					assert.False(t, sub.Joined)
+					assert.Equal(t, 2, f.Calls(op), "the write was made again")
+					snap, err := rt.Wait(context.Background(), sub.ID, owner)
+					require.NoError(t, err)
+					assert.Equal(t, workers.StatusCompleted, snap.Status)
+					assert.Equal(t, sub.RunID, snap.RunID)
+					assert.EqualValues(t, 1, calls.Load())
+					rec, err := mem.GetTask(context.Background(), sub.ID)
+					require.NoError(t, err)
+					assert.Equal(t, sub.RunID, rec.RunID)
+					require.NoError(t, rt.Shutdown(context.Background()))
+				})
+			})
+		}
+	}
+}
+
+// A registering insert keeps failing with a lost connection: it is made
+// four times in all, and Submit returns the error. Should a try have
+// landed, its record is ended as abandoned, fenced on the run's own id,
+// as after any insert that may have landed; the callback never runs.
+func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{})
+				f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: fault, Err: lostConn})
+				var calls atomic.Int32
+				_, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+					calls.Add(1)
+					return "lost", nil
+				}, owner)
+				require.ErrorIs(t, err, workers.ErrUnavailable)
+				assert.Equal(t, 4, f.Calls(storetest.OpInsertTask))
+				id := scoped(t, "k")
+				if fault == storetest.FailAfter {
+					time.Sleep(time.Second) // the retired run's write
+					synctest.Wait()
+					endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+				} else {
+					_, err := mem.GetTask(context.Background(), id)
+					require.ErrorIs(t, err, workers.ErrNotFound)
+				}
+				assert.Zero(t, calls.Load())
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
+}
+
+// A registering insert is lost after it landed, and the read that would
+// tell so after the retry finds the record taken fails: whether it
+// landed is unknown, so Submit returns the lost try's error and the run
+// is retired, its record ended as abandoned.
+func TestFaultARegisteringWriteThatMayHaveLandedIsRetiredWhenTheReadFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Times: 1, Fault: storetest.FailAfter, Err: lostConn})
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore})
+		_, err := rt.Submit(context.Background(), "k", result("lost"), owner)
+		require.ErrorIs(t, err, workers.ErrUnavailable)
+		assert.Equal(t, 2, f.Calls(storetest.OpInsertTask))
+		time.Sleep(time.Second) // the retired run's write
+		synctest.Wait()
+		endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
 }

@@ -501,6 +501,13 @@ type Submission struct {
 // in time fails with an error that says so, not context.DeadlineExceeded,
 // which would read as ctx's own.
 //
+// A registering write (the insert of a new record, or the replace of a
+// finished one) that fails because the store lost or could not open its
+// connection (ErrUnavailable) is made again, up to three times within
+// ctx. Every try carries the same run id, so a retry after a lost try
+// that landed finds that record and takes it for its own: the submission
+// registers one run either way.
+//
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
 func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
@@ -771,7 +778,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 			if refused != nil {
 				return nil, Submission{}, change{}, refused // gone since the read: no join
 			}
-			err := rt.insert(ctx, t)
+			err := rt.registerWrite(ctx, t, func() error { return rt.insert(ctx, t) })
 			if err == nil {
 				return registered()
 			}
@@ -824,7 +831,8 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 			return nil, Submission{}, change{}, refused // nothing live to join
 		}
 
-		err = rt.replace(ctx, t, rec.RunID)
+		prev := rec.RunID
+		err = rt.registerWrite(ctx, t, func() error { return rt.replace(ctx, t, prev) })
 		switch {
 		case err == nil:
 			return registered()
@@ -848,6 +856,46 @@ func (rt *Runtime[S]) insert(ctx context.Context, t *Task) error {
 		return t.keep(r, rt.mem.add(ctx, r))
 	}
 	return rt.store.InsertTask(ctx, t.record())
+}
+
+// registerRetries bounds the tries a registering write makes again after
+// the store lost its connection, backing off from registerBackoff.
+const (
+	registerRetries = 3
+	registerBackoff = 10 * time.Millisecond
+)
+
+// registerWrite makes write, run t's registering write (its insert, or
+// its replace of a record), and makes it again, up to registerRetries
+// times, while it fails with ErrUnavailable: the store lost or could not
+// open its connection, a blip a new connection may not see. A lost try
+// may have landed, so a retry that the store refuses (ErrConflict, or
+// ErrNotFound for a replace whose predecessor it took away) reads the
+// record: one that holds t's run id is the lost try's, which landed.
+// When that read fails, whether a try landed is unknown: the lost try's
+// error is returned, for decide to retire the run, as after any write
+// that may have landed.
+func (rt *Runtime[S]) registerWrite(ctx context.Context, t *Task, write func() error) error {
+	err := write()
+	backoff := registerBackoff
+	for range registerRetries {
+		if !errors.Is(err, ErrUnavailable) || !sleep(ctx, jitter(backoff)) {
+			return err
+		}
+		lost := err
+		backoff *= 2
+		if err = write(); errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			rec, rerr := rt.store.GetTask(ctx, t.ID())
+			switch {
+			case rerr == nil && rec.RunID == t.RunID():
+				return nil // the lost try landed
+			case rerr != nil && !errors.Is(rerr, ErrNotFound):
+				return lost
+			}
+			return err
+		}
+	}
+	return err
 }
 
 // replace stores t's new record in place of the run prevRunID's.
