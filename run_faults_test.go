@@ -480,6 +480,9 @@ func TestFaultARegisteringWriteOnALostConnectionIsMadeAgain(t *testing.T) {
 					require.NoError(t, err)
 					assert.False(t, sub.Joined)
 					assert.Equal(t, 2, f.Calls(op), "the write was made again")
+					if op == storetest.OpInsertTask {
+						assert.Zero(t, f.Calls(storetest.OpReplaceTask), "the retry's read found the landed try")
+					}
 					snap, err := rt.Wait(context.Background(), sub.ID, owner)
 					require.NoError(t, err)
 					assert.Equal(t, workers.StatusCompleted, snap.Status)
@@ -539,6 +542,25 @@ func TestFaultARegisteringWriteThatMayHaveLandedIsRetiredWhenTheReadFails(t *tes
 		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore})
 		_, err := rt.Submit(context.Background(), "k", result("lost"), owner)
 		require.ErrorIs(t, err, workers.ErrUnavailable)
+		assert.Equal(t, 2, f.Calls(storetest.OpInsertTask))
+		time.Sleep(time.Second) // the retired run's write
+		synctest.Wait()
+		endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// A registering insert is lost after it landed, and its retry is refused
+// for good: the refusal says nothing of the lost try, so Submit returns
+// the lost try's error and the run is retired, its record ended as
+// abandoned, not left live under a run nobody executes.
+func TestFaultARegisteringWriteRefusedForGoodAfterALostTryIsRetired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Nth: 1, Fault: storetest.FailAfter, Err: lostConn})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Nth: 2, Fault: storetest.FailBefore, Err: workers.ErrInvalidData})
+		_, err := rt.Submit(context.Background(), "k", result("lost"), owner)
+		assert.ErrorIs(t, err, workers.ErrUnavailable)
 		assert.Equal(t, 2, f.Calls(storetest.OpInsertTask))
 		time.Sleep(time.Second) // the retired run's write
 		synctest.Wait()

@@ -874,7 +874,9 @@ const (
 // record: one that holds t's run id is the lost try's, which landed.
 // When that read fails, whether a try landed is unknown: the lost try's
 // error is returned, for decide to retire the run, as after any write
-// that may have landed.
+// that may have landed. So it is when a retry is refused for good
+// (permanentStoreError): that refusal says nothing of the lost try, and
+// retire leaves the record of a write so refused alone.
 func (rt *Runtime[S]) registerWrite(ctx context.Context, t *Task, write func() error) error {
 	err := write()
 	backoff := registerBackoff
@@ -893,6 +895,9 @@ func (rt *Runtime[S]) registerWrite(ctx context.Context, t *Task, write func() e
 				return lost
 			}
 			return err
+		}
+		if permanentStoreError(err) {
+			return lost
 		}
 	}
 	return err
