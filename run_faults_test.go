@@ -517,8 +517,7 @@ func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
 				assert.Equal(t, 4, f.Calls(storetest.OpInsertTask))
 				id := scoped(t, "k")
 				if fault == storetest.FailAfter {
-					time.Sleep(time.Second) // the retired run's write
-					synctest.Wait()
+					synctest.Wait() // the retired run's write
 					endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
 				} else {
 					_, err := mem.GetTask(context.Background(), id)
@@ -531,40 +530,30 @@ func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
 	}
 }
 
-// A registering insert is lost after it landed, and the read that would
-// tell so after the retry finds the record taken fails: whether it
-// landed is unknown, so Submit returns the lost try's error and the run
-// is retired, its record ended as abandoned.
-func TestFaultARegisteringWriteThatMayHaveLandedIsRetiredWhenTheReadFails(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := faulty(workers.Config{})
-		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Times: 1, Fault: storetest.FailAfter, Err: lostConn})
-		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore})
-		_, err := rt.Submit(context.Background(), "k", result("lost"), owner)
-		require.ErrorIs(t, err, workers.ErrUnavailable)
-		assert.Equal(t, 2, f.Calls(storetest.OpInsertTask))
-		time.Sleep(time.Second) // the retired run's write
-		synctest.Wait()
-		endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
-		require.NoError(t, rt.Shutdown(context.Background()))
-	})
-}
-
-// A registering insert is lost after it landed, and its retry is refused
-// for good: the refusal says nothing of the lost try, so Submit returns
-// the lost try's error and the run is retired, its record ended as
-// abandoned, not left live under a run nobody executes.
-func TestFaultARegisteringWriteRefusedForGoodAfterALostTryIsRetired(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := faulty(workers.Config{})
-		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Nth: 1, Fault: storetest.FailAfter, Err: lostConn})
-		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Nth: 2, Fault: storetest.FailBefore, Err: workers.ErrInvalidData})
-		_, err := rt.Submit(context.Background(), "k", result("lost"), owner)
-		assert.ErrorIs(t, err, workers.ErrUnavailable)
-		assert.Equal(t, 2, f.Calls(storetest.OpInsertTask))
-		time.Sleep(time.Second) // the retired run's write
-		synctest.Wait()
-		endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
-		require.NoError(t, rt.Shutdown(context.Background()))
-	})
+// A registering insert is lost after it landed, and its retry cannot tell
+// so: the read that would, after the retry finds the record taken, fails
+// (before it reaches the store, or after), or the retry is refused for
+// good, which says nothing of the lost try. Whether it landed is unknown,
+// so Submit returns the lost try's error and the run is retired, its
+// record ended as abandoned, not left live under a run nobody executes.
+func TestFaultARegisteringWriteThatMayHaveLandedIsRetiredWhenTheRetryCannotTell(t *testing.T) {
+	for name, rule := range map[string]storetest.Rule{
+		"read fails/fail-before": {Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore},
+		"read fails/fail-after":  {Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailAfter},
+		"retry refused for good": {Op: storetest.OpInsertTask, Nth: 2, Fault: storetest.FailBefore, Err: workers.ErrInvalidData},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{})
+				f.Add(storetest.Rule{Op: storetest.OpInsertTask, Nth: 1, Fault: storetest.FailAfter, Err: lostConn})
+				f.Add(rule)
+				_, err := rt.Submit(context.Background(), "k", result("lost"), owner)
+				require.ErrorIs(t, err, workers.ErrUnavailable)
+				assert.Equal(t, 2, f.Calls(storetest.OpInsertTask))
+				synctest.Wait() // the retired run's write
+				endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
 }
