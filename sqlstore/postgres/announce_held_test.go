@@ -78,9 +78,7 @@ func TestInsertsNotifyWhileAnnouncementsFail(t *testing.T) {
 	sc := newScratchT(t)
 	listener, writer := sc.store(t), sc.store(t)
 	ch, _ := listening(t, listener)
-	if c := next(t, ch); !c.Resync {
-		t.Fatalf("first notice %+v, want a resync", c)
-	}
+	firstResync(t, ch)
 	if _, err := sc.pool.Exec(t.Context(), `DROP FUNCTION "`+sc.schema+`".workers_announce(text[])`); err != nil {
 		t.Fatal(err)
 	}

@@ -27,9 +27,7 @@ func TestListen(t *testing.T) {
 	sc := newScratchT(t)
 	listener, writer := sc.store(t), sc.store(t)
 	ch, stop := listening(t, listener)
-	if c := next(t, ch); !c.Resync {
-		t.Fatalf("first notice %+v, want a resync", c)
-	}
+	firstResync(t, ch)
 
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	rec := workers.Record{ID: "alice::k", RunID: "inst.1", CreatedAt: at, State: workers.State{Status: workers.StatusPending}}
@@ -85,9 +83,7 @@ func TestInsertsAreAnnouncedOnce(t *testing.T) {
 	sc := newScratchT(t)
 	listener, writer := sc.store(t), sc.store(t)
 	ch, _ := listening(t, listener)
-	if c := next(t, ch); !c.Resync {
-		t.Fatalf("first notice %+v, want a resync", c)
-	}
+	firstResync(t, ch)
 
 	const n = 40
 	var wg sync.WaitGroup

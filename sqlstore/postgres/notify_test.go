@@ -73,6 +73,15 @@ func nextResync(t *testing.T, ch <-chan workers.Change) {
 	}
 }
 
+// firstResync fails t unless the next notice on ch, a listener's first,
+// is a Resync.
+func firstResync(t *testing.T, ch <-chan workers.Change) {
+	t.Helper()
+	if c := next(t, ch); !c.Resync {
+		t.Fatalf("first notice %+v, want a resync", c)
+	}
+}
+
 // TestListenReconnects terminates the listening connection's backend: the
 // listener reconnects, says Resync, and delivers later notices.
 func TestListenReconnectsRepeatedly(t *testing.T) {
@@ -80,9 +89,7 @@ func TestListenReconnectsRepeatedly(t *testing.T) {
 	s := sc.store(t)
 	ctx := t.Context()
 	ch, stop := listening(t, s)
-	if c := next(t, ch); !c.Resync {
-		t.Fatalf("first change = %+v, want Resync", c)
-	}
+	firstResync(t, ch)
 	for round := range 3 {
 		terminateListeners(t, sc.pool)
 		nextResync(t, ch)
