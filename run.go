@@ -281,12 +281,19 @@ func errorText(err error) (s string) {
 // sleep waits for d unless ctx ends first, and reports whether it waited
 // the whole time.
 func sleep(ctx context.Context, d time.Duration) bool {
+	return sleepUnless(ctx, d, nil)
+}
+
+// sleepUnless is sleep, cut short also when stop is closed.
+func sleepUnless(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
 		return true
 	case <-ctx.Done():
+		return false
+	case <-stop:
 		return false
 	}
 }

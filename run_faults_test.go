@@ -530,6 +530,34 @@ func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
 	}
 }
 
+// Shutdown begins while a registering write backs off before its retry:
+// the backoff ends at once (Shutdown waits for the submissions in
+// progress), and Submit returns the lost try's error without a retry.
+func TestFaultARegisteringWriteStopsBackingOffWhenShutdownBegins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.FailBefore, Err: lostConn})
+		start := time.Now()
+		var err error
+		var took time.Duration
+		submitted := make(chan struct{})
+		go func() {
+			defer close(submitted)
+			_, err = rt.Submit(context.Background(), "k", result("lost"), owner)
+			took = time.Since(start)
+		}()
+		synctest.Wait() // the submission backs off
+		require.Equal(t, 1, f.Calls(storetest.OpInsertTask))
+		require.NoError(t, rt.Shutdown(context.Background()))
+		<-submitted
+		require.ErrorIs(t, err, workers.ErrUnavailable)
+		assert.Zero(t, took, "the backoff did not wait")
+		assert.Equal(t, 1, f.Calls(storetest.OpInsertTask), "no retry after Shutdown began")
+		_, err = mem.GetTask(context.Background(), scoped(t, "k"))
+		require.ErrorIs(t, err, workers.ErrNotFound)
+	})
+}
+
 // A registering insert is lost after it landed, and its retry cannot tell
 // so: the read that would, after the retry finds the record taken, fails
 // (before it reaches the store, or after), or the retry is refused for

@@ -504,9 +504,9 @@ type Submission struct {
 // A registering write (the insert of a new record, or the replace of a
 // finished one) that fails because the store lost or could not open its
 // connection (ErrUnavailable) is made again, up to three times within
-// ctx. Every try carries the same run id, so a retry after a lost try
-// that landed finds that record and takes it for its own: the submission
-// registers one run either way.
+// ctx, and not once Shutdown has begun. Every try carries the same run
+// id, so a retry after a lost try that landed finds that record and
+// takes it for its own: the submission registers one run either way.
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
@@ -868,7 +868,9 @@ const (
 // registerWrite makes write, run t's registering write (its insert, or
 // its replace of a record), and makes it again, up to registerRetries
 // times, while it fails with ErrUnavailable: the store lost or could not
-// open its connection, a blip a new connection may not see. A lost try
+// open its connection, a blip a new connection may not see. It stops
+// backing off once Shutdown begins, which waits for the submissions in
+// progress: the lost try's error is then returned. A lost try
 // may have landed, so a retry that the store refuses (ErrConflict, or
 // ErrNotFound for a replace whose predecessor it took away) reads the
 // record: one that holds t's run id is the lost try's, which landed.
@@ -881,7 +883,7 @@ func (rt *Runtime[S]) registerWrite(ctx context.Context, t *Task, write func() e
 	err := write()
 	backoff := registerBackoff
 	for range registerRetries {
-		if !errors.Is(err, ErrUnavailable) || !sleep(ctx, jitter(backoff)) {
+		if !errors.Is(err, ErrUnavailable) || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
 			return err
 		}
 		lost := err
