@@ -173,3 +173,40 @@ func TestReadAfterAWriteThatChangedNothingRidesOutALostConnection(t *testing.T) 
 		t.Errorf("%d reads, want 4: each lost once, then made again", n)
 	}
 }
+
+// rollbackDriver is a database/sql driver whose connections only begin,
+// commit and roll back transactions; each rollback is signalled on
+// rolledBack.
+type rollbackDriver struct{ rolledBack chan struct{} }
+
+type rollbackConn struct{ d *rollbackDriver }
+
+func (d *rollbackDriver) Open(string) (driver.Conn, error) { return rollbackConn{d}, nil }
+
+func (rollbackConn) Prepare(string) (driver.Stmt, error) { return nil, errors.New("not supported") }
+func (rollbackConn) Close() error                        { return nil }
+func (c rollbackConn) Begin() (driver.Tx, error)         { return c, nil }
+func (rollbackConn) Commit() error                       { return nil }
+func (c rollbackConn) Rollback() error {
+	c.d.rolledBack <- struct{}{}
+	return nil
+}
+
+// A transaction whose context ends before its commit is rolled back by
+// database/sql, whose Commit then says only that the transaction is
+// done: the store reports ctx's error, which its callers test for.
+func TestCommitAfterTheContextEndedReportsTheContextsError(t *testing.T) {
+	d := &rollbackDriver{rolledBack: make(chan struct{}, 1)}
+	db := sql.OpenDB(connector{d})
+	defer db.Close()
+	s := &Store{d: &Dialect{Name: "test"}, w: db}
+	ctx, cancel := context.WithCancel(context.Background())
+	err := s.inTx(ctx, func(*sql.Tx) error {
+		cancel()
+		<-d.rolledBack // database/sql's own rollback, as ctx ended
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, sql.ErrTxDone) {
+		t.Fatalf("inTx = %v, want context.Canceled", err)
+	}
+}

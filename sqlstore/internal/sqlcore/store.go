@@ -739,6 +739,12 @@ func (s *Store) inTxWith(ctx context.Context, opts *sql.TxOptions, fn func(*sql.
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+			// ctx ended before the commit, and database/sql rolled the
+			// transaction back: say so with ctx's error, which callers
+			// test for, rather than ErrTxDone.
+			err = ctx.Err()
+		}
 		return s.wrap("commit", err)
 	}
 	return nil
