@@ -52,7 +52,7 @@
 // the plan it reuses was made, so a new deployment's tasks table is never
 // scanned whole for every batch while it grows.
 //
-// A read (GetTask, ListTasks) whose pooled connection the server ended
+// A read (GetTask, ListTasks, LiveInstances) whose pooled connection the server ended
 // (a restart, a failover, pg_terminate_backend) is made again on another,
 // until the pool dials a new one, so a restart costs no caller an error;
 // a write is not, since it may have landed, and the runtime's own

@@ -39,22 +39,27 @@ func (s *Store) ReleaseLease(ctx context.Context, instance string) error {
 }
 
 // LiveInstances implements workers.Leaser: the instances whose expiry is
-// after the database's clock.
+// after the database's clock. Like every read, it is made again on a
+// lost connection (see read).
 func (s *Store) LiveInstances(ctx context.Context) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, s.q.liveLeases)
-	if err != nil {
-		return nil, s.wrap("live instances", err)
-	}
-	defer rows.Close()
 	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, s.wrap("live instances", err)
+	err := s.read(ctx, func() error {
+		ids = ids[:0]
+		rows, err := s.r.QueryContext(ctx, s.q.liveLeases)
+		if err != nil {
+			return err
 		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, s.wrap("live instances", err)
 	}
 	return ids, nil

@@ -174,6 +174,27 @@ func TestReadAfterAWriteThatChangedNothingRidesOutALostConnection(t *testing.T) 
 	}
 }
 
+// The read of the live instances, which a submission may make to tell a
+// live run from an abandoned one, is made again on a lost connection.
+func TestLiveInstancesRidesOutALostConnection(t *testing.T) {
+	d := &lossyDriver{}
+	db := sql.OpenDB(connector{d})
+	defer db.Close()
+	s, err := New(&Dialect{Name: "test", Time: func(t time.Time) any { return t }, ConnLost: func(err error) bool { return errors.Is(err, errLost) }},
+		db, db, Config{Prefix: DefaultPrefix, ReadAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.lost.Store(2)
+	live, err := s.LiveInstances(context.Background())
+	if err != nil || len(live) != 1 || live[0] != "r2" {
+		t.Errorf("LiveInstances = %q, %v; want the one row", live, err)
+	}
+	if n := d.reads.Load(); n != 3 {
+		t.Errorf("%d reads, want 3: lost twice, then made again", n)
+	}
+}
+
 // rollbackDriver is a database/sql driver whose connections only begin,
 // commit and roll back transactions; each rollback is signalled on
 // rolledBack.
