@@ -52,11 +52,11 @@
 // the plan it reuses was made, so a new deployment's tasks table is never
 // scanned whole for every batch while it grows.
 //
-// A read (GetTask, ListTasks, LiveInstances) whose pooled connection the server ended
-// (a restart, a failover, pg_terminate_backend) is made again on another,
-// until the pool dials a new one, so a restart costs no caller an error;
-// a write is not, since it may have landed, and the runtime's own
-// handling of a write that failed that way applies.
+// A read (GetTask, ListTasks, LiveInstances) whose pooled connection the
+// server ended (a restart, a failover, pg_terminate_backend) is made
+// again on another, until the pool dials a new one, so a restart costs
+// no caller an error; a write is not, since it may have landed, and the
+// runtime's own handling of a write that failed that way applies.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
