@@ -125,6 +125,20 @@ func (s lossyStmt) Query([]driver.Value) (driver.Rows, error) {
 	return &oneRow{v: "r2"}, nil
 }
 
+// lossyStore returns a store over d that makes a read again, up to three
+// times, when its connection is lost.
+func lossyStore(t *testing.T, d *lossyDriver) *Store {
+	t.Helper()
+	db := sql.OpenDB(connector{d})
+	t.Cleanup(func() { db.Close() })
+	s, err := New(&Dialect{Name: "test", Time: func(t time.Time) any { return t }, ConnLost: func(err error) bool { return errors.Is(err, errLost) }},
+		db, db, Config{Prefix: DefaultPrefix, ReadAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // oneRow is a result of one row and one column.
 type oneRow struct {
 	v    string
@@ -150,13 +164,7 @@ func (r *oneRow) Next(dest []driver.Value) error {
 // landed.
 func TestReadAfterAWriteThatChangedNothingRidesOutALostConnection(t *testing.T) {
 	d := &lossyDriver{}
-	db := sql.OpenDB(connector{d})
-	defer db.Close()
-	s, err := New(&Dialect{Name: "test", Time: func(t time.Time) any { return t }, ConnLost: func(err error) bool { return errors.Is(err, errLost) }},
-		db, db, Config{Prefix: DefaultPrefix, ReadAttempts: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := lossyStore(t, d)
 	ctx := context.Background()
 	d.lost.Store(1)
 	ok, err := s.TransitionTask(ctx, "alice::k", "r1", []workers.Status{workers.StatusPending},
@@ -178,13 +186,7 @@ func TestReadAfterAWriteThatChangedNothingRidesOutALostConnection(t *testing.T) 
 // live run from an abandoned one, is made again on a lost connection.
 func TestLiveInstancesRidesOutALostConnection(t *testing.T) {
 	d := &lossyDriver{}
-	db := sql.OpenDB(connector{d})
-	defer db.Close()
-	s, err := New(&Dialect{Name: "test", Time: func(t time.Time) any { return t }, ConnLost: func(err error) bool { return errors.Is(err, errLost) }},
-		db, db, Config{Prefix: DefaultPrefix, ReadAttempts: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := lossyStore(t, d)
 	d.lost.Store(2)
 	live, err := s.LiveInstances(context.Background())
 	if err != nil || len(live) != 1 || live[0] != "r2" {
