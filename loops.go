@@ -210,7 +210,7 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	case ls.tries.Load() != seen && ls.lastErr != nil:
 		return 0, leaseError("renewing", ls.lastErr)
 	default:
-		if err := rt.renewUnlessShut(ctx, rt.leaser); err != nil {
+		if err := rt.renewForRun(ctx); err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
@@ -218,6 +218,26 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 		}
 	}
 	return ls.epoch.Load(), nil
+}
+
+// renewForRun is renewUnlessShut for a submission that found the lease's
+// end passed: a renewal that failed because the store lost or could not
+// open its connection (ErrUnavailable) is made again, as a registering
+// write is (registerWrite), within ctx and until Shutdown begins. Whether
+// a lost try landed makes no difference: its failure, after the lease's
+// end, declared the lease lost (see renew), so the next renewal takes
+// the lease anew, whatever it reports.
+func (rt *Runtime[S]) renewForRun(ctx context.Context) error {
+	err := rt.renewUnlessShut(ctx, rt.leaser)
+	backoff := registerBackoff
+	for range registerRetries {
+		if !errors.Is(err, ErrUnavailable) || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
+			return err
+		}
+		backoff *= 2
+		err = rt.renewUnlessShut(ctx, rt.leaser)
+	}
+	return err
 }
 
 // leaseError says what failed of taking or renewing the lease; ErrClosed

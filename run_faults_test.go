@@ -530,6 +530,48 @@ func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
 	}
 }
 
+// A submission that finds the lease lost renews it first, and a renewal
+// that fails on a lost connection is made again: the submission
+// registers on the lease its retry took, and its run completes. A
+// renewal that keeps failing fails the submission, which registers
+// nothing.
+func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T) {
+	for name, c := range map[string]struct {
+		lost    int // the submission's renewals that fail
+		renewed bool
+	}{
+		"lost once":   {1, true},
+		"lost thrice": {3, true},
+		"still lost":  {4, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+				require.NoError(t, rt.Start(t.Context()))
+				unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore, Err: lostConn})
+				time.Sleep(4500 * time.Millisecond) // the renewals fail past the lease's end: lost
+				unreachable()
+				f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: c.lost, Fault: storetest.FailBefore, Err: lostConn})
+				before := f.Calls(storetest.OpRenewLease)
+				sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+				if !c.renewed {
+					require.ErrorIs(t, err, workers.ErrUnavailable)
+					assert.ErrorContains(t, err, "renewing the instance lease")
+					assert.Equal(t, before+4, f.Calls(storetest.OpRenewLease), "four tries")
+					_, err = mem.GetTask(context.Background(), scoped(t, "k"))
+					require.ErrorIs(t, err, workers.ErrNotFound)
+				} else {
+					require.NoError(t, err)
+					assert.Equal(t, before+c.lost+1, f.Calls(storetest.OpRenewLease))
+					synctest.Wait()
+					endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+				}
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
+}
+
 // Shutdown begins while a registering write backs off before its retry:
 // the backoff ends at once (Shutdown waits for the submissions in
 // progress), and Submit returns the lost try's error without a retry.
