@@ -86,16 +86,21 @@ func (c *combiner[T]) do(ctx context.Context, key string, in T) (bool, error) {
 	}
 	select {
 	case <-w.done:
-		return w.ok, w.err
 	case <-ctx.Done():
 		w.gone.Store(true)
 		select {
 		case <-w.done: // finished all the same: its outcome is known
-			return w.ok, w.err
 		default:
 			return false, ctx.Err()
 		}
 	}
+	if w.err != nil && errors.Is(w.err, context.Canceled) && ctx.Err() != nil {
+		// The batch's context ended because its callers left, this one
+		// among them, and that is all its error says: the caller's own
+		// context's error says why (context.DeadlineExceeded, say).
+		return false, ctx.Err()
+	}
+	return w.ok, w.err
 }
 
 // take removes the next batch from the queue: up to max calls, one per

@@ -190,6 +190,30 @@ func TestCombinerDropsAWriteWhoseContextEndedBeforeItsCallerWoke(t *testing.T) {
 	}
 }
 
+// A caller whose context ends while its batch is in flight gets its own
+// context's error, never the batch's: the batch's context ends because
+// its callers left, and the error the batch then returns says only that.
+// (Which of the two the caller saw first was a race.)
+func TestCombinerCallerWhoseContextEndsGetsItsOwnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &combiner[int]{limit: 1, max: 8, exec: func(ctx context.Context, batch []*call[int]) {
+			<-ctx.Done()
+			for _, w := range batch {
+				w.err = fmt.Errorf("write tasks: %w", ctx.Err())
+			}
+		}}
+		for range 100 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := c.do(ctx, "k", 0)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("do = %v, want its own context's context.DeadlineExceeded", err)
+			}
+			synctest.Wait() // the batch's goroutine ends
+		}
+	})
+}
+
 // A batch runs while anyone waits for it, and its context ends once every
 // caller in it has left; each caller returns when its own context ends.
 func TestCombinerBatchEndsWhenEveryCallerLeft(t *testing.T) {
