@@ -210,7 +210,7 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	case ls.tries.Load() != seen && ls.lastErr != nil:
 		return 0, leaseError("renewing", ls.lastErr)
 	default:
-		if err := rt.renewForRun(ctx); err != nil {
+		if err := rt.renewWhileLost(ctx, func() error { return rt.renewUnlessShut(ctx, rt.leaser) }); err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
@@ -220,22 +220,30 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	return ls.epoch.Load(), nil
 }
 
-// renewForRun is renewUnlessShut for a submission that found the lease's
-// end passed: a renewal that failed because the store lost or could not
-// open its connection (ErrUnavailable) is made again, as a registering
-// write is (registerWrite), within ctx and until Shutdown begins. Whether
-// a lost try landed makes no difference: its failure, after the lease's
-// end, declared the lease lost (see renew), so the next renewal takes
-// the lease anew, whatever it reports.
-func (rt *Runtime[S]) renewForRun(ctx context.Context) error {
-	err := rt.renewUnlessShut(ctx, rt.leaser)
+// renewWhileLost makes a renewal with renew, and makes it again, as a
+// registering write is (registerWrite), while it fails because the store
+// lost or could not open its connection (ErrUnavailable) and the lease is
+// lost, within ctx and until Shutdown begins; the caller holds the
+// lease's turn. A renewal fails that way with the lease lost only after
+// its end passed, and its failure then declared the lease lost (see
+// renew), so whether a lost try landed makes no difference: the next
+// renewal takes the lease anew, whatever it reports. A renewal that
+// fails while the lease lives is not made again here: the lease has
+// intervals to spare, and a lost try that landed would make the retry's
+// answer say the lease was extended when it may have been taken anew.
+//
+// Submissions that find the lease's end passed renew through it, and so
+// does the loop once the lease is lost; submissions waiting meanwhile
+// share the outcome.
+func (rt *Runtime[S]) renewWhileLost(ctx context.Context, renew func() error) error {
+	err := renew()
 	backoff := registerBackoff
 	for range registerRetries {
-		if !errors.Is(err, ErrUnavailable) || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
+		if !errors.Is(err, ErrUnavailable) || !rt.lease.lost || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
 			return err
 		}
 		backoff *= 2
-		err = rt.renewUnlessShut(ctx, rt.leaser)
+		err = renew()
 	}
 	return err
 }
@@ -290,7 +298,8 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			return
 		}
 		if due {
-			_ = rt.renew(ctx, l) // it logs a failure, and loses the lease past its end
+			// renew logs a failure, and loses the lease past its end.
+			_ = rt.renewWhileLost(ctx, func() error { return rt.renew(ctx, l) })
 		} else if until := ls.until.Load(); !ls.lost && until != 0 && ls.now() >= until {
 			// Past the earliest end of the last renewal that landed:
 			// another instance may recover the runs from now on.

@@ -572,6 +572,46 @@ func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T)
 	}
 }
 
+// Once the lease is lost, a renewal of the loop that fails on a lost
+// connection is made again at once, not an interval later: a submission
+// that comes meanwhile finds the lease taken anew and renews nothing of
+// its own.
+func TestFaultTheLoopsRenewalOfALostLeaseOnALostConnectionIsMadeAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		require.NoError(t, rt.Start(t.Context()))
+		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore, Err: lostConn})
+		time.Sleep(4500 * time.Millisecond) // the renewals fail past the lease's end: lost
+		unreachable()
+		f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: 1, Fault: storetest.FailBefore, Err: lostConn})
+		time.Sleep(time.Second) // the loop's renewal at 5 s is lost, and made again
+		before := f.Calls(storetest.OpRenewLease)
+		sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+		require.NoError(t, err)
+		assert.Equal(t, before, f.Calls(storetest.OpRenewLease), "no renewal of the submission's own")
+		synctest.Wait()
+		endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// While the lease lives, a renewal of the loop that fails on a lost
+// connection is not made again before the next interval: had the lost
+// try landed, the retry would report an extension of a lease the lost
+// try may have taken anew.
+func TestFaultTheLoopsRenewalOfALiveLeaseIsNotMadeAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, _, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		require.NoError(t, rt.Start(t.Context()))
+		time.Sleep(500 * time.Millisecond)
+		before := f.Calls(storetest.OpRenewLease)
+		f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: 1, Fault: storetest.FailAfter, Err: lostConn})
+		time.Sleep(time.Second) // the renewal at 1 s is lost
+		assert.Equal(t, before+1, f.Calls(storetest.OpRenewLease), "one renewal, not made again")
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
 // Shutdown begins while a registering write backs off before its retry:
 // the backoff ends at once (Shutdown waits for the submissions in
 // progress), and Submit returns the lost try's error without a retry.
