@@ -58,11 +58,14 @@ func TestConnLost(t *testing.T) {
 		&pgconn.PgError{Code: "08006"}:              true, // connection failure
 		fmt.Errorf("read: %w", io.ErrUnexpectedEOF): true,
 		fmt.Errorf("query: %w", driver.ErrBadConn):  true,
-		&pgconn.PgError{Code: "22P05"}:              false, // a data error
-		&pgconn.PgError{Code: "40001"}:              false, // serialization failure
-		&pgconn.PgError{Code: "57014"}:              false, // query cancelled
-		errors.New("something else"):                false,
-		context.DeadlineExceeded:                    false,
+		// A pooled connection the driver closed (its backend ended) before
+		// the query, as pgx reports it when it first clears its cache.
+		fmt.Errorf("failed to deallocate cached statement(s): %w", pgconn.ErrConnClosed): true,
+		&pgconn.PgError{Code: "22P05"}: false, // a data error
+		&pgconn.PgError{Code: "40001"}: false, // serialization failure
+		&pgconn.PgError{Code: "57014"}: false, // query cancelled
+		errors.New("something else"):   false,
+		context.DeadlineExceeded:       false,
 	} {
 		if got := dialect.ConnLost(err); got != want {
 			t.Errorf("ConnLost(%v) = %v, want %v", err, got, want)
