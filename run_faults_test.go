@@ -530,6 +530,21 @@ func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
 	}
 }
 
+// leaseLostOnce returns a started runtime over a faulty MemStore (lease
+// interval 1 s, TTL 3 s) whose renewals failed on a lost connection
+// until its lease was lost, at 4.5 s in the caller's bubble; the next
+// lost renewals will fail the same way, and those after succeed.
+func leaseLostOnce(t *testing.T, lost int) (*workers.Runtime[workers.Store], *workers.MemStore, *storetest.Faults) {
+	t.Helper()
+	rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+	require.NoError(t, rt.Start(t.Context()))
+	unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore, Err: lostConn})
+	time.Sleep(4500 * time.Millisecond) // the renewals fail past the lease's end: lost
+	unreachable()
+	f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: lost, Fault: storetest.FailBefore, Err: lostConn})
+	return rt, mem, f
+}
+
 // A submission that finds the lease lost renews it first, and a renewal
 // that fails on a lost connection is made again: the submission
 // registers on the lease its retry took, and its run completes. A
@@ -546,12 +561,7 @@ func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T)
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-				require.NoError(t, rt.Start(t.Context()))
-				unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore, Err: lostConn})
-				time.Sleep(4500 * time.Millisecond) // the renewals fail past the lease's end: lost
-				unreachable()
-				f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: c.lost, Fault: storetest.FailBefore, Err: lostConn})
+				rt, mem, f := leaseLostOnce(t, c.lost)
 				before := f.Calls(storetest.OpRenewLease)
 				sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
 				if !c.renewed {
@@ -578,12 +588,7 @@ func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T)
 // its own.
 func TestFaultTheLoopsRenewalOfALostLeaseOnALostConnectionIsMadeAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
-		require.NoError(t, rt.Start(t.Context()))
-		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore, Err: lostConn})
-		time.Sleep(4500 * time.Millisecond) // the renewals fail past the lease's end: lost
-		unreachable()
-		f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: 1, Fault: storetest.FailBefore, Err: lostConn})
+		rt, mem, f := leaseLostOnce(t, 1)
 		time.Sleep(time.Second) // the loop's renewal at 5 s is lost, and made again
 		before := f.Calls(storetest.OpRenewLease)
 		sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
