@@ -263,7 +263,10 @@ func waitTick(ctx context.Context) {
 func lostLease(t *testing.T, s workers.Store) {
 	ctx := t.Context()
 	g := leased(s)
-	rt := workers.NewRuntime[workers.Store](g, workers.Config{LeaseInterval: 20 * time.Millisecond})
+	// A lease of a second, as the replicas' stall tests have: one of a
+	// tenth of a second could run out on a busy machine before the
+	// callback starts, and its run would then never start.
+	rt := workers.NewRuntime[workers.Store](g, workers.Config{LeaseInterval: stallInterval, LeaseTTL: stallTTL})
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
