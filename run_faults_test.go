@@ -533,15 +533,16 @@ func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
 // leaseLostOnce returns a started runtime over a faulty MemStore (lease
 // interval 1 s, TTL 3 s) whose renewals failed on a lost connection
 // until its lease was lost, at 4.5 s in the caller's bubble; the next
-// lost renewals will fail the same way, and those after succeed.
-func leaseLostOnce(t *testing.T, lost int) (*workers.Runtime[workers.Store], *workers.MemStore, *storetest.Faults) {
+// lost renewals will fail with fault (before they reach the store, or
+// after they landed), and those after succeed.
+func leaseLostOnce(t *testing.T, lost int, fault storetest.Fault) (*workers.Runtime[workers.Store], *workers.MemStore, *storetest.Faults) {
 	t.Helper()
 	rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
 	require.NoError(t, rt.Start(t.Context()))
 	unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore, Err: lostConn})
 	time.Sleep(4500 * time.Millisecond) // the renewals fail past the lease's end: lost
 	unreachable()
-	f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: lost, Fault: storetest.FailBefore, Err: lostConn})
+	f.Add(storetest.Rule{Op: storetest.OpRenewLease, Times: lost, Fault: fault, Err: lostConn})
 	return rt, mem, f
 }
 
@@ -559,26 +560,28 @@ func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T)
 		"lost thrice": {3, true},
 		"still lost":  {4, false},
 	} {
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := leaseLostOnce(t, c.lost)
-				before := f.Calls(storetest.OpRenewLease)
-				sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
-				if !c.renewed {
-					require.ErrorIs(t, err, workers.ErrUnavailable)
-					assert.ErrorContains(t, err, "renewing the instance lease")
-					assert.Equal(t, before+4, f.Calls(storetest.OpRenewLease), "four tries")
-					_, err = mem.GetTask(context.Background(), scoped(t, "k"))
-					require.ErrorIs(t, err, workers.ErrNotFound)
-				} else {
-					require.NoError(t, err)
-					assert.Equal(t, before+c.lost+1, f.Calls(storetest.OpRenewLease))
-					synctest.Wait()
-					endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
-				}
-				require.NoError(t, rt.Shutdown(context.Background()))
+		for _, fault := range bothFaults {
+			t.Run(name+"/"+fault.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					rt, mem, f := leaseLostOnce(t, c.lost, fault)
+					before := f.Calls(storetest.OpRenewLease)
+					sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+					if !c.renewed {
+						require.ErrorIs(t, err, workers.ErrUnavailable)
+						assert.ErrorContains(t, err, "renewing the instance lease")
+						assert.Equal(t, before+4, f.Calls(storetest.OpRenewLease), "four tries")
+						_, err = mem.GetTask(context.Background(), scoped(t, "k"))
+						require.ErrorIs(t, err, workers.ErrNotFound)
+					} else {
+						require.NoError(t, err)
+						assert.Equal(t, before+c.lost+1, f.Calls(storetest.OpRenewLease))
+						synctest.Wait()
+						endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+					}
+					require.NoError(t, rt.Shutdown(context.Background()))
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -587,17 +590,21 @@ func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T)
 // that comes meanwhile finds the lease taken anew and renews nothing of
 // its own.
 func TestFaultTheLoopsRenewalOfALostLeaseOnALostConnectionIsMadeAgain(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := leaseLostOnce(t, 1)
-		time.Sleep(time.Second) // the loop's renewal at 5 s is lost, and made again
-		before := f.Calls(storetest.OpRenewLease)
-		sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
-		require.NoError(t, err)
-		assert.Equal(t, before, f.Calls(storetest.OpRenewLease), "no renewal of the submission's own")
-		synctest.Wait()
-		endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
-		require.NoError(t, rt.Shutdown(context.Background()))
-	})
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := leaseLostOnce(t, 1, fault)
+				time.Sleep(time.Second) // the loop's renewal at 5 s is lost, and made again
+				before := f.Calls(storetest.OpRenewLease)
+				sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+				require.NoError(t, err)
+				assert.Equal(t, before, f.Calls(storetest.OpRenewLease), "no renewal of the submission's own")
+				synctest.Wait()
+				endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
 }
 
 // While the lease lives, a renewal of the loop that fails on a lost
@@ -620,29 +627,39 @@ func TestFaultTheLoopsRenewalOfALiveLeaseIsNotMadeAgain(t *testing.T) {
 // Shutdown begins while a registering write backs off before its retry:
 // the backoff ends at once (Shutdown waits for the submissions in
 // progress), and Submit returns the lost try's error without a retry.
+// Should the lost try have landed, its record is ended as abandoned, as
+// after any insert that may have landed.
 func TestFaultARegisteringWriteStopsBackingOffWhenShutdownBegins(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, mem, f := faulty(workers.Config{})
-		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.FailBefore, Err: lostConn})
-		start := time.Now()
-		var err error
-		var took time.Duration
-		submitted := make(chan struct{})
-		go func() {
-			defer close(submitted)
-			_, err = rt.Submit(context.Background(), "k", result("lost"), owner)
-			took = time.Since(start)
-		}()
-		synctest.Wait() // the submission backs off
-		require.Equal(t, 1, f.Calls(storetest.OpInsertTask))
-		require.NoError(t, rt.Shutdown(context.Background()))
-		<-submitted
-		require.ErrorIs(t, err, workers.ErrUnavailable)
-		assert.Zero(t, took, "the backoff did not wait")
-		assert.Equal(t, 1, f.Calls(storetest.OpInsertTask), "no retry after Shutdown began")
-		_, err = mem.GetTask(context.Background(), scoped(t, "k"))
-		require.ErrorIs(t, err, workers.ErrNotFound)
-	})
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, mem, f := faulty(workers.Config{})
+				f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: fault, Err: lostConn})
+				start := time.Now()
+				var err error
+				var took time.Duration
+				submitted := make(chan struct{})
+				go func() {
+					defer close(submitted)
+					_, err = rt.Submit(context.Background(), "k", result("lost"), owner)
+					took = time.Since(start)
+				}()
+				synctest.Wait() // the submission backs off
+				require.Equal(t, 1, f.Calls(storetest.OpInsertTask))
+				require.NoError(t, rt.Shutdown(context.Background()))
+				<-submitted
+				require.ErrorIs(t, err, workers.ErrUnavailable)
+				assert.Zero(t, took, "the backoff did not wait")
+				assert.Equal(t, 1, f.Calls(storetest.OpInsertTask), "no retry after Shutdown began")
+				if fault == storetest.FailAfter {
+					endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
+				} else {
+					_, err = mem.GetTask(context.Background(), scoped(t, "k"))
+					require.ErrorIs(t, err, workers.ErrNotFound)
+				}
+			})
+		})
+	}
 }
 
 // A registering insert is lost after it landed, and its retry cannot tell
