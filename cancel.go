@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 	"unicode"
-	"unicode/utf8"
 )
 
 // reasons is the one table from a cancellation cause to what a run records
@@ -139,12 +138,5 @@ func cleanReason(s string) string {
 		return r
 	}, s)
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > MaxReasonLen {
-		cut := MaxReasonLen
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s
+	return truncateText(s, MaxReasonLen)
 }
