@@ -2,8 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,19 +40,10 @@ func TestReadsRideOutEndedConnections(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		var ended int
-		if err := sc.pool.QueryRow(ctx,
-			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&ended); err != nil {
-			t.Fatal(err)
-		}
+		ended := endConnections(t, sc, app)
 		if ended == 0 {
 			t.Fatalf("round %d: no connection of the store to end", round)
 		}
-		waitFor(t, func() bool {
-			var n int
-			err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
-			return err == nil && n == 0
-		})
 		if round%2 == 0 {
 			if _, err := s.GetTask(ctx, "u::t"); err != nil {
 				t.Fatalf("round %d, %d connections ended: GetTask: %v", round, ended, err)
@@ -57,6 +51,76 @@ func TestReadsRideOutEndedConnections(t *testing.T) {
 		} else if recs, err := s.ListTasks(ctx, workers.Filter{VisibleTo: "u"}); err != nil || len(recs) != 1 {
 			t.Fatalf("round %d, %d connections ended: ListTasks = %d records, %v", round, ended, len(recs), err)
 		}
+	}
+}
+
+// endConnections ends every backend whose application name is app, as a
+// restart or an operator would, waits until the server has let them go,
+// and returns how many it ended.
+func endConnections(t *testing.T, sc scratch, app string) int {
+	t.Helper()
+	var ended int
+	if err := sc.pool.QueryRow(t.Context(),
+		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		var n int
+		err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+		return err == nil && n == 0
+	})
+	return ended
+}
+
+// A write that finds its pooled connection ended by the server resets the
+// pool, here the one New was given: its idle connections, dead alike, are
+// closed, and the next write dials a new one, where each write used to
+// fail in turn on the next dead one. (A registering write that fails so
+// is made again by the runtime, at most three times.)
+func TestAWriteOnAnEndedConnectionResetsThePool(t *testing.T) {
+	sc := newScratchT(t)
+	cfg := testConfig(t)
+	app := "workers-reset-" + strings.ToLower(rand.Text())
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.MaxConns = 8
+	// The pool pings a connection idle for over a second before lending
+	// it, which on a slow machine would find a dead one first: here only
+	// a statement finds it, as on a busy pool.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
+	ctx := t.Context()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Open six connections and leave them idle.
+	conns := make([]*pgxpool.Conn, 6)
+	for i := range conns {
+		c, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	if ended := endConnections(t, sc, app); ended < len(conns) {
+		t.Fatalf("%d connections ended, want %d", ended, len(conns))
+	}
+	failed := 0
+	for i := range len(conns) + 1 {
+		err := s.InsertTask(ctx, workers.Record{ID: fmt.Sprintf("u::t%d", i), RunID: "run-1", Watchers: []string{"u"},
+			CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, workers.ErrUnavailable) {
+			t.Fatalf("write %d: %v, want an error wrapping ErrUnavailable", i, err)
+		}
+		failed++
+	}
+	if failed != 1 {
+		t.Fatalf("%d writes failed on ended connections, want 1: the first, whose failure resets the pool", failed)
 	}
 }
 

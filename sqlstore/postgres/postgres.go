@@ -52,11 +52,17 @@
 // the plan it reuses was made, so a new deployment's tasks table is never
 // scanned whole for every batch while it grows.
 //
-// A read (GetTask, ListTasks, LiveInstances) whose pooled connection the
-// server ended (a restart, a failover, pg_terminate_backend) is made
-// again on another, until the pool dials a new one, so a restart costs
-// no caller an error; a write is not, since it may have landed, and the
-// runtime's own handling of a write that failed that way applies.
+// A statement whose pooled connection the server ended (a restart, a
+// failover, pg_terminate_backend) resets the pool (pgxpool.Pool.Reset):
+// the idle connections, dead too after a restart though the pool finds
+// out only when each is used, are closed at once, and those in use are
+// closed as they come back, so the next statements dial new ones instead
+// of failing one per dead connection. Connections of the pool that New
+// was given are reset alike. A read (GetTask, ListTasks, LiveInstances)
+// that failed that way is made again, so a restart costs no caller an
+// error; a write is not, since it may have landed, and the runtime's own
+// handling of a write that failed that way applies: its retry, for a
+// registering write, goes to a new connection.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
@@ -330,7 +336,9 @@ func WithTablePrefix(prefix string) Option {
 }
 
 // New returns a Store over pool. The caller keeps ownership of pool:
-// Close does not close it. New does not touch the database; call Migrate.
+// Close does not close it, though a statement of the store that finds its
+// connection ended by the server resets it (see the package doc). New
+// does not touch the database; call Migrate.
 // An invalid schema name or table prefix is an error wrapping
 // workers.ErrInvalidOption.
 func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
@@ -340,8 +348,11 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 			opt(&o)
 		}
 	}
-	// A read that finds its connection ended goes again, until a new one.
+	// A statement that finds its connection ended closes the pool's
+	// others, dead alike after a restart (see Config.Lost); a read goes
+	// again, at most once per connection the pool holds.
 	o.ReadAttempts = int(pool.Config().MaxConns) + 1
+	o.Lost = pool.Reset
 	db := stdlib.OpenDBFromPool(pool)
 	core, err := sqlcore.New(dialect, db, db, o.Config)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -100,8 +101,21 @@ var errLost = errors.New("connection lost")
 // lossyDriver is a database/sql driver whose writes change nothing (every
 // one is fenced off) and whose reads fail with errLost while lost is
 // above zero, each failure taking one off, and otherwise return one row,
-// the run id "r2".
-type lossyDriver struct{ lost, reads atomic.Int32 }
+// the run id "r2". Its writes fail likewise while lostWrites is above
+// zero. A failure is cut, the error wrapping the context's as well, while
+// cut is set.
+type lossyDriver struct {
+	lost, reads, lostWrites atomic.Int32
+	cut                     atomic.Bool
+}
+
+// failure is the error of a statement whose connection was lost.
+func (d *lossyDriver) failure() error {
+	if d.cut.Load() {
+		return fmt.Errorf("%w: %w", errLost, context.DeadlineExceeded)
+	}
+	return errLost
+}
 
 func (d *lossyDriver) Open(string) (driver.Conn, error) { return lossyConn{d}, nil }
 
@@ -113,14 +127,19 @@ func (c lossyConn) Begin() (driver.Tx, error)             { return nil, errors.N
 
 type lossyStmt struct{ d *lossyDriver }
 
-func (s lossyStmt) Close() error                               { return nil }
-func (s lossyStmt) NumInput() int                              { return -1 }
-func (s lossyStmt) CheckNamedValue(*driver.NamedValue) error   { return nil }
-func (s lossyStmt) Exec([]driver.Value) (driver.Result, error) { return driver.RowsAffected(0), nil }
+func (s lossyStmt) Close() error                             { return nil }
+func (s lossyStmt) NumInput() int                            { return -1 }
+func (s lossyStmt) CheckNamedValue(*driver.NamedValue) error { return nil }
+func (s lossyStmt) Exec([]driver.Value) (driver.Result, error) {
+	if s.d.lostWrites.Add(-1) >= 0 {
+		return nil, s.d.failure()
+	}
+	return driver.RowsAffected(0), nil
+}
 func (s lossyStmt) Query([]driver.Value) (driver.Rows, error) {
 	s.d.reads.Add(1)
 	if s.d.lost.Add(-1) >= 0 {
-		return nil, errLost
+		return nil, s.d.failure()
 	}
 	return &oneRow{v: "r2"}, nil
 }
@@ -194,6 +213,49 @@ func TestLiveInstancesRidesOutALostConnection(t *testing.T) {
 	}
 	if n := d.reads.Load(); n != 3 {
 		t.Errorf("%d reads, want 3: lost twice, then made again", n)
+	}
+}
+
+// Each statement that finds its connection lost calls Config.Lost once,
+// for the store to drop the pool's other connections, dead alike after a
+// restart: each failed try of a read, the last one too, and a write. A
+// statement cut because its context ended calls nothing.
+func TestEachLostStatementIsReportedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		lost, write int32
+		cut         bool
+		want        int
+		wantErr     bool
+	}{
+		{name: "a read lost twice, then made", lost: 2, want: 2},
+		{name: "a read lost on every try", lost: 5, want: 3, wantErr: true},
+		{name: "a write", write: 1, want: 1, wantErr: true},
+		{name: "a read cut by its context", lost: 1, cut: true, wantErr: true},
+		{name: "a write cut by its context", write: 1, cut: true, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &lossyDriver{}
+			s := lossyStore(t, d)
+			var lost atomic.Int32
+			s.cfg.Lost = func() { lost.Add(1) }
+			d.lost.Store(tc.lost)
+			d.lostWrites.Store(tc.write)
+			d.cut.Store(tc.cut)
+			var err error
+			if tc.write > 0 {
+				_, err = s.TransitionTask(context.Background(), "alice::k", "r1", []workers.Status{workers.StatusPending},
+					workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()})
+			} else {
+				_, err = s.LiveInstances(context.Background())
+			}
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want an error: %t", err, tc.wantErr)
+			}
+			if n := lost.Load(); n != int32(tc.want) {
+				t.Errorf("Lost called %d times, want %d", n, tc.want)
+			}
+		})
 	}
 }
 

@@ -222,10 +222,24 @@ func expandAll(x func(string) string, qs []string) []string {
 func (s *Store) read(ctx context.Context, fn func() error) error {
 	for i := 1; ; i++ {
 		err := fn()
-		if err == nil || i >= s.cfg.ReadAttempts || s.d.ConnLost == nil || !s.d.ConnLost(err) || ctx.Err() != nil {
+		if err == nil || i >= s.cfg.ReadAttempts || ctx.Err() != nil || !s.lost(err) {
 			return err
 		}
 	}
+}
+
+// lost reports whether err says that the connection a statement went on
+// was lost (Dialect.ConnLost), not cut because its context ended, and
+// then calls Config.Lost. A read's last try is reported by wrap, each
+// earlier one by read, so that each statement's loss is reported once.
+func (s *Store) lost(err error) bool {
+	if s.d.ConnLost == nil || !s.d.ConnLost(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if s.cfg.Lost != nil {
+		s.cfg.Lost()
+	}
+	return true
 }
 
 // GetTask implements workers.Store: one primary-key lookup. An id the
@@ -854,7 +868,7 @@ func (s *Store) wrap(op string, err error) error {
 	switch {
 	case s.d.DataError != nil && s.d.DataError(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
-	case s.d.ConnLost != nil && s.d.ConnLost(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+	case s.lost(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
