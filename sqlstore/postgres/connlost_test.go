@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +123,55 @@ func TestAWriteOnAnEndedConnectionResetsThePool(t *testing.T) {
 	}
 	if failed != 1 {
 		t.Fatalf("%d writes failed on ended connections, want 1: the first, whose failure resets the pool", failed)
+	}
+}
+
+// A connection the pool could not dial (the server down a moment, or its
+// name not resolving) says nothing of those the pool holds: they are
+// kept, and serve the next statements.
+func TestAFailedDialDoesNotResetThePool(t *testing.T) {
+	sc := newScratchT(t)
+	cfg := testConfig(t)
+	cfg.MaxConns = 3
+	var refuse atomic.Bool
+	var dialer net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse.Load() {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("refused by the test")}
+		}
+		return dialer.DialContext(ctx, network, addr)
+	}
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
+	ctx := t.Context()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Hold two connections of the pool, which the next statement would
+	// need a third beside, and make dials fail. (No insert here: its
+	// notices, sent after it returns, would take a connection.)
+	s.Pool().Reset()
+	var held []*pgxpool.Conn
+	release := func() {
+		for _, c := range held {
+			c.Release()
+		}
+		held = nil
+	}
+	defer release()
+	for range 2 {
+		c, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	refuse.Store(true)
+	if _, err := s.GetTask(ctx, "u::t"); !errors.Is(err, workers.ErrUnavailable) {
+		t.Fatalf("GetTask with no connection to be had: %v, want an error wrapping ErrUnavailable", err)
+	}
+	release()
+	if _, err := s.GetTask(ctx, "u::t"); !errors.Is(err, workers.ErrNotFound) {
+		t.Fatalf("GetTask on the connections the pool held: %v, want ErrNotFound", err)
 	}
 }
 

@@ -52,17 +52,20 @@
 // the plan it reuses was made, so a new deployment's tasks table is never
 // scanned whole for every batch while it grows.
 //
-// A statement whose pooled connection the server ended (a restart, a
-// failover, pg_terminate_backend) resets the pool (pgxpool.Pool.Reset):
-// the idle connections, dead too after a restart though the pool finds
-// out only when each is used, are closed at once, and those in use are
-// closed as they come back, so the next statements dial new ones instead
-// of failing one per dead connection. Connections of the pool that New
-// was given are reset alike. A read (GetTask, ListTasks, LiveInstances)
-// that failed that way is made again, so a restart costs no caller an
-// error; a write is not, since it may have landed, and the runtime's own
-// handling of a write that failed that way applies: its retry, for a
-// registering write, goes to a new connection.
+// A statement whose pooled connection the server ended (a restart,
+// pg_terminate_backend) resets the pool (pgxpool.Pool.Reset), at most
+// once a second: the idle connections, dead too after a restart, are
+// closed at once, and those in use as they come back, so the next
+// statements dial new ones instead of failing one per dead connection
+// (the pool pings a connection idle for over a second before lending it,
+// but not one used more recently, as on a busy pool). The reset is the
+// whole pool's, the one New was given too, even when one backend alone
+// was ended; a connection that could not be dialed resets nothing. A
+// read (GetTask, ListTasks, LiveInstances) that failed that way is made
+// again, so a restart costs no caller an error; a write is not, since it
+// may have landed, and the runtime's own handling of a write that failed
+// that way applies: its retry, for a registering write, goes to a new
+// connection.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
@@ -156,6 +159,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -279,6 +283,40 @@ func connLost(err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &ne)
 }
 
+// resetEvery is how often at most a lost connection resets the pool.
+const resetEvery = time.Second
+
+// A resetter resets a pool when a statement finds its connection ended
+// by the server (sqlcore.Config.Lost), at most once per resetEvery. A
+// reset closes every connection the pool holds, those in use as they come
+// back, so the statements in flight when the server ended their
+// connections, each failing in turn, need only the first to reset it:
+// another would close only connections dialed since. A connection that
+// could not be dialed (a pgconn.ConnectError: the server is down, or
+// starting up, or its name does not resolve) says nothing of those the
+// pool holds, and resets nothing.
+type resetter struct {
+	reset func()
+	start time.Time    // a monotonic origin for last
+	last  atomic.Int64 // when the last reset was, as time since start plus 1 ns; 0 for never
+}
+
+func newResetter(reset func()) *resetter {
+	return &resetter{reset: reset, start: time.Now()}
+}
+
+func (r *resetter) lost(err error) {
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return
+	}
+	now := int64(time.Since(r.start)) + 1
+	last := r.last.Load()
+	if last != 0 && now-last < int64(resetEvery) || !r.last.CompareAndSwap(last, now) {
+		return
+	}
+	r.reset()
+}
+
 // Store is a workers.Store on a PostgreSQL database. It is safe for
 // concurrent use, and several processes may share its tables. The
 // methods of the workers.Store interface, documented there, come from
@@ -349,10 +387,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		}
 	}
 	// A statement that finds its connection ended closes the pool's
-	// others, dead alike after a restart (see Config.Lost); a read goes
+	// others, dead alike after a restart (see resetter); a read goes
 	// again, at most once per connection the pool holds.
 	o.ReadAttempts = int(pool.Config().MaxConns) + 1
-	o.Lost = pool.Reset
+	o.Lost = newResetter(pool.Reset).lost
 	db := stdlib.OpenDBFromPool(pool)
 	core, err := sqlcore.New(dialect, db, db, o.Config)
 	if err != nil {

@@ -463,8 +463,15 @@ func (s *Store) writeBatch(ctx context.Context, query string, args []any) (map[s
 const insertArgs = 18
 
 // sendNotices is the announcer's send: one Dialect.Announce statement,
-// which returns the ids of the rows it found held and skipped.
-func (s *Store) sendNotices(ctx context.Context, ids []string) ([]string, error) {
+// which returns the ids of the rows it found held and skipped. Its
+// errors go back to the announcer unwrapped, so a lost connection is
+// reported here (see lost), as wrap reports every other statement's.
+func (s *Store) sendNotices(ctx context.Context, ids []string) (_ []string, err error) {
+	defer func() {
+		if err != nil {
+			s.lost(err)
+		}
+	}()
 	rows, err := s.w.QueryContext(ctx, s.q.announce, ids)
 	if err != nil {
 		return nil, err

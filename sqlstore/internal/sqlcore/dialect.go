@@ -208,13 +208,15 @@ type Config struct {
 	// dropped from the pool, so one more than the pool's connections
 	// reaches a new one however many the server ended.
 	ReadAttempts int
-	// Lost, if set, is called each time a statement finds its connection
-	// lost (Dialect.ConnLost) other than by its context's end. A server
-	// that restarts, fails over or ends every backend leaves each idle
-	// connection of the pool dead, found out only when used: Lost can
-	// close them at once, so that the next statement opens a new one
-	// instead of failing on the next dead one.
-	Lost func()
+	// Lost, if set, is called with the error of each statement that
+	// found its connection lost (Dialect.ConnLost) other than by its
+	// context's end, once per statement. A server that restarts or ends
+	// every backend leaves each idle connection of the pool dead, found
+	// out only when used: Lost can close them at once, so that the next
+	// statement opens a new one instead of failing on the next dead one.
+	// It is called from the failing statement's goroutine, concurrently,
+	// and must not block.
+	Lost func(err error)
 }
 
 // DefaultPrefix is the table prefix of a store configured with none.

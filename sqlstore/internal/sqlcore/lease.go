@@ -25,7 +25,9 @@ func (s *Store) RenewLease(ctx context.Context, instance string, ttl time.Durati
 		return false, s.wrap("renew lease", err)
 	}
 	if !extended {
-		_, _ = s.w.ExecContext(ctx, s.q.pruneLeases)
+		if _, err := s.w.ExecContext(ctx, s.q.pruneLeases); err != nil {
+			s.lost(err) // unreported, but for a lost connection
+		}
 	}
 	return extended, nil
 }

@@ -107,6 +107,7 @@ var errLost = errors.New("connection lost")
 type lossyDriver struct {
 	lost, reads, lostWrites atomic.Int32
 	cut                     atomic.Bool
+	row                     atomic.Value // the one row's value, if not "r2"
 }
 
 // failure is the error of a statement whose connection was lost.
@@ -140,6 +141,9 @@ func (s lossyStmt) Query([]driver.Value) (driver.Rows, error) {
 	s.d.reads.Add(1)
 	if s.d.lost.Add(-1) >= 0 {
 		return nil, s.d.failure()
+	}
+	if v, ok := s.d.row.Load().(string); ok {
+		return &oneRow{v: v}, nil
 	}
 	return &oneRow{v: "r2"}, nil
 }
@@ -217,39 +221,55 @@ func TestLiveInstancesRidesOutALostConnection(t *testing.T) {
 }
 
 // Each statement that finds its connection lost calls Config.Lost once,
-// for the store to drop the pool's other connections, dead alike after a
-// restart: each failed try of a read, the last one too, and a write. A
-// statement cut because its context ended calls nothing.
+// with its error, for the store to drop the pool's other connections,
+// dead alike after a restart: each failed try of a read, the last one
+// too, the read after a write fenced off, a write, an announcement, and
+// the prune of a renewal whose error is dropped. A statement cut because
+// its context ended calls nothing.
 func TestEachLostStatementIsReportedOnce(t *testing.T) {
+	ctx := context.Background()
+	live := func(s *Store) error { _, err := s.LiveInstances(ctx); return err }
+	transition := func(s *Store) error {
+		_, err := s.TransitionTask(ctx, "alice::k", "r1", []workers.Status{workers.StatusPending},
+			workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()})
+		return err
+	}
+	announce := func(s *Store) error { _, err := s.sendNotices(ctx, []string{"alice::k"}); return err }
+	renew := func(s *Store) error { _, err := s.RenewLease(ctx, "i1", time.Second); return err }
 	for _, tc := range []struct {
 		name        string
+		op          func(*Store) error
 		lost, write int32
 		cut         bool
 		want        int
 		wantErr     bool
 	}{
-		{name: "a read lost twice, then made", lost: 2, want: 2},
-		{name: "a read lost on every try", lost: 5, want: 3, wantErr: true},
-		{name: "a write", write: 1, want: 1, wantErr: true},
-		{name: "a read cut by its context", lost: 1, cut: true, wantErr: true},
-		{name: "a write cut by its context", write: 1, cut: true, wantErr: true},
+		{name: "a read lost twice, then made", op: live, lost: 2, want: 2},
+		{name: "a read lost on every try", op: live, lost: 5, want: 3, wantErr: true},
+		{name: "a write", op: transition, write: 1, want: 1, wantErr: true},
+		// Fenced off (the driver changes no row), it reads why.
+		{name: "the read after a write fenced off, lost twice", op: transition, lost: 2, want: 2},
+		{name: "the read after a write fenced off, lost on every try", op: transition, lost: 5, want: 3, wantErr: true},
+		{name: "an announcement", op: announce, lost: 1, want: 1, wantErr: true},
+		{name: "the prune after a lease taken anew", op: renew, write: 1, want: 1},
+		{name: "a read cut by its context", op: live, lost: 1, cut: true, wantErr: true},
+		{name: "a write cut by its context", op: transition, write: 1, cut: true, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &lossyDriver{}
 			s := lossyStore(t, d)
 			var lost atomic.Int32
-			s.cfg.Lost = func() { lost.Add(1) }
+			s.cfg.Lost = func(err error) {
+				if !errors.Is(err, errLost) {
+					t.Errorf("Lost(%v), want the lost connection's error", err)
+				}
+				lost.Add(1)
+			}
 			d.lost.Store(tc.lost)
 			d.lostWrites.Store(tc.write)
 			d.cut.Store(tc.cut)
-			var err error
-			if tc.write > 0 {
-				_, err = s.TransitionTask(context.Background(), "alice::k", "r1", []workers.Status{workers.StatusPending},
-					workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()})
-			} else {
-				_, err = s.LiveInstances(context.Background())
-			}
-			if (err != nil) != tc.wantErr {
+			d.row.Store("false") // a lease taken anew, for RenewLease; a run id for the rest
+			if err := tc.op(s); (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want an error: %t", err, tc.wantErr)
 			}
 			if n := lost.Load(); n != int32(tc.want) {

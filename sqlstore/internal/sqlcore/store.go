@@ -230,14 +230,15 @@ func (s *Store) read(ctx context.Context, fn func() error) error {
 
 // lost reports whether err says that the connection a statement went on
 // was lost (Dialect.ConnLost), not cut because its context ended, and
-// then calls Config.Lost. A read's last try is reported by wrap, each
-// earlier one by read, so that each statement's loss is reported once.
+// then calls Config.Lost. Each statement's error is judged here once: by
+// wrap, by read for each try but the last (which its caller wraps), by
+// sendNotices, or by RenewLease for its prune, whose error is dropped.
 func (s *Store) lost(err error) bool {
 	if s.d.ConnLost == nil || !s.d.ConnLost(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	if s.cfg.Lost != nil {
-		s.cfg.Lost()
+		s.cfg.Lost(err)
 	}
 	return true
 }
@@ -689,15 +690,8 @@ const deleteBatch = 1000
 
 // runOf returns the run id stored for id, or ErrNotFound.
 func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error) {
-	var run string
-	err := q.QueryRowContext(ctx, s.q.runOf, id).Scan(&run)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", workers.ErrNotFound
-	}
-	if err != nil {
-		return "", s.wrap("read run id", err)
-	}
-	return run, nil
+	run, err := s.scanRunOf(ctx, q, id)
+	return run, s.runOfErr(err)
 }
 
 // readRunOf is runOf outside a transaction, made again on a lost
@@ -707,10 +701,30 @@ func (s *Store) readRunOf(ctx context.Context, id string) (run string, err error
 		return "", missing(ctx)
 	}
 	err = s.read(ctx, func() (err error) {
-		run, err = s.runOf(ctx, s.r, id)
+		run, err = s.scanRunOf(ctx, s.r, id)
 		return err
 	})
+	return run, s.runOfErr(err)
+}
+
+// scanRunOf reads id's run id with q; its error is the driver's, for
+// read to judge each try by and runOfErr to name once.
+func (s *Store) scanRunOf(ctx context.Context, q querier, id string) (string, error) {
+	var run string
+	err := q.QueryRowContext(ctx, s.q.runOf, id).Scan(&run)
 	return run, err
+}
+
+// runOfErr is what runOf returns for the error of its read: nil,
+// ErrNotFound for no row, or err wrapped.
+func (s *Store) runOfErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return workers.ErrNotFound
+	}
+	return s.wrap("read run id", err)
 }
 
 // insertWatchers appends watchers to id's list in one statement, in

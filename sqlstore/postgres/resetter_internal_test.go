@@ -1,0 +1,46 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The statements in flight when the server ended their connections fail
+// one after the other, and only the first resets the pool: a reset
+// closes every connection it holds, and another would close only those
+// dialed since. A connection that could not be dialed resets nothing.
+func TestALostConnectionResetsThePoolOncePerSecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		resets := 0
+		r := newResetter(func() { resets++ })
+		ended := fmt.Errorf("get task: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"})
+		check := func(when string, want int) {
+			t.Helper()
+			if resets != want {
+				t.Fatalf("%s: %d resets, want %d", when, resets, want)
+			}
+		}
+
+		r.lost(fmt.Errorf("get task: %w", &pgconn.ConnectError{}))
+		check("a dial that failed", 0)
+		r.lost(ended)
+		r.lost(ended)
+		r.lost(errors.New("unexpected EOF"))
+		check("three statements lost at once", 1)
+		time.Sleep(resetEvery - time.Millisecond)
+		r.lost(ended)
+		check("a statement lost within a second", 1)
+		time.Sleep(time.Millisecond)
+		r.lost(ended)
+		check("a statement lost a second after the reset", 2)
+		r.lost(&pgconn.ConnectError{})
+		time.Sleep(resetEvery)
+		r.lost(&pgconn.ConnectError{})
+		check("dials that failed", 2)
+	})
+}
