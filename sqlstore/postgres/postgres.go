@@ -54,7 +54,7 @@
 //
 // A statement whose pooled connection the server ended (a restart,
 // pg_terminate_backend) resets the pool (pgxpool.Pool.Reset), at most
-// once a second: the idle connections, dead too after a restart, are
+// once per 100 ms: the idle connections, dead too after a restart, are
 // closed at once, and those in use as they come back, so the next
 // statements dial new ones instead of failing one per dead connection
 // (the pool pings a connection idle for over a second before lending it,
@@ -283,8 +283,11 @@ func connLost(err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &ne)
 }
 
-// resetEvery is how often at most a lost connection resets the pool.
-const resetEvery = time.Second
+// resetEvery is how often at most a lost connection resets the pool:
+// long enough for the statements in flight when the server ended their
+// connections to fail, short enough for the next such event to reset
+// the connections dialed since.
+const resetEvery = 100 * time.Millisecond
 
 // A resetter resets a pool when a statement finds its connection ended
 // by the server (sqlcore.Config.Lost), at most once per resetEvery. A

@@ -11,10 +11,11 @@ import (
 )
 
 // The statements in flight when the server ended their connections fail
-// one after the other, and only the first resets the pool: a reset
-// closes every connection it holds, and another would close only those
-// dialed since. A connection that could not be dialed resets nothing.
-func TestALostConnectionResetsThePoolOncePerSecond(t *testing.T) {
+// one after the other, and only the first resets the pool; those that
+// fail within resetEvery of it reset nothing: a reset closes every
+// connection the pool holds, and another would close only those dialed
+// since. A connection that could not be dialed resets nothing.
+func TestLostConnectionsResetThePoolOncePerInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		resets := 0
 		r := newResetter(func() { resets++ })
@@ -34,10 +35,10 @@ func TestALostConnectionResetsThePoolOncePerSecond(t *testing.T) {
 		check("three statements lost at once", 1)
 		time.Sleep(resetEvery - time.Millisecond)
 		r.lost(ended)
-		check("a statement lost within a second", 1)
+		check("a statement lost within the interval", 1)
 		time.Sleep(time.Millisecond)
 		r.lost(ended)
-		check("a statement lost a second after the reset", 2)
+		check("a statement lost an interval after the reset", 2)
 		r.lost(&pgconn.ConnectError{})
 		time.Sleep(resetEvery)
 		r.lost(&pgconn.ConnectError{})
