@@ -314,6 +314,18 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 	}
 }
 
+// renewalCutOff is the error of a renewal that bound cut off: what is
+// left of a lease is rarely a round duration, so it is said to the
+// millisecond (to the microsecond under one).
+func renewalCutOff(bound time.Duration, err error) error {
+	if bound >= time.Millisecond {
+		bound = bound.Round(time.Millisecond)
+	} else {
+		bound = bound.Round(time.Microsecond)
+	}
+	return fmt.Errorf("workers: the store did not answer a lease renewal within %v (%v)", bound, err)
+}
+
 // renew renews the lease once; the caller holds its turn. When the store
 // says the lease had expired, or a renewal fails past the earliest end
 // of the last one that succeeded (LeaseTTL after that one was sent),
@@ -350,7 +362,7 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 		// The bound's deadline, not the caller's: not
 		// context.DeadlineExceeded, which the caller would take for its
 		// own.
-		err = fmt.Errorf("workers: the store did not answer a lease renewal within %v (%v)", bound, err)
+		err = renewalCutOff(bound, err)
 	}
 	defer ls.tries.Add(1)
 	ls.lastErr = err

@@ -286,6 +286,22 @@ func TestAHungRenewalFailsTheSubmissionWithItsOwnError(t *testing.T) {
 	})
 }
 
+// A renewal cut off by what was left of the lease says how long it had,
+// to the millisecond, not to the nanosecond of a clock's reading.
+func TestARenewalCutOffSaysItsBoundRounded(t *testing.T) {
+	for _, c := range []struct {
+		bound time.Duration
+		want  string
+	}{
+		{2765432198 * time.Nanosecond, "within 2.765s (context deadline exceeded)"},
+		{time.Second, "within 1s ("},
+		{1499999 * time.Nanosecond, "within 1ms ("},
+		{312345 * time.Nanosecond, "within 312µs ("},
+	} {
+		assert.ErrorContains(t, renewalCutOff(c.bound, context.DeadlineExceeded), c.want)
+	}
+}
+
 // A submission waiting for a renewal in flight stops waiting when
 // Shutdown begins (ErrClosed), so Shutdown is not held up by the hung
 // store for as long as the renewal's bound.
