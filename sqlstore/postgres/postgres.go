@@ -157,6 +157,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -300,12 +301,13 @@ const resetEvery = 100 * time.Millisecond
 // pool holds, and resets nothing.
 type resetter struct {
 	reset func()
+	log   *slog.Logger // told of each reset, at warn level
 	start time.Time    // a monotonic origin for last
 	last  atomic.Int64 // when the last reset was, as time since start plus 1 ns; 0 for never
 }
 
-func newResetter(reset func()) *resetter {
-	return &resetter{reset: reset, start: time.Now()}
+func newResetter(reset func(), log *slog.Logger) *resetter {
+	return &resetter{reset: reset, log: log, start: time.Now()}
 }
 
 func (r *resetter) lost(err error) {
@@ -317,6 +319,7 @@ func (r *resetter) lost(err error) {
 	if last != 0 && now-last < int64(resetEvery) || !r.last.CompareAndSwap(last, now) {
 		return
 	}
+	r.log.Warn("sqlstore/postgres: a connection was lost; the pool's connections are closed, for new ones", "err", err)
 	r.reset()
 }
 
@@ -361,6 +364,14 @@ type options struct {
 	listen listenTiming
 }
 
+// WithLogger sets the logger of what the store does on its own, off any
+// caller's path: it warns when new tasks cannot be announced (see
+// Listen), and says when they are again, and it warns when a lost
+// connection resets the pool. Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.Logger = l }
+}
+
 // WithSchema places the tables in the named schema, which must exist. The
 // name must be a plain identifier (letters, digits, underscores); it is
 // quoted, so it is case-sensitive. Defaults to the connection's
@@ -393,7 +404,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// others, dead alike after a restart (see resetter); a read goes
 	// again, at most once per connection the pool holds.
 	o.ReadAttempts = int(pool.Config().MaxConns) + 1
-	o.Lost = newResetter(pool.Reset).lost
+	o.Lost = newResetter(pool.Reset, cmp.Or(o.Logger, slog.Default())).lost
 	db := stdlib.OpenDBFromPool(pool)
 	core, err := sqlcore.New(dialect, db, db, o.Config)
 	if err != nil {

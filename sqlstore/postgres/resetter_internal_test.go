@@ -1,8 +1,11 @@
 package postgres
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,7 +21,8 @@ import (
 func TestLostConnectionsResetThePoolOncePerInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		resets := 0
-		r := newResetter(func() { resets++ })
+		var logged bytes.Buffer
+		r := newResetter(func() { resets++ }, slog.New(slog.NewTextHandler(&logged, nil)))
 		ended := fmt.Errorf("get task: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"})
 		check := func(when string, want int) {
 			t.Helper()
@@ -43,5 +47,8 @@ func TestLostConnectionsResetThePoolOncePerInterval(t *testing.T) {
 		time.Sleep(resetEvery)
 		r.lost(&pgconn.ConnectError{})
 		check("dials that failed", 2)
+		if n := strings.Count(logged.String(), "level=WARN msg=\"sqlstore/postgres: a connection was lost; the pool's connections are closed, for new ones\" err="); n != 2 {
+			t.Errorf("%d resets logged, want 2:\n%s", n, logged.String())
+		}
 	})
 }

@@ -2,6 +2,7 @@ package sqlcore
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +29,15 @@ import (
 // Once stopped, it sends what is queued, once, and drops whatever that
 // statement fails to send: the store is closing, and a replica's sync
 // loop stays the fallback for any notice lost.
+//
+// The first statement to fail after one that did not is logged, at warn
+// level, and the first to succeed after failures, at info level, so that
+// an outage is told once however long it lasts.
 type announcer struct {
 	// send sends the notices of ids ("" for an empty notice) and returns
 	// those of rows it found held, and skipped.
 	send func(ctx context.Context, ids []string) (held []string, err error)
+	log  *slog.Logger
 
 	ctx    context.Context // ends when stop's wait runs out
 	cancel context.CancelFunc
@@ -44,6 +50,7 @@ type announcer struct {
 	stopped bool          // guarded by mu
 	halt    chan struct{} // closed by stop: a backoff ends at once
 	failing atomic.Bool   // the last statement failed (see Store.InsertTask)
+	failed  int           // guarded by running: statements failed since the last that did not
 	added   chan struct{} // signalled by add: a wait for held rows ends
 	done    chan struct{} // guarded by mu: closed when the running loop returns
 }
@@ -60,9 +67,9 @@ const (
 	announceStopped = time.Second
 )
 
-func newAnnouncer(send func(ctx context.Context, ids []string) ([]string, error)) *announcer {
+func newAnnouncer(send func(ctx context.Context, ids []string) ([]string, error), log *slog.Logger) *announcer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &announcer{send: send, ctx: ctx, cancel: cancel, halt: make(chan struct{}), added: make(chan struct{}, 1)}
+	return &announcer{send: send, log: log, ctx: ctx, cancel: cancel, halt: make(chan struct{}), added: make(chan struct{}, 1)}
 }
 
 // add queues the notices of ids, in order, and starts a loop to send
@@ -130,6 +137,7 @@ func (a *announcer) loop(done chan struct{}) {
 		held, err := a.send(ctx, batch)
 		cancel()
 		a.failing.Store(err != nil)
+		a.tell(err)
 		if err == nil && len(held) == 0 {
 			backoff = 0
 			continue
@@ -150,6 +158,20 @@ func (a *announcer) loop(done chan struct{}) {
 		case <-a.halt:
 		case <-added:
 		}
+	}
+}
+
+// tell logs the statement's outcome if it differs from the last one's;
+// only the running loop calls it.
+func (a *announcer) tell(err error) {
+	switch {
+	case err != nil:
+		if a.failed++; a.failed == 1 {
+			a.log.Warn("sqlstore: new tasks cannot be announced; each insert notifies from its own transaction meanwhile", "err", err)
+		}
+	case a.failed > 0:
+		a.log.Info("sqlstore: new tasks are announced again", "failed statements", a.failed)
+		a.failed = 0
 	}
 }
 

@@ -1,8 +1,10 @@
 package sqlcore
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -63,7 +65,7 @@ func (s *sender) calls() [][]string {
 func inFlight(fail ...error) (*sender, *announcer, chan struct{}) {
 	gate := make(chan struct{})
 	s := &sender{gates: []chan struct{}{gate}, fail: fail}
-	a := newAnnouncer(s.send)
+	a := newAnnouncer(s.send, slog.New(slog.DiscardHandler))
 	a.add([]string{"a"})
 	synctest.Wait()
 	return s, a, gate
@@ -163,7 +165,7 @@ func TestAnnouncerTriesHeldRowsAgain(t *testing.T) {
 		for range 50 {
 			s.held = append(s.held, []string{"h"}) // held throughout
 		}
-		a := newAnnouncer(s.send)
+		a := newAnnouncer(s.send, slog.New(slog.DiscardHandler))
 		defer a.stop()
 		a.add([]string{"a", "h"})
 		synctest.Wait() // "h" held; the backoff after it may be cut short by the add that started the loop
@@ -254,4 +256,38 @@ func TestAnnouncedRows(t *testing.T) {
 			t.Errorf("announced after %d = %q, want %q", end, got, want)
 		}
 	}
+}
+
+// An outage of the announcements is logged once as it begins, at warn
+// level, and once as it ends, at info level, however many statements
+// fail in between; a second outage is logged again.
+func TestAnAnnouncementOutageIsLoggedOnceEachWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			},
+		}))
+		lost := errors.New("connection lost")
+		s := &sender{fail: []error{lost, lost, lost, nil, lost}}
+		a := newAnnouncer(s.send, log)
+		a.add([]string{"a"}) // three failures, then sent
+		time.Sleep(time.Second)
+		a.add([]string{"b"}) // one failure, then sent
+		time.Sleep(time.Second)
+		a.stop()
+		if n := len(s.calls()); n != 6 {
+			t.Fatalf("%d statements, want 6", n)
+		}
+		warn := `level=WARN msg="sqlstore: new tasks cannot be announced; each insert notifies from its own transaction meanwhile" err="connection lost"` + "\n"
+		want := warn + `level=INFO msg="sqlstore: new tasks are announced again" "failed statements"=3` + "\n" +
+			warn + `level=INFO msg="sqlstore: new tasks are announced again" "failed statements"=1` + "\n"
+		if got := buf.String(); got != want {
+			t.Errorf("logged:\n%s\nwant:\n%s", got, want)
+		}
+	})
 }

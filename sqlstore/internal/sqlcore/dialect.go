@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"log/slog"
 	"regexp"
 	"strings"
 	"time"
@@ -217,6 +218,9 @@ type Config struct {
 	// It is called from the failing statement's goroutine, concurrently,
 	// and must not block.
 	Lost func(err error)
+	// Logger receives what the store does on its own, off any caller's
+	// path (see announcer); nil is slog.Default().
+	Logger *slog.Logger
 }
 
 // DefaultPrefix is the table prefix of a store configured with none.

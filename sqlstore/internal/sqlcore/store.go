@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,7 +192,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.writeMany}
 		if st.q.insertMany != "" {
 			st.inserts = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.insertMany}
-			st.announce = newAnnouncer(st.sendNotices)
+			st.announce = newAnnouncer(st.sendNotices, cmp.Or(cfg.Logger, slog.Default()).With("store", d.Name))
 		}
 	}
 	return st, nil
