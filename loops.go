@@ -90,9 +90,11 @@ type leaseState struct {
 	tries atomic.Uint64 // renewals answered, by the store or by their timeout
 
 	// Guarded by turn.
-	renewed time.Time // when the last renewal that succeeded was answered
-	lost    bool      // no lease is held: none was taken yet, or it was found lost since the last renewal
-	lastErr error     // the error of the last renewal answered, nil if it succeeded
+	renewed    time.Time // when the last renewal that succeeded was answered
+	lost       bool      // no lease is held: none was taken yet, or it was found lost since the last renewal
+	lastErr    error     // the error of the last renewal answered, nil if it succeeded
+	partial    bool      // the last renewal's maker gave up before its answer was whole (see renewWhileLost)
+	retryUntil time.Time // while renewWhileLost retries: when its retries' time is up, which bounds each
 
 	// live caches the instances last read live, for register's question
 	// "is this run's instance alive": a hit younger than LeaseInterval is
@@ -207,12 +209,15 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	switch {
 	case ls.now() < ls.until.Load():
 		// renewed while this submission waited
-	case ls.tries.Load() != seen && ls.lastErr != nil:
+	case ls.tries.Load() != seen && ls.lastErr != nil && !ls.partial:
 		return 0, leaseError("renewing", ls.lastErr)
 	default:
 		if err := rt.renewWhileLost(ctx, func() error { return rt.renewUnlessShut(ctx, rt.leaser) }); err != nil {
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return 0, ctx.Err()
+			case rt.gate.isClosed():
+				return 0, ErrClosed // Shutdown began: as for any submission after it
 			}
 			return 0, leaseError("renewing", err)
 		}
@@ -232,19 +237,40 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 // intervals to spare, and a lost try that landed would make the retry's
 // answer say the lease was extended when it may have been taken anew.
 //
+// The retries take at most what is left of one LeaseInterval from the
+// first try's start, each cut off by its end, so that a renewal of a lost
+// lease, which the first try makes in one interval at most, takes no
+// longer with them; a retry that runs out of that time reports the lost
+// connection it was made for.
+//
 // Submissions that find the lease's end passed renew through it, and so
 // does the loop once the lease is lost; submissions waiting meanwhile
-// share the outcome.
+// share the outcome, unless its maker gave up on it (its context ended)
+// before it was whole: they then renew themselves.
 func (rt *Runtime[S]) renewWhileLost(ctx context.Context, renew func() error) error {
+	ls := &rt.lease
+	first := time.Now()
 	err := renew()
 	backoff := registerBackoff
 	for range registerRetries {
-		if !errors.Is(err, ErrUnavailable) || !rt.lease.lost || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
-			return err
+		if !errors.Is(err, ErrUnavailable) || !ls.lost {
+			break
+		}
+		wait, until := jitter(backoff), first.Add(rt.cfg.LeaseInterval)
+		if time.Until(until) <= wait || !sleepUnless(ctx, wait, rt.gate.shut) {
+			break
 		}
 		backoff *= 2
+		lost := err
+		ls.retryUntil = until
 		err = renew()
+		ls.retryUntil = time.Time{}
+		if err != nil && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil && !time.Now().Before(until) {
+			err, ls.lastErr = lost, lost // cut off by the retries' time, not answered
+			break
+		}
 	}
+	ls.partial = ctx.Err() != nil || rt.gate.isClosed()
 	return err
 }
 
@@ -349,6 +375,9 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 		if bound <= 0 {
 			bound = rt.cfg.LeaseInterval
 		}
+	}
+	if !ls.retryUntil.IsZero() {
+		bound = min(bound, ls.retryUntil.Sub(sent))
 	}
 	call, cancel := context.WithTimeoutCause(ctx, bound, errRenewalCutOff)
 	extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)

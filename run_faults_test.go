@@ -689,3 +689,104 @@ func TestFaultARegisteringWriteThatMayHaveLandedIsRetiredWhenTheRetryCannotTell(
 		})
 	}
 }
+
+// slowLeaser is a MemStore whose renewals fail with lostConn while down,
+// and whose next renewals, one per entry of plan, fail with lostConn
+// after that entry's wait.
+type slowLeaser struct {
+	*workers.MemStore
+	down  atomic.Bool
+	plan  chan time.Duration
+	calls atomic.Int32
+}
+
+func (s *slowLeaser) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	s.calls.Add(1)
+	if s.down.Load() {
+		return false, lostConn
+	}
+	select {
+	case d := <-s.plan:
+		select {
+		case <-time.After(d):
+			return false, lostConn
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	default:
+	}
+	return s.MemStore.RenewLease(ctx, instance, ttl)
+}
+
+// slowLost returns a runtime over a slowLeaser whose lease was lost,
+// with plan to come (LeaseInterval 1 s, LeaseTTL 3 s). Call it inside a
+// synctest bubble.
+func slowLost(t *testing.T, plan ...time.Duration) (*workers.Runtime[*slowLeaser], *slowLeaser) {
+	t.Helper()
+	s := &slowLeaser{MemStore: workers.NewMemStore(), plan: make(chan time.Duration, len(plan))}
+	rt := workers.NewRuntime(s, workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+	require.NoError(t, rt.Start(t.Context()))
+	s.down.Store(true)
+	time.Sleep(4500 * time.Millisecond) // the renewals fail past the lease's end: lost
+	for _, d := range plan {
+		s.plan <- d
+	}
+	s.down.Store(false)
+	return rt, s
+}
+
+// The retries of a lost lease's renewal on a lost connection take no
+// longer than the one interval its first try may take: a store whose
+// every renewal fails slowly fails the submission within LeaseInterval,
+// with the lost connection's error.
+func TestFaultTheRetriesOfALostLeasesRenewalTakeOneIntervalAtMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, _ := slowLost(t, 900*time.Millisecond, 900*time.Millisecond, 900*time.Millisecond, 900*time.Millisecond)
+		start := time.Now()
+		_, err := rt.Submit(context.Background(), "k", result("done"), owner)
+		require.ErrorIs(t, err, workers.ErrUnavailable)
+		assert.ErrorContains(t, err, "renewing the instance lease")
+		assert.LessOrEqual(t, time.Since(start), time.Second)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// A submission that waited on a renewal whose maker gave up on its
+// retries (its context ended in a backoff) does not take that renewal's
+// one failure for the answer: it renews the lease itself, and registers.
+func TestFaultASubmissionWaitingOnARenewalItsMakerGaveUpOnRenewsItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, s := slowLost(t, 50*time.Millisecond)
+		before := s.calls.Load()
+		ctxA, cancelA := context.WithCancel(context.Background())
+		errs := make(chan error, 2)
+		go func() { _, err := rt.Submit(ctxA, "a", result("a"), owner); errs <- err }()
+		time.Sleep(10 * time.Millisecond)
+		go func() { _, err := rt.Submit(context.Background(), "b", result("b"), owner); errs <- err }()
+		time.Sleep(42 * time.Millisecond) // a's renewal failed at 50 ms: it backs off
+		cancelA()
+		errA, errB := <-errs, <-errs
+		require.ErrorIs(t, errA, context.Canceled)
+		require.NoError(t, errB)
+		assert.Equal(t, int32(2), s.calls.Load()-before, "a's renewal, then b's own")
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// Shutdown beginning while a submission backs off between its lease
+// renewal's tries fails the submission with ErrClosed, as it fails any
+// submission that finds it begun.
+func TestFaultShutdownDuringALeaseRenewalsBackoffFailsTheSubmissionWithErrClosed(t *testing.T) {
+	for _, fault := range bothFaults {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, _, _ := leaseLostOnce(t, 4, fault)
+				errs := make(chan error, 1)
+				go func() { _, err := rt.Submit(context.Background(), "k", result("x"), owner); errs <- err }()
+				synctest.Wait() // in its first backoff
+				require.NoError(t, rt.Shutdown(context.Background()))
+				require.ErrorIs(t, <-errs, workers.ErrClosed)
+			})
+		})
+	}
+}

@@ -54,10 +54,12 @@ type Config struct {
 	// renewal, a submission renews the lease itself before it registers,
 	// or fails with the renewal's error. Such a renewal is bounded by the
 	// submission's context and by what is left of LeaseTTL (LeaseInterval
-	// once that has passed; a whole LeaseTTL for the first, which takes
-	// the lease); submissions waiting meanwhile share its answer, and
-	// Shutdown ends their wait with ErrClosed. Defaults to five
-	// LeaseIntervals: 15 seconds with the default interval.
+	// once that has passed, its retries on a lost connection included; a
+	// whole LeaseTTL for the first, which takes the lease); submissions
+	// waiting meanwhile share its answer, unless the context of the
+	// submission that made it ended first, and Shutdown ends their wait,
+	// or a renewal's, with ErrClosed. Defaults to five LeaseIntervals: 15
+	// seconds with the default interval.
 	LeaseTTL time.Duration
 
 	// RecoverInterval is how often the recovery loop, started by Start
