@@ -90,11 +90,10 @@ type leaseState struct {
 	tries atomic.Uint64 // renewals answered, by the store or by their timeout
 
 	// Guarded by turn.
-	renewed    time.Time // when the last renewal that succeeded was answered
-	lost       bool      // no lease is held: none was taken yet, or it was found lost since the last renewal
-	lastErr    error     // the error of the last renewal answered, nil if it succeeded
-	partial    bool      // the last renewal's maker gave up before its answer was whole (see renewWhileLost)
-	retryUntil time.Time // while renewWhileLost retries: when its retries' time is up, which bounds each
+	renewed time.Time // when the last renewal that succeeded was answered
+	lost    bool      // no lease is held: none was taken yet, or it was found lost since the last renewal
+	lastErr error     // the error of the last renewal answered, nil if it succeeded
+	partial bool      // the last renewal's maker gave up before its answer was whole (see renewWhileLost)
 
 	// live caches the instances last read live, for register's question
 	// "is this run's instance alive": a hit younger than LeaseInterval is
@@ -119,6 +118,10 @@ func (ls *leaseState) now() int64 { return int64(time.Since(ls.base)) }
 
 // errRenewalCutOff is the cause of a renewal's own deadline.
 var errRenewalCutOff = errors.New("workers: lease renewal cut off")
+
+// errRetriesTimeUp marks the error of a renewal retried on a lost
+// connection that the retries' end cut off (see renewWhileLost).
+var errRetriesTimeUp = errors.New("workers: the lease renewal's retries ran out of time")
 
 // take waits for the lease's turn, or for ctx to end, or for shut to
 // close (ErrClosed).
@@ -155,7 +158,7 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	}
 	l, leased := any(rt.store).(Leaser)
 	if leased {
-		if err := rt.renewUnlessShut(ctx, l); err != nil {
+		if err := rt.renewUnlessShut(ctx, l, time.Time{}); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err() // the caller's: the lease was never in question
 			}
@@ -212,7 +215,7 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 	case ls.tries.Load() != seen && ls.lastErr != nil && !ls.partial:
 		return 0, leaseError("renewing", ls.lastErr)
 	default:
-		if err := rt.renewWhileLost(ctx, func() error { return rt.renewUnlessShut(ctx, rt.leaser) }); err != nil {
+		if err := rt.renewWhileLost(ctx, func(until time.Time) error { return rt.renewUnlessShut(ctx, rt.leaser, until) }); err != nil {
 			switch {
 			case ctx.Err() != nil:
 				return 0, ctx.Err()
@@ -238,35 +241,31 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 // answer say the lease was extended when it may have been taken anew.
 //
 // The retries take at most what is left of one LeaseInterval from the
-// first try's start, each cut off by its end, so that a renewal of a lost
-// lease, which the first try makes in one interval at most, takes no
-// longer with them; a retry that runs out of that time reports the lost
-// connection it was made for.
+// first try's start, each cut off by its end (renew's until), so that
+// they add no more than an interval to a renewal; a retry so cut off
+// reports the lost connection it was made for.
 //
 // Submissions that find the lease's end passed renew through it, and so
 // does the loop once the lease is lost; submissions waiting meanwhile
-// share the outcome, unless its maker gave up on it (its context ended)
-// before it was whole: they then renew themselves.
-func (rt *Runtime[S]) renewWhileLost(ctx context.Context, renew func() error) error {
+// share the outcome, unless its maker gave up on it (its context ended,
+// or Shutdown began) before it was whole: they then renew themselves.
+func (rt *Runtime[S]) renewWhileLost(ctx context.Context, renew func(until time.Time) error) error {
 	ls := &rt.lease
 	first := time.Now()
-	err := renew()
+	err := renew(time.Time{})
 	backoff := registerBackoff
 	for range registerRetries {
 		if !errors.Is(err, ErrUnavailable) || !ls.lost {
 			break
 		}
 		wait, until := jitter(backoff), first.Add(rt.cfg.LeaseInterval)
-		if time.Until(until) <= wait || !sleepUnless(ctx, wait, rt.gate.shut) {
+		if time.Until(until) <= wait || !sleepUnless(ctx, wait, rt.gate.shut) || !time.Now().Before(until) {
 			break
 		}
 		backoff *= 2
 		lost := err
-		ls.retryUntil = until
-		err = renew()
-		ls.retryUntil = time.Time{}
-		if err != nil && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil && !time.Now().Before(until) {
-			err, ls.lastErr = lost, lost // cut off by the retries' time, not answered
+		if err = renew(until); errors.Is(err, errRetriesTimeUp) {
+			err, ls.lastErr = lost, lost
 			break
 		}
 	}
@@ -286,7 +285,7 @@ func leaseError(doing string, err error) error {
 // renewUnlessShut is renew for a caller outside the loops: a submission,
 // or a first Wait or Watch. Shutdown's start cuts its call off, and it
 // then returns ErrClosed.
-func (rt *Runtime[S]) renewUnlessShut(ctx context.Context, l Leaser) error {
+func (rt *Runtime[S]) renewUnlessShut(ctx context.Context, l Leaser, until time.Time) error {
 	if rt.gate.isClosed() {
 		// Shutdown has begun: a call made now would only be cut off, and
 		// bind cuts off after the call has started.
@@ -294,7 +293,7 @@ func (rt *Runtime[S]) renewUnlessShut(ctx context.Context, l Leaser) error {
 	}
 	c, release := rt.gate.bind(ctx)
 	defer release()
-	err := rt.renew(c, l)
+	err := rt.renew(c, l, until)
 	if err != nil && ctx.Err() == nil && rt.gate.isClosed() {
 		return ErrClosed
 	}
@@ -325,7 +324,7 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 		}
 		if due {
 			// renew logs a failure, and loses the lease past its end.
-			_ = rt.renewWhileLost(ctx, func() error { return rt.renew(ctx, l) })
+			_ = rt.renewWhileLost(ctx, func(until time.Time) error { return rt.renew(ctx, l, until) })
 		} else if until := ls.until.Load(); !ls.lost && until != 0 && ls.now() >= until {
 			// Past the earliest end of the last renewal that landed:
 			// another instance may recover the runs from now on.
@@ -365,8 +364,11 @@ func renewalCutOff(bound time.Duration, err error) error {
 // that hangs is cut off by the lease's end, so a stalled store cannot
 // hide that the lease ran out. Once it has run out, a renewal (which
 // creates a new lease) gets one interval. The first, which takes the
-// lease, gets a whole LeaseTTL: a cold connection may be slow.
-func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
+// lease, gets a whole LeaseTTL: a cold connection may be slow. A retry
+// on a lost connection (see renewWhileLost) is cut off at until, if that
+// comes first, and its error then wraps errRetriesTimeUp; a zero until
+// sets no such end.
+func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) error {
 	ls := &rt.lease
 	sent := time.Now()
 	bound := rt.cfg.LeaseTTL // the first, which takes the lease
@@ -376,8 +378,9 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 			bound = rt.cfg.LeaseInterval
 		}
 	}
-	if !ls.retryUntil.IsZero() {
-		bound = min(bound, ls.retryUntil.Sub(sent))
+	retryEnds := !until.IsZero() && until.Sub(sent) < bound
+	if retryEnds {
+		bound = until.Sub(sent)
 	}
 	call, cancel := context.WithTimeoutCause(ctx, bound, errRenewalCutOff)
 	extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
@@ -387,6 +390,8 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser) error {
 	case err == nil:
 	case ctx.Err() != nil:
 		return err // the caller gave up: the call says nothing of the store
+	case cutOff && retryEnds:
+		err = fmt.Errorf("%w (%v)", errRetriesTimeUp, renewalCutOff(bound, err))
 	case cutOff:
 		// The bound's deadline, not the caller's: not
 		// context.DeadlineExceeded, which the caller would take for its

@@ -692,10 +692,11 @@ func TestFaultARegisteringWriteThatMayHaveLandedIsRetiredWhenTheRetryCannotTell(
 
 // slowLeaser is a MemStore whose renewals fail with lostConn while down,
 // and whose next renewals, one per entry of plan, fail with lostConn
-// after that entry's wait.
+// after that entry's wait; the next after them panics if panic is set.
 type slowLeaser struct {
 	*workers.MemStore
 	down  atomic.Bool
+	panic atomic.Bool // the next renewal panics
 	plan  chan time.Duration
 	calls atomic.Int32
 }
@@ -714,6 +715,9 @@ func (s *slowLeaser) RenewLease(ctx context.Context, instance string, ttl time.D
 			return false, ctx.Err()
 		}
 	default:
+	}
+	if s.panic.CompareAndSwap(true, false) {
+		panic("a store's bug")
 	}
 	return s.MemStore.RenewLease(ctx, instance, ttl)
 }
@@ -747,6 +751,26 @@ func TestFaultTheRetriesOfALostLeasesRenewalTakeOneIntervalAtMost(t *testing.T) 
 		require.ErrorIs(t, err, workers.ErrUnavailable)
 		assert.ErrorContains(t, err, "renewing the instance lease")
 		assert.LessOrEqual(t, time.Since(start), time.Second)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}
+
+// A renewal retried on a lost connection that panics (a store's bug,
+// which the submitter's caller recovers, as net/http does) leaves
+// nothing of the retry behind: the lease is renewed again once the store
+// answers, and submissions register.
+func TestFaultARetriedRenewalThatPanicsLeavesTheLeaseRenewable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, s := slowLost(t, 0) // the submission's renewal fails at once
+		s.panic.Store(true)     // and its retry panics
+		func() {
+			defer func() { _ = recover() }()
+			_, _ = rt.Submit(context.Background(), "k", result("done"), owner)
+			t.Error("Submit returned: want the store's panic")
+		}()
+		time.Sleep(5 * time.Second) // the loop renews meanwhile
+		_, err := rt.Submit(context.Background(), "k2", result("done"), owner)
+		require.NoError(t, err)
 		require.NoError(t, rt.Shutdown(context.Background()))
 	})
 }

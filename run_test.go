@@ -336,7 +336,7 @@ func TestNoRenewalIsSentOnceShutdownBegan(t *testing.T) {
 		rt, _ := leasedRuntime(t, s)
 		rt.gate.close() // Shutdown's first step
 		before := calls.Load()
-		assert.Equal(t, ErrClosed, rt.renewUnlessShut(ctx, s))
+		assert.Equal(t, ErrClosed, rt.renewUnlessShut(ctx, s, time.Time{}))
 		assert.Equal(t, before, calls.Load(), "no call to cut off")
 		require.NoError(t, rt.Shutdown(ctx))
 	})
