@@ -342,36 +342,32 @@ func TestFaultLostLeaseAbandonsAWaitingRunThroughAFailedWrite(t *testing.T) {
 			return rt.Submit(context.Background(), key, fn, owner)
 		}},
 	} {
-		for _, fault := range bothFaults {
-			t.Run(c.name+"/"+fault.String(), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Limits: c.limits})
-					head := newHeedless()
-					_, err := c.submit(rt, "head", head.fn)
-					require.NoError(t, err)
-					<-head.started
-					waiting, err := c.submit(rt, "waiting", result(1))
-					require.NoError(t, err)
+		eachFault(t, c.name+"/", func(t *testing.T, fault storetest.Fault) {
+			rt, mem, f := faulty(workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Limits: c.limits})
+			head := newHeedless()
+			_, err := c.submit(rt, "head", head.fn)
+			require.NoError(t, err)
+			<-head.started
+			waiting, err := c.submit(rt, "waiting", result(1))
+			require.NoError(t, err)
 
-					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
-						return c.ID == waiting.ID && c.Next.Status.Terminal()
-					}})
-					unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
-					time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
-					unreachable()
-					time.Sleep(time.Second) // the abandon write's retries
-					synctest.Wait()
+			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+				return c.ID == waiting.ID && c.Next.Status.Terminal()
+			}})
+			unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+			time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
+			unreachable()
+			time.Sleep(time.Second) // the abandon write's retries
+			synctest.Wait()
 
-					assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the abandon write failed once")
-					endedAs(t, mem, waiting.ID, workers.StatusFailed, workers.CauseAbandoned) // while the head still runs
-					st, err := rt.Stats(t.Context(), workers.System)
-					require.NoError(t, err)
-					assert.Zero(t, st.Waiting, "the waiting place freed: %+v", st)
-					close(head.release)
-					require.NoError(t, rt.Shutdown(t.Context()))
-				})
-			})
-		}
+			assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the abandon write failed once")
+			endedAs(t, mem, waiting.ID, workers.StatusFailed, workers.CauseAbandoned) // while the head still runs
+			st, err := rt.Stats(t.Context(), workers.System)
+			require.NoError(t, err)
+			assert.Zero(t, st.Waiting, "the waiting place freed: %+v", st)
+			close(head.release)
+			require.NoError(t, rt.Shutdown(t.Context()))
+		})
 	}
 }
 

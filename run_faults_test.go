@@ -21,43 +21,50 @@ import (
 // error: before it reaches the store, and after it landed.
 var bothFaults = []storetest.Fault{storetest.FailBefore, storetest.FailAfter}
 
+// eachFault runs test once per fault of bothFaults, in a synctest bubble,
+// as the subtest named prefix and the fault.
+func eachFault(t *testing.T, prefix string, test func(t *testing.T, fault storetest.Fault)) {
+	t.Helper()
+	for _, fault := range bothFaults {
+		t.Run(prefix+fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { test(t, fault) })
+		})
+	}
+}
+
 // A run that waited for a slot under Limits is registered PENDING and
 // writes its start when the slot frees. That write fails once, before it
 // lands or after: it is tried again, and the run completes once, its
 // callback called once, on its first attempt.
 func TestFaultTheStartOfARunThatWaitedForASlotFails(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1}})
-				head := newHeedless()
-				_, err := rt.Submit(context.Background(), "head", head.fn, owner)
-				require.NoError(t, err)
-				<-head.started
-				var calls atomic.Int32
-				waiting, err := rt.Submit(context.Background(), "waiting", func(context.Context, *workers.Task) (any, error) {
-					calls.Add(1)
-					return "done", nil
-				}, owner)
-				require.NoError(t, err)
-				synctest.Wait()
-				endedAs(t, mem, waiting.ID, workers.StatusPending, workers.CauseNone)
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, mem, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1}})
+		head := newHeedless()
+		_, err := rt.Submit(context.Background(), "head", head.fn, owner)
+		require.NoError(t, err)
+		<-head.started
+		var calls atomic.Int32
+		waiting, err := rt.Submit(context.Background(), "waiting", func(context.Context, *workers.Task) (any, error) {
+			calls.Add(1)
+			return "done", nil
+		}, owner)
+		require.NoError(t, err)
+		synctest.Wait()
+		endedAs(t, mem, waiting.ID, workers.StatusPending, workers.CauseNone)
 
-				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
-					return c.ID == waiting.ID && c.Next.Status == workers.StatusRunning
-				}})
-				close(head.release)
-				snap, err := rt.Wait(context.Background(), waiting.ID, owner)
-				require.NoError(t, err)
-				assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the start failed once")
-				assert.Equal(t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
-				assert.Equal(t, 1, snap.Attempt)
-				assert.Equal(t, int32(1), calls.Load())
-				endedAs(t, mem, waiting.ID, workers.StatusCompleted, workers.CauseCompleted)
-				require.NoError(t, rt.Shutdown(context.Background()))
-			})
-		})
-	}
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+			return c.ID == waiting.ID && c.Next.Status == workers.StatusRunning
+		}})
+		close(head.release)
+		snap, err := rt.Wait(context.Background(), waiting.ID, owner)
+		require.NoError(t, err)
+		assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the start failed once")
+		assert.Equal(t, workers.StatusCompleted, snap.Status, "error %q", snap.Error)
+		assert.Equal(t, 1, snap.Attempt)
+		assert.Equal(t, int32(1), calls.Load())
+		endedAs(t, mem, waiting.ID, workers.StatusCompleted, workers.CauseCompleted)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
 }
 
 // A submission whose insert lands after Shutdown began has its run
@@ -65,42 +72,38 @@ func TestFaultTheStartOfARunThatWaitedForASlotFails(t *testing.T) {
 // after. It is tried again within Shutdown's bound: the record ends
 // CANCELLED by the shutdown, and Shutdown reports everything settled.
 func TestFaultTheEndOfARunRegisteredAsShutdownBeganFails(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := faulty(workers.Config{})
-				// Take the lease first, so the submission below only inserts.
-				first, err := rt.Submit(context.Background(), "first", result(1), owner)
-				require.NoError(t, err)
-				_, err = rt.Wait(context.Background(), first.ID, owner)
-				require.NoError(t, err)
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, mem, f := faulty(workers.Config{})
+		// Take the lease first, so the submission below only inserts.
+		first, err := rt.Submit(context.Background(), "first", result(1), owner)
+		require.NoError(t, err)
+		_, err = rt.Wait(context.Background(), first.ID, owner)
+		require.NoError(t, err)
 
-				late := scoped(t, "late")
-				f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.Delay, Delay: time.Second})
-				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
-					return c.ID == late && c.Next.Cause == workers.CauseShutdown
-				}})
-				var calls atomic.Int32
-				submitted := make(chan error, 1)
-				go func() {
-					_, err := rt.Submit(context.Background(), "late", func(context.Context, *workers.Task) (any, error) {
-						calls.Add(1)
-						return "ran", nil
-					}, owner)
-					submitted <- err
-				}()
-				synctest.Wait() // the submission is in its insert
+		late := scoped(t, "late")
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: storetest.Delay, Delay: time.Second})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+			return c.ID == late && c.Next.Cause == workers.CauseShutdown
+		}})
+		var calls atomic.Int32
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := rt.Submit(context.Background(), "late", func(context.Context, *workers.Task) (any, error) {
+				calls.Add(1)
+				return "ran", nil
+			}, owner)
+			submitted <- err
+		}()
+		synctest.Wait() // the submission is in its insert
 
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				require.NoError(t, rt.Shutdown(ctx))
-				require.NoError(t, <-submitted, "the insert landed: the submission was acknowledged")
-				assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write failed once")
-				assert.Zero(t, calls.Load(), "the callback of a run registered after Shutdown began ran")
-				endedAs(t, mem, late, workers.StatusCancelled, workers.CauseShutdown)
-			})
-		})
-	}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Shutdown(ctx))
+		require.NoError(t, <-submitted, "the insert landed: the submission was acknowledged")
+		assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write failed once")
+		assert.Zero(t, calls.Load(), "the callback of a run registered after Shutdown began ran")
+		endedAs(t, mem, late, workers.StatusCancelled, workers.CauseShutdown)
+	})
 }
 
 // A submission whose insert failed after it landed, to a sequential queue
@@ -110,53 +113,49 @@ func TestFaultTheEndOfARunRegisteredAsShutdownBeganFails(t *testing.T) {
 // and the key runs again.
 func TestFaultAGhostPendingInsertIsEndedNotJoined(t *testing.T) {
 	for _, path := range []string{"queue", "slot"} {
-		for _, fault := range bothFaults {
-			t.Run(path+"/"+fault.String(), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					rt, mem, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1}})
-					submit := func(key string, fn workers.Func) (workers.Submission, error) {
-						if path == "queue" {
-							return rt.SubmitSequential(context.Background(), "q", key, fn, owner)
-						}
-						return rt.Submit(context.Background(), key, fn, owner)
-					}
-					var head *heedless
-					if path == "slot" {
-						head = newHeedless()
-						_, err := rt.Submit(context.Background(), "head", head.fn, owner)
-						require.NoError(t, err)
-						<-head.started
-					}
-					id := scoped(t, "k")
-					f.Add(storetest.Rule{Op: storetest.OpInsertTask, Times: 1, Fault: storetest.FailAfter})
-					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
-						return c.ID == id && c.Next.Status.Terminal()
-					}})
-					var calls atomic.Int32
-					_, err := submit("k", func(context.Context, *workers.Task) (any, error) {
-						calls.Add(1)
-						return "lost", nil
-					})
-					require.ErrorIs(t, err, storetest.ErrInjected)
-					time.Sleep(time.Second) // the retired run's write, and its retry
-					synctest.Wait()
-					assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write failed once")
-					endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
-					assert.Zero(t, calls.Load(), "the callback of a submission that failed ran")
-
-					if head != nil {
-						close(head.release)
-					}
-					again, err := submit("k", result("done"))
-					require.NoError(t, err)
-					assert.False(t, again.Joined)
-					snap, err := rt.Wait(context.Background(), again.ID, owner)
-					require.NoError(t, err)
-					assert.Equal(t, workers.StatusCompleted, snap.Status)
-					require.NoError(t, rt.Shutdown(context.Background()))
-				})
+		eachFault(t, path+"/", func(t *testing.T, fault storetest.Fault) {
+			rt, mem, f := faulty(workers.Config{Limits: workers.Limits{MaxRunning: 1}})
+			submit := func(key string, fn workers.Func) (workers.Submission, error) {
+				if path == "queue" {
+					return rt.SubmitSequential(context.Background(), "q", key, fn, owner)
+				}
+				return rt.Submit(context.Background(), key, fn, owner)
+			}
+			var head *heedless
+			if path == "slot" {
+				head = newHeedless()
+				_, err := rt.Submit(context.Background(), "head", head.fn, owner)
+				require.NoError(t, err)
+				<-head.started
+			}
+			id := scoped(t, "k")
+			f.Add(storetest.Rule{Op: storetest.OpInsertTask, Times: 1, Fault: storetest.FailAfter})
+			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
+				return c.ID == id && c.Next.Status.Terminal()
+			}})
+			var calls atomic.Int32
+			_, err := submit("k", func(context.Context, *workers.Task) (any, error) {
+				calls.Add(1)
+				return "lost", nil
 			})
-		}
+			require.ErrorIs(t, err, storetest.ErrInjected)
+			time.Sleep(time.Second) // the retired run's write, and its retry
+			synctest.Wait()
+			assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write failed once")
+			endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+			assert.Zero(t, calls.Load(), "the callback of a submission that failed ran")
+
+			if head != nil {
+				close(head.release)
+			}
+			again, err := submit("k", result("done"))
+			require.NoError(t, err)
+			assert.False(t, again.Joined)
+			snap, err := rt.Wait(context.Background(), again.ID, owner)
+			require.NoError(t, err)
+			assert.Equal(t, workers.StatusCompleted, snap.Status)
+			require.NoError(t, rt.Shutdown(context.Background()))
+		})
 	}
 }
 
@@ -167,59 +166,55 @@ func TestFaultAGhostPendingInsertIsEndedNotJoined(t *testing.T) {
 // instance, or joins the run of a live one.
 func TestFaultTheLivenessReadOfARegistrationFails(t *testing.T) {
 	for _, peerLive := range []bool{false, true} {
-		for _, fault := range bothFaults {
-			name := "dead instance/"
-			if peerLive {
-				name = "live instance/"
-			}
-			t.Run(name+fault.String(), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					ctx := context.Background()
-					rt, mem, f := faulty(workers.Config{})
-					require.NoError(t, rt.Start(ctx))
-					id := scoped(t, "k")
-					var peer *workers.Runtime[*workers.MemStore]
-					var peerRun *heedless
-					if peerLive {
-						peer = workers.NewRuntime(mem, workers.Config{Logger: quiet})
-						peerRun = newHeedless()
-						_, err := peer.Submit(ctx, "k", peerRun.fn, owner)
-						require.NoError(t, err)
-						<-peerRun.started
-					} else {
-						created := time.Now().UTC().Truncate(time.Microsecond)
-						require.NoError(t, mem.InsertTask(ctx, workers.Record{
-							ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
-							State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
-						}))
-					}
-					before, err := mem.GetTask(ctx, id)
-					require.NoError(t, err)
-
-					f.Add(storetest.Rule{Op: storetest.OpLiveInstances, Times: 1, Fault: fault})
-					_, err = rt.Submit(ctx, "k", result("mine"), owner)
-					require.ErrorIs(t, err, storetest.ErrInjected)
-					after, err := mem.GetTask(ctx, id)
-					require.NoError(t, err)
-					assert.Equal(t, before, after, "a submission that failed changed the record")
-
-					again, err := rt.Submit(ctx, "k", result("mine"), owner)
-					require.NoError(t, err)
-					assert.Equal(t, peerLive, again.Joined)
-					if peerLive {
-						assert.Equal(t, before.RunID, again.RunID)
-						close(peerRun.release)
-					}
-					snap, err := rt.Wait(ctx, id, owner)
-					require.NoError(t, err)
-					assert.Equal(t, workers.StatusCompleted, snap.Status)
-					require.NoError(t, rt.Shutdown(ctx))
-					if peer != nil {
-						require.NoError(t, peer.Shutdown(ctx))
-					}
-				})
-			})
+		name := "dead instance/"
+		if peerLive {
+			name = "live instance/"
 		}
+		eachFault(t, name, func(t *testing.T, fault storetest.Fault) {
+			ctx := context.Background()
+			rt, mem, f := faulty(workers.Config{})
+			require.NoError(t, rt.Start(ctx))
+			id := scoped(t, "k")
+			var peer *workers.Runtime[*workers.MemStore]
+			var peerRun *heedless
+			if peerLive {
+				peer = workers.NewRuntime(mem, workers.Config{Logger: quiet})
+				peerRun = newHeedless()
+				_, err := peer.Submit(ctx, "k", peerRun.fn, owner)
+				require.NoError(t, err)
+				<-peerRun.started
+			} else {
+				created := time.Now().UTC().Truncate(time.Microsecond)
+				require.NoError(t, mem.InsertTask(ctx, workers.Record{
+					ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+					State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+				}))
+			}
+			before, err := mem.GetTask(ctx, id)
+			require.NoError(t, err)
+
+			f.Add(storetest.Rule{Op: storetest.OpLiveInstances, Times: 1, Fault: fault})
+			_, err = rt.Submit(ctx, "k", result("mine"), owner)
+			require.ErrorIs(t, err, storetest.ErrInjected)
+			after, err := mem.GetTask(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, before, after, "a submission that failed changed the record")
+
+			again, err := rt.Submit(ctx, "k", result("mine"), owner)
+			require.NoError(t, err)
+			assert.Equal(t, peerLive, again.Joined)
+			if peerLive {
+				assert.Equal(t, before.RunID, again.RunID)
+				close(peerRun.release)
+			}
+			snap, err := rt.Wait(ctx, id, owner)
+			require.NoError(t, err)
+			assert.Equal(t, workers.StatusCompleted, snap.Status)
+			require.NoError(t, rt.Shutdown(ctx))
+			if peer != nil {
+				require.NoError(t, peer.Shutdown(ctx))
+			}
+		})
 	}
 }
 
@@ -263,30 +258,26 @@ func TestFaultALoopCallThatFailsIsMadeAgainByTheNextPass(t *testing.T) {
 		// Over a store without notices: the sync loop alone finds the end.
 		{"sync read", syncing, storetest.OpGetTask, func(m *workers.MemStore) workers.Store { return sharedNoNotices{m, m} }, cancelledElsewhere},
 	} {
-		for _, fault := range bothFaults {
-			t.Run(c.loop+"/"+fault.String(), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					c.cfg.Logger = quiet
-					f := &storetest.Faults{}
-					mem := workers.NewMemStore()
-					var s workers.Store = mem
-					if c.store != nil {
-						s = c.store(mem)
-					}
-					rt := workers.NewRuntime(storetest.Faulty(s, f), c.cfg)
-					require.NoError(t, rt.Start(ctx))
-					f.Add(storetest.Rule{Op: c.op, Times: 1, Fault: fault})
-					done := c.leave(t, rt, mem)
-					time.Sleep(1500 * time.Millisecond) // the loop's first pass
-					synctest.Wait()
-					require.Equal(t, 1, f.Injected(c.op), "the first pass's call failed")
-					for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(100 * time.Millisecond) {
-						require.True(t, time.Now().Before(deadline), "no pass of the %s did the work", c.loop)
-					}
-					require.NoError(t, rt.Shutdown(ctx))
-				})
-			})
-		}
+		eachFault(t, c.loop+"/", func(t *testing.T, fault storetest.Fault) {
+			c.cfg.Logger = quiet
+			f := &storetest.Faults{}
+			mem := workers.NewMemStore()
+			var s workers.Store = mem
+			if c.store != nil {
+				s = c.store(mem)
+			}
+			rt := workers.NewRuntime(storetest.Faulty(s, f), c.cfg)
+			require.NoError(t, rt.Start(ctx))
+			f.Add(storetest.Rule{Op: c.op, Times: 1, Fault: fault})
+			done := c.leave(t, rt, mem)
+			time.Sleep(1500 * time.Millisecond) // the loop's first pass
+			synctest.Wait()
+			require.Equal(t, 1, f.Injected(c.op), "the first pass's call failed")
+			for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(100 * time.Millisecond) {
+				require.True(t, time.Now().Before(deadline), "no pass of the %s did the work", c.loop)
+			}
+			require.NoError(t, rt.Shutdown(ctx))
+		})
 	}
 }
 
@@ -296,36 +287,32 @@ func TestFaultALoopCallThatFailsIsMadeAgainByTheNextPass(t *testing.T) {
 // release did not end expires by itself, after which recovery anywhere
 // finds nothing of the instance's to end.
 func TestFaultShutdownsLeaseReleaseFails(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				ctx := context.Background()
-				cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
-				rt, mem, f := faulty(cfg)
-				sub, err := rt.Submit(ctx, "k", result("done"), owner)
-				require.NoError(t, err)
-				_, err = rt.Wait(ctx, sub.ID, owner)
-				require.NoError(t, err)
-				instance := workers.InstanceOf(sub.RunID)
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		ctx := context.Background()
+		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+		rt, mem, f := faulty(cfg)
+		sub, err := rt.Submit(ctx, "k", result("done"), owner)
+		require.NoError(t, err)
+		_, err = rt.Wait(ctx, sub.ID, owner)
+		require.NoError(t, err)
+		instance := workers.InstanceOf(sub.RunID)
 
-				f.Add(storetest.Rule{Op: storetest.OpReleaseLease, Times: 1, Fault: fault})
-				require.NoError(t, rt.Shutdown(ctx))
-				assert.Equal(t, 1, f.Injected(storetest.OpReleaseLease))
-				live, err := mem.LiveInstances(ctx)
-				require.NoError(t, err)
-				assert.Equal(t, fault == storetest.FailBefore, slices.Contains(live, instance),
-					"the lease lives on only if the release never reached the store")
+		f.Add(storetest.Rule{Op: storetest.OpReleaseLease, Times: 1, Fault: fault})
+		require.NoError(t, rt.Shutdown(ctx))
+		assert.Equal(t, 1, f.Injected(storetest.OpReleaseLease))
+		live, err := mem.LiveInstances(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, fault == storetest.FailBefore, slices.Contains(live, instance),
+			"the lease lives on only if the release never reached the store")
 
-				time.Sleep(4 * time.Second) // past the lease's TTL
-				live, err = mem.LiveInstances(ctx)
-				require.NoError(t, err)
-				assert.NotContains(t, live, instance, "the lease expired")
-				recs, err := mem.ListTasks(ctx, workers.Filter{Statuses: liveStates})
-				require.NoError(t, err)
-				assert.Empty(t, recs)
-			})
-		})
-	}
+		time.Sleep(4 * time.Second) // past the lease's TTL
+		live, err = mem.LiveInstances(ctx)
+		require.NoError(t, err)
+		assert.NotContains(t, live, instance, "the lease expired")
+		recs, err := mem.ListTasks(ctx, workers.Filter{Statuses: liveStates})
+		require.NoError(t, err)
+		assert.Empty(t, recs)
+	})
 }
 
 // Recovery's write of a dead run's end fails after it landed: recovery
@@ -335,47 +322,43 @@ func TestFaultShutdownsLeaseReleaseFails(t *testing.T) {
 // RecoverZombies count it. A write that did not land (fail-before) is
 // an error of the pass, and a later pass ends the record.
 func TestFaultARecoveryWriteThatLandedIsReported(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				ctx := context.Background()
-				recovered := make(chan workers.Event, 4)
-				rt, mem, f := faulty(workers.Config{Observers: []workers.Observer{
-					workers.ObserverFunc(func(_ context.Context, e workers.Event) {
-						if e.Kind == workers.EventRecovered {
-							recovered <- e
-						}
-					}),
-				}})
-				id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
-				require.NoError(t, mem.InsertTask(ctx, workers.Record{
-					ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
-					State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
-				}))
-				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault})
-				n, err := rt.RecoverZombies(ctx)
-				if fault == storetest.FailAfter {
-					require.NoError(t, err, "the write landed")
-					assert.Equal(t, 1, n)
-				} else {
-					require.ErrorIs(t, err, storetest.ErrInjected)
-					assert.Zero(t, n)
-					n, err = rt.RecoverZombies(ctx)
-					require.NoError(t, err)
-					assert.Equal(t, 1, n)
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		ctx := context.Background()
+		recovered := make(chan workers.Event, 4)
+		rt, mem, f := faulty(workers.Config{Observers: []workers.Observer{
+			workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+				if e.Kind == workers.EventRecovered {
+					recovered <- e
 				}
-				endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
-				require.Len(t, recovered, 1, "the observers hear of the recovery once")
-				e := <-recovered
-				assert.Equal(t, id, e.TaskID)
-				assert.Equal(t, "gone-instance.1", e.RunID)
-				n, err = rt.RecoverZombies(ctx)
-				require.NoError(t, err)
-				assert.Zero(t, n)
-				require.NoError(t, rt.Shutdown(ctx))
-			})
-		})
-	}
+			}),
+		}})
+		id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+		require.NoError(t, mem.InsertTask(ctx, workers.Record{
+			ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+			State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+		}))
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault})
+		n, err := rt.RecoverZombies(ctx)
+		if fault == storetest.FailAfter {
+			require.NoError(t, err, "the write landed")
+			assert.Equal(t, 1, n)
+		} else {
+			require.ErrorIs(t, err, storetest.ErrInjected)
+			assert.Zero(t, n)
+			n, err = rt.RecoverZombies(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n)
+		}
+		endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+		require.Len(t, recovered, 1, "the observers hear of the recovery once")
+		e := <-recovered
+		assert.Equal(t, id, e.TaskID)
+		assert.Equal(t, "gone-instance.1", e.RunID)
+		n, err = rt.RecoverZombies(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
 }
 
 // The store's notices are how a run learns at once that another process
@@ -424,30 +407,26 @@ func TestFaultAListenThatFailsIsMadeAgain(t *testing.T) {
 // error and counts nothing, as it did before it read back; the record,
 // ended all the same, is listed by no later pass.
 func TestFaultARecoveryReadBackThatFailsLeavesTheWritesError(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				ctx := context.Background()
-				rt, mem, f := faulty(workers.Config{})
-				id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
-				require.NoError(t, mem.InsertTask(ctx, workers.Record{
-					ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
-					State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
-				}))
-				f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter})
-				f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: fault})
-				n, err := rt.RecoverZombies(ctx)
-				require.ErrorIs(t, err, storetest.ErrInjected)
-				assert.Zero(t, n)
-				assert.Equal(t, 1, f.Injected(storetest.OpGetTask), "the read-back was made, and failed")
-				endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
-				n, err = rt.RecoverZombies(ctx)
-				require.NoError(t, err)
-				assert.Zero(t, n, "an ended record is not recovered again")
-				require.NoError(t, rt.Shutdown(ctx))
-			})
-		})
-	}
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		ctx := context.Background()
+		rt, mem, f := faulty(workers.Config{})
+		id, created := scoped(t, "dead"), time.Now().UTC().Truncate(time.Microsecond)
+		require.NoError(t, mem.InsertTask(ctx, workers.Record{
+			ID: id, RunID: "gone-instance.1", Watchers: []string{"alice"}, CreatedAt: created,
+			State: workers.State{Status: workers.StatusRunning, StartedAt: created, Attempt: 1},
+		}))
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter})
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: fault})
+		n, err := rt.RecoverZombies(ctx)
+		require.ErrorIs(t, err, storetest.ErrInjected)
+		assert.Zero(t, n)
+		assert.Equal(t, 1, f.Injected(storetest.OpGetTask), "the read-back was made, and failed")
+		endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+		n, err = rt.RecoverZombies(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, n, "an ended record is not recovered again")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
 }
 
 // lostConn is a store error that says the connection was lost.
@@ -461,40 +440,36 @@ var lostConn = fmt.Errorf("%w: connection reset by peer", workers.ErrUnavailable
 // holds the submission's own run.
 func TestFaultARegisteringWriteOnALostConnectionIsMadeAgain(t *testing.T) {
 	for _, op := range []storetest.Op{storetest.OpInsertTask, storetest.OpReplaceTask} {
-		for _, fault := range bothFaults {
-			t.Run(string(op)+"/"+fault.String(), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					rt, mem, f := faulty(workers.Config{})
-					if op == storetest.OpReplaceTask {
-						first, err := rt.Submit(context.Background(), "k", result("first"), owner)
-						require.NoError(t, err)
-						_, err = rt.Wait(context.Background(), first.ID, owner)
-						require.NoError(t, err)
-					}
-					f.Add(storetest.Rule{Op: op, Times: 1, Fault: fault, Err: lostConn})
-					var calls atomic.Int32
-					sub, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
-						calls.Add(1)
-						return "done", nil
-					}, owner)
-					require.NoError(t, err)
-					assert.False(t, sub.Joined)
-					assert.Equal(t, 2, f.Calls(op), "the write was made again")
-					if op == storetest.OpInsertTask {
-						assert.Zero(t, f.Calls(storetest.OpReplaceTask), "the retry's read found the landed try")
-					}
-					snap, err := rt.Wait(context.Background(), sub.ID, owner)
-					require.NoError(t, err)
-					assert.Equal(t, workers.StatusCompleted, snap.Status)
-					assert.Equal(t, sub.RunID, snap.RunID)
-					assert.EqualValues(t, 1, calls.Load())
-					rec, err := mem.GetTask(context.Background(), sub.ID)
-					require.NoError(t, err)
-					assert.Equal(t, sub.RunID, rec.RunID)
-					require.NoError(t, rt.Shutdown(context.Background()))
-				})
-			})
-		}
+		eachFault(t, string(op)+"/", func(t *testing.T, fault storetest.Fault) {
+			rt, mem, f := faulty(workers.Config{})
+			if op == storetest.OpReplaceTask {
+				first, err := rt.Submit(context.Background(), "k", result("first"), owner)
+				require.NoError(t, err)
+				_, err = rt.Wait(context.Background(), first.ID, owner)
+				require.NoError(t, err)
+			}
+			f.Add(storetest.Rule{Op: op, Times: 1, Fault: fault, Err: lostConn})
+			var calls atomic.Int32
+			sub, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+				calls.Add(1)
+				return "done", nil
+			}, owner)
+			require.NoError(t, err)
+			assert.False(t, sub.Joined)
+			assert.Equal(t, 2, f.Calls(op), "the write was made again")
+			if op == storetest.OpInsertTask {
+				assert.Zero(t, f.Calls(storetest.OpReplaceTask), "the retry's read found the landed try")
+			}
+			snap, err := rt.Wait(context.Background(), sub.ID, owner)
+			require.NoError(t, err)
+			assert.Equal(t, workers.StatusCompleted, snap.Status)
+			assert.Equal(t, sub.RunID, snap.RunID)
+			assert.EqualValues(t, 1, calls.Load())
+			rec, err := mem.GetTask(context.Background(), sub.ID)
+			require.NoError(t, err)
+			assert.Equal(t, sub.RunID, rec.RunID)
+			require.NoError(t, rt.Shutdown(context.Background()))
+		})
 	}
 }
 
@@ -503,31 +478,27 @@ func TestFaultARegisteringWriteOnALostConnectionIsMadeAgain(t *testing.T) {
 // landed, its record is ended as abandoned, fenced on the run's own id,
 // as after any insert that may have landed; the callback never runs.
 func TestFaultARegisteringWriteGivesUpOnAConnectionStillLost(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := faulty(workers.Config{})
-				f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: fault, Err: lostConn})
-				var calls atomic.Int32
-				_, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
-					calls.Add(1)
-					return "lost", nil
-				}, owner)
-				require.ErrorIs(t, err, workers.ErrUnavailable)
-				assert.Equal(t, 4, f.Calls(storetest.OpInsertTask))
-				id := scoped(t, "k")
-				if fault == storetest.FailAfter {
-					synctest.Wait() // the retired run's write
-					endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
-				} else {
-					_, err := mem.GetTask(context.Background(), id)
-					require.ErrorIs(t, err, workers.ErrNotFound)
-				}
-				assert.Zero(t, calls.Load())
-				require.NoError(t, rt.Shutdown(context.Background()))
-			})
-		})
-	}
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: fault, Err: lostConn})
+		var calls atomic.Int32
+		_, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+			calls.Add(1)
+			return "lost", nil
+		}, owner)
+		require.ErrorIs(t, err, workers.ErrUnavailable)
+		assert.Equal(t, 4, f.Calls(storetest.OpInsertTask))
+		id := scoped(t, "k")
+		if fault == storetest.FailAfter {
+			synctest.Wait() // the retired run's write
+			endedAs(t, mem, id, workers.StatusFailed, workers.CauseAbandoned)
+		} else {
+			_, err := mem.GetTask(context.Background(), id)
+			require.ErrorIs(t, err, workers.ErrNotFound)
+		}
+		assert.Zero(t, calls.Load())
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
 }
 
 // leaseLostOnce returns a started runtime over a faulty MemStore (lease
@@ -560,28 +531,24 @@ func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T)
 		"lost thrice": {3, true},
 		"still lost":  {4, false},
 	} {
-		for _, fault := range bothFaults {
-			t.Run(name+"/"+fault.String(), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					rt, mem, f := leaseLostOnce(t, c.lost, fault)
-					before := f.Calls(storetest.OpRenewLease)
-					sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
-					if !c.renewed {
-						require.ErrorIs(t, err, workers.ErrUnavailable)
-						assert.ErrorContains(t, err, "renewing the instance lease")
-						assert.Equal(t, before+4, f.Calls(storetest.OpRenewLease), "four tries")
-						_, err = mem.GetTask(context.Background(), scoped(t, "k"))
-						require.ErrorIs(t, err, workers.ErrNotFound)
-					} else {
-						require.NoError(t, err)
-						assert.Equal(t, before+c.lost+1, f.Calls(storetest.OpRenewLease))
-						synctest.Wait()
-						endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
-					}
-					require.NoError(t, rt.Shutdown(context.Background()))
-				})
-			})
-		}
+		eachFault(t, name+"/", func(t *testing.T, fault storetest.Fault) {
+			rt, mem, f := leaseLostOnce(t, c.lost, fault)
+			before := f.Calls(storetest.OpRenewLease)
+			sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+			if !c.renewed {
+				require.ErrorIs(t, err, workers.ErrUnavailable)
+				assert.ErrorContains(t, err, "renewing the instance lease")
+				assert.Equal(t, before+4, f.Calls(storetest.OpRenewLease), "four tries")
+				_, err = mem.GetTask(context.Background(), scoped(t, "k"))
+				require.ErrorIs(t, err, workers.ErrNotFound)
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, before+c.lost+1, f.Calls(storetest.OpRenewLease))
+				synctest.Wait()
+				endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+			}
+			require.NoError(t, rt.Shutdown(context.Background()))
+		})
 	}
 }
 
@@ -590,21 +557,17 @@ func TestFaultASubmissionsLeaseRenewalOnALostConnectionIsMadeAgain(t *testing.T)
 // that comes meanwhile finds the lease taken anew and renews nothing of
 // its own.
 func TestFaultTheLoopsRenewalOfALostLeaseOnALostConnectionIsMadeAgain(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := leaseLostOnce(t, 1, fault)
-				time.Sleep(time.Second) // the loop's renewal at 5 s is lost, and made again
-				before := f.Calls(storetest.OpRenewLease)
-				sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
-				require.NoError(t, err)
-				assert.Equal(t, before, f.Calls(storetest.OpRenewLease), "no renewal of the submission's own")
-				synctest.Wait()
-				endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
-				require.NoError(t, rt.Shutdown(context.Background()))
-			})
-		})
-	}
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, mem, f := leaseLostOnce(t, 1, fault)
+		time.Sleep(time.Second) // the loop's renewal at 5 s is lost, and made again
+		before := f.Calls(storetest.OpRenewLease)
+		sub, err := rt.Submit(context.Background(), "k", result("done"), owner)
+		require.NoError(t, err)
+		assert.Equal(t, before, f.Calls(storetest.OpRenewLease), "no renewal of the submission's own")
+		synctest.Wait()
+		endedAs(t, mem, sub.ID, workers.StatusCompleted, workers.CauseCompleted)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
 }
 
 // While the lease lives, a renewal of the loop that fails on a lost
@@ -630,36 +593,32 @@ func TestFaultTheLoopsRenewalOfALiveLeaseIsNotMadeAgain(t *testing.T) {
 // Should the lost try have landed, its record is ended as abandoned, as
 // after any insert that may have landed.
 func TestFaultARegisteringWriteStopsBackingOffWhenShutdownBegins(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, mem, f := faulty(workers.Config{})
-				f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: fault, Err: lostConn})
-				start := time.Now()
-				var err error
-				var took time.Duration
-				submitted := make(chan struct{})
-				go func() {
-					defer close(submitted)
-					_, err = rt.Submit(context.Background(), "k", result("lost"), owner)
-					took = time.Since(start)
-				}()
-				synctest.Wait() // the submission backs off
-				require.Equal(t, 1, f.Calls(storetest.OpInsertTask))
-				require.NoError(t, rt.Shutdown(context.Background()))
-				<-submitted
-				require.ErrorIs(t, err, workers.ErrUnavailable)
-				assert.Zero(t, took, "the backoff did not wait")
-				assert.Equal(t, 1, f.Calls(storetest.OpInsertTask), "no retry after Shutdown began")
-				if fault == storetest.FailAfter {
-					endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
-				} else {
-					_, err = mem.GetTask(context.Background(), scoped(t, "k"))
-					require.ErrorIs(t, err, workers.ErrNotFound)
-				}
-			})
-		})
-	}
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpInsertTask, Fault: fault, Err: lostConn})
+		start := time.Now()
+		var err error
+		var took time.Duration
+		submitted := make(chan struct{})
+		go func() {
+			defer close(submitted)
+			_, err = rt.Submit(context.Background(), "k", result("lost"), owner)
+			took = time.Since(start)
+		}()
+		synctest.Wait() // the submission backs off
+		require.Equal(t, 1, f.Calls(storetest.OpInsertTask))
+		require.NoError(t, rt.Shutdown(context.Background()))
+		<-submitted
+		require.ErrorIs(t, err, workers.ErrUnavailable)
+		assert.Zero(t, took, "the backoff did not wait")
+		assert.Equal(t, 1, f.Calls(storetest.OpInsertTask), "no retry after Shutdown began")
+		if fault == storetest.FailAfter {
+			endedAs(t, mem, scoped(t, "k"), workers.StatusFailed, workers.CauseAbandoned)
+		} else {
+			_, err = mem.GetTask(context.Background(), scoped(t, "k"))
+			require.ErrorIs(t, err, workers.ErrNotFound)
+		}
+	})
 }
 
 // A registering insert is lost after it landed, and its retry cannot tell
@@ -692,9 +651,11 @@ func TestFaultARegisteringWriteThatMayHaveLandedIsRetiredWhenTheRetryCannotTell(
 
 // slowLeaser is a MemStore whose renewals fail with lostConn while down,
 // and whose next renewals, one per entry of plan, fail with lostConn
-// after that entry's wait; the next after them panics if panic is set.
+// after that entry's wait, having landed first under FailAfter; the next
+// after them panics if panic is set.
 type slowLeaser struct {
 	*workers.MemStore
+	fault storetest.Fault // of the planned renewals: FailBefore or FailAfter
 	down  atomic.Bool
 	panic atomic.Bool // the next renewal panics
 	plan  chan time.Duration
@@ -708,6 +669,11 @@ func (s *slowLeaser) RenewLease(ctx context.Context, instance string, ttl time.D
 	}
 	select {
 	case d := <-s.plan:
+		if s.fault == storetest.FailAfter {
+			if _, err := s.MemStore.RenewLease(ctx, instance, ttl); err != nil {
+				return false, err
+			}
+		}
 		select {
 		case <-time.After(d):
 			return false, lostConn
@@ -723,11 +689,11 @@ func (s *slowLeaser) RenewLease(ctx context.Context, instance string, ttl time.D
 }
 
 // slowLost returns a runtime over a slowLeaser whose lease was lost,
-// with plan to come (LeaseInterval 1 s, LeaseTTL 3 s). Call it inside a
-// synctest bubble.
-func slowLost(t *testing.T, plan ...time.Duration) (*workers.Runtime[*slowLeaser], *slowLeaser) {
+// with plan to come, its renewals failing with fault (LeaseInterval 1 s,
+// LeaseTTL 3 s). Call it inside a synctest bubble.
+func slowLost(t *testing.T, fault storetest.Fault, plan ...time.Duration) (*workers.Runtime[*slowLeaser], *slowLeaser) {
 	t.Helper()
-	s := &slowLeaser{MemStore: workers.NewMemStore(), plan: make(chan time.Duration, len(plan))}
+	s := &slowLeaser{MemStore: workers.NewMemStore(), fault: fault, plan: make(chan time.Duration, len(plan))}
 	rt := workers.NewRuntime(s, workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
 	require.NoError(t, rt.Start(t.Context()))
 	s.down.Store(true)
@@ -744,8 +710,8 @@ func slowLost(t *testing.T, plan ...time.Duration) (*workers.Runtime[*slowLeaser
 // every renewal fails slowly fails the submission within LeaseInterval,
 // with the lost connection's error.
 func TestFaultTheRetriesOfALostLeasesRenewalTakeOneIntervalAtMost(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, _ := slowLost(t, 900*time.Millisecond, 900*time.Millisecond, 900*time.Millisecond, 900*time.Millisecond)
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, _ := slowLost(t, fault, 900*time.Millisecond, 900*time.Millisecond, 900*time.Millisecond, 900*time.Millisecond)
 		start := time.Now()
 		_, err := rt.Submit(context.Background(), "k", result("done"), owner)
 		require.ErrorIs(t, err, workers.ErrUnavailable)
@@ -760,9 +726,9 @@ func TestFaultTheRetriesOfALostLeasesRenewalTakeOneIntervalAtMost(t *testing.T) 
 // nothing of the retry behind: the lease is renewed again once the store
 // answers, and submissions register.
 func TestFaultARetriedRenewalThatPanicsLeavesTheLeaseRenewable(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, s := slowLost(t, 0) // the submission's renewal fails at once
-		s.panic.Store(true)     // and its retry panics
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, s := slowLost(t, fault, 0) // the submission's renewal fails at once
+		s.panic.Store(true)            // and its retry panics
 		func() {
 			defer func() { _ = recover() }()
 			_, _ = rt.Submit(context.Background(), "k", result("done"), owner)
@@ -779,19 +745,18 @@ func TestFaultARetriedRenewalThatPanicsLeavesTheLeaseRenewable(t *testing.T) {
 // retries (its context ended in a backoff) does not take that renewal's
 // one failure for the answer: it renews the lease itself, and registers.
 func TestFaultASubmissionWaitingOnARenewalItsMakerGaveUpOnRenewsItself(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rt, s := slowLost(t, 50*time.Millisecond)
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, s := slowLost(t, fault, 50*time.Millisecond)
 		before := s.calls.Load()
 		ctxA, cancelA := context.WithCancel(context.Background())
-		errs := make(chan error, 2)
-		go func() { _, err := rt.Submit(ctxA, "a", result("a"), owner); errs <- err }()
+		errA, errB := make(chan error, 1), make(chan error, 1)
+		go func() { _, err := rt.Submit(ctxA, "a", result("a"), owner); errA <- err }()
 		time.Sleep(10 * time.Millisecond)
-		go func() { _, err := rt.Submit(context.Background(), "b", result("b"), owner); errs <- err }()
+		go func() { _, err := rt.Submit(context.Background(), "b", result("b"), owner); errB <- err }()
 		time.Sleep(42 * time.Millisecond) // a's renewal failed at 50 ms: it backs off
 		cancelA()
-		errA, errB := <-errs, <-errs
-		require.ErrorIs(t, errA, context.Canceled)
-		require.NoError(t, errB)
+		require.ErrorIs(t, <-errA, context.Canceled)
+		require.NoError(t, <-errB)
 		assert.Equal(t, int32(2), s.calls.Load()-before, "a's renewal, then b's own")
 		require.NoError(t, rt.Shutdown(context.Background()))
 	})
@@ -801,16 +766,12 @@ func TestFaultASubmissionWaitingOnARenewalItsMakerGaveUpOnRenewsItself(t *testin
 // renewal's tries fails the submission with ErrClosed, as it fails any
 // submission that finds it begun.
 func TestFaultShutdownDuringALeaseRenewalsBackoffFailsTheSubmissionWithErrClosed(t *testing.T) {
-	for _, fault := range bothFaults {
-		t.Run(fault.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				rt, _, _ := leaseLostOnce(t, 4, fault)
-				errs := make(chan error, 1)
-				go func() { _, err := rt.Submit(context.Background(), "k", result("x"), owner); errs <- err }()
-				synctest.Wait() // in its first backoff
-				require.NoError(t, rt.Shutdown(context.Background()))
-				require.ErrorIs(t, <-errs, workers.ErrClosed)
-			})
-		})
-	}
+	eachFault(t, "", func(t *testing.T, fault storetest.Fault) {
+		rt, _, _ := leaseLostOnce(t, 4, fault)
+		errs := make(chan error, 1)
+		go func() { _, err := rt.Submit(context.Background(), "k", result("x"), owner); errs <- err }()
+		synctest.Wait() // in its first backoff
+		require.NoError(t, rt.Shutdown(context.Background()))
+		require.ErrorIs(t, <-errs, workers.ErrClosed)
+	})
 }
