@@ -302,21 +302,21 @@ const resetEvery = 100 * time.Millisecond
 type resetter struct {
 	reset func()
 	log   *slog.Logger // told of each reset, at warn level
-	start time.Time    // a monotonic origin for last
-	last  atomic.Int64 // when the last reset was, as time since start plus 1 ns; 0 for never
+	start time.Time    // a monotonic origin for last, one resetEvery before the resetter was made
+	last  atomic.Int64 // when the last reset was, as time since start; 0 before the first
 }
 
 func newResetter(reset func(), log *slog.Logger) *resetter {
-	return &resetter{reset: reset, log: log, start: time.Now()}
+	return &resetter{reset: reset, log: log, start: time.Now().Add(-resetEvery)}
 }
 
 func (r *resetter) lost(err error) {
 	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
 		return
 	}
-	now := int64(time.Since(r.start)) + 1
+	now := int64(time.Since(r.start))
 	last := r.last.Load()
-	if last != 0 && now-last < int64(resetEvery) || !r.last.CompareAndSwap(last, now) {
+	if now-last < int64(resetEvery) || !r.last.CompareAndSwap(last, now) {
 		return
 	}
 	r.log.Warn("sqlstore/postgres: a connection was lost; the pool's connections are closed, for new ones", "err", err)
@@ -404,7 +404,8 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// others, dead alike after a restart (see resetter); a read goes
 	// again, at most once per connection the pool holds.
 	o.ReadAttempts = int(pool.Config().MaxConns) + 1
-	o.Lost = newResetter(pool.Reset, cmp.Or(o.Logger, slog.Default())).lost
+	o.Logger = cmp.Or(o.Logger, slog.Default())
+	o.Lost = newResetter(pool.Reset, o.Logger).lost
 	db := stdlib.OpenDBFromPool(pool)
 	core, err := sqlcore.New(dialect, db, db, o.Config)
 	if err != nil {
