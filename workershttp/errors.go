@@ -159,9 +159,20 @@ func WriteError(w http.ResponseWriter, err error) {
 	}
 	status, code, msg := classify(err)
 	if d, ok := RetryAfter(err); ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
+		w.Header().Set("Retry-After", strconv.FormatInt(seconds(d), 10))
 	}
 	writeJSON(w, status, errorBody{errorDetail{Code: code, Message: msg}})
+}
+
+// seconds is d in whole seconds, rounded up, for a Retry-After header;
+// the rounding cannot overflow, even for a hint of "never"
+// (math.MaxInt64, as golang.org/x/time/rate gives).
+func seconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

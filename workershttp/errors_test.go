@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -53,6 +54,8 @@ func TestStatusCodeTable(t *testing.T) {
 		{workers.ErrNotFound, 404, ""},
 		{&workers.AuthorizationError{Op: "submit", Queue: "q", UserID: "u"}, 403, ""},
 		{fmt.Errorf("x: %w", quotaErr{2500 * time.Millisecond}), 429, "3"},
+		{quotaErr{time.Duration(math.MaxInt64)}, 429, "9223372037"}, // "never", as x/time/rate says it
+		{quotaErr{time.Duration(math.MaxInt64 / time.Second * time.Second)}, 429, "9223372036"},
 		{&workers.QuotaError{Limit: workers.QuotaOwnerWaiting, Max: 2, Current: 2, Retry: 4 * time.Second}, 429, "4"},
 		{fmt.Errorf("%w: no hint", workers.ErrQuotaExceeded), 429, ""},
 		{workers.ErrFinished, 409, ""},

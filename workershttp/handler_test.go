@@ -463,6 +463,28 @@ func TestDashboardRefusesToBeFramedByOtherSites(t *testing.T) {
 	assert.Equal(t, "SAMEORIGIN", res.Header.Get("X-Frame-Options"), "for browsers without frame-ancestors")
 }
 
+// A task id that is a dot segment (a global key "." or "..") is escaped
+// whole in the Location, which names the task and not the list route or
+// its parent.
+func TestASubmissionsLocationOfADotIDNamesTheTask(t *testing.T) {
+	f := newFixture(t)
+	for _, key := range []string{".", ".."} {
+		sub, err := f.rt.Submit(context.Background(), key, func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice, workers.WithScope(workers.ScopeGlobal))
+		require.NoError(t, err)
+		require.Equal(t, key, sub.ID)
+		waitEnd(t, f.rt, sub.ID)
+
+		w := httptest.NewRecorder()
+		workershttp.WriteSubmission(w, "", sub, nil)
+		loc := w.Header().Get("Location")
+		res, body := f.do(t, "GET", loc, "alice", nil)
+		require.Equal(t, 200, res.StatusCode, "GET Location %q: %s", loc, body)
+		var tk workershttp.Task
+		require.NoError(t, json.Unmarshal(body, &tk))
+		assert.Equal(t, key, tk.ID, "GET Location %q", loc)
+	}
+}
+
 func TestWriteSubmission(t *testing.T) {
 	w := httptest.NewRecorder()
 	workershttp.WriteSubmission(w, "/api", workers.Submission{ID: "alice::x", RunID: "r1"}, nil)

@@ -10,7 +10,19 @@ import (
 
 var errEOF = io.EOF
 
-func pathEscape(s string) string { return url.PathEscape(s) }
+// pathEscape escapes s as one segment of a path. url.PathEscape leaves
+// dots alone, and a segment that is only "." or ".." (either is a valid
+// global key) would name the directory or its parent to a client and to
+// the router: those are escaped whole.
+func pathEscape(s string) string {
+	switch s {
+	case ".":
+		return "%2E"
+	case "..":
+		return "%2E%2E"
+	}
+	return url.PathEscape(s)
+}
 
 // listPage returns one page of the caller's tasks, newest first, after
 // the cursor, and the cursor of the next page: one call of the runtime's

@@ -136,10 +136,15 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		}
 		if !ok || ctx.Err() != nil || h.streamsEnded() {
 			// The stream ended before its first item (ch closes only
-			// then): its client went, or the stream context ended, which
-			// is answered as at the start, never with an empty 200.
-			if r.Context().Err() == nil {
+			// then): its client went, or the request's deadline passed
+			// (a timeout in front of the handler), answered 504 as on
+			// the other routes, or the stream context ended, answered as
+			// at the start; never with an empty 200.
+			switch err := r.Context().Err(); {
+			case err == nil:
 				WriteError(w, workers.ErrClosed)
+			case errors.Is(err, context.DeadlineExceeded):
+				h.fail(w, r, err)
 			}
 			return
 		}

@@ -781,3 +781,26 @@ func TestATaskStreamWhoseStreamContextEndsBeforeItsFirstEventIs503(t *testing.T)
 	a := <-answered
 	assert.Equal(t, http.StatusServiceUnavailable, a.res.StatusCode, "Content-Type %q, body %q", a.res.Header.Get("Content-Type"), a.body)
 }
+
+// A task's event stream whose request deadline (a timeout in front of
+// the handler) passes while it reads the task's first snapshot is
+// answered 504, as the other routes answer a deadline, never with an
+// empty 200, which an EventSource would give up on for good.
+func TestATaskStreamWhoseRequestDeadlinePassesBeforeItsFirstEventIs504(t *testing.T) {
+	s := heldReadsOfRequests{MemStore: workers.NewMemStore(), reading: make(chan struct{}, 1)}
+	rt := workers.NewRuntime(s, workers.Config{})
+	h := workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0), workershttp.WithLogger(slog.New(slog.DiscardHandler)))
+	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, heldKey{}, true)))
+	})))
+	release := make(chan struct{})
+	defer close(release)
+	sub, err := rt.Submit(context.Background(), "job", blocker(release), alice)
+	require.NoError(t, err)
+
+	res, body := get(t, srv.URL+"/tasks/"+url.PathEscape(sub.ID)+"/events", map[string]string{"X-User": "alice"})
+	assert.Equal(t, http.StatusGatewayTimeout, res.StatusCode, "Content-Type %q, body %q", res.Header.Get("Content-Type"), body)
+	assert.Contains(t, string(body), `"timeout"`)
+}
