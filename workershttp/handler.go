@@ -49,7 +49,12 @@
 // changes and those of every task after. Its subscription starts before
 // the response opens, so every change the runtime makes, or hears of
 // through its store's notices once it runs (see Runtime.Start), after the
-// client has the response's headers shows.
+// client has the response's headers shows. A reconnected stream begins
+// the same way, with what is live then: a task that ended while the
+// client was away sends no end, so a view that keeps tasks re-reads GET
+// /tasks each time its stream opens (EventSource's open event), as the
+// dashboard does. Only the run that Last-Event-ID names numbers its ids
+// on; the other runs' ids start again at 1.
 package workershttp
 
 import (
