@@ -30,8 +30,8 @@ const shutdownSlack = 100 * time.Millisecond
 //     message: up to 16 such writes at once, alongside the steps below,
 //     so that a long backlog does not take the time the runs in flight
 //     are given;
-//  2. waits, within ctx, for submissions already registering; one that
-//     registers later is cancelled at once;
+//  2. waits, until the grace point (see 3), for submissions already
+//     registering; one that registers later is cancelled at once;
 //  3. lets callbacks in flight run until the grace point (see
 //     Config.ShutdownGrace: by default three quarters of the time ctx
 //     leaves), then cancels those still running with ErrShutdown;
@@ -97,7 +97,12 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		defer close(abandoned)
 		rt.abandon(backlog)
 	}()
-	waitAll(ctx, submitting)
+	// A submission that is slow to register (its store call waits on a
+	// lock, say) does not put off the grace point: the runs in flight
+	// are cancelled then all the same, and it, once in, cancels its own.
+	graceCtx, cancel := context.WithDeadline(ctx, grace)
+	defer cancel()
+	waitAll(graceCtx, submitting)
 
 	// The backlog's items are in flight too, but are counted apart, once
 	// their writes end (see below).
@@ -114,26 +119,32 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 			done = append(done, t.doneChan())
 		}
 	}
-	graceCtx, cancel := context.WithDeadline(ctx, grace)
 	waitAll(graceCtx, done)
-	cancel()
 	for _, t := range inflight {
 		t.cancel(ErrShutdown)
 	}
 	// The runs left are counted at the end, from their state then (see
 	// leftBehind); the wait for them is the same.
 	runsLeft := waitAll(ctx, done)
-	exited := make([]<-chan struct{}, len(queues))
-	for i, q := range queues {
-		exited[i] = q.exited
+	// Runners and queue processors end once their runs have settled: they
+	// are counted only when no run is left, or each unsettled run would
+	// count twice (see below for runs that settle after this wait). When
+	// ctx has ended already they get until the cutoff (ctx's end plus
+	// the slack), as the loops below do, so that an idle runtime told not
+	// to wait does not count a parked runner for the instant it takes to
+	// end.
+	ends := make([]<-chan struct{}, 0, len(queues)+1)
+	for _, q := range queues {
+		ends = append(ends, q.exited)
 	}
-	open := waitAll(ctx, exited)
-	// Runners end once their runs settled: they are counted only when no
-	// run is left, or each unsettled run would count twice (see below for
-	// runs that settle after this wait).
-	gone := rt.runners.stop()
-	if open+runsLeft == 0 {
-		open = waitAll(ctx, []<-chan struct{}{gone})
+	ends = append(ends, rt.runners.stop())
+	endsCtx := ctx
+	if ctx.Err() != nil {
+		endsCtx = rt.life
+	}
+	open := 0
+	if runsLeft == 0 {
+		open = waitAll(endsCtx, ends)
 	}
 
 	rt.mu.Lock()
@@ -178,19 +189,15 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	se := rt.leftBehind(inflight, inBacklog)
 	open += se.Executing
 	if runsLeft > 0 && !slices.ContainsFunc(inflight, func(t *Task) bool { return !t.isSettled() }) {
-		// The runs left at the wait have settled since: their runners
-		// end now, and are waited for until the cutoff.
-		open += waitAll(rt.life, []<-chan struct{}{gone})
+		// The runs left at the wait have settled since: their runners and
+		// queue processors end now, and are waited for until the cutoff.
+		open += waitAll(rt.life, ends)
 	}
 	// The lease is released once, by the Shutdown that settled
 	// everything, unless its cutoff passed already.
 	if l, ok := any(rt.store).(Leaser); ok && open == 0 && se.Unwritten == 0 && rt.lease.held.Load() &&
 		rt.life.Err() == nil && rt.lease.released.CompareAndSwap(false, true) {
-		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
-		if err := l.ReleaseLease(release, rt.instance); err != nil {
-			rt.cfg.Logger.Info("workers: releasing the lease failed; it expires by itself, and no run of this instance is left", "instance", rt.instance, "err", err)
-		}
-		cancel()
+		rt.releaseLease(l)
 	}
 	if open == 0 && se.Unwritten == 0 {
 		rt.endLife(ErrClosed)
@@ -203,6 +210,28 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	rt.endLife(ErrClosed)
 	se.Executing, se.Err = open, err
 	return se
+}
+
+// releaseLease releases the instance lease, in a call cut off after
+// shutdownSlack; a store call that ignores its context is waited for one
+// slack more, and then left to end by itself: the lease expires anyway.
+func (rt *Runtime[S]) releaseLease(l Leaser) {
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
+		defer cancel()
+		if err := l.ReleaseLease(release, rt.instance); err != nil {
+			rt.cfg.Logger.Info("workers: releasing the lease failed; it expires by itself, and no run of this instance is left", "instance", rt.instance, "err", err)
+		}
+	}()
+	timer := time.NewTimer(2 * shutdownSlack)
+	defer timer.Stop()
+	select {
+	case <-released:
+	case <-timer.C:
+		rt.cfg.Logger.Info("workers: the store did not answer the lease's release; it expires by itself, and no run of this instance is left", "instance", rt.instance)
+	}
 }
 
 // leftBehind counts and names, from their state now, the runs among

@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1202,27 +1203,163 @@ func TestBackoffStaysWithinItsCapForAnyMultiplier(t *testing.T) {
 }
 
 // A Shutdown that leaves a callback executing names its task in a
-// *ShutdownError, which wraps ctx's error.
+// *ShutdownError, which wraps ctx's error, and counts it once, whether
+// a runner or a queue's processor executes it.
 func TestShutdownErrorNamesTheRunsLeftExecuting(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		width int
+		queue string
+	}{{"async", 0, ""}, {"queue", 1, "q"}, {"queue of two", 2, "q"}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := NewRuntime(NewMemStore(), Config{Logger: slog.New(slog.DiscardHandler), Limits: Limits{QueueConcurrency: c.width}})
+				g := stubbornGate()
+				var sub Submission
+				var err error
+				if c.queue == "" {
+					sub, err = rt.Submit(ctx, "stubborn", g.fn, alice)
+				} else {
+					sub, err = rt.SubmitSequential(ctx, c.queue, "stubborn", g.fn, alice)
+				}
+				require.NoError(t, err)
+				<-g.started
+				sctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				err = rt.Shutdown(sctx)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				var se *ShutdownError
+				require.ErrorAs(t, err, &se)
+				assert.Equal(t, 1, se.Executing)
+				assert.Equal(t, []string{sub.ID}, se.ExecutingIDs)
+				assert.Empty(t, se.UnwrittenIDs)
+				assert.Equal(t, "workers: shutdown left 1 runs or goroutines executing and 0 live records of this runtime unwritten (executing: "+sub.ID+"): context deadline exceeded", err.Error())
+				g.open()
+				synctest.Wait()
+			})
+		})
+	}
+}
+
+// slowInsert is a store whose insert of a key with "slow" in it takes
+// ten seconds, within its context, as an insert behind a row lock does.
+type slowInsert struct{ bareStore }
+
+func (s slowInsert) InsertTask(ctx context.Context, rec Record) error {
+	if strings.Contains(rec.ID, "slow") {
+		select {
+		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.bareStore.InsertTask(ctx, rec)
+}
+
+// A submission still registering when Shutdown begins does not put off
+// the grace point: the runs in flight are cancelled at it, with the time
+// left to record their ends, and not when ctx ends.
+func TestShutdownCancelsAtTheGracePointWhileASubmissionStillRegisters(t *testing.T) {
+	for _, grace := range []time.Duration{-1, 0} {
+		t.Run(fmt.Sprint("grace=", grace), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := NewRuntime(slowInsert{bareStore{NewMemStore()}}, Config{Logger: slog.New(slog.DiscardHandler), ShutdownGrace: grace})
+				var cancelledAt time.Time
+				_, err := rt.Submit(ctx, "run", func(ctx context.Context, _ *Task) (any, error) {
+					<-ctx.Done()
+					cancelledAt = time.Now()
+					return nil, context.Cause(ctx)
+				}, alice)
+				require.NoError(t, err)
+				slow := make(chan error, 1)
+				go func() {
+					_, err := rt.Submit(ctx, "slow", noop, bob)
+					slow <- err
+				}()
+				synctest.Wait() // the slow submission waits in its insert
+
+				began := time.Now()
+				sctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+				defer cancel()
+				err = rt.Shutdown(sctx)
+				want := 3 * time.Second // by default, three quarters of what ctx leaves
+				if grace < 0 {
+					want = 0 // at once
+				}
+				assert.Equal(t, want, cancelledAt.Sub(began), "when the run in flight was cancelled")
+				var se *ShutdownError
+				if errors.As(err, &se) {
+					assert.Empty(t, se.ExecutingIDs, "the cancelled run returned at once")
+					assert.Empty(t, se.UnwrittenIDs)
+				}
+				<-slow
+			})
+		})
+	}
+}
+
+// stuckRelease is a store whose ReleaseLease ignores its context and
+// waits until unstuck closes, as a call stuck in a driver that does not
+// watch it.
+type stuckRelease struct {
+	*MemStore
+	unstuck chan struct{}
+}
+
+func (s stuckRelease) ReleaseLease(ctx context.Context, instance string) error {
+	<-s.unstuck
+	return s.MemStore.ReleaseLease(context.WithoutCancel(ctx), instance)
+}
+
+// Shutdown returns by ctx's deadline plus a small constant even when the
+// release of the lease, its last store call, ignores its context.
+func TestShutdownIsBoundedByALeaseReleaseThatIgnoresItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt := NewRuntime(NewMemStore(), Config{Logger: slog.New(slog.DiscardHandler)})
-		g := stubbornGate()
-		sub, err := rt.Submit(ctx, "stubborn", g.fn, alice)
+		store := stuckRelease{NewMemStore(), make(chan struct{})}
+		rt := NewRuntime(store, Config{Logger: slog.New(slog.DiscardHandler)})
+		_, err := rt.Submit(ctx, "k", noop, alice)
 		require.NoError(t, err)
-		<-g.started
+		synctest.Wait()
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		err = rt.Shutdown(sctx)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		var se *ShutdownError
-		require.ErrorAs(t, err, &se)
-		assert.Equal(t, 1, se.Executing)
-		assert.Equal(t, []string{sub.ID}, se.ExecutingIDs)
-		assert.Empty(t, se.UnwrittenIDs)
-		assert.Equal(t, "workers: shutdown left 1 runs or goroutines executing and 0 live records of this runtime unwritten (executing: "+sub.ID+"): context deadline exceeded", err.Error())
-		g.open()
+		began := time.Now()
+		assert.NoError(t, rt.Shutdown(sctx), "everything settled")
+		assert.LessOrEqual(t, time.Since(began), 2*shutdownSlack)
+		close(store.unstuck)
 		synctest.Wait()
 	})
+}
+
+// An idle runtime told not to wait (an already-done ctx) has nothing to
+// leave behind: its parked runner and its idle queue's processor end as
+// Shutdown stops them, and are not counted as left executing.
+func TestShutdownOfAnIdleRuntimeWithADoneContextLeavesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		use  func(rt *Runtime[*MemStore]) error
+	}{
+		{"parked runner", Config{}, func(rt *Runtime[*MemStore]) error {
+			sub, err := rt.Submit(ctx, "k", noop, alice)
+			if err == nil {
+				_, err = rt.Wait(ctx, sub.ID, alice)
+			}
+			return err
+		}},
+		{"idle queue", Config{Queues: []string{"q"}}, func(rt *Runtime[*MemStore]) error { return rt.Start(ctx) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for range 20 {
+				c.cfg.Logger = slog.New(slog.DiscardHandler)
+				rt := NewRuntime(NewMemStore(), c.cfg)
+				require.NoError(t, c.use(rt))
+				eventually(t, func() bool { return rt.runs.len() == 0 }, "the run to settle")
+				done, cancel := context.WithCancel(ctx)
+				cancel()
+				require.NoError(t, rt.Shutdown(done))
+			}
+		})
+	}
 }
 
 // A ShutdownError's message names at most five tasks of each kind.
