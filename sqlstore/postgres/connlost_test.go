@@ -56,6 +56,72 @@ func TestReadsRideOutEndedConnections(t *testing.T) {
 	}
 }
 
+// A connection the server ends for idle_session_timeout (SQLSTATE 57P05,
+// a FATAL error, as any that ends the session) is lost like one an
+// operator ended (57P01): a read made on it goes again on another, and
+// a write fails with ErrUnavailable, for the runtime to make again.
+func TestAConnectionEndedForIdlingIsLost(t *testing.T) {
+	sc := newScratchT(t)
+	var version int
+	if err := sc.pool.QueryRow(t.Context(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 140000 {
+		t.Skip("idle_session_timeout needs PostgreSQL 14")
+	}
+	sc.store(t) // migrates
+	app := "workers-idle-" + strings.ToLower(rand.Text())
+	s := sc.ownStore(t, map[string]string{"application_name": app, "idle_session_timeout": "200ms"})
+	ctx := t.Context()
+	insertPending(t, s, "run-1", "u::a")
+	ended := func() {
+		t.Helper()
+		waitFor(t, func() bool { // the server ends the pool's idle connection
+			var n int
+			err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+			return err == nil && n == 0
+		})
+	}
+	ended()
+	if _, err := s.GetTask(ctx, "u::a"); err != nil {
+		t.Errorf("GetTask on a connection ended for idling: %v; want the read made again", err)
+	}
+	ended()
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	if _, err := s.TransitionTask(ctx, "u::a", "run-1", []workers.Status{workers.StatusPending}, running); err != nil && !errors.Is(err, workers.ErrUnavailable) {
+		t.Errorf("TransitionTask on a connection ended for idling: %v; want ErrUnavailable", err)
+	}
+}
+
+// A FATAL error in connecting that says nothing of the server's
+// availability (here a database that does not exist) is not a lost
+// connection: the store does not take it for a blip (ErrUnavailable),
+// which the runtime and a caller would try again.
+func TestAMissingDatabaseIsNotUnavailable(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Database = "workers_no_such_database_" + strings.ToLower(rand.Text())
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := postgres.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	_, err = s.GetTask(t.Context(), "u::t")
+	if err == nil || errors.Is(err, workers.ErrUnavailable) {
+		t.Fatalf("GetTask on a database that does not exist: %v, want an error that is not ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), "3D000") {
+		t.Fatalf("GetTask on a database that does not exist: %v, want the server's refusal (3D000)", err)
+	}
+}
+
 // endConnections ends every backend whose application name is app, as a
 // restart or an operator would, waits until the server has let them go,
 // and returns how many it ended.

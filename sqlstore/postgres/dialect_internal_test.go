@@ -33,3 +33,24 @@ func TestRefusedOnlyWhenTheStatementRolledBack(t *testing.T) {
 		}
 	}
 }
+
+// A connection is lost when the server ended it, whatever the code of a
+// FATAL error once connected (a FATAL error in connecting:
+// TestAMissingDatabaseIsNotUnavailable).
+func TestConnLostByFatalErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"idle session timeout", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P05"}, true},
+		{"idle in transaction timeout, wrapped", fmt.Errorf("get task: %w", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "25P03"}), true},
+		{"database dropped, localized", &pgconn.PgError{Severity: "FATAL", Code: "57P04"}, true},
+		{"panic", &pgconn.PgError{Severity: "PANIC", SeverityUnlocalized: "PANIC", Code: "XX000"}, true},
+		{"an ERROR", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "22008"}, false},
+	} {
+		if got := connLost(c.err); got != c.want {
+			t.Errorf("%s: connLost = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -53,7 +53,8 @@
 // scanned whole for every batch while it grows.
 //
 // A statement whose pooled connection the server ended (a restart,
-// pg_terminate_backend) resets the pool (pgxpool.Pool.Reset), at most
+// pg_terminate_backend, idle_session_timeout: any FATAL error once
+// connected) resets the pool (pgxpool.Pool.Reset), at most
 // once per 100 ms: the idle connections, dead too after a restart, are
 // closed at once, and those in use as they come back, so the next
 // statements dial new ones instead of failing one per dead connection
@@ -272,12 +273,24 @@ ON CONFLICT DO NOTHING`,
 
 // connLost reports whether err says that the connection a statement went
 // on was lost: a backend ended by the server (pg_terminate_backend, a
-// shutdown or a restart: SQLSTATE 57P01 to 57P03), a connection exception
-// (class 08), or a connection the driver found closed or cut.
+// shutdown or a restart: SQLSTATE 57P01 to 57P03; or any error of
+// severity FATAL or PANIC once connected, which ends the session, such
+// as idle_session_timeout's 57P05), a connection exception (class 08),
+// or a connection the driver found closed or cut. A FATAL error in
+// connecting (a password refused, a database that does not exist) is
+// not one: only the server's own unavailability codes count there.
 func connLost(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+		var ce *pgconn.ConnectError
+		switch {
+		case strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03":
+			return true
+		case errors.As(err, &ce):
+			return false
+		}
+		sev := cmp.Or(pe.SeverityUnlocalized, pe.Severity)
+		return sev == "FATAL" || sev == "PANIC"
 	}
 	var ne *net.OpError
 	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, pgconn.ErrConnClosed) ||
