@@ -42,8 +42,10 @@
 // they go in a batch beside it, and so on each 20 ms, up to four batches
 // in flight; no two batches in flight hold the same task id, so a second
 // write of a stuck task still waits behind the first. A batch the database
-// refuses (a value out of range, say) landed nowhere, and its writes are
-// retried one by one, so only the refused one fails; a batch cut off by a
+// refuses (a value a constraint refuses, say) landed nowhere, and each of
+// its writes is made again alone, by its own caller, so only the refused
+// one fails, and a row held elsewhere holds back only its own; a batch
+// cut off by a
 // lost connection fails every write in it, each of which the runtime then
 // treats as possibly landed, as it treats a lone write. The batch
 // statement runs in a function of the schema (migration 0006) whose plans
@@ -159,6 +161,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -177,18 +180,19 @@ var migrations embed.FS
 var dialect = &sqlcore.Dialect{
 	Name: "sqlstore/postgres",
 	Time: func(t time.Time) any { return t.UTC() },
-	// The range of timestamptz, which refuses a time beyond, and its
-	// infinities beyond.
-	DatabaseChecksTimes: true,
-	MinTime:             time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC),
-	MaxTime:             time.Date(294276, time.December, 31, 23, 59, 59, 999999000, time.UTC),
-	Before:              "-infinity",
-	After:               "infinity",
-	JSONAgg:             "json_agg",
-	RowShareLock:        " FOR SHARE",
-	NullsFirst:          " NULLS FIRST",
-	NullsLast:           " NULLS LAST",
-	MigrationLock:       "SELECT pg_advisory_xact_lock($1)",
+	// The range of timestamptz (4714 BC to 294276 AD), its infinities
+	// beyond; it ends earlier, where pgx's encoding of a time in
+	// microseconds since 1970 fits an int64, past which the driver
+	// would send a time wrapped around, which the server may take.
+	MinTime:       time.Date(-4713, time.November, 24, 0, 0, 0, 0, time.UTC),
+	MaxTime:       time.UnixMicro(math.MaxInt64).UTC(),
+	Before:        "-infinity",
+	After:         "infinity",
+	JSONAgg:       "json_agg",
+	RowShareLock:  " FOR SHARE",
+	NullsFirst:    " NULLS FIRST",
+	NullsLast:     " NULLS LAST",
+	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
 	// Set once the advisory lock is held: a migration that waits for a
 	// lock on the tables (DROP INDEX wants the table's exclusive lock)
 	// makes every replica's statements on them wait behind it, so it

@@ -38,7 +38,9 @@ import (
 // calls it serves, and a caller whose context ends returns at once: its
 // write may still land, as any write cut off in flight may. A caller
 // whose context ends while its write still queues is dropped from the
-// queue and never written.
+// queue and never written. exec may answer a call before the batch ends
+// (call.finish): its caller then has its outcome, counts as no longer
+// waiting, and its key is free for the next write of it.
 type combiner[T any] struct {
 	limit, max int
 	spare      int
@@ -62,6 +64,11 @@ type call[T any] struct {
 	err  error // set by exec
 	done chan struct{}
 	gone atomic.Bool // the caller stopped waiting
+
+	// finish answers the call, once ok and err are set, and frees its
+	// key; set by run for exec, which may call it before the batch ends,
+	// and called by run for every call exec did not answer.
+	finish func()
 }
 
 // do queues in for writing and waits for its outcome, or for ctx.
@@ -154,9 +161,6 @@ func (c *combiner[T]) loop(batch []*call[T]) {
 			ended = true
 			stalled.Stop()
 		}
-		for _, w := range batch {
-			delete(c.busy, w.key)
-		}
 		batch = nil
 		if c.running <= c.limit {
 			batch = c.take()
@@ -195,27 +199,37 @@ func (c *combiner[T]) stalled(t **time.Timer, ended *bool) {
 }
 
 // run writes one batch under a context that keeps the first caller's
-// values and ends when every caller has stopped waiting, then wakes them.
+// values and ends when every caller has stopped waiting (or has been
+// answered), then answers the calls exec did not.
 func (c *combiner[T]) run(batch []*call[T]) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
 	var waiting atomic.Int32
 	waiting.Store(int32(len(batch)))
-	stops := make([]func() bool, len(batch))
-	for i, w := range batch {
-		stops[i] = context.AfterFunc(w.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
-			}
-		})
+	leave := func() {
+		if waiting.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	for _, w := range batch {
+		stop := context.AfterFunc(w.ctx, leave)
+		var once sync.Once
+		w.finish = func() {
+			once.Do(func() {
+				c.mu.Lock()
+				delete(c.busy, w.key)
+				c.mu.Unlock()
+				if stop() { // the caller is still waiting: it leaves now
+					leave()
+				}
+				close(w.done)
+			})
+		}
 	}
 	c.exec(ctx, batch)
-	for _, stop := range stops {
-		stop()
+	for _, w := range batch {
+		w.finish()
 	}
 	cancel()
-	for _, w := range batch {
-		close(w.done)
-	}
 }
 
 // Group commit's sizes: batches in flight, and the most rows one
@@ -340,7 +354,7 @@ func timeOrNull(t time.Time, times *[]time.Time) *time.Time {
 // (see writeGroup).
 func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
 	if len(batch) == 1 {
-		s.writeAlone(ctx, batch)
+		s.writeOne(ctx, batch[0])
 		return
 	}
 	s.writeGroup(ctx, batch, s.q.writeMany, groupWriteArgs(batch))
@@ -385,11 +399,12 @@ const (
 // false; TransitionTask then reads why).
 //
 // Should a row wait too long for a lock another transaction holds
-// (Dialect.LockBusy), nothing landed, and each caller makes its write
-// alone, at once (errWriteAlone), so that only the held row waits.
-// Should the database refuse the statement, nothing of it landed, and
-// each write is tried alone, so that one row it refuses fails only its
-// own call. Any other failure (a lost connection, after which the
+// (Dialect.LockBusy), or the database refuse the statement, nothing
+// landed, and each write is made alone, all at once, each caller answered
+// as its own ends and its key freed then (see call.finish): only a held
+// row waits, and only its own caller and the writes of its own task
+// behind it, and a row the database refuses fails only its own call.
+// Any other failure (a lost connection, after which the
 // statement may or may not have committed) is every call's error, as it
 // would be for a lone write: the caller learns that the outcome is
 // unknown, not a guess.
@@ -404,37 +419,33 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		}
 		return groupWrote
 	}
-	switch {
-	case s.d.LockBusy != nil && s.d.LockBusy(err):
+	if s.d.LockBusy != nil && s.d.LockBusy(err) || s.refused(ctx, err) {
+		var wg sync.WaitGroup
 		for _, w := range batch {
-			w.err = errWriteAlone
+			wg.Go(func() {
+				s.writeOne(ctx, w)
+				w.finish()
+			})
 		}
-	case !s.refused(ctx, err):
-		for _, w := range batch {
-			w.err = err
-		}
-		return groupUnsure
-	default:
-		s.writeAlone(ctx, batch)
+		wg.Wait()
+		return groupNone
 	}
-	return groupNone
-}
-
-// writeAlone makes each write of batch in a statement of its own.
-func (s *Store) writeAlone(ctx context.Context, batch []*call[groupWrite]) {
 	for _, w := range batch {
-		if w.in.insert != nil {
-			w.err = s.insertOne(ctx, *w.in.insert)
-			w.ok = w.err == nil
-		} else {
-			w.ok, w.err = s.transitionOne(ctx, *w.in.transition)
-		}
+		w.err = err
 	}
+	return groupUnsure
 }
 
-// errWriteAlone is a batched write's answer when the batch gave up a
-// lock wait and wrote nothing: its caller makes the write alone.
-var errWriteAlone = errors.New("sqlcore: the batch waited too long for a row lock; write alone")
+// writeOne makes the write w in a statement of its own, and sets its
+// outcome.
+func (s *Store) writeOne(ctx context.Context, w *call[groupWrite]) {
+	if w.in.insert != nil {
+		w.err = s.insertOne(ctx, *w.in.insert)
+		w.ok = w.err == nil
+	} else {
+		w.ok, w.err = s.transitionOne(ctx, *w.in.transition)
+	}
+}
 
 // writeBatch runs a group statement with args and returns the ids it
 // inserted or updated.
@@ -544,7 +555,7 @@ func groupWriteArgs(batch []*call[groupWrite]) []any {
 
 // refused reports whether a batch statement's err was the database's
 // answer that the statement failed, so that none of it landed, and ctx
-// still allows trying its rows one by one.
+// still allows its writes to be made alone.
 func (s *Store) refused(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && s.d.Refused != nil && s.d.Refused(err)
 }

@@ -111,7 +111,7 @@ type Dialect struct {
 	// Refused, if set, reports whether err is the database's answer that
 	// a statement failed, so that nothing of it was committed; after any
 	// other error (a connection lost on the way) it may have been. Group
-	// commit retries the rows of a refused batch one by one.
+	// commit makes each write of a refused batch again alone.
 	Refused func(err error) bool
 
 	// NullsFirst and NullsLast follow an ascending and a descending ORDER
@@ -156,15 +156,11 @@ type Dialect struct {
 	DeleteFinished string
 
 	// MinTime and MaxTime, if set, bound the times the dialect's Time
-	// encoding holds: a write of a time outside them is refused with
-	// workers.ErrInvalidData instead of storing another time, unless
-	// the database refuses it itself (DatabaseChecksTimes).
+	// encoding holds, both in the database's columns and on the way
+	// there, through the driver: a write of a time outside them is
+	// refused with workers.ErrInvalidData, before it is sent, instead of
+	// storing another time.
 	MinTime, MaxTime time.Time
-
-	// DatabaseChecksTimes reports that the database refuses a time
-	// outside MinTime and MaxTime with a DataError, so that a write's
-	// times need no check before it is sent.
-	DatabaseChecksTimes bool
 
 	// Before and After encode a time before MinTime and one after
 	// MaxTime, for comparisons only (a cutoff, a listing's position):

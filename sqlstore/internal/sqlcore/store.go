@@ -285,9 +285,7 @@ func (s *Store) InsertTask(ctx context.Context, rec workers.Record) error {
 	}
 	if c != nil {
 		_, err := c.do(ctx, rec.ID, groupWrite{insert: &rec})
-		if !errors.Is(err, errWriteAlone) {
-			return err
-		}
+		return err
 	}
 	return s.insertOne(ctx, rec)
 }
@@ -332,9 +330,6 @@ func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
 		return err
 	}
 	if !s.sendable(rec.ID) {
-		if err := s.checkRange(rec.StartedAt, rec.CompletedAt); err != nil {
-			return err // as the database would have, had the state been sent
-		}
 		return missing(ctx)
 	}
 	n, err := affected(s.w.ExecContext(ctx, s.q.set, s.stateArgs(rec.ID, &rec.State)...))
@@ -357,9 +352,6 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 		return err
 	}
 	if !s.sendable(prevRunID) {
-		if err := s.checkRange(rec.CreatedAt, rec.StartedAt, rec.CompletedAt); err != nil {
-			return err // as the database would have, had rec been sent
-		}
 		if _, err := s.readRunOf(ctx, rec.ID); err != nil {
 			return err
 		}
@@ -407,15 +399,12 @@ func (s *Store) TransitionTask(ctx context.Context, id, runID string, from []wor
 		var err error
 		if s.writes != nil {
 			ok, err = s.writes.do(ctx, id, groupWrite{transition: &row})
-		}
-		if s.writes == nil || errors.Is(err, errWriteAlone) {
+		} else {
 			ok, err = s.transitionOne(ctx, row)
 		}
 		if ok || err != nil {
 			return ok, err
 		}
-	} else if err := s.checkRange(next.StartedAt, next.CompletedAt); err != nil {
-		return false, err // as the database would have, had next been sent
 	}
 	if _, err := s.readRunOf(ctx, id); err != nil {
 		return false, err
@@ -816,18 +805,8 @@ func (s *Store) checkState(st *workers.State) error {
 }
 
 // checkTimes refuses, with workers.ErrInvalidData, a time outside
-// Dialect.MinTime and MaxTime, unless the database refuses it itself
-// (Dialect.DatabaseChecksTimes).
+// Dialect.MinTime and MaxTime.
 func (s *Store) checkTimes(times ...time.Time) error {
-	if s.d.DatabaseChecksTimes {
-		return nil
-	}
-	return s.checkRange(times...)
-}
-
-// checkRange is checkTimes for times that are not sent to the database,
-// which then cannot refuse them.
-func (s *Store) checkRange(times ...time.Time) error {
 	if s.d.MaxTime.IsZero() {
 		return nil
 	}
