@@ -94,6 +94,22 @@ func insertPending(t *testing.T, s *postgres.Store, runID string, ids ...string)
 	}
 }
 
+// holdRow locks the row of task id in a transaction of its own, as an
+// administrator's open transaction might, and returns the transaction,
+// rolled back in t's cleanup if the test has not ended it.
+func holdRow(t *testing.T, sc scratch, id string) pgx.Tx {
+	t.Helper()
+	tx, err := sc.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // refusal is the text that refuseInTheDatabase has the database refuse,
 // in a task's error or its queue.
 const refusal = "refused-by-the-database"
@@ -355,14 +371,7 @@ func stuckWrite(t *testing.T, terminate bool) {
 	s, app := sc.namedStore(t, "workers-stuck")
 	ctx := t.Context()
 	insertPending(t, s, "run-1", "u::stuck", "u::free")
-	tx, err := sc.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::stuck' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdRow(t, sc, "u::stuck")
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
 	start := func(id string) error {
@@ -548,14 +557,7 @@ func TestGroupCommitRowHeldByAnotherTransactionDoesNotHoldBackItsBatch(t *testin
 	s := sc.store(t)
 	ctx := t.Context()
 	insertPending(t, s, "run-1", "u::gate", "u::held", "u::free")
-	holder, err := sc.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::held' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdRow(t, sc, "u::held")
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
 	g := gateOn(t, sc, s, "u::gate", "run-1")
@@ -693,14 +695,7 @@ func TestARefusedBatchWithAHeldRowHoldsBackNoOtherCaller(t *testing.T) {
 	refuseInTheDatabase(t, sc)
 	ctx := t.Context()
 	insertPending(t, s, "run-1", "u::gate", "u::bad", "u::free", "u::held")
-	holder, err := sc.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(context.Background()) }()
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::held' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdRow(t, sc, "u::held")
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
 	refused := workers.State{Status: workers.StatusFailed, Attempt: 1, StartedAt: time.Now(), CompletedAt: time.Now(), Error: refusal}

@@ -98,22 +98,9 @@ func TestAConnectionEndedForIdlingIsLost(t *testing.T) {
 // connection: the store does not take it for a blip (ErrUnavailable),
 // which the runtime and a caller would try again.
 func TestAMissingDatabaseIsNotUnavailable(t *testing.T) {
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	cfg.ConnConfig.Database = "workers_no_such_database_" + strings.ToLower(rand.Text())
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	s, err := postgres.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	_, err = s.GetTask(t.Context(), "u::t")
+	_, err := storeOver(t, cfg).GetTask(t.Context(), "u::t")
 	if err == nil || errors.Is(err, workers.ErrUnavailable) {
 		t.Fatalf("GetTask on a database that does not exist: %v, want an error that is not ErrUnavailable", err)
 	}
@@ -245,17 +232,11 @@ func TestAFailedDialDoesNotResetThePool(t *testing.T) {
 // answers: no server listens at its address.
 func unreachableStore(t *testing.T) *postgres.Store {
 	t.Helper()
-	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	cfg, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
-	s, err := postgres.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return storeOver(t, cfg)
 }
 
 // A store whose database cannot be reached fails each call with an

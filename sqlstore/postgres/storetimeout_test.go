@@ -59,14 +59,7 @@ func TestARunWriteTheDatabaseDoesNotAnswerIsCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := sc.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = $1 FOR UPDATE`, sub.ID); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdRow(t, sc, sub.ID)
 	close(proceed)
 	// Each try cut off has its statement cancelled by the driver, which
 	// sends the cancel request as the next try begins: the tries, each a
