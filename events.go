@@ -546,8 +546,10 @@ func (h *hub) publish(c *change) {
 	r := t.ensureState()
 	h.mu.Lock()
 	// Writes of one run land in order but may be reported out of it; the
-	// end is final, so a late report of an earlier write is dropped.
-	if v := r.view.Load(); v != nil && v.Status.Terminal() {
+	// end is final, so a late report of an earlier write is dropped: once
+	// the view holds the end, or once the end was reported (runEndSeen),
+	// which while nobody subscribed left the view as it was.
+	if v := r.view.Load(); v != nil && v.Status.Terminal() || !c.state.Status.Terminal() && t.has(runEndSeen) {
 		h.mu.Unlock()
 		return
 	} else if v != nil && c.kind == changeJoined && (v.Status != StatusPending || c.state.Status == StatusPending) {

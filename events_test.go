@@ -1292,3 +1292,83 @@ func TestSubscribeRefusesAnUnknownStatusAndABadQueueName(t *testing.T) {
 		require.NoError(t, sctx.Err(), "the stream ended with the error, not with ctx")
 	}
 }
+
+// holdRunning is a MemStore whose first landed RUNNING transition, once
+// armed, waits for release before it returns: the start write of a run
+// has landed, and its report has not been made yet.
+type holdRunning struct {
+	*MemStore
+	armed           atomic.Bool
+	landed, release chan struct{}
+}
+
+func (s *holdRunning) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	ok, err := s.MemStore.TransitionTask(ctx, id, runID, from, next)
+	if ok && err == nil && next.Status == StatusRunning && s.armed.CompareAndSwap(true, false) {
+		close(s.landed)
+		<-s.release
+	}
+	return ok, err
+}
+
+// A run's end reported while nobody subscribed is final for the streams
+// that begin after it: a report of an earlier write that comes late
+// (here a queue item's start, whose write landed before a Cancel's) is
+// not shown, or the stream would show the cancelled run live, and
+// nothing would follow.
+func TestAStreamDoesNotShowALateStartOfARunWhoseEndWasReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &holdRunning{MemStore: NewMemStore(), landed: make(chan struct{}), release: make(chan struct{})}
+		s.armed.Store(true)
+		rt := NewRuntime(s, Config{})
+		g := newGate()
+		sub, err := rt.SubmitSequential(ctx, "q", "k", g.fn, alice)
+		require.NoError(t, err)
+		<-s.landed
+		require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
+		synctest.Wait() // the cancel's notice is taken while nobody subscribes
+
+		sctx, cancel := context.WithCancel(ctx)
+		next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
+		close(s.release) // the start's report is made now
+		synctest.Wait()
+		marker, err := rt.SubmitSequential(ctx, "q", "marker", returns(1, nil), alice)
+		require.NoError(t, err)
+
+		var shown []Snapshot
+		// pullUntilEnd pulls until task id's end; the slots of one take
+		// come in no set order, so a second marker makes sure the take
+		// that held the first one's end was yielded in full.
+		pullUntilEnd := func(id string) {
+			for {
+				snap, err, ok := next()
+				require.True(t, ok)
+				require.NoError(t, err)
+				if snap.ID == marker.ID || snap.ID == id {
+					if snap.ID == id && snap.Status.Terminal() {
+						return
+					}
+					continue
+				}
+				shown = append(shown, snap)
+			}
+		}
+		pullUntilEnd(marker.ID)
+		marker2, err := rt.SubmitSequential(ctx, "q", "marker2", returns(1, nil), alice)
+		require.NoError(t, err)
+		pullUntilEnd(marker2.ID)
+		time.Sleep(time.Hour) // in the bubble: an hour for any loop to bring an end, were one to come
+		synctest.Wait()
+		stop()
+		cancel()
+
+		final, err := rt.Status(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		close(g.release)
+		require.NoError(t, rt.Shutdown(ctx))
+		require.Equal(t, StatusCancelled, final.Status)
+		for _, sn := range shown {
+			assert.NotEqual(t, sub.ID, sn.ID, "the stream shows %s %s, its record %s", sn.ID, sn.Status, final.Status)
+		}
+	})
+}
