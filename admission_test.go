@@ -1143,3 +1143,45 @@ func TestASlowOwnerLimitsAnswerDoesNotReplaceANewerOne(t *testing.T) {
 		second.open()
 	})
 }
+
+// Admission stops as Shutdown closes the intake, before it drains the
+// queues: a slot freed while it works through them (here, stalled on one
+// queue's lock) starts no waiting task, which is recorded CANCELLED with
+// the backlog.
+func TestShutdownStartsNoWaitingTaskWhileItDrainsTheQueues(t *testing.T) {
+	rt := newRuntime(t, NewMemStore(), Config{Limits: Limits{MaxRunning: 1}})
+	// A queue exists, idle.
+	qs, err := rt.SubmitSequential(ctx, "q", "q-item", noop, alice)
+	require.NoError(t, err)
+	_, err = rt.Wait(ctx, qs.ID, alice)
+	require.NoError(t, err)
+
+	head := newGate()
+	_, err = rt.Submit(ctx, "head", head.fn, alice)
+	require.NoError(t, err)
+	wait(t, head.started, "head to start")
+	var ran atomic.Bool
+	waiter, err := rt.Submit(ctx, "waiter", func(context.Context, *Task) (any, error) { ran.Store(true); return nil, nil }, bob)
+	require.NoError(t, err)
+	require.Equal(t, StatusPending, mustStatus(t, rt, waiter.ID).Status, "waits for the only slot")
+
+	rt.mu.RLock()
+	q := rt.queues["q"]
+	rt.mu.RUnlock()
+	q.mu.Lock() // Shutdown stalls in emptyQueues, after the intake closed
+	shut := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- rt.Shutdown(c)
+	}()
+	eventually(t, rt.gate.isClosed, "the intake to close")
+	headTask := head.task.Load()
+	head.open()
+	wait(t, headTask.doneChan(), "head to settle") // its slot frees
+	q.mu.Unlock()
+	require.NoError(t, <-shut)
+
+	assert.False(t, ran.Load(), "a waiting task started after Shutdown closed the intake")
+	assert.Equal(t, StatusCancelled, mustStatus(t, rt, waiter.ID).Status)
+}

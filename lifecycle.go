@@ -86,10 +86,14 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	// not start a waiting task. One of those submissions that queues or
 	// waits later is cancelled at once (see dispatch).
 	submitting := []<-chan struct{}{rt.gate.close()}
-	queues, backlog := rt.emptyQueues((*queue).drain)
+	var backlog []*Task
 	if rt.adm != nil {
-		backlog = append(backlog, rt.adm.drain()...)
+		// First: a slot freed while the queues drain must start nothing.
+		// A queue item waiting for a slot is woken to cancel itself.
+		backlog = rt.adm.drain()
 	}
+	queues, queued := rt.emptyQueues((*queue).drain)
+	backlog = append(backlog, queued...)
 	// The backlog is recorded beside the grace period, not before it: a
 	// long one must not take the time the runs in flight are given.
 	abandoned := make(chan struct{})
