@@ -182,7 +182,9 @@ func WithTablePrefix(prefix string) Option {
 }
 
 // WithBusyTimeout sets how long a statement waits for another process's
-// lock on the file before it fails. Defaults to 5 seconds.
+// lock on the file before it fails. Defaults to 5 seconds. SQLite counts
+// it in whole milliseconds, up to about 24.8 days (2^31-1 ms): a timeout
+// under a millisecond waits one, and a longer one that long.
 func WithBusyTimeout(d time.Duration) Option {
 	return func(o *options) { o.busyTimeout = d }
 }
@@ -194,6 +196,17 @@ func WithBusyTimeout(d time.Duration) Option {
 // must be positive.
 func WithNoticeInterval(d time.Duration) Option {
 	return func(o *options) { o.notices = d }
+}
+
+// busyMillis is d as SQLite's busy_timeout takes it, a count of
+// milliseconds in an int32: rounded up, and capped, for a value past it
+// would read as no wait at all.
+func busyMillis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return min(ms, math.MaxInt32)
 }
 
 // Open opens, or creates, the database file at path and returns a Store
@@ -226,7 +239,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if o.notices <= 0 {
 		return nil, fmt.Errorf("%w: sqlstore/sqlite: notice interval %v is not positive", workers.ErrInvalidOption, o.notices)
 	}
-	busy := strconv.FormatInt(o.busyTimeout.Milliseconds(), 10)
+	busy := strconv.FormatInt(busyMillis(o.busyTimeout), 10)
 
 	// The writer comes first: it creates the file and switches it to WAL.
 	write, err := open(ctx, path, 1, url.Values{

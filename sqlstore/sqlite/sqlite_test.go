@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,5 +349,32 @@ func TestOpenRefusesANegativeBusyTimeout(t *testing.T) {
 	t.Parallel()
 	if _, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "tasks.db"), sqlite.WithBusyTimeout(-time.Second)); !errors.Is(err, workers.ErrInvalidOption) {
 		t.Errorf("Open with a negative busy timeout: %v, want ErrInvalidOption", err)
+	}
+}
+
+// A busy timeout past what SQLite counts (2^31-1 ms: "as long as it
+// takes") waits for another process's lock all the same, where it used
+// to be read as no wait at all, failing the write with SQLITE_BUSY at
+// once (one under a millisecond: TestBusyMillis).
+func TestABusyTimeoutPastWhatSQLiteCountsStillWaits(t *testing.T) {
+	for _, d := range []time.Duration{30 * 24 * time.Hour, time.Duration(math.MaxInt64)} {
+		t.Run(d.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tasks.db")
+			s := openAt(t, path, sqlite.WithBusyTimeout(d))
+			conn, err := openRaw(t, path).Conn(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil { // another process's write
+				t.Fatal(err)
+			}
+			release := time.AfterFunc(100*time.Millisecond, func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") })
+			defer release.Stop()
+			rec := workers.Record{ID: "x", RunID: "r1", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+			if err := s.InsertTask(t.Context(), rec); err != nil {
+				t.Fatalf("WithBusyTimeout(%v): InsertTask while another connection writes: %v", d, err)
+			}
+		})
 	}
 }
