@@ -25,8 +25,10 @@ import (
 // and its owner are under their running caps and none of the owner's tasks
 // waits for a running slot (a queue item waits for one only once its turn
 // in its queue has come); otherwise it waits, as a PENDING record, when
-// its owner is under OwnerLimits.Waiting and the runtime under MaxWaiting;
-// otherwise it is refused with a *QuotaError (ErrQuotaExceeded) and
+// its owner is under OwnerLimits.Waiting and the runtime under MaxWaiting
+// (which a queue item is measured against always, even in an idle queue:
+// it counts as waiting from its submission until it starts); otherwise
+// it is refused with a *QuotaError (ErrQuotaExceeded) and
 // nothing is written to the store. A waiting task holds no goroutine. It
 // is visible to its watchers, Cancel ends it without ever starting it, and
 // Shutdown records it CANCELLED like a sequential backlog item.
