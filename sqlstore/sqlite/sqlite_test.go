@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -376,5 +378,27 @@ func TestABusyTimeoutPastWhatSQLiteCountsStillWaits(t *testing.T) {
 				t.Fatalf("WithBusyTimeout(%v): InsertTask while another connection writes: %v", d, err)
 			}
 		})
+	}
+}
+
+// A record with more watchers than SQLite takes parameters in one
+// statement (32,766) is held, its watchers in order: they go in several
+// statements of one transaction.
+func TestARecordWithMoreWatchersThanAStatementTakes(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	rec := workers.Record{ID: "many", RunID: "r1", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
+	for i := range 32_800 {
+		rec.Watchers = append(rec.Watchers, "u"+strconv.Itoa(i))
+	}
+	if err := s.InsertTask(ctx, rec); err != nil {
+		t.Fatalf("InsertTask with %d watchers: %v", len(rec.Watchers), err)
+	}
+	got, err := s.GetTask(ctx, "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Watchers, rec.Watchers) {
+		t.Fatalf("GetTask: %d watchers, want the %d inserted, in order", len(got.Watchers), len(rec.Watchers))
 	}
 }

@@ -717,28 +717,34 @@ func (s *Store) runOfErr(err error) error {
 	return s.wrap("read run id", err)
 }
 
-// insertWatchers appends watchers to id's list in one statement, in
-// order, with the task's created_at; duplicates collapse into the first.
+// insertWatchers appends watchers to id's list, in order, with the task's
+// created_at, in one statement per watcherChunk of them, the caller's
+// transaction holding them together; duplicates collapse into the first.
 func (s *Store) insertWatchers(ctx context.Context, x execer, id string, created any, watchers []string) error {
-	if len(watchers) == 0 {
-		return nil
-	}
-	args := make([]any, 2, 2+len(watchers))
-	args[0], args[1] = id, created
-	var b strings.Builder
-	b.WriteString(s.q.insertWatchers)
-	for i, w := range watchers {
-		if i > 0 {
-			b.WriteString(", ")
+	for chunk := range slices.Chunk(watchers, watcherChunk) {
+		args := make([]any, 2, 2+len(chunk))
+		args[0], args[1] = id, created
+		var b strings.Builder
+		b.WriteString(s.q.insertWatchers)
+		for i, w := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("($1, $2, " + param(&args, w) + ")")
 		}
-		b.WriteString("($1, $2, " + param(&args, w) + ")")
-	}
-	b.WriteString(" ON CONFLICT DO NOTHING")
-	if _, err := x.ExecContext(ctx, b.String(), args...); err != nil {
-		return s.wrap("insert watchers", err)
+		b.WriteString(" ON CONFLICT DO NOTHING")
+		if _, err := x.ExecContext(ctx, b.String(), args...); err != nil {
+			return s.wrap("insert watchers", err)
+		}
 	}
 	return nil
 }
+
+// watcherChunk is the most watchers one statement inserts, each a
+// parameter of its own: a record with more is inserted in several, in
+// its transaction, since a database bounds a statement's parameters
+// (SQLite to 32,766).
+const watcherChunk = 1000
 
 // inTx runs fn in a transaction on the write handle, committing if it
 // returns nil.
