@@ -97,7 +97,8 @@ import (
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	driver "modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 //go:embed migrations/*.sql
@@ -125,6 +126,23 @@ var dialect = &sqlcore.Dialect{
 	CompatibleFrom: map[int]int{6: 5, 7: 5},
 	// No MigrationLock: the write handle begins every transaction
 	// IMMEDIATE, which is the lock.
+	DataError: dataError,
+}
+
+// dataError reports whether err is SQLite's refusal of the data itself:
+// a string or blob longer than it holds (SQLITE_TOOBIG; a result over a
+// billion bytes, by default), or a value of a type a column refuses
+// (SQLITE_MISMATCH). Trying the same write again would fail the same way.
+func dataError(err error) bool {
+	var se *driver.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff { // the primary code of an extended one
+	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
+		return true
+	}
+	return false
 }
 
 // Store is a workers.Store in a SQLite database file. It is safe for
