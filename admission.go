@@ -95,8 +95,9 @@ type Limits struct {
 	// waiting tasks at once. Of concurrent calls for one owner, the one
 	// made last decides: an answer that comes back after the answer to a
 	// later call is not applied. An error refuses a submission that would
-	// start a new run, wrapped, and nothing is written; so does an answer
-	// with a negative field (ErrInvalidConfig). A submission that joins a
+	// start a new run, wrapped, and nothing is written; so does a panic,
+	// as its error, and an answer with a negative field
+	// (ErrInvalidConfig). A submission that joins a
 	// live run goes on, as it does past a quota. Defaults to nil: Owner
 	// for all.
 	OwnerLimits func(ctx context.Context, owner Owner) (OwnerLimits, error)
@@ -266,6 +267,17 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 	return r, err
 }
 
+// askOwnerLimits calls the OwnerLimits hook; a panic in it is its error,
+// as a panic of an authorizer is its denial.
+func askOwnerLimits(ctx context.Context, hook func(context.Context, Owner) (OwnerLimits, error), o Owner) (l OwnerLimits, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			l, err = OwnerLimits{}, fmt.Errorf("the hook panicked: %v", r)
+		}
+	}()
+	return hook(ctx, o)
+}
+
 // ownerLimits returns the limits of the submitting owner: the hook's
 // answer, if there is a hook, and otherwise Limits.Owner. System is under
 // none.
@@ -276,7 +288,7 @@ func (a *admission) ownerLimits(ctx context.Context, c caller) (OwnerLimits, err
 	case a.limits.OwnerLimits == nil:
 		return a.limits.Owner, nil
 	}
-	l, err := a.limits.OwnerLimits(ctx, Owner{id: c.userID})
+	l, err := askOwnerLimits(ctx, a.limits.OwnerLimits, Owner{id: c.userID})
 	if err != nil {
 		return OwnerLimits{}, fmt.Errorf("workers: owner limits of %q: %w", c.userID, err)
 	}
@@ -323,9 +335,12 @@ func under(n, limit int) bool { return limit <= 0 || n < limit }
 // second and five minutes.
 func (a *admission) refusal(which string, limit, current, lanes int, o *ownerLoad) error {
 	a.forget(o)
-	lanes = max(1, lanes)
-	hint := a.avg * time.Duration(1+current/lanes)
-	return &QuotaError{Owner: o.id, Limit: which, Max: limit, Current: current, Retry: min(max(hint, time.Second), 5*time.Minute)}
+	const most = 5 * time.Minute
+	hint := most // unless the product is less, which it cannot overflow then
+	if n := time.Duration(1 + current/max(1, lanes)); a.avg < most/n {
+		hint = a.avg * n
+	}
+	return &QuotaError{Owner: o.id, Limit: which, Max: limit, Current: current, Retry: max(hint, time.Second)}
 }
 
 // take gives r a running slot; mu is held. A run that waited is timed,

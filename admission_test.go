@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -1072,41 +1073,57 @@ func TestARaisedOwnerCapStartsWaitingTasksAtOnce(t *testing.T) {
 
 // A submission that joins a live run goes on when the OwnerLimits hook
 // fails, as it does past a quota: a join takes nothing the limits guard.
-// One that would start a new run is refused with the hook's error.
+// One that would start a new run is refused with the hook's error, or,
+// should the hook panic, with its panic as an error.
 func TestAJoinGoesOnWhenTheOwnerLimitsHookFails(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		down := errors.New("billing down")
-		var failing atomic.Bool
-		s := NewMemStore()
-		rt := newRuntime(t, s, Config{Limits: Limits{OwnerLimits: func(context.Context, Owner) (OwnerLimits, error) {
-			if failing.Load() {
-				return OwnerLimits{}, down
-			}
-			return OwnerLimits{Running: 1}, nil
-		}}})
-		g := newGate()
-		first, err := rt.Submit(ctx, "k", g.fn, alice)
-		require.NoError(t, err)
-		synctest.Wait()
+	for _, panics := range []bool{false, true} {
+		t.Run(fmt.Sprint("panics=", panics), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				down := errors.New("billing down")
+				var failing atomic.Bool
+				s := NewMemStore()
+				rt := newRuntime(t, s, Config{Limits: Limits{OwnerLimits: func(context.Context, Owner) (OwnerLimits, error) {
+					switch {
+					case !failing.Load():
+						return OwnerLimits{Running: 1}, nil
+					case panics:
+						panic(down)
+					}
+					return OwnerLimits{}, down
+				}}})
+				refused := func(err error, msg string) {
+					t.Helper()
+					if panics {
+						require.ErrorContains(t, err, `owner limits of "alice": the hook panicked: billing down`, msg)
+					} else {
+						require.ErrorIs(t, err, down, msg)
+					}
+				}
+				g := newGate()
+				first, err := rt.Submit(ctx, "k", g.fn, alice)
+				require.NoError(t, err)
+				synctest.Wait()
 
-		failing.Store(true)
-		joined, err := rt.Submit(ctx, "k", g.fn, alice)
-		require.NoError(t, err, "a join takes no quota, so the hook's answer is not needed")
-		assert.True(t, joined.Joined)
-		assert.Equal(t, first.RunID, joined.RunID)
-		_, err = rt.Submit(ctx, "other", g.fn, alice)
-		require.ErrorIs(t, err, down)
-		_, err = s.GetTask(ctx, "alice::other")
-		require.ErrorIs(t, err, ErrNotFound, "a refused submission writes nothing")
+				failing.Store(true)
+				joined, err := rt.Submit(ctx, "k", g.fn, alice)
+				require.NoError(t, err, "a join takes no quota, so the hook's answer is not needed")
+				assert.True(t, joined.Joined)
+				assert.Equal(t, first.RunID, joined.RunID)
+				_, err = rt.Submit(ctx, "other", g.fn, alice)
+				refused(err, "a new run is refused")
+				_, err = s.GetTask(ctx, "alice::other")
+				require.ErrorIs(t, err, ErrNotFound, "a refused submission writes nothing")
 
-		g.open()
-		synctest.Wait()
-		_, err = rt.Submit(ctx, "k", g.fn, alice)
-		require.ErrorIs(t, err, down, "a finished key's new run is refused")
-		st, err := rt.Stats(ctx, System)
-		require.NoError(t, err)
-		assert.Zero(t, st.Running+st.Waiting)
-	})
+				g.open()
+				synctest.Wait()
+				_, err = rt.Submit(ctx, "k", g.fn, alice)
+				refused(err, "a finished key's new run is refused")
+				st, err := rt.Stats(ctx, System)
+				require.NoError(t, err)
+				assert.Zero(t, st.Running+st.Waiting)
+			})
+		})
+	}
 }
 
 // An answer of the OwnerLimits hook that comes back after one asked
@@ -1184,4 +1201,29 @@ func TestShutdownStartsNoWaitingTaskWhileItDrainsTheQueues(t *testing.T) {
 
 	assert.False(t, ran.Load(), "a waiting task started after Shutdown closed the intake")
 	assert.Equal(t, StatusCancelled, mustStatus(t, rt, waiter.ID).Status)
+}
+
+// A refusal's retry hint, the waiting ahead draining at the recent pace,
+// stays between a second and five minutes however long the pace and the
+// line, where their product used to overflow and read as a second.
+func TestARefusalsRetryHintIsBoundedForAnyPaceAndLine(t *testing.T) {
+	a := newAdmission(Limits{Owner: OwnerLimits{Waiting: 1}}, func(*Task) {})
+	o := &ownerLoad{id: "alice"}
+	for _, c := range []struct {
+		avg            time.Duration
+		current, lanes int
+		want           time.Duration
+	}{
+		{0, 10, 1, time.Second},
+		{100 * time.Millisecond, 0, 1, time.Second},
+		{2 * time.Second, 9, 2, 10 * time.Second},
+		{time.Hour, 3_000_000, 1, 5 * time.Minute},
+		{time.Duration(math.MaxInt64 / 2), math.MaxInt32, 1, 5 * time.Minute},
+		{time.Second, math.MaxInt, 0, 5 * time.Minute},
+	} {
+		a.avg = c.avg
+		var qe *QuotaError
+		require.ErrorAs(t, a.refusal(QuotaOwnerWaiting, 1, c.current, c.lanes, o), &qe)
+		assert.Equal(t, c.want, qe.Retry, "pace %v, %d waiting over %d lanes", c.avg, c.current, c.lanes)
+	}
 }
