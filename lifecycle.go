@@ -198,10 +198,15 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		open += waitAll(rt.life, ends)
 	}
 	// The lease is released once, by the Shutdown that settled
-	// everything, unless its cutoff passed already.
+	// everything, in the runtime's life, or, once an earlier Shutdown's
+	// cutoff ended that, within this one's ctx.
+	within := rt.life
+	if within.Err() != nil {
+		within = ctx
+	}
 	if l, ok := any(rt.store).(Leaser); ok && open == 0 && se.Unwritten == 0 && rt.lease.held.Load() &&
-		rt.life.Err() == nil && rt.lease.released.CompareAndSwap(false, true) {
-		rt.releaseLease(l)
+		within.Err() == nil && rt.lease.released.CompareAndSwap(false, true) {
+		rt.releaseLease(within, l)
 	}
 	if open == 0 && se.Unwritten == 0 {
 		rt.endLife(ErrClosed)
@@ -216,14 +221,15 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	return se
 }
 
-// releaseLease releases the instance lease, in a call cut off after
-// shutdownSlack; a store call that ignores its context is waited for one
-// slack more, and then left to end by itself: the lease expires anyway.
-func (rt *Runtime[S]) releaseLease(l Leaser) {
+// releaseLease releases the instance lease, in a call within ctx cut
+// off after shutdownSlack; a store call that ignores its context is
+// waited for one slack more, and then left to end by itself: the lease
+// expires anyway.
+func (rt *Runtime[S]) releaseLease(ctx context.Context, l Leaser) {
 	released := make(chan struct{})
 	go func() {
 		defer close(released)
-		release, cancel := context.WithTimeout(rt.life, shutdownSlack)
+		release, cancel := context.WithTimeout(ctx, shutdownSlack)
 		defer cancel()
 		if err := l.ReleaseLease(release, rt.instance); err != nil {
 			rt.cfg.Logger.Info("workers: releasing the lease failed; it expires by itself, and no run of this instance is left", "instance", rt.instance, "err", err)

@@ -1374,3 +1374,30 @@ func TestShutdownErrorMessageNamesAFewTasks(t *testing.T) {
 	assert.Equal(t, "workers: shutdown left 7 runs or goroutines executing and 2 live records of this runtime unwritten (executing: x0, x1, x2, x3, x4 and 2 more; unwritten: u0, u1): the store refused their writes", err.Error())
 	assert.Nil(t, errors.Unwrap(err))
 }
+
+// The Shutdown that settles everything releases the instance lease, even
+// after an earlier one, told not to wait, left a callback executing and
+// ended the runtime's life at its cutoff: other instances then see this
+// one gone at once, not once its lease expires.
+func TestALaterShutdownThatSettlesEverythingReleasesTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler)})
+		g := stubbornGate()
+		_, err := rt.Submit(ctx, "stubborn", g.fn, alice)
+		require.NoError(t, err)
+		<-g.started
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		var se *ShutdownError
+		require.ErrorAs(t, rt.Shutdown(done), &se, "the callback is left executing")
+		require.Error(t, rt.life.Err(), "the first Shutdown's cutoff ended the runtime's life")
+
+		g.open()
+		synctest.Wait()
+		require.NoError(t, rt.Shutdown(ctx), "everything settled")
+		live, err := s.LiveInstances(ctx)
+		require.NoError(t, err)
+		assert.NotContains(t, live, rt.instance, "the lease is released")
+	})
+}
