@@ -94,12 +94,18 @@ func insertPending(t *testing.T, s *postgres.Store, runID string, ids ...string)
 	}
 }
 
-// holdRow locks the row of task id in a transaction of its own, as an
+// holdRow locks the row of task id in a transaction of its own, on a
+// connection of its own (the store's pool keeps its connections), as an
 // administrator's open transaction might, and returns the transaction,
 // rolled back in t's cleanup if the test has not ended it.
 func holdRow(t *testing.T, sc scratch, id string) pgx.Tx {
 	t.Helper()
-	tx, err := sc.pool.Begin(t.Context())
+	conn, err := pgx.Connect(t.Context(), testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx, err := conn.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -760,4 +766,50 @@ func TestARefusedBatchWithAHeldRowHoldsBackNoOtherCaller(t *testing.T) {
 		t.Errorf("u::held, once free: TransitionTask = %v, %v", a.ok, a.err)
 	}
 	wg.Wait()
+}
+
+// A write made alone after its batch gave up on a held row goes within
+// its own caller's wait: once that caller has left (its deadline passed),
+// the write is cut off, and does not land when the row is let go, though
+// another caller of the batch still waits on a row of its own.
+func TestAWriteMadeAloneEndsWithItsCaller(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	insertPending(t, s, "run-1", "u::gate", "u::held1", "u::held2")
+	h1, h2 := holdRow(t, sc, "u::held1"), holdRow(t, sc, "u::held2")
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	g := gateOn(t, sc, s, "u::gate", "run-1")
+	var wg sync.WaitGroup
+	short := make(chan error, 1)
+	g.queue(&wg, func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := s.TransitionTask(sctx, "u::held1", "run-1", from, running)
+		short <- err
+	})
+	g.queue(&wg, func() { _, _ = s.TransitionTask(ctx, "u::held2", "run-1", from, running) })
+	if err := g.release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-short; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the caller with a deadline: %v, want DeadlineExceeded", err)
+	}
+	// Its statement is gone from the server: only the other one waits.
+	waitFor(t, func() bool {
+		var n int
+		err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema).Scan(&n)
+		return err == nil && n == 1
+	})
+	if err := h1.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait() // u::held2's write, once its row is free
+	if rec, err := s.GetTask(ctx, "u::held1"); err != nil || rec.Status != workers.StatusPending {
+		t.Errorf("u::held1: %s, %v; want its write, whose caller left, not to land", rec.Status, err)
+	}
 }

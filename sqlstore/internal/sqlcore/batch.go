@@ -400,10 +400,11 @@ const (
 //
 // Should a row wait too long for a lock another transaction holds
 // (Dialect.LockBusy), or the database refuse the statement, nothing
-// landed, and each write is made alone, all at once, each caller answered
-// as its own ends and its key freed then (see call.finish): only a held
-// row waits, and only its own caller and the writes of its own task
-// behind it, and a row the database refuses fails only its own call.
+// landed, and each write is made alone, all at once and within its own
+// caller's wait, each caller answered as its own ends and its key freed
+// then (see call.finish): only a held row waits, and only its own caller
+// and the writes of its own task behind it, and a row the database
+// refuses fails only its own call.
 // Any other failure (a lost connection, after which the
 // statement may or may not have committed) is every call's error, as it
 // would be for a lone write: the caller learns that the outcome is
@@ -423,7 +424,13 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		var wg sync.WaitGroup
 		for _, w := range batch {
 			wg.Go(func() {
-				s.writeOne(ctx, w)
+				// Within its own caller's wait too: a write whose caller
+				// left is cut off, as it would be had it gone alone.
+				wctx, cancel := context.WithCancel(ctx)
+				stop := context.AfterFunc(w.ctx, cancel)
+				s.writeOne(wctx, w)
+				stop()
+				cancel()
 				w.finish()
 			})
 		}
