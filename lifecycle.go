@@ -37,7 +37,9 @@ const shutdownSlack = 100 * time.Millisecond
 //     leaves), then cancels those still running with ErrShutdown;
 //  4. waits until every run has settled and its terminal record is
 //     written, or ctx ends; then stops the background loops and, if
-//     everything settled, releases the instance lease.
+//     everything settled, releases the instance lease (a release in a
+//     store call that ignores its context is let go after 200 ms, and
+//     left to end by itself).
 //
 // What a cancelled run records is its own doing: COMPLETED if its
 // callback returns a result anyway, FAILED if it fails, CANCELLED with
