@@ -813,3 +813,74 @@ func TestAWriteMadeAloneEndsWithItsCaller(t *testing.T) {
 		t.Errorf("u::held1: %s, %v; want its write, whose caller left, not to land", rec.Status, err)
 	}
 }
+
+// A batch that gave up on a held row ends at once, its writes each going
+// on alone: the held row keeps no batch in flight, so the store's other
+// writes go while it waits, even with no spare batch to start beside a
+// stuck one.
+func TestAHeldRowKeepsNoBatchInFlight(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	insertPending(t, s, "run-1", "u::gate", "u::held", "u::free", "u::other")
+	holder := holdRow(t, sc, "u::held")
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	g := gateOn(t, sc, s, "u::gate", "run-1") // and no spare batches
+	var wg sync.WaitGroup
+	answers := map[string]chan error{"u::held": make(chan error, 1), "u::free": make(chan error, 1), "u::other": make(chan error, 1)}
+	write := func(id string) {
+		ok, err := s.TransitionTask(ctx, id, "run-1", from, running)
+		if err == nil && !ok {
+			err = errors.New(id + " fenced off")
+		}
+		answers[id] <- err
+	}
+	for _, id := range []string{"u::held", "u::free"} {
+		g.queue(&wg, func() { write(id) })
+	}
+	if err := g.release(); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for _, id := range []string{"u::free", "u::other"} {
+		if id == "u::other" {
+			wg.Go(func() { write(id) }) // after the batch gave up on u::held
+		}
+		select {
+		case err := <-answers[id]:
+			if err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+		case <-timeout:
+			t.Fatalf("%s: no answer in 10 s while u::held's row is held", id)
+		}
+	}
+	// A second write of u::held queues behind its first, which holds the
+	// task's key; when the first ends, with no batch in flight, the freed
+	// key starts one.
+	second := make(chan error, 1)
+	wg.Go(func() {
+		done := workers.State{Status: workers.StatusCompleted, Attempt: 1, Progress: 100, StartedAt: running.StartedAt, CompletedAt: time.Now()}
+		ok, err := s.TransitionTask(ctx, "u::held", "run-1", []workers.Status{workers.StatusRunning}, done)
+		if err == nil && !ok {
+			err = errors.New("u::held's end fenced off")
+		}
+		second <- err
+	})
+	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 1 })
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan error{"u::held's start": answers["u::held"], "u::held's end": second} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Errorf("%s, once free: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer in 10 s once the row is free", name)
+		}
+	}
+	wg.Wait()
+}

@@ -39,8 +39,11 @@ import (
 // write may still land, as any write cut off in flight may. A caller
 // whose context ends while its write still queues is dropped from the
 // queue and never written. exec may answer a call before the batch ends
-// (call.finish): its caller then has its outcome, counts as no longer
-// waiting, and its key is free for the next write of it.
+// (call.finish), or hand it to a goroutine of its own that answers it
+// after (call.detached): its caller then has its outcome, counts as no
+// longer waiting, and its key is free for the next write of it, which
+// the batch in flight takes next, or, with none in flight, a batch that
+// the freed key starts.
 type combiner[T any] struct {
 	limit, max int
 	spare      int
@@ -67,8 +70,12 @@ type call[T any] struct {
 
 	// finish answers the call, once ok and err are set, and frees its
 	// key; set by run for exec, which may call it before the batch ends,
-	// and called by run for every call exec did not answer.
+	// and called by run for every call exec did not answer and did not
+	// detach.
 	finish func()
+	// detached is set by exec when it hands the call to a goroutine of
+	// its own, which finishes it, so that the batch can end before it.
+	detached bool
 }
 
 // do queues in for writing and waits for its outcome, or for ctx.
@@ -217,7 +224,18 @@ func (c *combiner[T]) run(batch []*call[T]) {
 			once.Do(func() {
 				c.mu.Lock()
 				delete(c.busy, w.key)
+				var next []*call[T]
+				if c.running < c.limit {
+					// No batch is in flight to take what queued behind
+					// the key (a detached call outlives its batch).
+					if next = c.take(); len(next) > 0 {
+						c.running++
+					}
+				}
 				c.mu.Unlock()
+				if len(next) > 0 {
+					go c.loop(next)
+				}
 				if stop() { // the caller is still waiting: it leaves now
 					leave()
 				}
@@ -227,7 +245,9 @@ func (c *combiner[T]) run(batch []*call[T]) {
 	}
 	c.exec(ctx, batch)
 	for _, w := range batch {
-		w.finish()
+		if !w.detached {
+			w.finish()
+		}
 	}
 	cancel()
 }
@@ -400,11 +420,12 @@ const (
 //
 // Should a row wait too long for a lock another transaction holds
 // (Dialect.LockBusy), or the database refuse the statement, nothing
-// landed, and each write is made alone, all at once and within its own
-// caller's wait, each caller answered as its own ends and its key freed
-// then (see call.finish): only a held row waits, and only its own caller
-// and the writes of its own task behind it, and a row the database
-// refuses fails only its own call.
+// landed, and each write is made alone, at once, on a goroutine of its
+// own under its own caller's context, as the caller would make it, each
+// caller answered as its own ends and its key freed then (see
+// call.detached): the batch ends at once, so a held row holds back only
+// its own caller and the writes of its own task behind it, and a row the
+// database refuses fails only its own call.
 // Any other failure (a lost connection, after which the
 // statement may or may not have committed) is every call's error, as it
 // would be for a lone write: the caller learns that the outcome is
@@ -421,20 +442,13 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		return groupWrote
 	}
 	if s.d.LockBusy != nil && s.d.LockBusy(err) || s.refused(ctx, err) {
-		var wg sync.WaitGroup
 		for _, w := range batch {
-			wg.Go(func() {
-				// Within its own caller's wait too: a write whose caller
-				// left is cut off, as it would be had it gone alone.
-				wctx, cancel := context.WithCancel(ctx)
-				stop := context.AfterFunc(w.ctx, cancel)
-				s.writeOne(wctx, w)
-				stop()
-				cancel()
+			w.detached = true
+			go func() {
+				s.writeOne(w.ctx, w)
 				w.finish()
-			})
+			}()
 		}
-		wg.Wait()
 		return groupNone
 	}
 	for _, w := range batch {
