@@ -43,11 +43,11 @@
 // in flight; no two batches in flight hold the same task id, so a second
 // write of a stuck task still waits behind the first. A batch the database
 // refuses (a value a constraint refuses, say) landed nowhere, and each of
-// its writes is made again alone, by its own caller, so only the refused
-// one fails, and a row held elsewhere holds back only its own; a batch
-// cut off by a
-// lost connection fails every write in it, each of which the runtime then
-// treats as possibly landed, as it treats a lone write. The batch
+// its writes is made again alone, under its own caller's context, so only
+// the refused one fails, and a row held elsewhere holds back only its own
+// task's writes; a batch cut off by a lost connection fails every write
+// in it, each of which the runtime then treats as possibly landed, as it
+// treats a lone write. The batch
 // statement runs in a function of the schema (migration 0006) whose plans
 // are made with sequential scans disabled: a batch finds the rows it
 // transitions through the primary key however small the table was when
