@@ -86,14 +86,9 @@ func (c *combiner[T]) do(ctx context.Context, key string, in T) (bool, error) {
 	w := &call[T]{ctx: ctx, key: key, in: in, done: make(chan struct{})}
 	c.mu.Lock()
 	c.queue = append(c.queue, w)
-	var batch []*call[T]
-	if c.running < c.limit {
-		// Empty when the key is in a batch in flight, which then takes
-		// the write as its next.
-		if batch = c.take(); len(batch) > 0 {
-			c.running++
-		}
-	}
+	// Nothing starts when the key is in a batch in flight, which then
+	// takes the write as its next.
+	batch := c.startLocked()
 	c.mu.Unlock()
 	if len(batch) > 0 {
 		go c.loop(batch)
@@ -115,6 +110,19 @@ func (c *combiner[T]) do(ctx context.Context, key string, in T) (bool, error) {
 		return false, ctx.Err()
 	}
 	return w.ok, w.err
+}
+
+// startLocked takes the next batch, counted in flight, if fewer than
+// limit are; the caller runs it with loop. c.mu is held.
+func (c *combiner[T]) startLocked() []*call[T] {
+	if c.running >= c.limit {
+		return nil
+	}
+	batch := c.take()
+	if len(batch) > 0 {
+		c.running++
+	}
+	return batch
 }
 
 // take removes the next batch from the queue: up to max calls, one per
@@ -224,14 +232,9 @@ func (c *combiner[T]) run(batch []*call[T]) {
 			once.Do(func() {
 				c.mu.Lock()
 				delete(c.busy, w.key)
-				var next []*call[T]
-				if c.running < c.limit {
-					// No batch is in flight to take what queued behind
-					// the key (a detached call outlives its batch).
-					if next = c.take(); len(next) > 0 {
-						c.running++
-					}
-				}
+				// With no batch in flight to take what queued behind the
+				// key (a detached call outlives its batch), one starts.
+				next := c.startLocked()
 				c.mu.Unlock()
 				if len(next) > 0 {
 					go c.loop(next)
