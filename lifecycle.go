@@ -134,23 +134,15 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	runsLeft := waitAll(ctx, done)
 	// Runners and queue processors end once their runs have settled: they
 	// are counted only when no run is left, or each unsettled run would
-	// count twice (see below for runs that settle after this wait). When
-	// ctx has ended already they get until the cutoff (ctx's end plus
-	// the slack), as the loops below do, so that an idle runtime told not
-	// to wait does not count a parked runner for the instant it takes to
-	// end.
+	// count twice (see below for runs that settle after this wait).
 	ends := make([]<-chan struct{}, 0, len(queues)+1)
 	for _, q := range queues {
 		ends = append(ends, q.exited)
 	}
 	ends = append(ends, rt.runners.stop())
-	endsCtx := ctx
-	if ctx.Err() != nil {
-		endsCtx = rt.life
-	}
 	open := 0
 	if runsLeft == 0 {
-		open = waitAll(endsCtx, ends)
+		open = rt.waitEnding(ctx, ends)
 	}
 
 	rt.mu.Lock()
@@ -161,14 +153,8 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		waits[i] = l
 	}
 	// Halted loops return at once, unless a store call ignores its
-	// context: when ctx has ended already, they get until the cutoff
-	// (ctx's end plus the slack), so that they are not counted as left
-	// running for the instant they take to return.
-	loopsCtx := ctx
-	if ctx.Err() != nil {
-		loopsCtx = rt.life
-	}
-	open += waitAll(loopsCtx, waits)
+	// context.
+	open += rt.waitEnding(ctx, waits)
 	// The backlog's writes end by the cutoff (ctx's end plus the slack),
 	// with every store call: what they could not write is counted below,
 	// among the unwritten records. A write in a store call that ignores
@@ -221,6 +207,18 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	rt.endLife(ErrClosed)
 	se.Executing, se.Err = open, err
 	return se
+}
+
+// waitEnding is waitAll for goroutines just told to end (runners, queue
+// processors, loops): when ctx has ended already, they get until the
+// cutoff (ctx's end plus the slack), so that an idle runtime told not to
+// wait does not count one as left running for the instant it takes to
+// return.
+func (rt *Runtime[S]) waitEnding(ctx context.Context, chans []<-chan struct{}) int {
+	if ctx.Err() != nil {
+		ctx = rt.life
+	}
+	return waitAll(ctx, chans)
 }
 
 // releaseLease releases the instance lease, in a call within ctx cut

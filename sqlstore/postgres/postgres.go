@@ -286,11 +286,10 @@ ON CONFLICT DO NOTHING`,
 func connLost(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		var ce *pgconn.ConnectError
 		switch {
 		case strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03":
 			return true
-		case errors.As(err, &ce):
+		case isConnectError(err):
 			return false
 		}
 		sev := cmp.Or(pe.SeverityUnlocalized, pe.Severity)
@@ -299,6 +298,13 @@ func connLost(err error) bool {
 	var ne *net.OpError
 	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &ne)
+}
+
+// isConnectError reports whether err is a failure to connect, which says
+// nothing of the connections a pool holds.
+func isConnectError(err error) bool {
+	_, ok := errors.AsType[*pgconn.ConnectError](err)
+	return ok
 }
 
 // resetEvery is how often at most a lost connection resets the pool:
@@ -328,7 +334,7 @@ func newResetter(reset func(), log *slog.Logger) *resetter {
 }
 
 func (r *resetter) lost(err error) {
-	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+	if isConnectError(err) {
 		return
 	}
 	now := int64(time.Since(r.start))

@@ -134,8 +134,8 @@ var dialect = &sqlcore.Dialect{
 // billion bytes, by default), or a value of a type a column refuses
 // (SQLITE_MISMATCH). Trying the same write again would fail the same way.
 func dataError(err error) bool {
-	var se *driver.Error
-	if !errors.As(err, &se) {
+	se, ok := errors.AsType[*driver.Error](err)
+	if !ok {
 		return false
 	}
 	switch se.Code() & 0xff { // the primary code of an extended one
