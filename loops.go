@@ -94,17 +94,6 @@ type leaseState struct {
 	lost    bool      // no lease is held: none was taken yet, or it was found lost since the last renewal
 	lastErr error     // the error of the last renewal answered, nil if it succeeded
 	partial bool      // the last renewal's maker gave up before its answer was whole (see renewWhileLost)
-
-	// live caches the instances last read live, for register's question
-	// "is this run's instance alive": a hit younger than LeaseInterval is
-	// trusted; a miss is always asked of the store again, since a new
-	// instance must never be taken for dead.
-	live atomic.Pointer[liveSet]
-}
-
-type liveSet struct {
-	read time.Time
-	ids  map[string]struct{}
 }
 
 // clock is the lease's monotonic clock reading at t.
@@ -465,8 +454,11 @@ func (rt *Runtime[S]) abandonRuns() {
 // by an instance whose lease is live. A run of this runtime that was
 // cancelled (abandoned with a lost lease, or cancelled while the store
 // failed) is ending, whatever its record says until its write lands: a
-// submission replaces it rather than join it. Over a store without
-// leases another runtime's run is taken for alive.
+// submission replaces it rather than join it. Another instance's lease
+// is asked of the store each time, never of an earlier answer: a lease
+// may end at any moment, and a submission that joined a run whose lease
+// had ended would wait for an end that only recovery writes. Over a
+// store without leases another runtime's run is taken for alive.
 func (rt *Runtime[S]) alive(ctx context.Context, rec *Record) (bool, error) {
 	inst := InstanceOf(rec.RunID)
 	if inst == rt.instance {
@@ -477,31 +469,25 @@ func (rt *Runtime[S]) alive(ctx context.Context, rec *Record) (bool, error) {
 	if !ok {
 		return true, nil
 	}
-	if set := rt.lease.live.Load(); set != nil && time.Since(set.read) < rt.cfg.LeaseInterval {
-		if _, ok := set.ids[inst]; ok {
-			return true, nil
-		}
-	}
-	set, err := rt.liveInstances(ctx, l)
+	live, err := liveInstances(ctx, l)
 	if err != nil {
 		return false, err
 	}
-	_, ok = set[inst]
+	_, ok = live[inst]
 	return ok, nil
 }
 
-// liveInstances reads the live instances and caches them for alive.
-func (rt *Runtime[S]) liveInstances(ctx context.Context, l Leaser) (map[string]struct{}, error) {
+// liveInstances reads the instances whose lease is live.
+func liveInstances(ctx context.Context, l Leaser) (map[string]struct{}, error) {
 	ids, err := l.LiveInstances(ctx)
 	if err != nil {
 		return nil, err
 	}
-	set := &liveSet{read: time.Now(), ids: make(map[string]struct{}, len(ids))}
+	set := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
-		set.ids[id] = struct{}{}
+		set[id] = struct{}{}
 	}
-	rt.lease.live.Store(set)
-	return set.ids, nil
+	return set, nil
 }
 
 // recoverRuns ends, FAILED as abandoned, every live record whose run is
@@ -546,7 +532,7 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 	var live map[string]struct{}
 	if leased {
 		err = call(func(ctx context.Context) (err error) {
-			live, err = rt.liveInstances(ctx, l)
+			live, err = liveInstances(ctx, l)
 			return err
 		})
 		if err != nil {

@@ -161,6 +161,30 @@ func TestSubmitNeverJoinsADeadRunOfItsOwn(t *testing.T) {
 	assert.Equal(t, StatusCompleted, snap.Status)
 }
 
+// A live record of another instance whose lease has ended is dead the
+// moment the store says so: a submission replaces it, though a recovery
+// pass read that lease live less than a LeaseInterval before.
+func TestSubmitNeverJoinsARunWhoseLeaseEndedSinceTheLastRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemStore()
+		// Another instance's lease, never renewed: it ends at 2.5 s.
+		_, err := s.RenewLease(ctx, "gone", 2500*time.Millisecond)
+		require.NoError(t, err)
+		require.NoError(t, s.InsertTask(ctx, Record{ID: "alice::k", RunID: "gone.1", Watchers: []string{"alice"}, CreatedAt: now(),
+			State: State{Status: StatusRunning, Attempt: 1, StartedAt: now()}}))
+		rt := NewRuntime(s, Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, rt.Start(ctx)) // recovery passes at 1 s, 2 s, 3 s...
+		time.Sleep(2700 * time.Millisecond)
+		sub, err := rt.Submit(ctx, "k", returns("fresh", nil), alice)
+		require.NoError(t, err)
+		assert.False(t, sub.Joined, "joined run %s, whose instance's lease ended 0.2 s before", sub.RunID)
+		snap, err := rt.Wait(ctx, sub.ID, alice)
+		require.NoError(t, err)
+		assert.Equal(t, StatusCompleted, snap.Status)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
 // Shutdown lets a short callback finish within the grace period instead
 // of cancelling it, and cancels one that outlives it.
 func TestShutdownDrainsSoftlyWithinTheGrace(t *testing.T) {
