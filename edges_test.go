@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,6 +191,36 @@ func TestQueueStatusShowsAJoinersItem(t *testing.T) {
 	assert.Equal(t, []string{item.ID}, info.Pending)
 	head.open()
 	settled(t, rt, item.ID)
+}
+
+// A joiner through another runtime over the same store is a watcher in
+// the store: the runtime that holds the queue learns it from the join's
+// notice, and its QueueStatus shows the joiner the item, running or
+// waiting, as it does a joiner through itself.
+func TestQueueStatusShowsAnItemJoinedThroughAnotherRuntime(t *testing.T) {
+	t.Parallel()
+	s := NewMemStore()
+	a := newRuntime(t, s, Config{})
+	b := newRuntime(t, s, Config{})
+	require.NoError(t, a.Ready(ctx))
+	s.SetWatchAuthorizer(func(_ string, _ []string, user string) bool { return user == "bob" })
+	head := newGate()
+	t.Cleanup(head.open) // before the runtimes shut down
+	running, err := a.SubmitSequential(ctx, "q", "head", head.fn, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	wait(t, head.started, "head")
+	item, err := a.SubmitSequential(ctx, "q", "shared", noop, alice, WithScope(ScopeGlobal))
+	require.NoError(t, err)
+	for _, key := range []string{"head", "shared"} {
+		joined, err := b.SubmitSequential(ctx, "q", key, noop, bob, WithScope(ScopeGlobal))
+		require.NoError(t, err)
+		require.True(t, joined.Joined, key)
+	}
+	eventually(t, func() bool {
+		info, err := a.QueueStatus(ctx, "q", bob)
+		require.NoError(t, err)
+		return info.Running == running.ID && slices.Equal(info.Pending, []string{item.ID})
+	}, "bob, a watcher in the store, to see both items in the QueueStatus of the runtime that holds them")
 }
 
 // A run whose context ended before it started never calls back and

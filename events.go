@@ -863,7 +863,10 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // is checked again on every change: if the task is re-run and the new
 // run's watchers exclude the caller, the stream never shows the new run;
 // it ends with the end of the run the caller followed, if the caller had
-// not read it yet, and with ErrNotFound otherwise. Other errors end the
+// not read it yet, and with ErrNotFound otherwise. (The end of a run
+// ended and re-run by another process before this runtime read that end
+// is not in the store any more: the stream then ends with ErrNotFound,
+// where Subscribe yields Gone.) Other errors end the
 // stream as well: those of Status, ctx.Err() when ctx ends, and ErrClosed
 // once the runtime's Shutdown has ended (returned, or passed its
 // deadline's cutoff), after the changes that

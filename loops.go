@@ -1001,6 +1001,10 @@ func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
 		}
 		return rec, ErrSuperseded
 	}
+	// Still the run's, and live: a join made through another runtime,
+	// whose notice may be why it was read, is known here from now on
+	// (QueueStatus, say, answers from what the run knows).
+	t.learnWatchers(rec.Watchers)
 	return rec, nil
 }
 

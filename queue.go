@@ -322,7 +322,10 @@ func (q *queue) take() []*Task {
 
 // QueueStatus reports what the named sequential queue is doing. An Owner
 // must pass the queue authorizer for the queue, and sees only the ids of
-// tasks it may see (the counts include every item); System sees all.
+// tasks it may see (the counts include every item); System sees all. It
+// answers from this runtime's memory: a watcher added by a join through
+// another runtime is known here once the store's notice of it arrives
+// (over a store without notices, once the record is read here).
 // An item taken off the queue but waiting for a slot under
 // Config.Limits is listed first among the pending. A queue that never
 // received a submission is reported idle. Errors:
