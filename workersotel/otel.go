@@ -17,9 +17,12 @@
 // in the context passed to Submit (the run's context keeps the
 // submission's values), so a task shows up under the request that
 // submitted it even though it outlives it. Starts and retries are span
-// events; a panic, and the error a run FAILED with, are recorded as
-// exceptions (events named "exception", a panic's with its stack), and a
-// FAILED run sets the span's status to Error. The callback's ctx carries
+// events; a panic, and the error a callback made its run FAILED with,
+// are recorded as exceptions (events named "exception", a panic's with
+// its stack; a run that panicked on its last attempt has the one), and a
+// FAILED run sets the span's status to Error, described by its error or,
+// for a run that failed with no error of its callback's (a timeout, an
+// abandon), by its cause. The callback's ctx carries
 // the span, so spans it starts are its children.
 //
 // Attributes: workers.queue (the queue's name, "default" for the async
@@ -42,6 +45,10 @@
 //     to its end, by queue and status.
 //   - workers.task.queue_wait: histogram (seconds) from submission to
 //     start, by queue.
+//
+// Both histograms have the bucket boundaries of DurationBuckets: from
+// 5 ms to an hour, where the SDK's default boundaries, made for
+// milliseconds, would put every run under 5 s in one bucket.
 //   - workers.tasks.running, workers.tasks.waiting: up-down counters of
 //     this runtime's runs started and not yet ended, and waiting to
 //     start, by queue. A run ends when its terminal record lands: a
@@ -53,7 +60,9 @@
 // over the replicas of a store counts each run once. A run another
 // process executes is counted there, even when this runtime cancels it;
 // one whose process ended is counted, under workers.tasks.finished and
-// workers.task.duration, by the runtime that recovers it.
+// workers.task.duration, by the runtime that recovers it. A run recovered
+// while its process still executed it (that process lost its lease to a
+// partition or a long pause, and did not crash) is counted by both.
 package workersotel
 
 import (
@@ -71,6 +80,12 @@ import (
 
 // ScopeName is the instrumentation scope of the tracer and the meter.
 const ScopeName = "github.com/taskgate/workers/workersotel"
+
+// DurationBuckets are the bucket boundaries, in seconds, of the
+// workers.task.duration and workers.task.queue_wait histograms:
+// OpenTelemetry's advice for durations in seconds (5 ms to 10 s), then
+// on to an hour, since a task may run that long. A View may set others.
+var DurationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30, 60, 300, 900, 3600}
 
 // Option configures New.
 type Option func(*config)
@@ -177,11 +192,13 @@ func New(opts ...Option) (*Instrumentation, error) {
 		return
 	})
 	mk(func() (e error) {
-		i.duration, e = m.Float64Histogram("workers.task.duration", metric.WithDescription("Time from a run's start to its end."), metric.WithUnit("s"))
+		i.duration, e = m.Float64Histogram("workers.task.duration", metric.WithDescription("Time from a run's start to its end."), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(DurationBuckets...))
 		return
 	})
 	mk(func() (e error) {
-		i.wait, e = m.Float64Histogram("workers.task.queue_wait", metric.WithDescription("Time from a run's submission to its start."), metric.WithUnit("s"))
+		i.wait, e = m.Float64Histogram("workers.task.queue_wait", metric.WithDescription("Time from a run's submission to its start."), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(DurationBuckets...))
 		return
 	})
 	mk(func() (e error) {
@@ -317,7 +334,9 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 			msg := string(e.Cause)
 			if e.Err != nil {
 				msg = e.Err.Error()
-				r.span.RecordError(e.Err)
+				if e.Cause != workers.CausePanicked { // its exception was recorded with its stack
+					r.span.RecordError(e.Err)
+				}
 			}
 			r.span.SetStatus(codes.Error, msg)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -322,6 +323,71 @@ func TestPanicsAndFailuresAreExceptions(t *testing.T) {
 	}
 	if panics != 1 || failures != 1 {
 		t.Errorf("%d panic and %d failure exceptions, want 1 and 1", panics, failures)
+	}
+}
+
+// A panic on the last attempt is one exception, the panic's with its
+// stack, not a second one for the run's FAILED end that the panic is.
+func TestAPanicOnTheLastAttemptIsOneException(t *testing.T) {
+	f := setup(t)
+	sub, err := f.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+		panic("boom")
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wait(t, sub.ID)
+	sp := f.span(t, sub.RunID)
+	var types []string
+	for _, ev := range sp.Events() {
+		if ev.Name == "exception" {
+			types = append(types, attrOf(ev.Attributes, "exception.type"))
+		}
+	}
+	if len(types) != 1 || types[0] != "panic" {
+		t.Errorf("exception events of types %q, want one, the panic's", types)
+	}
+	if sp.Status().Code != codes.Error {
+		t.Errorf("span status %v, want Error", sp.Status().Code)
+	}
+}
+
+// The duration histograms, in seconds, have boundaries below a second:
+// with the SDK's default ones, made for milliseconds, every run under
+// 5 s would fall in one bucket.
+func TestDurationHistogramsResolveShortRuns(t *testing.T) {
+	f := setup(t)
+	sub, err := f.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wait(t, sub.ID)
+	f.span(t, sub.RunID)
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				continue
+			}
+			for _, p := range h.DataPoints {
+				seen[m.Name] = true
+				if !slices.Equal(p.Bounds, workersotel.DurationBuckets) {
+					t.Errorf("%s: bounds %v, want %v", m.Name, p.Bounds, workersotel.DurationBuckets)
+				}
+				// A run of a trivial callback takes well under 5 ms.
+				if len(p.BucketCounts) == 0 || p.BucketCounts[0] != 1 {
+					t.Errorf("%s: bucket counts %v, want the run in the first bucket, up to %v s", m.Name, p.BucketCounts, p.Bounds[0])
+				}
+			}
+		}
+	}
+	if !seen["workers.task.duration"] || !seen["workers.task.queue_wait"] {
+		t.Errorf("histograms seen: %v, want workers.task.duration and workers.task.queue_wait", seen)
 	}
 }
 
