@@ -691,6 +691,23 @@ func TestObserverSeesARunResetForgotEndOnce(t *testing.T) {
 	}
 }
 
+// Reset over a store whose records it clears (a MemStore) leaves no
+// Cancel or recovery to find the run it forgot: the run, cancelled,
+// reports its own end once its callback returns, superseded (its record
+// is gone), so that an observer's span for it ends.
+func TestObserverHearsTheEndOfARunWhoseRecordResetCleared(t *testing.T) {
+	rec := &recorder{}
+	rt := newRuntime(t, NewMemStore(), Config{Observers: []Observer{rec}})
+	sub, g := startGated(t, rt, "k")
+	require.NoError(t, rt.Reset(ctx))
+	wait(t, g.ran, "the callback's return on the cancel")
+	e := rec.waitKind(t, sub.ID, EventFinished)
+	assert.Equal(t, CauseSuperseded, e.Cause)
+	require.NoError(t, rt.Shutdown(ctx))
+	kinds := rec.kinds(sub.ID)
+	assert.Equal(t, 1, count(kinds, EventFinished)+count(kinds, EventRecovered), "ends reported: %v", kinds)
+}
+
 // A run that Shutdown left executing, and that another runtime recovered
 // once its lease expired, is reported finished to this runtime's
 // observers when its callback returns at last, with the end the record

@@ -321,8 +321,11 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		}
 		causeOutcome(ErrCancelled).apply(&st, now())
 		st.CancelledBy, st.CancelReason = by, co.reason
-		// Fenced on the exact status read, so a start or retry that landed
-		// since the read is never overwritten with the older state.
+		// Fenced on the exact status read, so a start that landed since
+		// the read is never overwritten with the older state. A retry of
+		// another runtime's run (RUNNING to RUNNING) that lands between
+		// the read and the write is not seen: the record keeps the
+		// attempt and progress read.
 		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
 		if err != nil {
 			if permanentStoreError(err) {
