@@ -910,6 +910,42 @@ func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 	})
 }
 
+// A run abandoned with the lease, whose callback returns only after this
+// runtime's own recovery ended its record, is one end for its observers:
+// the recovery's, and not then the run's own report of the end that its
+// fenced-out write finds.
+func TestFaultARunItsOwnRuntimeRecoveredEndsOnceForItsObservers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var ends []workers.EventKind
+		obs := workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+			if e.Kind == workers.EventFinished || e.Kind == workers.EventRecovered {
+				mu.Lock()
+				ends = append(ends, e.Kind)
+				mu.Unlock()
+			}
+		})
+		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Observers: []workers.Observer{obs}}
+		rt, mem, f := faulty(cfg)
+		require.NoError(t, rt.Start(t.Context()))
+		run := newHeedless()
+		sub, err := rt.Submit(t.Context(), "stubborn", run.fn, owner)
+		require.NoError(t, err)
+		<-run.started
+		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+		time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
+		unreachable()
+		time.Sleep(3 * time.Second) // renewals land again, and recovery passes run
+		synctest.Wait()
+		endedAs(t, mem, sub.ID, workers.StatusFailed, workers.CauseAbandoned)
+		close(run.release)
+		require.NoError(t, rt.Shutdown(t.Context())) // the run's fenced-out write is done
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []workers.EventKind{workers.EventRecovered}, ends)
+	})
+}
+
 // A run Shutdown left executing, recovered elsewhere since, reads its
 // record once its callback returns, for the observers' end. That read
 // may fail: a failure that passes is tried again, and the observers hear

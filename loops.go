@@ -566,6 +566,7 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
 			return err
 		}
+		var held *Task // this runtime's run, abandoned, still executing
 		if own {
 			// Under the task's lock, a registration's insert and the
 			// publishing of its handle are one step: a run registered
@@ -578,9 +579,11 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 					return fmt.Errorf("wait for the task's lock, which a registration of it holds: %w", err)
 				}
 				defer h.unlock()
-				if t := rt.handle(rec.ID, rec.RunID); t != nil && !errors.Is(t.cause(), ErrAbandoned) {
+				t := rt.handle(rec.ID, rec.RunID)
+				if t != nil && !errors.Is(t.cause(), ErrAbandoned) {
 					return nil
 				}
+				held = t
 				return end(ctx)
 			})
 		} else {
@@ -608,7 +611,12 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 		}
 		if ok {
 			n++
-			rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, created: rec.CreatedAt, state: st})
+			// A run still executing here reports the end its record
+			// holds when its own write is fenced out, unless this
+			// report comes first: its observers hear of one end.
+			if held == nil || held.claim(runEndSeen) {
+				rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, created: rec.CreatedAt, state: st})
+			}
 		}
 	}
 	return n, failed
