@@ -486,13 +486,22 @@ func checkState(st *State) error {
 
 // checkDated refuses, with ErrInvalidData, a time before the zero time:
 // the zero time is a record's "undated", which sorts before every stored
-// time, and no stored time sorts before it.
+// time, and no stored time sorts before it. So it does a time within the
+// zero time's first microsecond that is not the zero time: stores keep
+// times to the microsecond, where it would read back undated.
 func checkDated(field string, t time.Time) error {
+	if !t.Before(firstDated) || t.IsZero() {
+		return nil
+	}
 	if t.Before(time.Time{}) {
 		return fmt.Errorf("%w: %s %v is before the zero time (year 1)", ErrInvalidData, field, t)
 	}
-	return nil
+	return fmt.Errorf("%w: %s %v is within the zero time's microsecond, which a store keeps as undated", ErrInvalidData, field, t)
 }
+
+// firstDated is the first time a store keeps dated: the zero time's
+// next microsecond.
+var firstDated = time.Time{}.Add(time.Microsecond)
 
 // maxResultDepth is how deeply a result's arrays and objects may nest:
 // the most that every store holds (SQLite's JSON functions refuse more,
@@ -563,7 +572,8 @@ func checkStateText(st *State) error {
 // it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a RunID, a
 // Queue and Watchers that are valid UTF-8 without NUL bytes, as
 // CheckState's text fields are (ErrInvalidData), a CreatedAt not before
-// the zero time (ErrInvalidData: the zero time itself says undated), a
+// the zero time, nor within its first microsecond unless it is the zero
+// time (ErrInvalidData: the zero time itself says undated), a
 // state that passes CheckState, and a CompletedAt on a terminal record
 // (ErrInvalidOption). Stores call it so that all of them refuse the same
 // input with the same errors.
@@ -573,7 +583,8 @@ func CheckRecord(rec Record) error { return checkRecord(&rec) }
 // it: a known status (ErrInvalidOption), text fields that are valid UTF-8
 // without NUL bytes (ErrInvalidData: no store need hold what PostgreSQL's
 // text type refuses; the runtime cleans what it writes with the same
-// rule), a StartedAt and a CompletedAt not before the zero time
+// rule), a StartedAt and a CompletedAt not before the zero time, nor
+// within its first microsecond unless they are the zero time
 // (ErrInvalidData: the zero time itself says undated, and sorts before
 // every stored time), a Progress from 0 to 100 and an Attempt from 0 to
 // math.MaxInt32 (ErrInvalidData: the runtime writes nothing else, and

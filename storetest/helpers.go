@@ -29,6 +29,11 @@ var (
 // zero time says undated, and no stored time sorts before it.
 var beforeYear1 = time.Date(0, time.June, 1, 0, 0, 0, 0, time.UTC)
 
+// withinYear1sMicrosecond is a time that every store would keep as the
+// zero time, undated (they keep times to the microsecond), and so
+// refuses.
+var withinYear1sMicrosecond = time.Time{}.Add(time.Nanosecond)
+
 // at returns the time min minutes after epoch.
 func at(min int) time.Time { return epoch.Add(time.Duration(min) * time.Minute) }
 

@@ -132,6 +132,8 @@ func (*suite) insertInvalid(t *testing.T, s workers.Store) {
 	unfinished.Status = workers.StatusCompleted
 	undated := record("alice::before-year-1", "run-1")
 	undated.CreatedAt = beforeYear1
+	nearlyUndated := record("alice::within-year-1s-microsecond", "run-1")
+	nearlyUndated.CreatedAt = withinYear1sMicrosecond
 	bad := []struct {
 		name string
 		rec  workers.Record
@@ -142,6 +144,7 @@ func (*suite) insertInvalid(t *testing.T, s workers.Store) {
 		{"unknown status", unknown, workers.ErrInvalidOption},
 		{"terminal status without CompletedAt", unfinished, workers.ErrInvalidOption},
 		{"a CreatedAt before the zero time", undated, workers.ErrInvalidData},
+		{"a CreatedAt within the zero time's microsecond", nearlyUndated, workers.ErrInvalidData},
 	}
 	for _, u := range unstorable {
 		for _, f := range []struct {
@@ -605,6 +608,10 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 	startedEarly.StartedAt = beforeYear1
 	completedEarly := outcome(workers.StatusCompleted, 1)
 	completedEarly.CompletedAt = beforeYear1
+	startedUndated := outcome(workers.StatusCompleted, 1)
+	startedUndated.StartedAt = withinYear1sMicrosecond
+	completedUndated := outcome(workers.StatusCompleted, 1)
+	completedUndated.CompletedAt = withinYear1sMicrosecond
 	for _, c := range []struct {
 		name string
 		st   workers.State
@@ -617,6 +624,8 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 		{"a time beyond what every store holds (year 300,000)", farOff, workers.ErrInvalidData},
 		{"a StartedAt before the zero time", startedEarly, workers.ErrInvalidData},
 		{"a CompletedAt before the zero time", completedEarly, workers.ErrInvalidData},
+		{"a StartedAt within the zero time's microsecond", startedUndated, workers.ErrInvalidData},
+		{"a CompletedAt within the zero time's microsecond", completedUndated, workers.ErrInvalidData},
 	} {
 		bad := record("alice::bad", "run-1")
 		bad.State = c.st
