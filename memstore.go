@@ -403,8 +403,8 @@ func (s *MemStore) AddWatcher(ctx context.Context, id, runID, watcher string) (b
 	if runID == "" {
 		return false, ErrInvalidRunID
 	}
-	if !storableText(watcher) {
-		return false, fmt.Errorf("%w: the watcher holds a NUL byte or invalid UTF-8", ErrInvalidData)
+	if err := CheckWatcher(watcher); err != nil {
+		return false, err
 	}
 	sh := s.shard(id)
 	s.mu.Lock()

@@ -328,9 +328,9 @@ type Store interface {
 	// survive. It returns ErrConflict if the record belongs to another
 	// run (as it does for a runID holding a NUL byte or invalid UTF-8,
 	// which no RunID holds), ErrNotFound if there is none. It refuses a
-	// watcher that holds a NUL byte or invalid UTF-8 with ErrInvalidData,
-	// as CheckRecord does, before it reads the record. It performs no
-	// authorization.
+	// watcher CheckWatcher refuses (one that holds a NUL byte or invalid
+	// UTF-8, or is longer than a user id) with its error, as CheckRecord
+	// does, before it reads the record. It performs no authorization.
 	AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error)
 
 	// ListTasks returns the records f selects, in f.Order (see
@@ -440,8 +440,8 @@ func checkRecord(rec *Record) error {
 		return fmt.Errorf("%w: Queue holds a NUL byte or invalid UTF-8", ErrInvalidData)
 	}
 	for _, w := range rec.Watchers {
-		if !storableText(w) {
-			return fmt.Errorf("%w: a watcher holds a NUL byte or invalid UTF-8", ErrInvalidData)
+		if err := CheckWatcher(w); err != nil {
+			return err
 		}
 	}
 	if err := checkDated("CreatedAt", rec.CreatedAt); err != nil {
@@ -452,6 +452,21 @@ func checkRecord(rec *Record) error {
 	}
 	if rec.Status.Terminal() && rec.CompletedAt.IsZero() {
 		return fmt.Errorf("%w: %s record without CompletedAt", ErrInvalidOption, rec.Status)
+	}
+	return nil
+}
+
+// CheckWatcher validates a watcher before AddWatcher, or InsertTask and
+// ReplaceTask in a record's Watchers, writes it: a watcher is a user id,
+// valid UTF-8 without NUL bytes and at most MaxOwnerIDLen bytes long
+// (ErrInvalidData: every store holds such a one, in its indexes too).
+// Stores call it so that all of them refuse the same watchers.
+func CheckWatcher(w string) error {
+	if !storableText(w) {
+		return fmt.Errorf("%w: a watcher holds a NUL byte or invalid UTF-8", ErrInvalidData)
+	}
+	if len(w) > MaxOwnerIDLen {
+		return fmt.Errorf("%w: a watcher of %d bytes, over the %d of a user id", ErrInvalidData, len(w), MaxOwnerIDLen)
 	}
 	return nil
 }
@@ -570,8 +585,8 @@ func checkStateText(st *State) error {
 
 // CheckRecord validates a record before InsertTask or ReplaceTask writes
 // it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a RunID, a
-// Queue and Watchers that are valid UTF-8 without NUL bytes, as
-// CheckState's text fields are (ErrInvalidData), a CreatedAt not before
+// Queue that are valid UTF-8 without NUL bytes, as CheckState's text
+// fields are, and Watchers that CheckWatcher passes (ErrInvalidData), a CreatedAt not before
 // the zero time, nor within its first microsecond unless it is the zero
 // time (ErrInvalidData: the zero time itself says undated), a
 // state that passes CheckState, and a CompletedAt on a terminal record

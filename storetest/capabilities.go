@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,12 @@ var unstorable = []struct{ name, text string }{
 	{"a NUL byte", "bad\x00text"},
 	{"invalid UTF-8", "bad\xfftext"},
 }
+
+// unstorableWatchers are the watchers CheckWatcher refuses: unstorable
+// text, and text longer than a user id.
+var unstorableWatchers = append(slices.Clip(unstorable), struct{ name, text string }{
+	"more bytes than a user id", strings.Repeat("w", workers.MaxOwnerIDLen+1),
+})
 
 // unstorableStates are the states CheckState refuses with ErrInvalidData:
 // each text field holding unstorable text, and numbers out of range.

@@ -131,7 +131,7 @@ var cases = []testCase{
 		"InsertTask of a record with an empty RunID returns ErrInvalidRunID and stores nothing.",
 		(*suite).insertEmptyRunID},
 	{"Insert/InvalidRecordRefused",
-		"InsertTask and ReplaceTask refuse the records CheckRecord refuses (a RunID, Queue or watcher holding a NUL byte or invalid UTF-8, or a CreatedAt before the zero time or within its first microsecond, among them), with the same errors, and write nothing.",
+		"InsertTask and ReplaceTask refuse the records CheckRecord refuses (a RunID, Queue or watcher holding a NUL byte or invalid UTF-8, a watcher longer than a user id, or a CreatedAt before the zero time or within its first microsecond, among them), with the same errors, and write nothing.",
 		(*suite).insertInvalid},
 
 	{"Set/WritesStateOnly",
@@ -208,7 +208,7 @@ var cases = []testCase{
 		"AddWatcher with an empty run id returns ErrInvalidRunID and writes nothing.",
 		(*suite).watchersEmptyRunID},
 	{"Watchers/UnstorableRefused",
-		"AddWatcher refuses a watcher that holds a NUL byte or invalid UTF-8 with ErrInvalidData, before it reads the record (whatever run it names, and whether there is one), after its context's and run id's checks, and writes nothing.",
+		"AddWatcher refuses a watcher that holds a NUL byte or invalid UTF-8, or is longer than a user id (MaxOwnerIDLen), with ErrInvalidData, as CheckWatcher does, before it reads the record (whatever run it names, and whether there is one), after its context's and run id's checks, and writes nothing.",
 		(*suite).watchersUnstorable},
 	{"Watchers/MissingIsNotFound",
 		"AddWatcher to an id with no record returns ErrNotFound.",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func (*suite) watchersUnstorable(t *testing.T, s workers.Store) {
 	insert(t, s, r)
 	done, cancel := context.WithCancel(t.Context())
 	cancel()
-	for _, u := range unstorable {
+	for _, u := range unstorableWatchers {
 		for _, c := range []struct {
 			name   string
 			ctx    context.Context
@@ -106,6 +107,13 @@ func (*suite) watchersUnstorable(t *testing.T, s workers.Store) {
 	}
 	wantStored(t, s, r)
 	wantMissing(t, s, "alice::nobody")
+	// The longest user id is a watcher like any other.
+	longest := strings.Repeat("w", workers.MaxOwnerIDLen)
+	added, err := s.AddWatcher(t.Context(), r.ID, r.RunID, longest)
+	if err != nil || !added {
+		t.Errorf("AddWatcher of a watcher of %d bytes = %v, %v; want true, nil", len(longest), added, err)
+	}
+	wantWatchers(t, s, r.ID, "alice", longest)
 }
 
 func (*suite) watchersMissing(t *testing.T, s workers.Store) {

@@ -447,8 +447,8 @@ func knownStatuses(from []workers.Status) []workers.Status {
 // AddWatcher implements workers.Store: one INSERT ... SELECT fenced on
 // the run id, with ON CONFLICT DO NOTHING for a watcher already present.
 // Concurrent appends insert distinct rows, so all of them survive. When
-// nothing was inserted, a second read says why. A watcher that is not
-// storable text is refused before anything is sent, and an id or run id
+// nothing was inserted, a second read says why. A watcher that
+// workers.CheckWatcher refuses is refused before anything is sent, and an id or run id
 // the database cannot hold is not sent (see sendable): the read alone
 // answers.
 func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
@@ -458,8 +458,8 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 	if runID == "" {
 		return false, workers.ErrInvalidRunID
 	}
-	if !storable(watcher) {
-		return false, fmt.Errorf("%s: %w: the watcher holds a NUL byte or invalid UTF-8", s.d.Name, workers.ErrInvalidData)
+	if err := workers.CheckWatcher(watcher); err != nil {
+		return false, fmt.Errorf("%s: %w", s.d.Name, err)
 	}
 	if s.sendable(runID) && s.sendable(id) {
 		n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
