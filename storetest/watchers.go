@@ -455,3 +455,15 @@ func (su *suite) watchersRaceReplace(t *testing.T, s workers.Store) {
 		}
 	})
 }
+
+func (*suite) listUnstorableFilter(t *testing.T, s workers.Store) {
+	insert(t, s, fixture()...)
+	for _, u := range unstorable {
+		for field, f := range map[string]workers.Filter{"VisibleTo": {VisibleTo: "bob" + u.text}, "Queue": {Queue: "q1" + u.text}} {
+			got, err := s.ListTasks(t.Context(), f)
+			if err != nil || len(got) != 0 {
+				t.Errorf("ListTasks with %s in Filter.%s = %q, %v; want nothing, and no error", u.name, field, ids(got), err)
+			}
+		}
+	}
+}

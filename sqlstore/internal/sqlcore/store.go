@@ -481,8 +481,16 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 }
 
 // ListTasks implements workers.Store. With Filter.VisibleTo set it reads
-// only that user's rows, through the owner and watcher indexes.
+// only that user's rows, through the owner and watcher indexes. A user or
+// queue the database cannot hold (see sendable), which no row holds,
+// selects nothing and is not sent, as in the other stores.
 func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !s.sendable(f.VisibleTo) || !s.sendable(f.Queue) {
+		return nil, nil
+	}
 	q, args := s.listQuery(f)
 	var out []workers.Record
 	err := s.read(ctx, func() error {
