@@ -107,7 +107,10 @@ type Event struct {
 // Observe is called synchronously, after the store write the event
 // reports has landed, on the goroutine that made it, with no runtime,
 // task or store lock held: an observer may call the Runtime, even about
-// the same task. ctx is the run's context when this runtime holds the
+// the same task, but must not wait there for what the event's maker
+// does next (a Wait for the task's end, from the event of its
+// submission or start, waits for good: that run goes on only once its
+// observers return). ctx is the run's context when this runtime holds the
 // run (it carries the submission's values, such as a trace span, and is
 // cancelled when the run is), context.Background otherwise.
 //
