@@ -839,7 +839,9 @@ func TestFaultAHungRegistrationHoldsNoOtherCallerPastItsBound(t *testing.T) {
 // and replaced by one here.
 //
 // Recovery's write of that end may fail, before it lands or after: the
-// next pass ends the record, or finds it ended.
+// next pass ends the record, or finds it ended. Either way the observers
+// hear of that end once, from the recovery, and not again from the run's
+// fenced-out write.
 func TestFaultARunAbandonedWithTheLeaseEndsOnceTheLeaseIsBack(t *testing.T) {
 	for _, fault := range []storetest.Fault{0, storetest.FailBefore, storetest.FailAfter} {
 		name := "no fault"
@@ -852,7 +854,16 @@ func TestFaultARunAbandonedWithTheLeaseEndsOnceTheLeaseIsBack(t *testing.T) {
 
 func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+		var mu sync.Mutex
+		ends := map[string][]workers.EventKind{} // by run id
+		obs := workers.ObserverFunc(func(_ context.Context, e workers.Event) {
+			if e.Kind == workers.EventFinished || e.Kind == workers.EventRecovered {
+				mu.Lock()
+				ends[e.RunID] = append(ends[e.RunID], e.Kind)
+				mu.Unlock()
+			}
+		})
+		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Observers: []workers.Observer{obs}}
 		rt, mem, f := faulty(cfg)
 		require.NoError(t, rt.Start(t.Context()))
 		run := newHeedless()
@@ -907,42 +918,11 @@ func abandonedRunEndsOnceTheLeaseIsBack(t *testing.T, fault storetest.Fault) {
 		require.NoError(t, err)
 		assert.Equal(t, again.RunID, rec.RunID, "the late callback's result lands nowhere")
 		assert.Equal(t, workers.StatusCompleted, rec.Status)
-	})
-}
-
-// A run abandoned with the lease, whose callback returns only after this
-// runtime's own recovery ended its record, is one end for its observers:
-// the recovery's, and not then the run's own report of the end that its
-// fenced-out write finds.
-func TestFaultARunItsOwnRuntimeRecoveredEndsOnceForItsObservers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var mu sync.Mutex
-		var ends []workers.EventKind
-		obs := workers.ObserverFunc(func(_ context.Context, e workers.Event) {
-			if e.Kind == workers.EventFinished || e.Kind == workers.EventRecovered {
-				mu.Lock()
-				ends = append(ends, e.Kind)
-				mu.Unlock()
-			}
-		})
-		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second, Observers: []workers.Observer{obs}}
-		rt, mem, f := faulty(cfg)
-		require.NoError(t, rt.Start(t.Context()))
-		run := newHeedless()
-		sub, err := rt.Submit(t.Context(), "stubborn", run.fn, owner)
-		require.NoError(t, err)
-		<-run.started
-		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
-		time.Sleep(4 * time.Second) // the renewals fail for the lease's whole TTL
-		unreachable()
-		time.Sleep(3 * time.Second) // renewals land again, and recovery passes run
-		synctest.Wait()
-		endedAs(t, mem, sub.ID, workers.StatusFailed, workers.CauseAbandoned)
-		close(run.release)
-		require.NoError(t, rt.Shutdown(t.Context())) // the run's fenced-out write is done
+		// The recovery reported the run's end; the run's own write,
+		// fenced out once its callback returned, reported nothing more.
 		mu.Lock()
 		defer mu.Unlock()
-		assert.Equal(t, []workers.EventKind{workers.EventRecovered}, ends)
+		assert.Equal(t, []workers.EventKind{workers.EventRecovered}, ends[sub.RunID], "the ends the observers heard of the abandoned run")
 	})
 }
 

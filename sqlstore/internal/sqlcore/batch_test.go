@@ -302,6 +302,22 @@ func (h *holder) seen() [][]string {
 	return slices.Clone(h.batches)
 }
 
+// writer returns a function that makes the write of key through c on a
+// goroutine of wg, which sends key to answered once it is answered (and
+// fails t unless it is ok), and returns once the bubble is idle: the
+// write has gone, or queues.
+func writer(t *testing.T, c *combiner[int], wg *sync.WaitGroup, answered chan<- string) func(key string) {
+	return func(key string) {
+		wg.Go(func() {
+			if ok, err := c.do(context.Background(), key, 0); !ok || err != nil {
+				t.Errorf("%s: do = %v, %v", key, ok, err)
+			}
+			answered <- key
+		})
+		synctest.Wait()
+	}
+}
+
 // A batch of several writes in flight for the stall time lets the writes
 // queued behind it go in a spare batch, never one of a key still in
 // flight; a spare batch leaves the queue to the others when it ends; and
@@ -325,15 +341,7 @@ func TestCombinerStalledBatchLetsQueuedWritesPass(t *testing.T) {
 				return "nothing"
 			}
 		}
-		do := func(key string) {
-			wg.Go(func() {
-				if ok, err := c.do(context.Background(), key, 0); !ok || err != nil {
-					t.Errorf("%s: do = %v, %v", key, ok, err)
-				}
-				answered <- key
-			})
-			synctest.Wait()
-		}
+		do := writer(t, c, &wg, answered)
 		do("first")
 		do("stuck")
 		do("stuck2")
@@ -392,15 +400,7 @@ func TestCombinerStalledLoneWriteIsLetGo(t *testing.T) {
 		c := &combiner[int]{limit: 1, max: 8, spare: 1, stall: 20 * time.Millisecond, exec: h.exec}
 		var wg sync.WaitGroup
 		answered := make(chan string, 8)
-		do := func(key string) {
-			wg.Go(func() {
-				if ok, err := c.do(context.Background(), key, 0); !ok || err != nil {
-					t.Errorf("%s: do = %v, %v", key, ok, err)
-				}
-				answered <- key
-			})
-			synctest.Wait()
-		}
+		do := writer(t, c, &wg, answered)
 		// Three held rows, one more than limit and spare together, each
 		// written alone and stuck past a stall.
 		for _, key := range []string{"held1", "held2", "held3"} {
