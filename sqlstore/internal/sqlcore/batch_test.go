@@ -302,6 +302,20 @@ func (h *holder) seen() [][]string {
 	return slices.Clone(h.batches)
 }
 
+// wantSettled fails t unless h saw the batches want, and c, its last
+// batch ended, holds nothing.
+func wantSettled(t *testing.T, h *holder, c *combiner[int], want [][]string) {
+	t.Helper()
+	if got := h.seen(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("batches = %v, want %v", got, want)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running != 0 || len(c.busy) != 0 || len(c.queue) != 0 {
+		t.Errorf("after the last batch: running %d, busy %v, queued %d", c.running, c.busy, len(c.queue))
+	}
+}
+
 // writer returns a function that makes the write of key through c on a
 // goroutine of wg, which sends key to answered once it is answered (and
 // fails t unless it is ok), and returns once the bubble is idle: the
@@ -378,14 +392,7 @@ func TestCombinerStalledBatchLetsQueuedWritesPass(t *testing.T) {
 		wg.Wait()
 		synctest.Wait() // the batches' goroutines count themselves out after they wake their callers
 		want = append(want, []string{"stuck"})
-		if got := h.seen(); !slices.EqualFunc(got, want, slices.Equal) {
-			t.Fatalf("batches = %v, want %v", got, want)
-		}
-		c.mu.Lock()
-		if c.running != 0 || len(c.busy) != 0 || len(c.queue) != 0 {
-			t.Errorf("after the last batch: running %d, busy %v, queued %d", c.running, c.busy, len(c.queue))
-		}
-		c.mu.Unlock()
+		wantSettled(t, h, c, want)
 	})
 }
 
@@ -430,14 +437,7 @@ func TestCombinerStalledLoneWriteIsLetGo(t *testing.T) {
 			return
 		}
 		want := [][]string{{"held1"}, {"held2"}, {"held3"}, {"free"}, {"held1"}}
-		if got := h.seen(); !slices.EqualFunc(got, want, slices.Equal) {
-			t.Fatalf("batches = %v, want %v", got, want)
-		}
-		c.mu.Lock()
-		if c.running != 0 || len(c.busy) != 0 || len(c.queue) != 0 {
-			t.Errorf("after the last batch: running %d, busy %v, queued %d", c.running, c.busy, len(c.queue))
-		}
-		c.mu.Unlock()
+		wantSettled(t, h, c, want)
 	})
 }
 
