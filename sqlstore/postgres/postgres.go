@@ -40,11 +40,15 @@
 // (one waiting on a row lock that a transaction elsewhere holds, or on a
 // database that stalls) does not hold back the writes queued behind it:
 // they go in a batch beside it, and so on each 20 ms, up to four batches
-// in flight. A batch of one write still in flight after 20 ms stops
-// counting among them instead, so however many rows are held elsewhere,
-// each holds back only its own task's writes. No two batches in flight
-// hold the same task id, so a second write of a stuck task still waits
-// behind the first. A batch the database
+// in flight; no two batches in flight hold the same task id, so a second
+// write of a stuck task still waits behind the first. A batch of several
+// rows gives up on a held row after 100 ms (see below); a write that
+// went alone waits for its row as a single-row statement would, so
+// four lone writes of rows held elsewhere hold back the store's other
+// writes until the rows are let go or their callers give up (the
+// runtime's own calls, within its Config.StoreTimeout). The bound is
+// what keeps a database that stalls from taking more of the pool than
+// four connections for writes. A batch the database
 // refuses (a value a constraint refuses, say) landed nowhere, and each of
 // its writes is made again alone, under its own caller's context, so only
 // the refused one fails, and a row held elsewhere holds back only its own

@@ -31,13 +31,7 @@ import (
 // write queued behind it. So each stall that it stays in flight, one more
 // batch may start with the queued writes, up to spare more than limit at
 // once; a batch that finds more than limit in flight when it ends leaves
-// the queue to the others. A batch of one write is let go at its first
-// stall instead: it no longer counts as in flight, and leaves the queue
-// to the others when it ends. A held row thus holds back its own write
-// and the writes of its key behind it, however many rows are held, as a
-// larger batch's writes are when the database gives up on its lock (see
-// call.detached), while the spare batches still bound how many batches a
-// slow database keeps in flight.
+// the queue to the others.
 //
 // A batch runs on a goroutine of its own, under a context that ends when
 // every caller in it has stopped waiting, so a batch never outlives the
@@ -169,23 +163,18 @@ func (c *combiner[T]) take() []*call[T] {
 // flight (the others go on with the queue).
 func (c *combiner[T]) loop(batch []*call[T]) {
 	for len(batch) > 0 {
-		var stalled *time.Timer // guarded by c.mu, as is st
-		var st stall
+		var stalled *time.Timer // guarded by c.mu, as is ended
+		ended := false
 		c.mu.Lock()
 		if c.stall > 0 {
-			lone := len(batch) == 1
-			stalled = time.AfterFunc(c.stall, func() { c.stalled(&stalled, &st, lone) })
+			stalled = time.AfterFunc(c.stall, func() { c.stalled(&stalled, &ended) })
 		}
 		c.mu.Unlock()
 		c.run(batch)
 		c.mu.Lock()
 		if stalled != nil {
-			st.ended = true
+			ended = true
 			stalled.Stop()
-		}
-		if st.let {
-			c.mu.Unlock()
-			return // counted out when it was let go
 		}
 		batch = nil
 		if c.running <= c.limit {
@@ -198,28 +187,15 @@ func (c *combiner[T]) loop(batch []*call[T]) {
 	}
 }
 
-// stall is what became of a batch in flight past c.stall, guarded by
-// c.mu.
-type stall struct {
-	ended bool // the batch has ended: its stall timer does nothing
-	let   bool // the batch, of one write, was let go: it counts no more
-}
-
 // stalled runs each c.stall that a batch stays in flight: it starts a
 // spare batch with the writes queued meanwhile, if there is room for one,
-// and looks again after another stall. A batch of one write (lone) is
-// let go instead, once: it no longer counts as in flight, and the writes
-// queued behind it go in a batch that does. Once the batch has ended it
-// does nothing.
-func (c *combiner[T]) stalled(t **time.Timer, st *stall, lone bool) {
+// and looks again after another stall. Once the batch has ended (ended,
+// set under c.mu) it does nothing.
+func (c *combiner[T]) stalled(t **time.Timer, ended *bool) {
 	c.mu.Lock()
-	if st.ended {
+	if *ended {
 		c.mu.Unlock()
 		return
-	}
-	if lone {
-		st.let = true
-		c.running--
 	}
 	var batch []*call[T]
 	if c.running < c.limit+c.spare {
@@ -228,7 +204,7 @@ func (c *combiner[T]) stalled(t **time.Timer, st *stall, lone bool) {
 	if len(batch) > 0 {
 		c.running++
 	}
-	if c.stall > 0 && !lone {
+	if c.stall > 0 {
 		(*t).Reset(c.stall)
 	}
 	c.mu.Unlock()
@@ -286,9 +262,9 @@ func (c *combiner[T]) run(batch []*call[T]) {
 // (bench/BENCHMARKS.md).
 //
 // A batch in flight for batchStall lets another start with the writes
-// queued behind it, up to batchSpare more, and a batch of one write is
-// let go then: a statement takes 1 to 2 ms here, so only a batch that
-// waits on a lock, or on a database that stalls, takes that long.
+// queued behind it, up to batchSpare more: a statement takes 1 to 2 ms
+// here, so only a batch that waits on a lock, or on a database that
+// stalls, takes that long.
 //
 // Inserts that go apart (Dialect.InsertMany) have the same sizes: two of
 // their batches in flight measured no better than one.
