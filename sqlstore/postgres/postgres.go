@@ -42,24 +42,24 @@
 // they go in a batch beside it, and so on each 20 ms, up to four batches
 // in flight; no two batches in flight hold the same task id, so a second
 // write of a stuck task still waits behind the first. A batch of several
-// rows gives up on a held row after 100 ms (see below); a write that
-// went alone waits for its row as a single-row statement would, so
-// four lone writes of rows held elsewhere hold back the store's other
-// writes until the rows are let go or their callers give up (the
-// runtime's own calls, within its Config.StoreTimeout). The bound is
-// what keeps a database that stalls from taking more of the pool than
-// four connections for writes. A batch the database
-// refuses (a value a constraint refuses, say) landed nowhere, and each of
-// its writes is made again alone, under its own caller's context, so only
-// the refused one fails, and a row held elsewhere holds back only its own
-// task's writes; a batch cut off by a lost connection fails every write
-// in it, each of which the runtime then treats as possibly landed, as it
-// treats a lone write. The batch
-// statement runs in a function of the schema (migration 0006) whose plans
-// are made with sequential scans disabled: a batch finds the rows it
-// transitions through the primary key however small the table was when
-// the plan it reuses was made, so a new deployment's tasks table is never
-// scanned whole for every batch while it grows.
+// rows waits at most 100 ms for a row held elsewhere, and a batch the
+// database refuses (a value a constraint refuses, say) landed nowhere:
+// either way each of its writes is made again alone, under its own
+// caller's context, so only the refused one fails, and a held row holds
+// back only its own task's writes. A write that went alone waits for its
+// row as a single-row statement would, so four lone writes of rows held
+// elsewhere hold back the store's other writes until the rows are let go
+// or their callers give up (the runtime's own calls, within its
+// Config.StoreTimeout): the bound on batches in flight is what keeps a
+// database that stalls from taking more than four of the pool's
+// connections for writes. A batch cut off by a lost connection fails
+// every write in it, each of which the runtime then treats as possibly
+// landed, as it treats a lone write. The batch statement runs in a
+// function of the schema (migration 0006) whose plans are made with
+// sequential scans disabled: a batch finds the rows it transitions
+// through the primary key however small the table was when the plan it
+// reuses was made, so a new deployment's tasks table is never scanned
+// whole for every batch while it grows.
 //
 // A statement whose pooled connection the server ended (a restart,
 // pg_terminate_backend, idle_session_timeout: any FATAL error once
