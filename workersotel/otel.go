@@ -149,9 +149,10 @@ type Instrumentation struct {
 // run is what the instrumentation keeps for a run between its submission
 // and its end.
 type run struct {
-	span    trace.Span
-	waiting bool // counted in workers.tasks.waiting
-	running bool // counted in workers.tasks.running
+	span     trace.Span
+	waiting  bool // counted in workers.tasks.waiting
+	running  bool // counted in workers.tasks.running
+	panicked int  // the last attempt whose panic was recorded as an exception
 }
 
 // New returns an Instrumentation, or the error of creating an instrument.
@@ -286,7 +287,13 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		}
 
 	case workers.EventRetrying, workers.EventPanicked:
-		if r := i.lookup(e.RunID); r != nil {
+		i.mu.Lock()
+		r := i.runs[e.RunID]
+		if r != nil && e.Kind == workers.EventPanicked {
+			r.panicked = e.Attempt
+		}
+		i.mu.Unlock()
+		if r != nil {
 			attrs := []attribute.KeyValue{attribute.Int("workers.task.attempt", e.Attempt)}
 			if e.Err != nil {
 				attrs = append(attrs, attribute.String("exception.message", e.Err.Error()))
@@ -334,7 +341,10 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 			msg := string(e.Cause)
 			if e.Err != nil {
 				msg = e.Err.Error()
-				if e.Cause != workers.CausePanicked { // its exception was recorded with its stack
+				// A panic of the callback's was recorded as it
+				// happened, with its stack; one in encoding its result
+				// was not.
+				if e.Cause != workers.CausePanicked || r.panicked != e.Attempt {
 					r.span.RecordError(e.Err)
 				}
 			}
@@ -347,10 +357,4 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		}
 		r.span.End(trace.WithTimestamp(end))
 	}
-}
-
-func (i *Instrumentation) lookup(runID string) *run {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.runs[runID]
 }

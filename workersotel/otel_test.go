@@ -352,6 +352,35 @@ func TestAPanicOnTheLastAttemptIsOneException(t *testing.T) {
 	}
 }
 
+// panicsOnMarshal is a result whose encoding panics.
+type panicsOnMarshal struct{}
+
+func (panicsOnMarshal) MarshalJSON() ([]byte, error) { panic("marshal boom") }
+
+// A run whose result's encoding panics is FAILED as panicked, with no
+// panic event before its end: its end is the one exception.
+func TestAPanicEncodingTheResultIsOneException(t *testing.T) {
+	f := setup(t)
+	sub, err := f.rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+		return panicsOnMarshal{}, nil
+	}, workers.MustOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap := f.wait(t, sub.ID); snap.Cause != workers.CausePanicked {
+		t.Fatalf("cause %q, want %q", snap.Cause, workers.CausePanicked)
+	}
+	n := 0
+	for _, ev := range f.span(t, sub.RunID).Events() {
+		if ev.Name == "exception" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d exception events on the span of a run FAILED as panicked in encoding its result, want 1", n)
+	}
+}
+
 // The duration histograms, in seconds, have boundaries below a second:
 // with the SDK's default ones, made for milliseconds, every run under
 // 5 s would fall in one bucket.
