@@ -45,16 +45,16 @@
 //     to its end, by queue and status.
 //   - workers.task.queue_wait: histogram (seconds) from submission to
 //     start, by queue.
-//
-// Both histograms have the bucket boundaries of DurationBuckets: from
-// 5 ms to an hour, where the SDK's default boundaries, made for
-// milliseconds, would put every run under 5 s in one bucket.
 //   - workers.tasks.running, workers.tasks.waiting: up-down counters of
 //     this runtime's runs started and not yet ended, and waiting to
 //     start, by queue. A run ends when its terminal record lands: a
 //     callback that outlives its run's end (one that ignores the
 //     cancellation of a timeout, say) is no longer counted, though it
 //     may still hold a slot under workers.Limits (see Runtime.Stats).
+//
+// Both histograms have the bucket boundaries of DurationBuckets: from
+// 5 ms to an hour, where the SDK's default boundaries, made for
+// milliseconds, would put every run under 5 s in one bucket.
 //
 // Each run is measured by the runtime that executes it, so that the sum
 // over the replicas of a store counts each run once. A run another
