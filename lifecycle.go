@@ -589,10 +589,12 @@ const abandonWriters = 16
 // store's records if the store is volatile (it implements
 // RecordClearer). It never deletes durable records. The runtime stays
 // open; runs still executing settle on their own, and a later Shutdown
-// waits for them. Over a store whose records it clears, such a run
-// reports its end to the observers when its callback returns, CANCELLED
-// as superseded, its record being gone. Since their handles are forgotten, a RecoverZombies
-// after a Reset over a durable store fails them even while they execute.
+// waits for them. Once it has cleared the records, such a run reports
+// its end to the observers when its callback returns, CANCELLED as
+// superseded, its record being gone; otherwise a Cancel or a recovery
+// that ends its record reports it. Since their handles are forgotten, a
+// RecoverZombies after a Reset over a durable store fails them even
+// while they execute.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	_, waiting := rt.emptyQueues((*queue).take)
 	if rt.adm != nil {
@@ -600,22 +602,23 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	}
 	rt.abandon(waiting)
 
-	rc, clears := any(rt.store).(RecordClearer)
+	var err error
+	cleared := false
+	if rc, ok := any(rt.store).(RecordClearer); ok {
+		err = rc.ClearRecords(ctx)
+		cleared = err == nil
+	}
 	inflight := rt.runs.forget()
 	for _, t := range inflight {
-		if !clears {
+		if !cleared {
 			// Its end is no longer this runtime's to report: a Cancel
-			// or a recovery that finds no handle reports it. Over a
-			// store whose records are cleared, none will: the run's
-			// own write finds its record gone, and the run reports
-			// its end itself, superseded.
+			// or a recovery that finds no handle reports it. With the
+			// records cleared, none will: the run's own write finds
+			// its record gone, and the run reports its end itself,
+			// superseded.
 			t.mark(runEndSeen)
 		}
 		t.cancel(ErrShutdown)
-	}
-	var err error
-	if clears {
-		err = rc.ClearRecords(ctx)
 	}
 	// Waits and streams that followed the forgotten runs, whose records
 	// may be gone, read them again.

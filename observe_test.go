@@ -662,16 +662,34 @@ func count[T comparable](s []T, v T) int {
 // by a Cancel or a recovery that finds no handle and reports that end
 // itself: the run's own write, fenced out when the callback returns,
 // does not report it again.
+//
+// So it is over a store whose records Reset failed to clear (here its
+// context had ended, and the MemStore cleared nothing).
 func TestObserverSeesARunResetForgotEndOnce(t *testing.T) {
-	for _, ender := range []string{"cancel", "recovery"} {
-		t.Run(ender, func(t *testing.T) {
+	for _, c := range []struct {
+		ender, store string
+	}{{"cancel", "durable"}, {"recovery", "durable"}, {"cancel", "not cleared"}, {"recovery", "not cleared"}} {
+		ender := c.ender
+		t.Run(ender+" over a store "+c.store, func(t *testing.T) {
 			rec := &recorder{}
-			rt := newRuntime(t, bareStore{NewMemStore()}, Config{Observers: []Observer{rec}})
+			var s Store = bareStore{NewMemStore()}
+			resetCtx := ctx
+			if c.store == "not cleared" {
+				s = NewMemStore()
+				ended, cancel := context.WithCancel(ctx)
+				cancel()
+				resetCtx = ended
+			}
+			rt := newRuntime(t, s, Config{Observers: []Observer{rec}})
 			g := stubbornGate()
 			sub, err := rt.Submit(ctx, "k", g.fn, alice)
 			require.NoError(t, err)
 			wait(t, g.started, "the callback")
-			require.NoError(t, rt.Reset(ctx))
+			if err := rt.Reset(resetCtx); c.store == "durable" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, context.Canceled, "the records stay")
+			}
 			kind := EventFinished
 			if ender == "cancel" {
 				require.NoError(t, rt.Cancel(ctx, sub.ID, alice))
