@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -26,7 +27,10 @@ var _ workers.Notifier = (*Store)(nil)
 // connection of its own, opened outside the pool as the pool opens its own
 // (its configuration, with its BeforeConnect and AfterConnect hooks run
 // for each connection, so that credentials a hook supplies serve the
-// listener too), and named "workers listener" in pg_stat_activity.
+// listener too), and named "workers listener" in pg_stat_activity. Its
+// session sets idle_session_timeout to 0: it waits idle for notices, and
+// a server that ends idle sessions would otherwise end it each time,
+// with a Resync after each reconnect.
 //
 // It calls changed with a Resync as soon as it listens, and again after
 // every reconnect, since notices sent while it was not listening are
@@ -107,6 +111,15 @@ func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, timing l
 			return err
 		}
 	}
+	// A server that ends idle sessions (idle_session_timeout, from
+	// PostgreSQL 14, set in the connection string or for the role or the
+	// database) would end this one, which waits idle for notices, every
+	// time it runs out, and every reconnect is a Resync, a re-read of
+	// all their runs, for every runtime listening: this session never
+	// times out. A server before 14 does not know the setting.
+	if _, err := conn.Exec(setup, "SET idle_session_timeout = 0"); err != nil && !unknownSetting(err) {
+		return err
+	}
 	if _, err := conn.Exec(setup, listen); err != nil {
 		return err
 	}
@@ -135,6 +148,13 @@ func listenOnce(ctx context.Context, pc *pgxpool.Config, listen string, timing l
 			return fmt.Errorf("the connection did not answer a ping after %v without notices: %w", timing.check, err)
 		}
 	}
+}
+
+// unknownSetting reports whether err is the server's answer that it has
+// no such setting (undefined_object).
+func unknownSetting(err error) bool {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pe.Code == "42704"
 }
 
 // listenTiming is how long a listener's connection may carry no notice

@@ -133,6 +133,39 @@ func TestInsertsAreAnnouncedOnce(t *testing.T) {
 	}
 }
 
+// A server that ends idle sessions (idle_session_timeout, here in the
+// connection string, as a role's or a database's setting would set it
+// for every session) does not end the listener's, which waits idle for
+// notices: no reconnect, so no Resync, however long the store is quiet,
+// and the next notice comes on the same session.
+func TestListenOutlivesIdleSessionTimeout(t *testing.T) {
+	sc := newScratchT(t)
+	var version int
+	if err := sc.pool.QueryRow(t.Context(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 140000 {
+		t.Skip("idle_session_timeout needs PostgreSQL 14")
+	}
+	sc.store(t) // migrates
+	s := sc.ownStore(t, map[string]string{"idle_session_timeout": "200ms"})
+	ch, _ := listening(t, s)
+	firstResync(t, ch)
+	quiet := time.After(time.Second) // five idle_session_timeouts, with no write
+	for waiting := true; waiting; {
+		select {
+		case c := <-ch:
+			t.Fatalf("notice %+v over a quiet store: the server ended the listener's idle session", c)
+		case <-quiet:
+			waiting = false
+		}
+	}
+	insertPending(t, s, "run-1", "u::a")
+	if c := next(t, ch); c.Resync || c.ID != "u::a" {
+		t.Errorf("notice %+v, want u::a's insert", c)
+	}
+}
+
 // A listener whose connection goes silent, as one to a server gone
 // behind a partition does (it is never closed, and carries nothing
 // more), pings it, finds no answer, and listens again on a new

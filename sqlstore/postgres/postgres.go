@@ -118,7 +118,10 @@
 // the notices still queued, waiting a second at most, and a statement of
 // them that fails is tried again with backoff until then; meanwhile, new
 // tasks' inserts notify from the trigger, as every other write does, so
-// that none goes unannounced while the statements fail.
+// that no insert made after a statement failed waits for one that works.
+// (The inserts queued when the statements begin to fail wait for their
+// retry; the next write of each such task, its start, notifies as any
+// other.)
 //
 // # Limits
 //
