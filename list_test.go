@@ -159,6 +159,39 @@ func (h hiddenLister) ListTasks(ctx context.Context, f Filter) ([]Record, error)
 	return h.MemStore.ListTasks(ctx, f)
 }
 
+// filterSeer is a MemStore inside another type that keeps the filter of
+// the last listing.
+type filterSeer struct {
+	*MemStore
+	last *atomic.Pointer[Filter]
+}
+
+func (s filterSeer) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
+	s.last.Store(&f)
+	return s.MemStore.ListTasks(ctx, f)
+}
+
+// A status given again and again counts once: the store is asked about
+// each status once, however long the caller's list (a query string's,
+// say), and so about five at most.
+func TestListingAsksTheStoreAboutEachStatusOnce(t *testing.T) {
+	t.Parallel()
+	last := new(atomic.Pointer[Filter])
+	rt := newRuntime[Store](t, filterSeer{NewMemStore(), last}, Config{})
+	_, err := rt.Submit(ctx, "k", returns("done", nil), alice)
+	require.NoError(t, err)
+	many := slices.Repeat([]Status{StatusCompleted, StatusRunning}, 50_000)
+	page, err := rt.ListPage(ctx, alice, WithStatus(many...), WithStatus(StatusCompleted))
+	require.NoError(t, err)
+	require.NotNil(t, last.Load(), "the listing asked the store")
+	assert.Equal(t, []Status{StatusCompleted, StatusRunning}, last.Load().Statuses)
+	for _, snap := range page.Tasks {
+		assert.Contains(t, []Status{StatusCompleted, StatusRunning}, snap.Status)
+	}
+	_, err = rt.ListPage(ctx, alice, WithStatus(slices.Repeat([]Status{StatusCompleted, "bogus"}, 50_000)...))
+	require.ErrorIs(t, err, ErrInvalidOption)
+}
+
 // A MemStore renders a listing's snapshots straight from its records; they
 // must be the very snapshots ListTasks' records give, for every filter,
 // order, cursor and reader, live progress included.

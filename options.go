@@ -181,10 +181,21 @@ type listOptions struct {
 	cursor string
 }
 
-// WithStatus keeps tasks in one of the given statuses. A status that is
-// none of the five makes the call fail with ErrInvalidOption.
+// WithStatus keeps tasks in one of the given statuses; a status given
+// more than once counts once, so the store is asked about five at most.
+// A status that is none of the five makes the call fail with
+// ErrInvalidOption.
 func WithStatus(s ...Status) ListOption {
-	return func(o *listOptions) { o.f.Statuses = append(o.f.Statuses, s...) }
+	return func(o *listOptions) {
+		for _, st := range s {
+			if !slices.Contains(o.f.Statuses, st) {
+				o.f.Statuses = append(o.f.Statuses, st)
+			}
+			if !st.Valid() {
+				return // the call fails on it: what follows does not matter
+			}
+		}
+	}
 }
 
 // WithQueue keeps tasks of the named sequential queue. A name no queue

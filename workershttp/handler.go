@@ -65,6 +65,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,13 +345,15 @@ func parseStatuses(s string) ([]workers.Status, error) {
 	if s == "" {
 		return nil, nil
 	}
-	var out []workers.Status
-	for _, v := range strings.Split(s, ",") {
+	var out []workers.Status // each status once: five at most
+	for v := range strings.SplitSeq(s, ",") {
 		st := workers.Status(strings.TrimSpace(v))
 		if !st.Valid() {
 			return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, v)
 		}
-		out = append(out, st)
+		if !slices.Contains(out, st) {
+			out = append(out, st)
+		}
 	}
 	return out, nil
 }
