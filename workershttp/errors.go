@@ -19,6 +19,11 @@ var ErrBadRequest = errors.New("workershttp: bad request")
 // fails: the request carries no identity the application accepts.
 var ErrUnauthenticated = errors.New("workershttp: unauthenticated")
 
+// ErrTooManyStreams is the error written, as 429 Too Many Requests with
+// a Retry-After, when an identity asks for an event stream with as many
+// open as WithStreamLimit allows.
+var ErrTooManyStreams = errors.New("workershttp: too many event streams open for this identity")
+
 // retryAfterer is implemented by errors that know when a refused call may
 // be tried again, such as a quota refusal.
 type retryAfterer interface{ RetryAfter() time.Duration }
@@ -39,6 +44,7 @@ var statuses = []struct {
 	{workers.ErrNotFound, http.StatusNotFound, "not_found", "task not found"},
 	{workers.ErrUnauthorized, http.StatusForbidden, "forbidden", "not allowed"},
 	{workers.ErrQuotaExceeded, http.StatusTooManyRequests, "too_many_requests", "quota exceeded; retry later"},
+	{ErrTooManyStreams, http.StatusTooManyRequests, "too_many_streams", "too many event streams open; close one or retry later"},
 	{workers.ErrFinished, http.StatusConflict, "finished", "task already finished"},
 	{workers.ErrConflict, http.StatusServiceUnavailable, "conflict", ""},
 	{workers.ErrClosed, http.StatusServiceUnavailable, "closed", ""},
@@ -59,8 +65,9 @@ const conflictRetry = time.Second
 // workers.ErrNoAuthority), 404 workers.ErrNotFound (a task the caller
 // may not see answers the same as a missing one), 403
 // workers.ErrUnauthorized, 429 workers.ErrQuotaExceeded (a
-// *workers.QuotaError) and any other error with a retry hint (one that
-// implements RetryAfter() time.Duration), 409
+// *workers.QuotaError), this package's ErrTooManyStreams and any other
+// error with a retry hint (one that implements RetryAfter()
+// time.Duration), 409
 // workers.ErrFinished, 503 workers.ErrConflict, workers.ErrClosed and
 // workers.ErrUnavailable (a store that could not reach its database),
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
@@ -94,6 +101,9 @@ func RetryAfter(err error) (time.Duration, bool) {
 	if errors.Is(err, workers.ErrClosed) {
 		return closedRetry, true
 	}
+	if errors.Is(err, ErrTooManyStreams) {
+		return streamsRetry, true
+	}
 	return 0, false
 }
 
@@ -101,6 +111,10 @@ func RetryAfter(err error) (time.Duration, bool) {
 // stream asked for as the server shuts down: in a rolling deploy, another
 // replica, or this one restarted, serves the retry.
 const closedRetry = time.Second
+
+// streamsRetry is the Retry-After given with ErrTooManyStreams: a page
+// closed or reloaded ends its streams within moments.
+const streamsRetry = 5 * time.Second
 
 // unavailableRetry is the Retry-After given when the store could not
 // reach its database: a restart or a failover takes seconds.

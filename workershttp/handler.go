@@ -95,6 +95,7 @@ type config struct {
 	cop       *http.CrossOriginProtection
 	streams   context.Context // event streams end with it; nil: never
 	writes    time.Duration   // bound of each write of an event stream; 0: none
+	perCaller int             // event streams open at once per identity; 0: no bound
 }
 
 // WithDashboard serves the live dashboard at the handler's root: one
@@ -119,6 +120,14 @@ func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbea
 // deadline (one without an Unwrap method), streams go unbounded, or with
 // zero keep the server's WriteTimeout, and the handler logs so once.
 func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writes = d } }
+
+// WithStreamLimit bounds the event streams open at once for one
+// identity (one Owner, or System), each of which holds a goroutine and a
+// subscription of the runtime's until its client goes: one beyond it is
+// refused with 429 Too Many Requests (ErrTooManyStreams) and a
+// Retry-After. Defaults to 16, more than a browser's tabs of one user
+// usually open; zero or less sets no bound.
+func WithStreamLimit(n int) Option { return func(c *config) { c.perCaller = max(n, 0) } }
 
 // WithLogger sets where unexpected (5xx) errors are logged. Defaults to
 // slog.Default.
@@ -153,7 +162,7 @@ func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Re
 	if rt == nil || authenticate == nil {
 		panic("workershttp: Handler with a nil Runtime or authenticate function")
 	}
-	c := config{heartbeat: 15 * time.Second, writes: 30 * time.Second}
+	c := config{heartbeat: 15 * time.Second, writes: 30 * time.Second, perCaller: defaultStreamLimit}
 	for _, o := range opts {
 		if o != nil { // as the runtime's options: a nil one sets nothing
 			o(&c)
@@ -231,6 +240,52 @@ type handler struct {
 	auth      func(*http.Request) (workers.TaskAuthority, error)
 	cfg       config
 	unbounded sync.Once // logs that streams cannot set their write deadline
+
+	mu   sync.Mutex
+	open map[string]int // guarded by mu: event streams open, by identity
+}
+
+// defaultStreamLimit is WithStreamLimit's default.
+const defaultStreamLimit = 16
+
+// openStream counts an event stream of auth's identity, and returns the
+// function that counts it out, or ErrTooManyStreams when that identity
+// has WithStreamLimit's count open already.
+func (h *handler) openStream(auth workers.TaskAuthority) (func(), error) {
+	if h.cfg.perCaller == 0 {
+		return func() {}, nil
+	}
+	id := identity(auth)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open[id] >= h.cfg.perCaller {
+		return nil, ErrTooManyStreams
+	}
+	if h.open == nil {
+		h.open = make(map[string]int)
+	}
+	h.open[id]++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.open[id]--; h.open[id] == 0 {
+			delete(h.open, id)
+		}
+	}, nil
+}
+
+// identity names whom auth acts for: an owner's id, or System (and any
+// other authority, which the runtime refuses).
+func identity(auth workers.TaskAuthority) string {
+	switch a := auth.(type) {
+	case workers.Owner:
+		return "owner:" + a.ID()
+	case *workers.Owner:
+		if a != nil {
+			return "owner:" + a.ID()
+		}
+	}
+	return "system"
 }
 
 // authed authenticates the request before f.

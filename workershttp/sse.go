@@ -46,7 +46,7 @@ func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan it
 // the client goes. first decides what to do with the first item before
 // any header is written: it returns false when it answered the request
 // itself. With a nil first, the stream opens at once.
-func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(context.Context) iter.Seq2[workers.Snapshot, error], first func(item) bool) {
+func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority, seq func(context.Context) iter.Seq2[workers.Snapshot, error], first func(item) bool) {
 	rc := http.NewResponseController(w)
 	// Each write gets its own deadline, so that a client that stopped
 	// reading cannot hold the handler in a write for good, nor the
@@ -114,6 +114,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, seq func(contex
 		open()
 		return
 	}
+	closeStream, err := h.openStream(auth)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	defer closeStream()
 	ctx, cancel := context.WithCancel(r.Context())
 	if h.cfg.streams != nil {
 		defer context.AfterFunc(h.cfg.streams, cancel)()
@@ -296,7 +302,7 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth worker
 	last := r.Header.Get("Last-Event-ID")
 	id := r.PathValue("id")
 	watch := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Watch(ctx, id, auth) }
-	h.stream(w, r, watch, func(it item) bool {
+	h.stream(w, r, auth, watch, func(it item) bool {
 		// A client that already has this run's end is told to stop.
 		if last != "" && it.snap.Status.Terminal() && last == it.snap.RunID+"/end" {
 			w.WriteHeader(http.StatusNoContent)
@@ -333,5 +339,5 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 		h.fail(w, r, err)
 		return
 	}
-	h.stream(w, r, subscribe, nil)
+	h.stream(w, r, auth, subscribe, nil)
 }

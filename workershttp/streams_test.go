@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -803,4 +804,79 @@ func TestATaskStreamWhoseRequestDeadlinePassesBeforeItsFirstEventIs504(t *testin
 	res, body := get(t, srv.URL+"/tasks/"+url.PathEscape(sub.ID)+"/events", map[string]string{"X-User": "alice"})
 	assert.Equal(t, http.StatusGatewayTimeout, res.StatusCode, "Content-Type %q, body %q", res.Header.Get("Content-Type"), body)
 	assert.Contains(t, string(body), `"timeout"`)
+}
+
+// An identity may hold WithStreamLimit's count of event streams open at
+// once, of both kinds: one more is refused with 429, a Retry-After and
+// its own code, while another identity is served; once one of its
+// streams ends, the identity may open one again.
+func TestEventStreamsOfOneIdentityAreBounded(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	srv := start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0), workershttp.WithStreamLimit(2))))
+	sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}, workers.MustOwner("alice"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Cancel(context.Background(), sub.ID, workers.System) }) // before the Shutdown start's cleanup makes
+	open := func(user, path string) (*http.Response, context.CancelFunc) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-User", user)
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { cancel(); res.Body.Close() })
+		return res, cancel
+	}
+	first, closeFirst := open("alice", "/events")
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	second, _ := open("alice", "/tasks/"+url.PathEscape(sub.ID)+"/events")
+	require.Equal(t, http.StatusOK, second.StatusCode)
+
+	third, _ := open("alice", "/events")
+	assert.Equal(t, http.StatusTooManyRequests, third.StatusCode)
+	assert.Equal(t, "5", third.Header.Get("Retry-After"))
+	var body struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(third.Body).Decode(&body))
+	assert.Equal(t, "too_many_streams", body.Error.Code)
+
+	other, _ := open("bob", "/events")
+	assert.Equal(t, http.StatusOK, other.StatusCode, "another identity's stream")
+
+	closeFirst()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, cancel := open("alice", "/events")
+		if res.StatusCode == http.StatusOK {
+			break
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's stream after one of hers ended: %d", res.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline: the handler counts the ended stream out on its return
+	}
+}
+
+// Without WithStreamLimit an identity may hold 16 event streams open.
+func TestEventStreamsOfOneIdentityAreBoundedByDefault(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	srv := start(t, rt, httptest.NewUnstartedServer(workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0))))
+	var codes []int
+	for range 17 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-User", "alice")
+		res, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { cancel(); res.Body.Close() })
+		codes = append(codes, res.StatusCode)
+	}
+	want := append(slices.Repeat([]int{http.StatusOK}, 16), http.StatusTooManyRequests)
+	assert.Equal(t, want, codes)
 }
