@@ -491,10 +491,12 @@ func (g *intake) close() <-chan struct{} {
 }
 
 // emptyQueues takes the waiting items out of every queue with take, and
-// returns the queues and the items.
+// returns the queues and the items. The queues include those retired as
+// new ones were made whose processors may not have ended yet (empty,
+// they give take nothing), for Shutdown to wait for them.
 func (rt *Runtime[S]) emptyQueues(take func(*queue) []*Task) ([]*queue, []*Task) {
 	rt.mu.RLock()
-	queues := slices.Collect(maps.Values(rt.queues))
+	queues := append(slices.Collect(maps.Values(rt.queues)), rt.retiring...)
 	rt.mu.RUnlock()
 	var items []*Task
 	for _, q := range queues {

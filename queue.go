@@ -70,6 +70,9 @@ func (rt *Runtime[S]) queue(name string) *queue {
 		if rt.gate.isClosed() {
 			return nil // Shutdown has begun: it would never drain a new queue
 		}
+		if len(rt.queues) >= max(rt.scanAt, queuesKept) {
+			rt.retireEmptyQueues()
+		}
 		q = &queue{
 			name:   name,
 			opts:   runOptions{queue: name, hub: &rt.hub},
@@ -114,6 +117,46 @@ func (q *queue) push(t *Task) int {
 	default:
 	}
 	return pushed
+}
+
+// queuesKept is how many queues a runtime keeps, empty or not, before a
+// new one retires the empty ones at once rather than at reapQueues'
+// pace: a submitter that uses queue after queue, each one briefly (one
+// name per tenant, say), holds no more idle processors than that, with
+// those of its queues in use, which Limits bound.
+const queuesKept = 256
+
+// retireEmptyQueues retires the queues that are empty now, as
+// reapQueues retires those empty at two passes in a row, and keeps them
+// in rt.retiring until their processors end, for Shutdown to wait for.
+// The next scan comes once the queues left have doubled, so that one
+// new queue among many busy ones costs O(1), amortized. rt.mu is held.
+func (rt *Runtime[S]) retireEmptyQueues() {
+	rt.retiring = slices.DeleteFunc(rt.retiring, func(q *queue) bool {
+		select {
+		case <-q.exited:
+			return true
+		default:
+			return false
+		}
+	})
+	for name, q := range rt.queues {
+		q.mu.Lock()
+		retire := q.items.len() == 0 && q.next == nil && len(q.running) == 0 && !q.draining
+		if retire {
+			q.retired = true
+			delete(rt.queues, name)
+		}
+		q.mu.Unlock()
+		if retire {
+			rt.retiring = append(rt.retiring, q)
+			select {
+			case q.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	rt.scanAt = 2 * len(rt.queues)
 }
 
 // queueReapInterval is how often reapQueues looks for idle queues: a

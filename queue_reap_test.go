@@ -168,3 +168,38 @@ func TestRetiredQueuesProcessorsEndBeforeTheReapReturns(t *testing.T) {
 		t.Error("reapQueues returned before the retired queue's processor ended")
 	}
 }
+
+// A submitter that uses queue after queue, each briefly (here under
+// Limits of one), holds no more than queuesKept idle processors: a new
+// queue beyond them retires the empty ones at once, not at the reaper's
+// pace. A busy queue is kept, and Shutdown waits for the processors of
+// those retired so.
+func TestQueuesUsedOneAfterAnotherHoldBoundedGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{Limits: Limits{
+			MaxRunning: 2, MaxWaiting: 1, Owner: OwnerLimits{Running: 2, Waiting: 1},
+		}})
+		_, err := rt.Submit(ctx, "warm", noop, alice) // the loops the first submission starts
+		require.NoError(t, err)
+		synctest.Wait()
+		before := runtime.NumGoroutine()
+		busy := newGate()
+		_, err = rt.SubmitSequential(ctx, "busy", "head", busy.fn, alice)
+		require.NoError(t, err)
+		<-busy.started
+		const queues = 4 * queuesKept
+		for i := range queues {
+			sub, err := rt.SubmitSequential(ctx, "q-"+strconv.Itoa(i), "k", noop, alice)
+			require.NoError(t, err)
+			settled(t, rt, sub.ID)
+		}
+		synctest.Wait()
+		assert.LessOrEqual(t, runtime.NumGoroutine(), before+queuesKept+2,
+			"goroutines held after %d queues used one after another, under Limits", queues)
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.True(t, slices.ContainsFunc(st.Queues, func(q QueueLoad) bool { return q.Name == "busy" }), "the busy queue is kept")
+		busy.open()
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
