@@ -227,6 +227,7 @@ func (sl *slot) endOf(runID string) *Snapshot {
 type event struct {
 	snap     Snapshot
 	watchers []string
+	stack    string // a panicked run's stack: System's streams only (see offer)
 }
 
 func (h *hub) add(s *subscriber) {
@@ -535,7 +536,7 @@ func (h *hub) publish(c *change) {
 	}
 	ev := &event{snap: Snapshot{
 		ID: c.id, RunID: c.runID, Queue: c.queue, CreatedAt: t.createdAt(),
-	}, watchers: t.watcherList()}
+	}, watchers: t.watcherList(), stack: c.state.Stack}
 	ev.snap.setState(&c.state)
 	ev.snap.WatcherCount = len(ev.watchers)
 	if c.state.Status == StatusRunning {
@@ -729,8 +730,14 @@ func (s *subscriber) markStale(id string) {
 }
 
 // offer coalesces ev into the inbox. It never blocks on the consumer.
+// A panicked run's stack reaches System's streams only, as it does
+// System's reads.
 func (s *subscriber) offer(ev *event) {
-	id := ev.snap.ID
+	snap := ev.snap
+	if s.c.system {
+		snap.Stack = ev.stack
+	}
+	id := snap.ID
 	if s.id != "" && s.id != id {
 		return
 	}
@@ -746,7 +753,7 @@ func (s *subscriber) offer(ev *event) {
 	// end.
 	cur := s.slots[id]
 	switch {
-	case !visible && (cur == nil || cur.snap.RunID == ev.snap.RunID):
+	case !visible && (cur == nil || cur.snap.RunID == snap.RunID):
 		// The run's copy of its watchers may predate a join made through
 		// another runtime: Watch's store read decides, and a run that
 		// truly excludes the caller ends the stream with ErrNotFound.
@@ -757,12 +764,12 @@ func (s *subscriber) offer(ev *event) {
 			clear(s.slots)
 			return
 		}
-		s.slots[id] = &slot{snap: ev.snap}
-	case cur.snap.RunID == ev.snap.RunID:
+		s.slots[id] = &slot{snap: snap}
+	case cur.snap.RunID == snap.RunID:
 		if !cur.snap.Status.Terminal() {
-			cur.snap = ev.snap // the latest state replaces a backlog
+			cur.snap = snap // the latest state replaces a backlog
 		}
-	case compareRuns(ev.snap.RunID, cur.snap.RunID) == runEarlier:
+	case compareRuns(snap.RunID, cur.snap.RunID) == runEarlier:
 		// A late report of a run the key has moved past.
 	case !visible:
 		// A run the caller may not see replaced the one it followed.
@@ -772,7 +779,7 @@ func (s *subscriber) offer(ev *event) {
 			ended := cur.snap
 			cur.ended = &ended // the older run's end is still delivered
 		}
-		cur.snap = ev.snap
+		cur.snap = snap
 		cur.revoked = false
 	}
 }

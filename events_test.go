@@ -30,6 +30,42 @@ func collect(t *testing.T, seq iter.Seq2[Snapshot, error]) (snaps []Snapshot, er
 	return snaps, nil
 }
 
+// A panicked run's stack reaches System's streams, as it does System's
+// Status, and no Owner's: its end is the one event with it.
+func TestStreamsShowAPanickedRunsStackToSystemOnly(t *testing.T) {
+	rt := memRuntime(t)
+	release := make(chan struct{})
+	sub, err := rt.Submit(ctx, "job", func(context.Context, *Task) (any, error) {
+		<-release
+		panic("boom")
+	}, alice)
+	require.NoError(t, err)
+	type stream struct {
+		next func() (Snapshot, error, bool)
+		seen Snapshot
+	}
+	streams := map[string]*stream{}
+	for name, auth := range map[string]TaskAuthority{"system": System, "alice": alice} {
+		next, first := pullFirst(t, rt.Watch(ctx, sub.ID, auth))
+		streams[name] = &stream{next: next, seen: first}
+	}
+	close(release)
+	for name, st := range streams {
+		for !st.seen.Status.Terminal() {
+			snap, err, ok := st.next()
+			require.True(t, ok, name)
+			require.NoError(t, err, name)
+			st.seen = snap
+		}
+		require.Equal(t, CausePanicked, st.seen.Cause, name)
+	}
+	assert.Contains(t, streams["system"].seen.Stack, "TestStreamsShowAPanickedRunsStackToSystemOnly", "System's end: the panicking goroutine's stack")
+	assert.Empty(t, streams["alice"].seen.Stack, "alice's end")
+	status, err := rt.Status(ctx, sub.ID, System)
+	require.NoError(t, err)
+	assert.Equal(t, status.Stack, streams["system"].seen.Stack, "System's stream and its Status agree")
+}
+
 func TestWatchSeesProgressLiveAndEndsWithTerminal(t *testing.T) {
 	rt := memRuntime(t)
 	seen50 := make(chan struct{})
