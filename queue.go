@@ -70,7 +70,7 @@ func (rt *Runtime[S]) queue(name string) *queue {
 		if rt.gate.isClosed() {
 			return nil // Shutdown has begun: it would never drain a new queue
 		}
-		if len(rt.queues) >= max(rt.scanAt, queuesKept) {
+		if rt.made++; rt.made > queuesKept && len(rt.queues) >= queuesKept {
 			rt.retireEmptyQueues()
 		}
 		q = &queue{
@@ -119,19 +119,21 @@ func (q *queue) push(t *Task) int {
 	return pushed
 }
 
-// queuesKept is how many queues a runtime keeps, empty or not, before a
-// new one retires the empty ones at once rather than at reapQueues'
-// pace: a submitter that uses queue after queue, each one briefly (one
-// name per tenant, say), holds no more idle processors than that, with
-// those of its queues in use, which Limits bound.
+// queuesKept is how many queues a runtime keeps, empty or not, before
+// the queues it makes retire the empty ones at once, one new queue in
+// queuesKept, rather than at reapQueues' pace: a submitter that uses
+// queue after queue, each one briefly (one name per tenant, say), holds
+// about that many idle processors at most, with those of its queues in
+// use, which Limits bound. Retiring at one new queue in queuesKept costs
+// a new queue among many busy ones O(1), amortized.
 const queuesKept = 256
 
 // retireEmptyQueues retires the queues that are empty now, as
 // reapQueues retires those empty at two passes in a row, and keeps them
 // in rt.retiring until their processors end, for Shutdown to wait for.
-// The next scan comes once the queues left have doubled, so that one
-// new queue among many busy ones costs O(1), amortized. rt.mu is held.
+// rt.mu is held.
 func (rt *Runtime[S]) retireEmptyQueues() {
+	rt.made = 0
 	rt.retiring = slices.DeleteFunc(rt.retiring, func(q *queue) bool {
 		select {
 		case <-q.exited:
@@ -156,7 +158,6 @@ func (rt *Runtime[S]) retireEmptyQueues() {
 			}
 		}
 	}
-	rt.scanAt = 2 * len(rt.queues)
 }
 
 // queueReapInterval is how often reapQueues looks for idle queues: a

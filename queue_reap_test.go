@@ -203,3 +203,46 @@ func TestQueuesUsedOneAfterAnotherHoldBoundedGoroutines(t *testing.T) {
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
+
+// The bound holds after a busy spell too: once 300 queues busy at once
+// have drained, and the reaper has retired them, queue names used one
+// after another again hold no more than about queuesKept idle
+// processors.
+func TestQueuesUsedOneAfterAnotherAfterABusySpellHoldBoundedGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{})
+		_, err := rt.Submit(ctx, "warm", noop, alice) // the loops the first submission starts
+		require.NoError(t, err)
+		synctest.Wait()
+		before := runtime.NumGoroutine()
+		const busyQueues = 300
+		gates := make([]*gate, busyQueues)
+		subs := make([]Submission, busyQueues)
+		for i := range busyQueues {
+			gates[i] = newGate()
+			subs[i], err = rt.SubmitSequential(ctx, "busy-"+strconv.Itoa(i), "busy-"+strconv.Itoa(i), gates[i].fn, alice)
+			require.NoError(t, err)
+			<-gates[i].started
+		}
+		for i := range busyQueues {
+			gates[i].open()
+			settled(t, rt, subs[i].ID)
+		}
+		time.Sleep(2*queueReapInterval + time.Second) // the reaper retires them all
+		synctest.Wait()
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		require.Empty(t, st.Queues, "every queue retired by the reaper")
+
+		const queues = 400
+		for i := range queues {
+			sub, err := rt.SubmitSequential(ctx, "q-"+strconv.Itoa(i), "k", noop, alice)
+			require.NoError(t, err)
+			settled(t, rt, sub.ID)
+		}
+		synctest.Wait()
+		assert.LessOrEqual(t, runtime.NumGoroutine(), before+queuesKept+2,
+			"goroutines held after %d queues used one after another, once the busy spell ended", queues)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}

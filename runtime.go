@@ -237,10 +237,10 @@ type Runtime[S Store] struct {
 	queues map[string]*queue // guarded by mu
 	// retiring holds the queues retired as new ones were made (see
 	// Runtime.queue), until Shutdown or a later retirement finds their
-	// processors ended; scanAt is the number of queues at which the next
-	// new one retires the empty ones. Guarded by mu.
+	// processors ended; made counts the queues made since the last such
+	// retirement. Guarded by mu.
 	retiring []*queue
-	scanAt   int
+	made     int
 	started  bool  // guarded by mu
 	loops    loops // guarded by mu: the background goroutines
 
@@ -537,10 +537,10 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 // queue name gets a processor goroutine while it has items: a queue left
 // empty for one to two minutes ends its goroutine and leaves Stats, and
 // its next submission starts it again, so many queues (one per tenant,
-// say) cost only while they are in use. Past 256 queues, a new one ends
-// every empty queue's goroutine at once, so that names used one after
-// another hold no more idle goroutines than that. Do not pass untrusted
-// names without a queue authorizer that limits them.
+// say) cost only while they are in use. Past 256 queues, one new queue
+// in 256 ends every empty queue's goroutine at once, so that names used
+// one after another hold about that many idle goroutines at most. Do
+// not pass untrusted names without a queue authorizer that limits them.
 // Errors are Submit's.
 func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
 	if err := validateText("queue", queue, MaxKeyLen, ErrInvalidKey); err != nil {
