@@ -169,6 +169,21 @@ func TestRetiredQueuesProcessorsEndBeforeTheReapReturns(t *testing.T) {
 	}
 }
 
+// useQueuesOneAfterAnother submits one task to each of n queues in turn,
+// each once the one before settled, and fails t if the goroutines then
+// exceed those counted before by more than queuesKept idle processors
+// and two (the loops' own). It runs in a synctest bubble.
+func useQueuesOneAfterAnother(t *testing.T, rt *Runtime[*MemStore], n, before int) {
+	t.Helper()
+	for i := range n {
+		sub, err := rt.SubmitSequential(ctx, "q-"+strconv.Itoa(i), "k", noop, alice)
+		require.NoError(t, err)
+		settled(t, rt, sub.ID)
+	}
+	synctest.Wait()
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before+queuesKept+2, "goroutines held after %d queues used one after another", n)
+}
+
 // A submitter that uses queue after queue, each briefly (here under
 // Limits of one), holds no more than queuesKept idle processors: a new
 // queue beyond them retires the empty ones at once, not at the reaper's
@@ -187,15 +202,7 @@ func TestQueuesUsedOneAfterAnotherHoldBoundedGoroutines(t *testing.T) {
 		_, err = rt.SubmitSequential(ctx, "busy", "head", busy.fn, alice)
 		require.NoError(t, err)
 		<-busy.started
-		const queues = 4 * queuesKept
-		for i := range queues {
-			sub, err := rt.SubmitSequential(ctx, "q-"+strconv.Itoa(i), "k", noop, alice)
-			require.NoError(t, err)
-			settled(t, rt, sub.ID)
-		}
-		synctest.Wait()
-		assert.LessOrEqual(t, runtime.NumGoroutine(), before+queuesKept+2,
-			"goroutines held after %d queues used one after another, under Limits", queues)
+		useQueuesOneAfterAnother(t, rt, 4*queuesKept, before)
 		st, err := rt.Stats(ctx, System)
 		require.NoError(t, err)
 		assert.True(t, slices.ContainsFunc(st.Queues, func(q QueueLoad) bool { return q.Name == "busy" }), "the busy queue is kept")
@@ -234,15 +241,7 @@ func TestQueuesUsedOneAfterAnotherAfterABusySpellHoldBoundedGoroutines(t *testin
 		require.NoError(t, err)
 		require.Empty(t, st.Queues, "every queue retired by the reaper")
 
-		const queues = 400
-		for i := range queues {
-			sub, err := rt.SubmitSequential(ctx, "q-"+strconv.Itoa(i), "k", noop, alice)
-			require.NoError(t, err)
-			settled(t, rt, sub.ID)
-		}
-		synctest.Wait()
-		assert.LessOrEqual(t, runtime.NumGoroutine(), before+queuesKept+2,
-			"goroutines held after %d queues used one after another, once the busy spell ended", queues)
+		useQueuesOneAfterAnother(t, rt, 400, before)
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }

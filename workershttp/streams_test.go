@@ -348,11 +348,7 @@ func TestCrossOriginRefusalIsJSON(t *testing.T) {
 	defer res.Body.Close()
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 	assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
-	var body struct {
-		Error struct{ Code string } `json:"error"`
-	}
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
-	assert.Equal(t, "cross_origin", body.Error.Code)
+	assert.Equal(t, "cross_origin", errorCode(t, res))
 }
 
 // HEAD on a task's events answers what GET answers, whatever refuses it:
@@ -806,6 +802,16 @@ func TestATaskStreamWhoseRequestDeadlinePassesBeforeItsFirstEventIs504(t *testin
 	assert.Contains(t, string(body), `"timeout"`)
 }
 
+// errorCode returns the code of the JSON error res carries.
+func errorCode(t *testing.T, res *http.Response) string {
+	t.Helper()
+	var body struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	return body.Error.Code
+}
+
 // An identity may hold WithStreamLimit's count of event streams open at
 // once, of both kinds: one more is refused with 429, a Retry-After and
 // its own code, while another identity is served; once one of its
@@ -838,11 +844,7 @@ func TestEventStreamsOfOneIdentityAreBounded(t *testing.T) {
 	third, _ := open("alice", "/events")
 	assert.Equal(t, http.StatusTooManyRequests, third.StatusCode)
 	assert.Equal(t, "5", third.Header.Get("Retry-After"))
-	var body struct {
-		Error struct{ Code string } `json:"error"`
-	}
-	require.NoError(t, json.NewDecoder(third.Body).Decode(&body))
-	assert.Equal(t, "too_many_streams", body.Error.Code)
+	assert.Equal(t, "too_many_streams", errorCode(t, third))
 
 	other, _ := open("bob", "/events")
 	assert.Equal(t, http.StatusOK, other.StatusCode, "another identity's stream")

@@ -225,13 +225,7 @@ func TestSpansAndMetricsForEachEnding(t *testing.T) {
 			t.Errorf("run %s: span status %v, want %v", runID, s.Status().Code, w.code)
 		}
 	}
-	retries := 0
-	for _, ev := range f.span(t, retried.RunID).Events() {
-		if ev.Name == "retry" {
-			retries++
-		}
-	}
-	if retries != 2 {
+	if retries := events(f.span(t, retried.RunID), "retry"); retries != 2 {
 		t.Errorf("retried run: %d retry events, want 2", retries)
 	}
 	<-childSeen
@@ -352,6 +346,17 @@ func TestAPanicOnTheLastAttemptIsOneException(t *testing.T) {
 	}
 }
 
+// events counts the span's events named name.
+func events(sp sdktrace.ReadOnlySpan, name string) int {
+	n := 0
+	for _, ev := range sp.Events() {
+		if ev.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
 // panicsOnMarshal is a result whose encoding panics.
 type panicsOnMarshal struct{}
 
@@ -370,13 +375,7 @@ func TestAPanicEncodingTheResultIsOneException(t *testing.T) {
 	if snap := f.wait(t, sub.ID); snap.Cause != workers.CausePanicked {
 		t.Fatalf("cause %q, want %q", snap.Cause, workers.CausePanicked)
 	}
-	n := 0
-	for _, ev := range f.span(t, sub.RunID).Events() {
-		if ev.Name == "exception" {
-			n++
-		}
-	}
-	if n != 1 {
+	if n := events(f.span(t, sub.RunID), "exception"); n != 1 {
 		t.Errorf("%d exception events on the span of a run FAILED as panicked in encoding its result, want 1", n)
 	}
 }

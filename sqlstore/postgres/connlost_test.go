@@ -56,12 +56,10 @@ func TestReadsRideOutEndedConnections(t *testing.T) {
 	}
 }
 
-// A connection the server ends for idle_session_timeout (SQLSTATE 57P05,
-// a FATAL error, as any that ends the session) is lost like one an
-// operator ended (57P01): a read made on it goes again on another, and
-// a write fails with ErrUnavailable, for the runtime to make again.
-func TestAConnectionEndedForIdlingIsLost(t *testing.T) {
-	sc := newScratchT(t)
+// needIdleSessionTimeout skips t on a server before PostgreSQL 14, which
+// has no idle_session_timeout.
+func needIdleSessionTimeout(t *testing.T, sc scratch) {
+	t.Helper()
 	var version int
 	if err := sc.pool.QueryRow(t.Context(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		t.Fatal(err)
@@ -69,6 +67,15 @@ func TestAConnectionEndedForIdlingIsLost(t *testing.T) {
 	if version < 140000 {
 		t.Skip("idle_session_timeout needs PostgreSQL 14")
 	}
+}
+
+// A connection the server ends for idle_session_timeout (SQLSTATE 57P05,
+// a FATAL error, as any that ends the session) is lost like one an
+// operator ended (57P01): a read made on it goes again on another, and
+// a write fails with ErrUnavailable, for the runtime to make again.
+func TestAConnectionEndedForIdlingIsLost(t *testing.T) {
+	sc := newScratchT(t)
+	needIdleSessionTimeout(t, sc)
 	sc.store(t) // migrates
 	app := "workers-idle-" + strings.ToLower(rand.Text())
 	s := sc.ownStore(t, map[string]string{"application_name": app, "idle_session_timeout": "200ms"})

@@ -140,13 +140,7 @@ func TestInsertsAreAnnouncedOnce(t *testing.T) {
 // and the next notice comes on the same session.
 func TestListenOutlivesIdleSessionTimeout(t *testing.T) {
 	sc := newScratchT(t)
-	var version int
-	if err := sc.pool.QueryRow(t.Context(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
-		t.Fatal(err)
-	}
-	if version < 140000 {
-		t.Skip("idle_session_timeout needs PostgreSQL 14")
-	}
+	needIdleSessionTimeout(t, sc)
 	sc.store(t) // migrates
 	s := sc.ownStore(t, map[string]string{"idle_session_timeout": "200ms"})
 	ch, _ := listening(t, s)
