@@ -172,6 +172,22 @@ func TestBackoffJitterStaysWithinBounds(t *testing.T) {
 	assert.Equal(t, time.Hour, p.backoff(100), "the cap holds however many attempts")
 }
 
+// Waits at the cap spread below it: jittered past the cap and cut back,
+// every one would be MaxBackoff, and tasks failing alike would retry in
+// step.
+func TestBackoffJitterSpreadsWaitsAtTheCap(t *testing.T) {
+	t.Parallel()
+	p := RetryPolicy{InitialBackoff: time.Second, MaxBackoff: 3 * time.Second, Multiplier: 2, Jitter: DefaultJitter}
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := p.backoff(5) // 16s nominal, capped at 3s
+		require.GreaterOrEqual(t, d, 2700*time.Millisecond)
+		require.LessOrEqual(t, d, 3*time.Second)
+		seen[d] = true
+	}
+	assert.Greater(t, len(seen), 100, "distinct waits of 200 at the cap")
+}
+
 func TestPanicsCountAsErrorsForRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := memRuntime(t)

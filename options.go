@@ -88,9 +88,11 @@ type RetryPolicy struct {
 	// Multiplier grows the wait after each attempt. Defaults to 2.
 	Multiplier float64
 	// Jitter, up to 1, randomizes each wait by up to that fraction
-	// either way, so that many failing tasks do not retry in step.
-	// Defaults to DefaultJitter (0.1: each wait lands within 10% of its
-	// nominal value); NoJitter (any negative value) asks for none.
+	// either way, so that many failing tasks do not retry in step; a
+	// wait at MaxBackoff, which no wait passes, by up to that fraction
+	// below it. Defaults to DefaultJitter (0.1: each wait lands within
+	// 10% of its nominal value); NoJitter (any negative value) asks for
+	// none.
 	Jitter float64
 }
 
@@ -139,16 +141,23 @@ func WithRetry(p RetryPolicy) SubmitOption {
 
 // backoff returns the wait after the given failed attempt (1-based).
 func (p RetryPolicy) backoff(attempt int) time.Duration {
-	d := float64(p.InitialBackoff)
-	for i := 1; i < attempt && d < float64(p.MaxBackoff); i++ {
+	d, most := float64(p.InitialBackoff), float64(p.MaxBackoff)
+	for i := 1; i < attempt && d < most; i++ {
 		d *= p.Multiplier
 	}
-	if p.Jitter > 0 {
+	switch {
+	case p.Jitter <= 0:
+	case d >= most:
+		// Capped before the jitter, and spread below the cap: jittered
+		// first, every wait past the cap would come back to it, and the
+		// tasks that reached it would retry in step.
+		d = most * (1 - p.Jitter*rand.Float64())
+	default:
 		d *= 1 + p.Jitter*(2*rand.Float64()-1)
 	}
 	// Compared before the conversion: a wait past what a Duration holds
 	// (a huge or infinite Multiplier) would convert to a negative one.
-	if d >= float64(p.MaxBackoff) {
+	if d >= most {
 		return p.MaxBackoff
 	}
 	return time.Duration(d)
