@@ -34,7 +34,9 @@ const shutdownSlack = 100 * time.Millisecond
 //     registering; one that registers later is cancelled at once;
 //  3. lets callbacks in flight run until the grace point (see
 //     Config.ShutdownGrace: by default three quarters of the time ctx
-//     leaves), then cancels those still running with ErrShutdown;
+//     leaves), then cancels those still running with ErrShutdown; a run
+//     waiting out a retry backoff, with no callback in flight, begins no
+//     other attempt: it is cancelled at once;
 //  4. waits until every run has settled and its terminal record is
 //     written, or ctx ends; then stops the background loops and, if
 //     everything settled, releases the instance lease (a release in a
@@ -42,8 +44,9 @@ const shutdownSlack = 100 * time.Millisecond
 //     left to end by itself).
 //
 // What a cancelled run records is its own doing: COMPLETED if its
-// callback returns a result anyway, FAILED if it fails, CANCELLED with
-// "Cancelled by worker shutdown" if it returns after its context ended.
+// callback returns a result anyway, FAILED if it panics with no retry
+// left, CANCELLED with "Cancelled by worker shutdown" if it returns an
+// error after its context ended.
 // Shutdown holds no lock while it waits. Do not call it from inside a
 // task's callback: it would wait for that callback.
 //

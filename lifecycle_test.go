@@ -1417,3 +1417,52 @@ func TestALaterShutdownThatSettlesEverythingReleasesTheLease(t *testing.T) {
 		assert.NotContains(t, live, rt.instance, "the lease is released")
 	})
 }
+
+// A run parked in its retry backoff when Shutdown begins begins no other
+// attempt, even within the grace: it has no callback in flight to let
+// finish, and it ends CANCELLED by the shutdown at once.
+func TestShutdownStartsNoAttemptOfARunInItsBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{})
+		var calls atomic.Int32
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+			if calls.Add(1) == 1 {
+				return nil, errors.New("transient")
+			}
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, alice, WithRetry(RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Second, Jitter: NoJitter}))
+		require.NoError(t, err)
+		synctest.Wait() // the first attempt failed; the run waits out its backoff
+
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		require.NoError(t, rt.Shutdown(sctx))
+		assert.Zero(t, time.Since(start), "Shutdown waited for the run in its backoff")
+		assert.EqualValues(t, 1, calls.Load(), "attempts begun")
+		snap := mustStatus(t, rt, sub.ID)
+		assert.Equal(t, StatusCancelled, snap.Status)
+		assert.ErrorIs(t, snap.Err(), ErrShutdown)
+	})
+}
+
+// A callback that panics after Shutdown cancelled it, with no retry
+// left, fails its run: the panic is its own failure, not its answer to
+// the cancel, and the record keeps its cause and stack.
+func TestARunThatPanicsAfterTheShutdownCancelFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{Logger: slog.New(slog.DiscardHandler)})
+		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+			<-ctx.Done()
+			panic("flushing the buffer failed")
+		}, alice)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.NoError(t, rt.Shutdown(ctx))
+		snap := mustStatus(t, rt, sub.ID)
+		assert.Equal(t, StatusFailed, snap.Status, "recorded %s %q (%s)", snap.Status, snap.Error, snap.Cause)
+		assert.Equal(t, CausePanicked, snap.Cause)
+		assert.NotEmpty(t, snap.Stack)
+	})
+}

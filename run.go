@@ -117,7 +117,8 @@ func (rt *Runtime[S]) attemptLoop(t *Task, st *State) (handedOff bool) {
 			return false
 		}
 		res, err, handedOff := rt.call(t, st)
-		if pe, ok := asPanic(err); ok && !handedOff {
+		pe, panicked := asPanic(err)
+		if panicked && !handedOff {
 			rt.panicked(t, st, pe, err)
 		}
 		switch {
@@ -125,6 +126,12 @@ func (rt *Runtime[S]) attemptLoop(t *Task, st *State) (handedOff bool) {
 			return true
 		case err == nil && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
 			rt.finishCompleted(t, st, res)
+			return false
+		case panicked && attempt >= t.opts.retry.MaxAttempts && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
+			// A panic is the callback's own failure, not its answer to a
+			// cancel: with no retry left it fails the run, cancelled or
+			// not (a Cancel's record, written first, fences it out).
+			rt.finishFailed(t, st, err)
 			return false
 		case t.ctx.Err() != nil:
 			// A run abandoned because its instance lost its lease records
@@ -136,7 +143,11 @@ func (rt *Runtime[S]) attemptLoop(t *Task, st *State) (handedOff bool) {
 		case attempt >= t.opts.retry.MaxAttempts, isPermanent(err):
 			rt.finishFailed(t, st, err)
 			return false
-		case !sleep(t.ctx, t.opts.retry.backoff(attempt)):
+		case !sleepUnless(t.ctx, t.opts.retry.backoff(attempt), rt.gate.shut):
+			// Cancelled in its backoff, or Shutdown began: a run parked
+			// there has no callback in flight to let finish within the
+			// grace, and begins no attempt mid-teardown.
+			t.cancel(ErrShutdown) // a cause it has already stays
 			rt.finishCancelled(t, StatusRunning, st, err)
 			return false
 		}
