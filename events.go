@@ -1018,9 +1018,9 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // cannot learn that run's end, a snapshot with Gone set, after which
 // nothing more of that run is yielded. That happens when the run was
 // another process's, or a resynchronization passed over its end, and
-// by the time the stream read the record it held a new run the stream
-// may not show (without the caller among its watchers, or in another
-// queue than WithQueue's), or was deleted. (A stream follows at most
+// by the time the stream read the record it held a new run (one the
+// stream shows next, or one it may not show: without the caller among
+// its watchers, or in another queue than WithQueue's), or was deleted. (A stream follows at most
 // 4,096 shown tasks: one shown beyond that may get neither its end nor
 // Gone.)
 // Changes made by this runtime need no store read; tasks run by other
@@ -1195,6 +1195,15 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			last, ok := tracked[snap.ID]
 			if !read && (isEnded && behind(&snap, e) || ok && behind(&snap, last.RunID)) {
 				return true
+			}
+			if _, wasShown := shown[snap.ID]; read && ok && wasShown && snap.RunID != last.RunID {
+				// The store holds a new run of a task shown live: a
+				// resynchronization passed over the end of the run
+				// shown, which comes first, or its Gone.
+				if !letGo(snap.ID) {
+					return false
+				}
+				last, ok = Snapshot{}, false
 			}
 			if f.Queue != "" && snap.Queue != f.Queue {
 				// A run in another queue is not this stream's: never

@@ -1408,3 +1408,51 @@ func TestAStreamDoesNotShowALateStartOfARunWhoseEndWasReported(t *testing.T) {
 		}
 	})
 }
+
+// A Subscribe stream whose inbox overflowed (more than maxPending tasks
+// changed while its consumer stalled) still follows a task it showed
+// live to an end: when the re-read finds a new run of it, the stream
+// yields the run it showed ended, or Gone, before the new one.
+func TestSubscribeOverflowKeepsTheEndOfAShownRun(t *testing.T) {
+	rt := memRuntime(t)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	defer close(release)
+	held := func(context.Context, *Task) (any, error) { <-release; return nil, nil }
+
+	g := newGate()
+	first, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the first run")
+	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
+	defer stop()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, first.RunID, snap.RunID, "the first run is shown live")
+
+	require.NoError(t, rt.Cancel(ctx, first.ID, alice))
+	wait(t, g.ran, "the first callback's return")
+	second, err := rt.Submit(ctx, "k", held, alice)
+	require.NoError(t, err)
+	for i := range maxPending + 10 {
+		_, err := rt.Submit(ctx, "job"+strconv.Itoa(i), held, alice)
+		require.NoError(t, err)
+	}
+	var ofK []Snapshot
+	for range 10 * maxPending {
+		snap, err, ok := next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		if snap.ID == first.ID {
+			if ofK = append(ofK, snap); snap.RunID == second.RunID {
+				break
+			}
+		}
+	}
+	require.NotEmpty(t, ofK)
+	end := ofK[0]
+	assert.Equal(t, first.RunID, end.RunID, "the stream went from the run it showed to the next without its end")
+	assert.True(t, end.Gone || end.Status == StatusCancelled, "k's first snapshot after the stall: %+v", end)
+}

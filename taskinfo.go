@@ -510,11 +510,13 @@ type Snapshot struct {
 	// see it: it names the service's code and may hold its data, so an
 	// Owner's snapshot leaves it empty.
 	Stack string
-	// Gone marks the last snapshot a Subscribe stream yields of a task
-	// it showed live and can no longer see. That happens when, before
-	// the stream read the run's end, the key was re-run without the
-	// caller among its watchers or in another queue than the stream's
-	// WithQueue, or the record was deleted. Only ID, RunID (the run last
+	// Gone marks the last snapshot a Subscribe stream yields of a run it
+	// showed live and can no longer follow to its end. That happens when,
+	// before the stream read the run's end, the key was re-run (without
+	// the caller among its watchers, in another queue than the stream's
+	// WithQueue, or by another process, or while the stream's consumer
+	// fell far behind: the new run, if the stream may show it, follows),
+	// or the record was deleted. Only ID, RunID (the run last
 	// shown) and Queue are set, and Status is empty: check Gone before
 	// Status, and drop the task from the view. Nothing more of that run
 	// follows; a later run the stream may show is yielded as usual.
