@@ -193,7 +193,8 @@ type options struct {
 // WithTablePrefix begins every table and index name with prefix, so that
 // several stores can share a database file. It must be empty or a plain
 // identifier of at most 32 bytes, in lower case: SQLite's names ignore
-// case, so "A_" and "a_" would name the same tables. Defaults to
+// case, so "A_" and "a_" would name the same tables. It must not begin
+// with "sqlite_", which SQLite keeps for its own tables. Defaults to
 // "workers_".
 func WithTablePrefix(prefix string) Option {
 	return func(o *options) { o.Prefix = prefix }
@@ -202,7 +203,9 @@ func WithTablePrefix(prefix string) Option {
 // WithBusyTimeout sets how long a statement waits for another process's
 // lock on the file before it fails. Defaults to 5 seconds. SQLite counts
 // it in whole milliseconds, up to about 24.8 days (2^31-1 ms): a timeout
-// under a millisecond waits one, and a longer one that long.
+// under a millisecond waits one, and a longer one that long. Zero waits
+// not at all: a statement that meets another process's lock fails at
+// once (SQLITE_BUSY).
 func WithBusyTimeout(d time.Duration) Option {
 	return func(o *options) { o.busyTimeout = d }
 }
@@ -230,8 +233,8 @@ func busyMillis(d time.Duration) int64 {
 // Open opens, or creates, the database file at path and returns a Store
 // on it. path is a file name, not a URI. Call Migrate before using the
 // store, and Close when done. An invalid option (a table prefix that is
-// not a lower-case identifier, a negative busy timeout, a notice
-// interval that is not positive) is an error wrapping
+// not a lower-case identifier, or begins with "sqlite_", a negative busy
+// timeout, a notice interval that is not positive) is an error wrapping
 // workers.ErrInvalidOption.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := options{Config: sqlcore.Config{Prefix: sqlcore.DefaultPrefix}, busyTimeout: 5 * time.Second, notices: DefaultNoticeInterval}
@@ -247,6 +250,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		// SQLite's names ignore case, quoted or not: "A_" would name the
 		// tables of "a_", another store's.
 		return nil, fmt.Errorf("%w: sqlstore/sqlite: table prefix %q: SQLite's table names ignore case, so a prefix must be lower case", workers.ErrInvalidOption, o.Prefix)
+	}
+	if strings.HasPrefix(o.Prefix, "sqlite_") {
+		return nil, fmt.Errorf("%w: sqlstore/sqlite: table prefix %q: SQLite keeps the names that begin with sqlite_ for its own tables", workers.ErrInvalidOption, o.Prefix)
 	}
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.Contains(path, "?") {
 		return nil, fmt.Errorf("sqlstore/sqlite: %q is not a database file name", path)

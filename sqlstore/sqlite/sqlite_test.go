@@ -157,8 +157,9 @@ func TestTablePrefix(t *testing.T) {
 	if _, err := b.GetTask(t.Context(), rec.ID); !errors.Is(err, workers.ErrNotFound) {
 		t.Errorf("a store with another prefix sees the record: %v", err)
 	}
-	// "A_" would name a's tables: SQLite's names ignore case.
-	for _, p := range []string{`x"; DROP TABLE a_tasks; --`, "1abc", "a-b", strings.Repeat("p", 33), "A_"} {
+	// "A_" would name a's tables: SQLite's names ignore case; and SQLite
+	// keeps the names that begin with "sqlite_" for its own.
+	for _, p := range []string{`x"; DROP TABLE a_tasks; --`, "1abc", "a-b", strings.Repeat("p", 33), "A_", "sqlite_", "sqlite_x_"} {
 		if _, err := sqlite.Open(t.Context(), path, sqlite.WithTablePrefix(p)); !errors.Is(err, workers.ErrInvalidOption) {
 			t.Errorf("Open with table prefix %q: %v, want ErrInvalidOption", p, err)
 		}
