@@ -44,9 +44,9 @@ const shutdownSlack = 100 * time.Millisecond
 //     left to end by itself).
 //
 // What a cancelled run records is its own doing: COMPLETED if its
-// callback returns a result anyway, FAILED if it panics with no retry
-// left, CANCELLED with "Cancelled by worker shutdown" if it returns an
-// error after its context ended.
+// callback returns a result anyway, FAILED if it panics, CANCELLED with
+// "Cancelled by worker shutdown" if it returns an error after its
+// context ended.
 // Shutdown holds no lock while it waits. Do not call it from inside a
 // task's callback: it would wait for that callback.
 //

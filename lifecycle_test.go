@@ -1447,22 +1447,87 @@ func TestShutdownStartsNoAttemptOfARunInItsBackoff(t *testing.T) {
 	})
 }
 
-// A callback that panics after Shutdown cancelled it, with no retry
-// left, fails its run: the panic is its own failure, not its answer to
-// the cancel, and the record keeps its cause and stack.
+// A callback that panics after Shutdown cancelled it fails its run, with
+// retries left or none: the panic is its own failure, not its answer to
+// the cancel, no retry begins once the run is cancelled, and the record
+// keeps the panic's cause and stack.
 func TestARunThatPanicsAfterTheShutdownCancelFails(t *testing.T) {
+	for _, attempts := range []int{1, 3} {
+		t.Run(strconv.Itoa(attempts)+" attempts", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := NewRuntime(NewMemStore(), Config{Logger: slog.New(slog.DiscardHandler)})
+				var calls atomic.Int32
+				sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
+					calls.Add(1)
+					<-ctx.Done()
+					panic("flushing the buffer failed")
+				}, alice, WithRetry(RetryPolicy{MaxAttempts: attempts}))
+				require.NoError(t, err)
+				synctest.Wait()
+				require.NoError(t, rt.Shutdown(ctx))
+				assert.EqualValues(t, 1, calls.Load(), "attempts")
+				snap := mustStatus(t, rt, sub.ID)
+				assert.Equal(t, StatusFailed, snap.Status, "recorded %s %q (%s)", snap.Status, snap.Error, snap.Cause)
+				assert.Equal(t, CausePanicked, snap.Cause)
+				assert.NotEmpty(t, snap.Stack)
+			})
+		})
+	}
+}
+
+// The jitter keeps its bounds near the cap: a wait jittered past the cap
+// spreads below it rather than landing on it, and a cap of a few
+// nanoseconds is not cut to no wait at all.
+func TestBackoffJitterNearTheCapStaysWithinItsFraction(t *testing.T) {
+	t.Parallel()
+	for _, most := range []time.Duration{1, 5, 9} {
+		p := RetryPolicy{InitialBackoff: time.Second, MaxBackoff: most, Multiplier: 2, Jitter: DefaultJitter}
+		for range 50 {
+			d := p.backoff(1)
+			require.GreaterOrEqual(t, float64(d), 0.9*float64(most), "MaxBackoff %v: wait %v", most, d)
+			require.LessOrEqual(t, d, most, "MaxBackoff %v", most)
+		}
+	}
+	p := RetryPolicy{InitialBackoff: time.Second, MaxBackoff: 2100 * time.Millisecond, Multiplier: 2, Jitter: DefaultJitter}
+	atCap := 0
+	for range 400 {
+		if p.backoff(2) == p.MaxBackoff { // 2s nominal, jittered within 1.8s to 2.2s
+			atCap++
+		}
+	}
+	assert.Less(t, atCap, 10, "waits of 400 exactly at MaxBackoff")
+}
+
+// A run whose backoff runs out as Shutdown begins (a wait of no length,
+// here) begins no other attempt: Shutdown's start wins over the timer.
+func TestShutdownStartsNoAttemptAfterABackoffOfNoLength(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt := NewRuntime(NewMemStore(), Config{Logger: slog.New(slog.DiscardHandler)})
-		sub, err := rt.Submit(ctx, "k", func(ctx context.Context, _ *Task) (any, error) {
-			<-ctx.Done()
-			panic("flushing the buffer failed")
-		}, alice)
-		require.NoError(t, err)
+		rt := NewRuntime(NewMemStore(), Config{})
+		p := RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}
+		release := make(chan struct{})
+		var later atomic.Int32
+		for i := range 16 {
+			var calls atomic.Int32
+			_, err := rt.Submit(ctx, "k"+strconv.Itoa(i), func(ctx context.Context, _ *Task) (any, error) {
+				if calls.Add(1) == 1 {
+					<-release
+					return nil, errors.New("transient")
+				}
+				later.Add(1)
+				<-ctx.Done()
+				return nil, context.Cause(ctx)
+			}, alice, WithRetry(p))
+			require.NoError(t, err)
+		}
 		synctest.Wait()
-		require.NoError(t, rt.Shutdown(ctx))
-		snap := mustStatus(t, rt, sub.ID)
-		assert.Equal(t, StatusFailed, snap.Status, "recorded %s %q (%s)", snap.Status, snap.Error, snap.Cause)
-		assert.Equal(t, CausePanicked, snap.Cause)
-		assert.NotEmpty(t, snap.Stack)
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- rt.Shutdown(sctx) }()
+		synctest.Wait() // Shutdown waits out the grace for the callbacks
+		close(release)
+		synctest.Wait()
+		assert.Zero(t, later.Load(), "attempts begun after Shutdown began")
+		require.NoError(t, <-done)
 	})
 }

@@ -3,6 +3,7 @@ package workers
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -145,22 +146,23 @@ func (p RetryPolicy) backoff(attempt int) time.Duration {
 	for i := 1; i < attempt && d < most; i++ {
 		d *= p.Multiplier
 	}
-	switch {
-	case p.Jitter <= 0:
-	case d >= most:
-		// Capped before the jitter, and spread below the cap: jittered
-		// first, every wait past the cap would come back to it, and the
-		// tasks that reached it would retry in step.
-		d = most * (1 - p.Jitter*rand.Float64())
-	default:
-		d *= 1 + p.Jitter*(2*rand.Float64()-1)
+	if p.Jitter > 0 {
+		if d < most {
+			d *= 1 + p.Jitter*(2*rand.Float64()-1)
+		}
+		if d >= most {
+			// At the cap, or jittered past it: spread below it, or every
+			// such wait would be the cap's, and the tasks that reached it
+			// would retry in step.
+			d = most * (1 - p.Jitter*rand.Float64())
+		}
 	}
 	// Compared before the conversion: a wait past what a Duration holds
 	// (a huge or infinite Multiplier) would convert to a negative one.
 	if d >= most {
 		return p.MaxBackoff
 	}
-	return time.Duration(d)
+	return time.Duration(math.Ceil(d)) // a cap of a few nanoseconds is not cut to none
 }
 
 // applyOptions returns the options opts set. Without any it allocates

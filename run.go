@@ -127,10 +127,11 @@ func (rt *Runtime[S]) attemptLoop(t *Task, st *State) (handedOff bool) {
 		case err == nil && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
 			rt.finishCompleted(t, st, res)
 			return false
-		case panicked && attempt >= t.opts.retry.MaxAttempts && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
+		case panicked && (attempt >= t.opts.retry.MaxAttempts || t.ctx.Err() != nil) && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
 			// A panic is the callback's own failure, not its answer to a
-			// cancel: with no retry left it fails the run, cancelled or
-			// not (a Cancel's record, written first, fences it out).
+			// cancel: it fails the run when no retry is left, or none may
+			// begin, the run being cancelled (a Cancel's record, written
+			// first, fences it out).
 			rt.finishFailed(t, st, err)
 			return false
 		case t.ctx.Err() != nil:
@@ -295,17 +296,23 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	return sleepUnless(ctx, d, nil)
 }
 
-// sleepUnless is sleep, cut short also when stop is closed.
+// sleepUnless is sleep, cut short also when stop is closed. A stop or
+// an end of ctx that comes as the wait runs out wins over it.
 func sleepUnless(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return true
 	case <-ctx.Done():
 		return false
 	case <-stop:
 		return false
+	}
+	select {
+	case <-stop:
+		return false
+	default:
+		return ctx.Err() == nil
 	}
 }
 

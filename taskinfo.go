@@ -22,9 +22,9 @@ import (
 // encoded fails the run. A returned error fails the run, or triggers a
 // retry when the task has attempts left; returning an error after ctx was
 // cancelled records the cancellation instead. A panic is recovered and
-// fails the run with a *PanicError, or triggers a retry, as an error
-// does, whether or not ctx was cancelled (an abandoned run records the
-// abandon, as ever). A callback that calls runtime.Goexit
+// fails the run with a *PanicError, or triggers a retry while the task
+// has attempts left and ctx is live; one after ctx was cancelled fails
+// the run all the same (an abandoned run records the abandon, as ever). A callback that calls runtime.Goexit
 // (testing's FailNow and Fatal do) fails the run for good, with
 // CausePermanent and no retry, and its stack is logged.
 type Func func(ctx context.Context, t *Task) (any, error)
