@@ -1196,10 +1196,12 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			if !read && (isEnded && behind(&snap, e) || ok && behind(&snap, last.RunID)) {
 				return true
 			}
-			if _, wasShown := shown[snap.ID]; read && ok && wasShown && snap.RunID != last.RunID {
-				// The store holds a new run of a task shown live: a
-				// resynchronization passed over the end of the run
-				// shown, which comes first, or its Gone.
+			if _, wasShown := shown[snap.ID]; ok && wasShown && snap.RunID != last.RunID {
+				// A new run of a task shown live, read from the store or
+				// reported before the end of the run shown reached the
+				// stream (a resynchronization passed over it, or the
+				// re-run was reported first): that end comes first, if
+				// the inbox holds it, or Gone.
 				if !letGo(snap.ID) {
 					return false
 				}

@@ -1456,3 +1456,70 @@ func TestSubscribeOverflowKeepsTheEndOfAShownRun(t *testing.T) {
 	assert.Equal(t, first.RunID, end.RunID, "the stream went from the run it showed to the next without its end")
 	assert.True(t, end.Gone || end.Status == StatusCancelled, "k's first snapshot after the stall: %+v", end)
 }
+
+// endPausingStore is a store whose terminal transition of one run, once
+// landed, waits to return until resume is closed: the run's end is then
+// written, and not yet reported.
+type endPausingStore struct {
+	Store
+	runID  atomic.Pointer[string]
+	paused chan struct{}
+	resume chan struct{}
+}
+
+func (s *endPausingStore) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	ok, err := s.Store.TransitionTask(ctx, id, runID, from, next)
+	if p := s.runID.Load(); p != nil && *p == runID && ok && next.Status.Terminal() {
+		close(s.paused)
+		<-s.resume
+	}
+	return ok, err
+}
+
+// A Subscribe stream that showed a run live, whose key this runtime ran
+// again before that run's end was reported, yields the end, or Gone, of
+// the run it showed before the new run: its end, reported late, would
+// otherwise be dropped as an earlier run's.
+func TestSubscribeEndsAShownRunReRunBeforeItsEndWasReported(t *testing.T) {
+	s := &endPausingStore{Store: NewMemStore(), paused: make(chan struct{}), resume: make(chan struct{})}
+	rt := newRuntime(t, s, Config{})
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	defer close(release)
+	g := newGate()
+	first, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the first run")
+	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
+	defer stop()
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, first.RunID, snap.RunID, "the first run is shown live")
+	s.runID.Store(&first.RunID)
+	g.open()
+	wait(t, s.paused, "the first run's end to land")
+	second, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) { <-release; return nil, nil }, alice)
+	require.NoError(t, err)
+	close(s.resume)
+	eventually(t, func() bool { return rt.handle(first.ID, first.RunID) == nil }, "the first run to settle")
+	require.NoError(t, rt.Cancel(ctx, second.ID, alice))
+	var ofK []Snapshot
+	for {
+		snap, err, ok := next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		if snap.ID != first.ID {
+			continue
+		}
+		if ofK = append(ofK, snap); snap.RunID == second.RunID && snap.Status.Terminal() {
+			break
+		}
+	}
+	assert.Equal(t, first.RunID, ofK[0].RunID, "after the first run RUNNING the stream yielded %s of run %s", ofK[0].Status, ofK[0].RunID)
+	assert.True(t, ofK[0].Gone || ofK[0].Status == StatusCompleted, "%+v", ofK[0])
+	for _, snap := range ofK[1:] {
+		assert.Equal(t, second.RunID, snap.RunID, "nothing of the first run after its end or Gone")
+	}
+}

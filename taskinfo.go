@@ -514,9 +514,10 @@ type Snapshot struct {
 	// showed live and can no longer follow to its end. That happens when,
 	// before the stream read the run's end, the key was re-run (without
 	// the caller among its watchers, in another queue than the stream's
-	// WithQueue, or by another process, or while the stream's consumer
-	// fell far behind: the new run, if the stream may show it, follows),
-	// or the record was deleted. Only ID, RunID (the run last
+	// WithQueue, by another process, while the stream's consumer fell
+	// far behind, or so soon that the new run was reported first: the
+	// new run, if the stream may show it, follows), or the record was
+	// deleted. Only ID, RunID (the run last
 	// shown) and Queue are set, and Status is empty: check Gone before
 	// Status, and drop the task from the view. Nothing more of that run
 	// follows; a later run the stream may show is yielded as usual.
