@@ -787,6 +787,19 @@ func (s *subscriber) offer(ev *event) {
 // takeEnd takes out of the inbox the terminal snapshot of run runID of
 // task id, undelivered, and returns it, or nil.
 func (s *subscriber) takeEnd(id, runID string) *Snapshot {
+	return s.takeEndOf(id, func(run string) bool { return run == runID })
+}
+
+// takeEndBefore takes out of the inbox the terminal snapshot, undelivered,
+// of a run of task id that this runtime minted before runID, and returns
+// it, or nil.
+func (s *subscriber) takeEndBefore(id, runID string) *Snapshot {
+	return s.takeEndOf(id, func(run string) bool { return compareRuns(run, runID) == runEarlier })
+}
+
+// takeEndOf takes out of the inbox the terminal snapshot, undelivered,
+// of a run of task id that of picks, and returns it, or nil.
+func (s *subscriber) takeEndOf(id string, of func(runID string) bool) *Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.slots[id]
@@ -794,11 +807,11 @@ func (s *subscriber) takeEnd(id, runID string) *Snapshot {
 		return nil
 	}
 	switch {
-	case sl.ended != nil && sl.ended.RunID == runID:
+	case sl.ended != nil && of(sl.ended.RunID):
 		end := sl.ended
 		sl.ended = nil
 		return end
-	case sl.snap.RunID == runID && sl.snap.Status.Terminal():
+	case sl.snap.Status.Terminal() && of(sl.snap.RunID):
 		end := sl.snap
 		delete(s.slots, id)
 		return &end
@@ -1195,6 +1208,15 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			last, ok := tracked[snap.ID]
 			if !read && (isEnded && behind(&snap, e) || ok && behind(&snap, last.RunID)) {
 				return true
+			}
+			if read && !ok {
+				// The end of an earlier run that this runtime reported
+				// since the subscription began, which the inbox holds,
+				// comes first: after the read it would be dropped as an
+				// earlier run's.
+				if end := s.takeEndBefore(snap.ID, snap.RunID); end != nil && !emit(*end, false) {
+					return false
+				}
 			}
 			if _, wasShown := shown[snap.ID]; ok && wasShown && snap.RunID != last.RunID {
 				// A new run of a task shown live, read from the store or

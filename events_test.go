@@ -1523,3 +1523,37 @@ func TestSubscribeEndsAShownRunReRunBeforeItsEndWasReported(t *testing.T) {
 		assert.Equal(t, second.RunID, snap.RunID, "nothing of the first run after its end or Gone")
 	}
 }
+
+// A run that ended after Subscribe was called, and before its range
+// began, is yielded all the same when its key was run again meanwhile:
+// the first read finds the new run, and the inbox's end of the first
+// comes before it.
+func TestSubscribeYieldsARunThatEndedBeforeTheRangeAndWasReRun(t *testing.T) {
+	rt := memRuntime(t)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
+	defer stop()
+	release := make(chan struct{})
+	defer close(release)
+	first, err := rt.Submit(ctx, "k", returns("one", nil), alice)
+	require.NoError(t, err)
+	_, err = rt.Wait(ctx, first.ID, alice)
+	require.NoError(t, err)
+	second, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) { <-release; return nil, nil }, alice)
+	require.NoError(t, err)
+	var ofK []Snapshot
+	for {
+		snap, err, ok := next() // the range begins: the second run is live
+		if len(ofK) == 0 {
+			require.NoError(t, rt.Cancel(ctx, second.ID, alice))
+		}
+		require.True(t, ok)
+		require.NoError(t, err)
+		if ofK = append(ofK, snap); snap.RunID == second.RunID && snap.Status.Terminal() {
+			break
+		}
+	}
+	require.Equal(t, first.RunID, ofK[0].RunID, "the first run's end, made after Subscribe was called, was not yielded")
+	assert.Equal(t, StatusCompleted, ofK[0].Status)
+}
