@@ -1409,6 +1409,42 @@ func TestAStreamDoesNotShowALateStartOfARunWhoseEndWasReported(t *testing.T) {
 	})
 }
 
+// subscribedToALiveRun submits the key k as alice with a gate's callback,
+// and returns its submission, the gate, and alice's Subscribe stream,
+// ended with sctx, once the stream has shown the run live.
+func subscribedToALiveRun[S Store](t *testing.T, rt *Runtime[S], sctx context.Context) (Submission, *gate, func() (Snapshot, error, bool)) {
+	t.Helper()
+	g := newGate()
+	first, err := rt.Submit(ctx, "k", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the first run")
+	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
+	t.Cleanup(stop)
+	snap, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, first.RunID, snap.RunID, "the first run is shown live")
+	return first, g, next
+}
+
+// snapshotsUntil pulls next until it yields a snapshot of task id that
+// last accepts, and returns the snapshots of id it yielded.
+func snapshotsUntil(t *testing.T, next func() (Snapshot, error, bool), id string, last func(Snapshot) bool) []Snapshot {
+	t.Helper()
+	var of []Snapshot
+	for {
+		snap, err, ok := next()
+		require.True(t, ok)
+		require.NoError(t, err)
+		if snap.ID != id {
+			continue
+		}
+		if of = append(of, snap); last(snap) {
+			return of
+		}
+	}
+}
+
 // A Subscribe stream whose inbox overflowed (more than maxPending tasks
 // changed while its consumer stalled) still follows a task it showed
 // live to an end: when the re-read finds a new run of it, the stream
@@ -1421,16 +1457,7 @@ func TestSubscribeOverflowKeepsTheEndOfAShownRun(t *testing.T) {
 	defer close(release)
 	held := func(context.Context, *Task) (any, error) { <-release; return nil, nil }
 
-	g := newGate()
-	first, err := rt.Submit(ctx, "k", g.fn, alice)
-	require.NoError(t, err)
-	wait(t, g.started, "the first run")
-	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
-	defer stop()
-	snap, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, first.RunID, snap.RunID, "the first run is shown live")
+	first, g, next := subscribedToALiveRun(t, rt, sctx)
 
 	require.NoError(t, rt.Cancel(ctx, first.ID, alice))
 	wait(t, g.ran, "the first callback's return")
@@ -1440,18 +1467,7 @@ func TestSubscribeOverflowKeepsTheEndOfAShownRun(t *testing.T) {
 		_, err := rt.Submit(ctx, "job"+strconv.Itoa(i), held, alice)
 		require.NoError(t, err)
 	}
-	var ofK []Snapshot
-	for range 10 * maxPending {
-		snap, err, ok := next()
-		require.True(t, ok)
-		require.NoError(t, err)
-		if snap.ID == first.ID {
-			if ofK = append(ofK, snap); snap.RunID == second.RunID {
-				break
-			}
-		}
-	}
-	require.NotEmpty(t, ofK)
+	ofK := snapshotsUntil(t, next, first.ID, func(snap Snapshot) bool { return snap.RunID == second.RunID })
 	end := ofK[0]
 	assert.Equal(t, first.RunID, end.RunID, "the stream went from the run it showed to the next without its end")
 	assert.True(t, end.Gone || end.Status == StatusCancelled, "k's first snapshot after the stall: %+v", end)
@@ -1487,16 +1503,7 @@ func TestSubscribeEndsAShownRunReRunBeforeItsEndWasReported(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	defer close(release)
-	g := newGate()
-	first, err := rt.Submit(ctx, "k", g.fn, alice)
-	require.NoError(t, err)
-	wait(t, g.started, "the first run")
-	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
-	defer stop()
-	snap, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, first.RunID, snap.RunID, "the first run is shown live")
+	first, g, next := subscribedToALiveRun(t, rt, sctx)
 	s.runID.Store(&first.RunID)
 	g.open()
 	wait(t, s.paused, "the first run's end to land")
@@ -1505,18 +1512,7 @@ func TestSubscribeEndsAShownRunReRunBeforeItsEndWasReported(t *testing.T) {
 	close(s.resume)
 	eventually(t, func() bool { return rt.handle(first.ID, first.RunID) == nil }, "the first run to settle")
 	require.NoError(t, rt.Cancel(ctx, second.ID, alice))
-	var ofK []Snapshot
-	for {
-		snap, err, ok := next()
-		require.True(t, ok)
-		require.NoError(t, err)
-		if snap.ID != first.ID {
-			continue
-		}
-		if ofK = append(ofK, snap); snap.RunID == second.RunID && snap.Status.Terminal() {
-			break
-		}
-	}
+	ofK := snapshotsUntil(t, next, first.ID, func(snap Snapshot) bool { return snap.RunID == second.RunID && snap.Status.Terminal() })
 	assert.Equal(t, first.RunID, ofK[0].RunID, "after the first run RUNNING the stream yielded %s of run %s", ofK[0].Status, ofK[0].RunID)
 	assert.True(t, ofK[0].Gone || ofK[0].Status == StatusCompleted, "%+v", ofK[0])
 	for _, snap := range ofK[1:] {
