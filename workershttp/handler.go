@@ -274,6 +274,19 @@ func (h *handler) openStream(auth workers.TaskAuthority) (func(), error) {
 	}, nil
 }
 
+// streamsFull reports whether auth's identity has WithStreamLimit's
+// count of event streams open: a stream asked for now would be refused.
+// A route asks it before the store reads that precede its stream, so
+// that a client retrying at its limit costs none.
+func (h *handler) streamsFull(auth workers.TaskAuthority) bool {
+	if h.cfg.perCaller == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.open[identity(auth)] >= h.cfg.perCaller
+}
+
 // identity names whom auth acts for: an owner's id, or System (and any
 // other authority, which the runtime refuses).
 func identity(auth workers.TaskAuthority) string {

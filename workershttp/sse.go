@@ -326,6 +326,11 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 	subscribe := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] {
 		return h.rt.Subscribe(ctx, auth, opts...)
 	}
+	if h.streamsFull(auth) {
+		// Refused before the reads below, and for HEAD as for GET.
+		WriteError(w, ErrTooManyStreams)
+		return
+	}
 	// The stream opens before its first event, which may be long in
 	// coming: what would refuse it (a runtime shut down or misconfigured,
 	// an identity it refuses, a store that fails) is asked first, so that

@@ -848,6 +848,13 @@ func TestEventStreamsOfOneIdentityAreBounded(t *testing.T) {
 
 	other, _ := open("bob", "/events")
 	assert.Equal(t, http.StatusOK, other.StatusCode, "another identity's stream")
+	head, err := http.NewRequest(http.MethodHead, srv.URL+"/events", nil)
+	require.NoError(t, err)
+	head.Header.Set("X-User", "alice")
+	res, err := srv.Client().Do(head)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, res.StatusCode, "HEAD /events at the limit answers as GET does")
 
 	closeFirst()
 	deadline := time.Now().Add(5 * time.Second)
