@@ -884,3 +884,76 @@ func TestAHeldRowKeepsNoBatchInFlight(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Writes each alone of more held rows than there may be batches in
+// flight (one, and three spare) hold back no other task's write: a lone
+// write goes in the batch statement too, which gives up on a held row
+// after 100 ms and leaves the write to a goroutine of its own, so no
+// batch stays in flight, however many rows are held.
+func TestLoneWritesOfManyHeldRowsHoldBackNoOtherTask(t *testing.T) {
+	sc := newScratchT(t)
+	cfg := testConfig(t)
+	cfg.MaxConns = 10 // room for five held writes and the others
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
+	ctx := t.Context()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := []string{"u::held1", "u::held2", "u::held3", "u::held4", "u::held5"}
+	insertPending(t, s, "run-1", append(held, "u::free")...)
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	waiting := func() int {
+		var n int
+		err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var holders []pgx.Tx
+	var wg sync.WaitGroup
+	errs := make(chan error, len(held))
+	for i, id := range held {
+		holders = append(holders, holdRow(t, sc, id))
+		wg.Go(func() {
+			ok, err := s.TransitionTask(ctx, id, "run-1", from, running)
+			if err == nil && !ok {
+				err = fmt.Errorf("%s: fenced off", id)
+			}
+			errs <- err
+		})
+		deadline := time.Now().Add(10 * time.Second)
+		for waiting() < i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: its write did not reach the database in 10 s, with %d held rows' writes waiting there", id, i)
+			}
+			time.Sleep(time.Millisecond) // polling with a deadline
+		}
+	}
+	free := make(chan error, 1)
+	go func() {
+		_, err := s.TransitionTask(ctx, "u::free", "run-1", from, running)
+		free <- err
+	}()
+	select {
+	case err := <-free:
+		if err != nil {
+			t.Errorf("u::free: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("u::free: no answer in 10 s while five other rows are held")
+	}
+	for _, tx := range holders {
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -30,10 +30,9 @@
 // one commit for all of them. Inserts do the same apart, in batches of
 // their own (an INSERT of the new records and their watchers), which send
 // no notice from the trigger: see Notices below. Each caller is told its
-// own outcome: inserted or ErrConflict, moved or fenced off. A transition
-// that finds nothing in flight goes at once, alone, as the single-row
-// statements above, and so does a lone insert, in the batch statement, so
-// a lone submission waits for no tick. A batch holds at most one write
+// own outcome: inserted or ErrConflict, moved or fenced off. A write
+// that finds nothing in flight goes at once, alone, in the batch
+// statement, so a lone submission waits for no tick. A batch holds at most one write
 // per task id and 256 rows; one batch of each kind is in flight at a
 // time, which measured best, since PostgreSQL serializes the commits of
 // transactions that notify anyway. A batch still in flight after 20 ms
@@ -41,18 +40,19 @@
 // database that stalls) does not hold back the writes queued behind it:
 // they go in a batch beside it, and so on each 20 ms, up to four batches
 // in flight; no two batches in flight hold the same task id, so a second
-// write of a stuck task still waits behind the first. A batch of several
-// rows waits at most 100 ms for a row held elsewhere, and a batch the
+// write of a stuck task still waits behind the first; the bound on
+// batches in flight keeps a database that stalls from taking more than
+// four of the pool's connections for writes. A batch, of one write or
+// many, waits at most 100 ms for a row held elsewhere, and a batch the
 // database refuses (a value a constraint refuses, say) landed nowhere:
-// either way each of its writes is made again alone, under its own
+// either way the batch ends, and each of its writes is made again alone,
+// as a single-row statement, on a goroutine of its own, under its own
 // caller's context, so only the refused one fails, and a held row holds
-// back only its own task's writes. A write that went alone waits for its
-// row as a single-row statement would, so four lone writes of rows held
-// elsewhere hold back the store's other writes until the rows are let go
-// or their callers give up (the runtime's own calls, within its
-// Config.StoreTimeout): the bound on batches in flight is what keeps a
-// database that stalls from taking more than four of the pool's
-// connections for writes. A batch cut off by a lost connection fails
+// back only its own task's writes, however many rows are held. Each such
+// write holds a connection of the pool while it waits for its row: as
+// many held rows as the pool has connections hold back the store's other
+// statements until the rows are let go or the callers give up (the
+// runtime's own calls, within its Config.StoreTimeout). A batch cut off by a lost connection fails
 // every write in it, each of which the runtime then treats as possibly
 // landed, as it treats a lone write. The batch statement runs in a
 // function of the schema (migration 0006) whose plans are made with

@@ -372,14 +372,12 @@ func timeOrNull(t time.Time, times *[]time.Time) *time.Time {
 	return &(*times)[len(*times)-1]
 }
 
-// writeMany is the combiner's exec. A lone write goes as it would
-// without group commit; several go in one Dialect.WriteMany statement
-// (see writeGroup).
+// writeMany is the combiner's exec: the batch, a lone write too, goes
+// in one Dialect.WriteMany statement (see writeGroup), whose wait for a
+// row lock is bounded, so that a row held elsewhere holds back its own
+// write alone, made on a goroutine of its own, and never a batch in
+// flight, which would hold back every other write of the store.
 func (s *Store) writeMany(ctx context.Context, batch []*call[groupWrite]) {
-	if len(batch) == 1 {
-		s.writeOne(ctx, batch[0])
-		return
-	}
 	s.writeGroup(ctx, batch, s.q.writeMany, groupWriteArgs(batch))
 }
 
