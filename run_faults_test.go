@@ -106,6 +106,56 @@ func TestFaultTheEndOfARunRegisteredAsShutdownBeganFails(t *testing.T) {
 	})
 }
 
+// A run's end that Shutdown decides at once fails once, before it lands
+// or after, and is made again: a run waiting out a retry backoff ends
+// CANCELLED by the shutdown, and one whose callback panicked after the
+// cancel ends FAILED with the panic. Either way Shutdown returns nil,
+// and no other attempt begins.
+func TestFaultAnEndShutdownDecidesFails(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fn    func(calls *atomic.Int32) workers.Func
+		retry workers.RetryPolicy
+		want  workers.Status
+		cause workers.Cause
+	}{
+		{"in a backoff/", func(calls *atomic.Int32) workers.Func {
+			return func(context.Context, *workers.Task) (any, error) {
+				calls.Add(1)
+				return nil, errors.New("transient")
+			}
+		}, workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Minute, Jitter: workers.NoJitter}, workers.StatusCancelled, workers.CauseShutdown},
+		{"panicked after the cancel/", func(calls *atomic.Int32) workers.Func {
+			return func(ctx context.Context, _ *workers.Task) (any, error) {
+				calls.Add(1)
+				<-ctx.Done()
+				panic("flushing the buffer failed")
+			}
+		}, workers.RetryPolicy{MaxAttempts: 3}, workers.StatusFailed, workers.CausePanicked},
+	} {
+		eachFault(t, c.name, func(t *testing.T, fault storetest.Fault) {
+			rt, mem, f := faulty(workers.Config{})
+			var calls atomic.Int32
+			sub, err := rt.Submit(context.Background(), "k", c.fn(&calls), owner, workers.WithRetry(c.retry))
+			require.NoError(t, err)
+			synctest.Wait() // in its backoff, or waiting for the cancel
+			f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(call *storetest.Call) bool {
+				return call.ID == sub.ID && call.Next.Cause == c.cause
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			require.NoError(t, rt.Shutdown(ctx))
+			if c.want == workers.StatusCancelled {
+				assert.Less(t, time.Since(start), 7500*time.Millisecond, "Shutdown waited for the grace point")
+			}
+			assert.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write failed once")
+			assert.EqualValues(t, 1, calls.Load(), "attempts")
+			endedAs(t, mem, sub.ID, c.want, c.cause)
+		})
+	}
+}
+
 // A submission whose insert failed after it landed, to a sequential queue
 // or waiting for a slot under Limits, leaves a PENDING record: its
 // retired run ends it, fenced on its own run id, even when that write
