@@ -886,12 +886,11 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // not read it yet, and with ErrNotFound otherwise. (The end of a run
 // ended and re-run by another process before this runtime read that end
 // is not in the store any more: the stream then ends with ErrNotFound,
-// where Subscribe yields Gone.) Other errors end the
-// stream as well: those of Status, ctx.Err() when ctx ends, and ErrClosed
-// once the runtime's Shutdown has ended (returned, or passed its
-// deadline's cutoff), after the changes that
-// reached the stream before. A range that begins after Shutdown has
-// ended yields ErrClosed alone, without the task's current snapshot:
+// where Subscribe yields Gone.) Other errors end the stream as well:
+// those of Status, ctx.Err() when ctx ends, and ErrClosed once the
+// runtime's Shutdown has ended (returned, or passed its deadline's
+// cutoff), after the changes that reached the stream before. A range
+// that begins after Shutdown has ended yields ErrClosed alone, without the task's current snapshot:
 // read that with Status or Wait, which work after Shutdown.
 //
 // Watch returns an iterator rather than a channel: the loop runs on the
@@ -1033,9 +1032,9 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // another process's, or a resynchronization passed over its end, and
 // by the time the stream read the record it held a new run (one the
 // stream shows next, or one it may not show: without the caller among
-// its watchers, or in another queue than WithQueue's), or was deleted. (A stream follows at most
-// 4,096 shown tasks: one shown beyond that may get neither its end nor
-// Gone.)
+// its watchers, or in another queue than WithQueue's), or was deleted.
+// (A stream follows at most 4,096 shown tasks: one shown beyond that may
+// get neither its end nor Gone.)
 // Changes made by this runtime need no store read; tasks run by other
 // processes are followed through the store's notices, or by reading the
 // live tasks every second. A notice is read once by the runtime to find
@@ -1227,7 +1226,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				if !letGo(snap.ID) {
 					return false
 				}
-				last, ok = Snapshot{}, false
+				ok = false // letGo stopped following it: snap is its first
 			}
 			if f.Queue != "" && snap.Queue != f.Queue {
 				// A run in another queue is not this stream's: never

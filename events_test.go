@@ -744,9 +744,7 @@ func TestSubscribeAfterFallingBehindShowsEveryLiveTask(t *testing.T) {
 	rt := memRuntime(t)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	release := make(chan struct{})
-	defer close(release)
-	held := func(context.Context, *Task) (any, error) { <-release; return nil, nil }
+	held := heldToTheEnd(t)
 	first, err := rt.Submit(ctx, "first", held, alice)
 	require.NoError(t, err)
 	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
@@ -1409,6 +1407,15 @@ func TestAStreamDoesNotShowALateStartOfARunWhoseEndWasReported(t *testing.T) {
 	})
 }
 
+// heldToTheEnd returns a callback that returns once the test's body has
+// ended, before the cleanups that shut its runtimes down (call it after
+// making them).
+func heldToTheEnd(t *testing.T) Func {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	return func(context.Context, *Task) (any, error) { <-release; return nil, nil }
+}
+
 // subscribedToALiveRun submits the key k as alice with a gate's callback,
 // and returns its submission, the gate, and alice's Subscribe stream,
 // ended with sctx, once the stream has shown the run live.
@@ -1453,9 +1460,7 @@ func TestSubscribeOverflowKeepsTheEndOfAShownRun(t *testing.T) {
 	rt := memRuntime(t)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	release := make(chan struct{})
-	defer close(release)
-	held := func(context.Context, *Task) (any, error) { <-release; return nil, nil }
+	held := heldToTheEnd(t)
 
 	first, g, next := subscribedToALiveRun(t, rt, sctx)
 
@@ -1501,13 +1506,11 @@ func TestSubscribeEndsAShownRunReRunBeforeItsEndWasReported(t *testing.T) {
 	rt := newRuntime(t, s, Config{})
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	release := make(chan struct{})
-	defer close(release)
 	first, g, next := subscribedToALiveRun(t, rt, sctx)
 	s.runID.Store(&first.RunID)
 	g.open()
 	wait(t, s.paused, "the first run's end to land")
-	second, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) { <-release; return nil, nil }, alice)
+	second, err := rt.Submit(ctx, "k", heldToTheEnd(t), alice)
 	require.NoError(t, err)
 	close(s.resume)
 	eventually(t, func() bool { return rt.handle(first.ID, first.RunID) == nil }, "the first run to settle")
@@ -1530,13 +1533,11 @@ func TestSubscribeYieldsARunThatEndedBeforeTheRangeAndWasReRun(t *testing.T) {
 	defer cancel()
 	next, stop := iter.Pull2(rt.Subscribe(sctx, alice))
 	defer stop()
-	release := make(chan struct{})
-	defer close(release)
 	first, err := rt.Submit(ctx, "k", returns("one", nil), alice)
 	require.NoError(t, err)
 	_, err = rt.Wait(ctx, first.ID, alice)
 	require.NoError(t, err)
-	second, err := rt.Submit(ctx, "k", func(context.Context, *Task) (any, error) { <-release; return nil, nil }, alice)
+	second, err := rt.Submit(ctx, "k", heldToTheEnd(t), alice)
 	require.NoError(t, err)
 	var ofK []Snapshot
 	for {

@@ -83,15 +83,14 @@ const memTimeLimit = 9e12
 const zeroUnix = -62135596800
 
 // toMemTime returns t to the microsecond, or false when t lies beyond
-// memTimeLimit or within the zero time's microsecond without being the
-// zero time, which would read back as zero.
+// memTimeLimit. (A time within the zero time's microsecond, which would
+// read back as zero, CheckRecord and CheckState refuse before.)
 func toMemTime(t time.Time) (memTime, bool) {
 	s := t.Unix() - zeroUnix
 	if s < -memTimeLimit || s > memTimeLimit {
 		return 0, false
 	}
-	m := memTime(s*1e6 + int64(t.Nanosecond()/1e3))
-	return m, m != 0 || t.IsZero()
+	return memTime(s*1e6 + int64(t.Nanosecond()/1e3)), true
 }
 
 // mustMemTime is toMemTime for a time checkMemTimes has passed.

@@ -142,22 +142,7 @@ func (rt *Runtime[S]) retireEmptyQueues() {
 			return false
 		}
 	})
-	for name, q := range rt.queues {
-		q.mu.Lock()
-		retire := q.items.len() == 0 && q.next == nil && len(q.running) == 0 && !q.draining
-		if retire {
-			q.retired = true
-			delete(rt.queues, name)
-		}
-		q.mu.Unlock()
-		if retire {
-			rt.retiring = append(rt.retiring, q)
-			select {
-			case q.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
+	rt.retiring = append(rt.retiring, rt.retireQueuesLocked(func(_ *queue, empty bool) bool { return empty })...)
 }
 
 // queueReapInterval is how often reapQueues looks for idle queues: a
@@ -182,14 +167,25 @@ func (rt *Runtime[S]) reapQueues(context.Context) {
 
 // retireIdleQueues retires the queues that reapQueues retires, wakes
 // their processors to end, and returns them.
-func (rt *Runtime[S]) retireIdleQueues() (retired []*queue) {
+func (rt *Runtime[S]) retireIdleQueues() []*queue {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	for name, q := range rt.queues {
-		q.mu.Lock()
-		empty := q.items.len() == 0 && q.next == nil && len(q.running) == 0 && !q.draining
+	return rt.retireQueuesLocked(func(q *queue, empty bool) bool {
 		retire := empty && q.idle
 		q.idle = empty
+		return retire
+	})
+}
+
+// retireQueuesLocked retires the queues that pick picks, told whether
+// each is empty (nothing waiting or running, and not draining): it takes
+// them out of rt.queues, wakes their processors to end, and returns
+// them. pick is called with the queue's mu held; it picks only empty
+// queues. rt.mu is held.
+func (rt *Runtime[S]) retireQueuesLocked(pick func(q *queue, empty bool) bool) (retired []*queue) {
+	for name, q := range rt.queues {
+		q.mu.Lock()
+		retire := pick(q, q.items.len() == 0 && q.next == nil && len(q.running) == 0 && !q.draining)
 		if retire {
 			q.retired = true
 			delete(rt.queues, name)

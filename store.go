@@ -586,12 +586,12 @@ func checkStateText(st *State) error {
 // CheckRecord validates a record before InsertTask or ReplaceTask writes
 // it: a valid id (ErrInvalidKey), a run id (ErrInvalidRunID), a RunID, a
 // Queue that are valid UTF-8 without NUL bytes, as CheckState's text
-// fields are, and Watchers that CheckWatcher passes (ErrInvalidData), a CreatedAt not before
-// the zero time, nor within its first microsecond unless it is the zero
-// time (ErrInvalidData: the zero time itself says undated), a
-// state that passes CheckState, and a CompletedAt on a terminal record
-// (ErrInvalidOption). Stores call it so that all of them refuse the same
-// input with the same errors.
+// fields are, and Watchers that CheckWatcher passes (ErrInvalidData), a
+// CreatedAt not before the zero time, nor within its first microsecond
+// unless it is the zero time (ErrInvalidData: the zero time itself says
+// undated), a state that passes CheckState, and a CompletedAt on a
+// terminal record (ErrInvalidOption). Stores call it so that all of them
+// refuse the same input with the same errors.
 func CheckRecord(rec Record) error { return checkRecord(&rec) }
 
 // CheckState validates a state before SetTask or TransitionTask writes

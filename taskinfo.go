@@ -24,9 +24,10 @@ import (
 // cancelled records the cancellation instead. A panic is recovered and
 // fails the run with a *PanicError, or triggers a retry while the task
 // has attempts left and ctx is live; one after ctx was cancelled fails
-// the run all the same (an abandoned run records the abandon, as ever). A callback that calls runtime.Goexit
-// (testing's FailNow and Fatal do) fails the run for good, with
-// CausePermanent and no retry, and its stack is logged.
+// the run all the same (an abandoned run records the abandon, as ever).
+// A callback that calls runtime.Goexit (testing's FailNow and Fatal do)
+// fails the run for good, with CausePermanent and no retry, and its
+// stack is logged.
 type Func func(ctx context.Context, t *Task) (any, error)
 
 // Task is one run of a task: the live object its callback holds. A re-run
@@ -517,9 +518,9 @@ type Snapshot struct {
 	// WithQueue, by another process, while the stream's consumer fell
 	// far behind, or so soon that the new run was reported first: the
 	// new run, if the stream may show it, follows), or the record was
-	// deleted. Only ID, RunID (the run last
-	// shown) and Queue are set, and Status is empty: check Gone before
-	// Status, and drop the task from the view. Nothing more of that run
+	// deleted. Only ID, RunID (the run last shown) and Queue are set, and
+	// Status is empty: check Gone before Status, and drop the task from
+	// the view. Nothing more of that run
 	// follows; a later run the stream may show is yielded as usual.
 	// Watch never sets it: it ends with ErrNotFound instead.
 	Gone bool

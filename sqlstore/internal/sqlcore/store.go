@@ -448,9 +448,9 @@ func knownStatuses(from []workers.Status) []workers.Status {
 // the run id, with ON CONFLICT DO NOTHING for a watcher already present.
 // Concurrent appends insert distinct rows, so all of them survive. When
 // nothing was inserted, a second read says why. A watcher that
-// workers.CheckWatcher refuses is refused before anything is sent, and an id or run id
-// the database cannot hold is not sent (see sendable): the read alone
-// answers.
+// workers.CheckWatcher refuses is refused before anything is sent, and
+// an id or run id the database cannot hold is not sent (see sendable):
+// the read alone answers.
 func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
