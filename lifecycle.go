@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -104,7 +105,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	abandoned := make(chan struct{})
 	go func() {
 		defer close(abandoned)
-		rt.abandon(backlog)
+		rt.abandon(rt.life, backlog)
 	}()
 	// A submission that is slow to register (its store call waits on a
 	// lock, say) does not put off the grace point: the runs in flight
@@ -251,9 +252,9 @@ func (rt *Runtime[S]) releaseLease(ctx context.Context, l Leaser) {
 // inflight (those Shutdown listed, inBacklog among them) that it leaves
 // executing (the runs not in the backlog, which Shutdown counts apart),
 // and the records it leaves unwritten: those whose writes the runtime
-// gave up, and those of the runs whose callbacks have returned and whose
-// outcome writes are still being tried (the store hangs, or fails),
-// which give up at the cutoff. A run that gives up meanwhile is counted
+// gave up, and those whose own writes are still being tried (the store
+// hangs, or fails), which give up at the cutoff: an outcome, or a start
+// or a retry, before which no callback is in flight. A run that gives up meanwhile is counted
 // once: giving up and this count exclude each other. ExecutingIDs also
 // names the items of the backlog and the runs registered since the list
 // that are not settled. Each list is sorted and names a task once.
@@ -271,7 +272,9 @@ func (rt *Runtime[S]) leftBehind(inflight []*Task, inBacklog map[*Task]struct{})
 			// Ended, or counted among the writes given up.
 		case queued:
 			se.ExecutingIDs = append(se.ExecutingIDs, t.ID()) // counted apart
-		case t.has(runFinishing) && t.has(runWriting):
+		case t.has(runWriting):
+			// Inside a write of its own record: its outcome, or a start
+			// or a retry, before which no callback is in flight.
 			se.Unwritten++
 			se.UnwrittenIDs = append(se.UnwrittenIDs, t.ID())
 		default:
@@ -535,25 +538,26 @@ func waitAll(ctx context.Context, chans []<-chan struct{}) int {
 	return open
 }
 
-// abandon records queue items that will never run CANCELLED with the
-// shutdown message, each write fenced on the run id its item carries from
-// registration, and settles them. Each write retries while the runtime
-// lives, so the batch is bounded by Shutdown's cutoff. It must not be
-// called with a queue lock held.
-func (rt *Runtime[S]) abandon(items []*Task) {
+// abandon records queue items that will never run CANCELLED, each with
+// its first cause (the shutdown's, unless a Cancel, say, came first), each
+// write fenced on the run id its item carries from registration, and
+// settles them. Each write retries while life lives: the runtime's life,
+// which Shutdown's cutoff ends, or a shorter one (Reset's). It must not
+// be called with a queue lock held.
+func (rt *Runtime[S]) abandon(life context.Context, items []*Task) {
 	if len(items) == 0 {
 		return
 	}
-	st := State{}
-	causeOutcome(ErrShutdown).apply(&st, now())
+	at := now()
 	for _, t := range items {
-		t.cancel(ErrShutdown)
+		t.cancel(ErrShutdown) // a cause it has already stays
 	}
 	var wg sync.WaitGroup
 	fanOut(&wg, items, func(t *Task) {
 		t.mark(runFinishing)
-		w := st
-		rt.write(opAbandon, t, StatusPending, &w, nil)
+		var st State
+		rt.endState(t, &st, causeOutcome(t.cause()), at)
+		rt.writeWithin(life, opAbandon, t, StatusPending, &st, nil)
 		rt.settle(t)
 	})
 	wg.Wait()
@@ -600,18 +604,32 @@ const abandonWriters = 16
 // that ends its record reports it. Since their handles are forgotten, a
 // RecoverZombies after a Reset over a durable store fails them even
 // while they execute.
+//
+// ctx bounds the writes of the waiting items' records, which retry while
+// the store fails: once it ends, those not made are given up, their
+// records left for recovery and counted by a later Shutdown, and Reset
+// returns ctx's cause, after doing the rest.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	_, waiting := rt.emptyQueues((*queue).take)
 	if rt.adm != nil {
 		waiting = append(waiting, rt.adm.takeWaiting()...)
 	}
-	rt.abandon(waiting)
+	// Their writes end with ctx, if the runtime lives that long.
+	life, stop := context.WithCancelCause(ctx)
+	stopLife := context.AfterFunc(rt.life, func() { stop(context.Cause(rt.life)) })
+	rt.abandon(life, waiting)
+	stopLife()
+	stop(nil)
 
 	var err error
+	if ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
 	cleared := false
 	if rc, ok := any(rt.store).(RecordClearer); ok {
-		err = rc.ClearRecords(ctx)
-		cleared = err == nil
+		cerr := rc.ClearRecords(ctx)
+		cleared = cerr == nil
+		err = cmp.Or(err, cerr)
 	}
 	inflight := rt.runs.forget()
 	for _, t := range inflight {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 )
@@ -109,6 +110,12 @@ func (rt *Runtime[S]) attemptLoop(t *Task, st *State) (handedOff bool) {
 			if !rt.write(opRetry, t, StatusRunning, st, lastErr) || st.Status != StatusRunning {
 				return false // the record moved on without this run
 			}
+		}
+		if attempt > 1 && rt.gate.isClosed() {
+			// Shutdown began while the retry was being written (the
+			// store was slow): no attempt begins mid-teardown, as from
+			// the backoff.
+			t.cancel(ErrShutdown) // a cause it has already stays
 		}
 		if t.ctx.Err() != nil {
 			// Cancelled since its start or retry landed: the attempt
@@ -217,9 +224,17 @@ func (rt *Runtime[S]) call(t *Task, st *State) (res any, err error, handedOff bo
 // turning a panic in either into a *PanicError. A callback that calls
 // runtime.Goexit never returns: invoke logs it with its stack and marks
 // the run runGoexited for its caller's deferred handling (see attempts).
+//
+// The goroutine, which may have run another owner's task before and may
+// run one after, is this run's while the callback runs: its profiler
+// labels are those of the submission's context (pprof.Do), and neither
+// they nor a debug.SetPanicOnFault of the callback's outlive the call.
 func invoke(t *Task, cfg *Config) (res any, err error) {
+	pprof.SetGoroutineLabels(t.ctx)
 	returned := false
 	defer func() {
+		debug.SetPanicOnFault(false)
+		pprof.SetGoroutineLabels(context.Background())
 		if r := recover(); r != nil {
 			res, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
 		} else if !returned {
@@ -354,9 +369,23 @@ func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st *State, err error
 // finish writes a run's terminal record.
 func (rt *Runtime[S]) finish(t *Task, from Status, st *State, o outcome, err error) {
 	t.mark(runFinishing)
-	o.apply(st, now())
+	rt.endState(t, st, o, now())
 	st.Progress = t.Progress()
 	rt.write(opFinish, t, from, st, err)
+}
+
+// endState writes o, run t's end, into st, with the completion time at.
+// A run cancelled by a Cancel of this runtime that could not tell
+// whether its own write landed records who cancelled it and why, as
+// that write would have (see Cancel).
+func (rt *Runtime[S]) endState(t *Task, st *State, o outcome, at time.Time) {
+	o.apply(st, at)
+	if o.code != CauseCancelled || !t.has(runCancelNoted) {
+		return
+	}
+	if n, ok := rt.cancels.Load(t); ok {
+		st.CancelledBy, st.CancelReason = n.(cancelNote).by, n.(cancelNote).reason
+	}
 }
 
 // runOp names a run's store writes, for logs and for the change each
@@ -405,10 +434,16 @@ const (
 // retried, becomes that terminal write too, so st.Status tells the caller
 // what landed. err is the callback's error, reported with the change.
 func (rt *Runtime[S]) write(op runOp, t *Task, from Status, st *State, err error) bool {
+	return rt.writeWithin(rt.life, op, t, from, st, err)
+}
+
+// writeWithin is write, whose tries end with life rather than with the
+// runtime's life: life is that, or ends sooner (see Reset).
+func (rt *Runtime[S]) writeWithin(life context.Context, op runOp, t *Task, from Status, st *State, err error) bool {
 	r := t.ensureState()
 	t.mark(runWriting) // before the lock: a pass that finds it taken by this write does not wait
 	r.writeMu.Lock()
-	ok, fenced := rt.writeLocked(op, t, from, st)
+	ok, fenced := rt.writeLocked(life, op, t, from, st)
 	t.flags.And(^runWriting)
 	r.writeMu.Unlock()
 	if ok {
@@ -476,10 +511,10 @@ func endOf(t *Task, rec *Record) (change, bool) {
 	return change{kind: changeFinished, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, created: rec.CreatedAt, state: rec.State}, true
 }
 
-// writeLocked is write with the run's writeMu held. It reports whether
-// the write landed, and, when it did not, whether it was fenced out (or
-// found the record gone) rather than given up.
-func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok, fenced bool) {
+// writeLocked is writeWithin with the run's writeMu held. It reports
+// whether the write landed, and, when it did not, whether it was fenced
+// out (or found the record gone) rather than given up.
+func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from Status, st *State) (ok, fenced bool) {
 	// A write begun after Shutdown's cutoff is a late callback's outcome:
 	// it gets one try bounded on its own (see transition). One begun
 	// before has the runtime's life for its bound, and gives up when the
@@ -495,7 +530,7 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 			// over the RUNNING record that try would have left, too.
 			fence = fromStarting
 		}
-		ok, err := rt.transition(t, fence, st, late)
+		ok, err := rt.transition(life, t, fence, st, late)
 		if !ok && err == nil && failed != nil {
 			// Fenced out after a failed try: that try may have landed.
 			switch landed, known := rt.landed(t, st, late); {
@@ -512,8 +547,8 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 			return true, false
 		case err == nil, errors.Is(err, ErrNotFound):
 			return false, true // fenced out, or the record is gone
-		case rt.life.Err() != nil:
-			rt.giveUp(gaveUpAtShutdown, op, t, err)
+		case life.Err() != nil:
+			rt.giveUp(gaveUpMessage(rt.life), op, t, err)
 			return false, false
 		case permanentStoreError(err):
 			if st.Status.Terminal() && st.Cause == CauseStore {
@@ -538,12 +573,13 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 				cancelled.StartedAt, cancelled.Attempt = st.StartedAt, st.Attempt-1
 			}
 			*st = cancelled
-			causeOutcome(t.cause()).apply(st, now())
+			rt.endState(t, st, causeOutcome(t.cause()), now())
 		}
-		if !sleep(rt.life, jitter(backoff)) {
+		if !sleep(life, jitter(backoff)) {
 			// The runtime's life ended: Shutdown's cutoff, at which it
-			// counts this write among the records left unwritten.
-			rt.giveUp(gaveUpAtShutdown, op, t, err)
+			// counts this write among the records left unwritten; or
+			// Reset's ctx did, and a later Shutdown counts it.
+			rt.giveUp(gaveUpMessage(rt.life), op, t, err)
 			return false, false
 		}
 		if h := rt.hooks.Load(); h != nil && h.backedOff != nil {
@@ -556,6 +592,15 @@ func (rt *Runtime[S]) writeLocked(op runOp, t *Task, from Status, st *State) (ok
 // gaveUpAtShutdown is the log message of a run write given up because the
 // runtime's life ended.
 const gaveUpAtShutdown = "workers: run write abandoned: the runtime shut down; the record is left for recovery"
+
+// gaveUpMessage is the log message of a run write given up because the
+// bound of its tries ended: the runtime's life, or else Reset's ctx.
+func gaveUpMessage(life context.Context) string {
+	if life.Err() != nil {
+		return gaveUpAtShutdown
+	}
+	return "workers: run write abandoned: Reset's context ended; the record is left for recovery"
+}
 
 // giveUp records that run t's write of op was given up, with err, its
 // last try's error: the record is left for recovery, and Shutdown counts
@@ -576,20 +621,21 @@ func (rt *Runtime[S]) giveUp(msg string, op runOp, t *Task, err error) {
 const lastWriteTimeout = 5 * time.Second
 
 // transition is one try of a run's write. A write begun while the
-// runtime lives carries its life, which Shutdown's cutoff ends, bounded
+// runtime lives carries life, the runtime's life, which Shutdown's
+// cutoff ends, or a shorter one (see Reset), bounded
 // by StoreTimeout (see bounded), on every try: once the cutoff has
 // passed, a try fails at once, and the write gives up, so that no try
 // outlives the Shutdown that counted it. A late write (begun after the
 // cutoff: the outcome of a run whose callback returned late) gets its
 // one try bounded on its own, since no Shutdown waits for it; a queue
 // item's abandon write, made for Shutdown, is never late.
-func (rt *Runtime[S]) transition(t *Task, from []Status, st *State, late bool) (bool, error) {
+func (rt *Runtime[S]) transition(life context.Context, t *Task, from []Status, st *State, late bool) (bool, error) {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if late {
 		ctx, cancel = context.WithTimeout(context.Background(), lastWriteTimeout)
 	} else {
-		ctx, cancel = rt.bounded(rt.life) // each try: one cut off is tried again
+		ctx, cancel = rt.bounded(life) // each try: one cut off is tried again
 	}
 	defer cancel()
 	if rt.mem != nil {

@@ -254,7 +254,17 @@ type Runtime[S Store] struct {
 	// write reports it if it does not land (see leaveEndToWriter). settle
 	// drops what is left.
 	found sync.Map
+
+	// cancels holds, by run (*Task), who cancelled the run through
+	// Cancel and why, when Cancel could not tell whether its own write
+	// landed: the run's write of its end says so then (see endState).
+	// settle drops what is left.
+	cancels sync.Map
 }
+
+// cancelNote is who cancelled a run, and why, as Cancel writes them
+// into the record (State.CancelledBy, State.CancelReason).
+type cancelNote struct{ by, reason string }
 
 // cacheLinePad keeps the fields before it and those after it off one
 // cache line, where a struct's fields are written by one goroutine and
@@ -1122,6 +1132,9 @@ func (rt *Runtime[S]) handle(id, runID string) *Task {
 func (rt *Runtime[S]) settle(t *Task) {
 	if t.has(runEndKept) {
 		rt.found.Delete(t)
+	}
+	if t.has(runCancelNoted) {
+		rt.cancels.Delete(t)
 	}
 	rt.runs.settle(t)
 	if t.adm != nil {

@@ -416,3 +416,198 @@ func TestFaultAnOutcomeWriteIsNotTriedPastShutdownsCutoff(t *testing.T) {
 		assert.Equal(t, workers.StatusRunning, r.Status, "left for recovery")
 	})
 }
+
+// A run whose retry write (RUNNING, attempt 2) the store holds up when
+// Shutdown begins has no callback in flight, as a run in its backoff has
+// none: once the store answers and the write lands, it begins no other
+// attempt mid-teardown, within the grace or not, and ends CANCELLED by
+// the shutdown.
+func TestShutdownStartsNoAttemptWhoseRetryWriteLandsAfterItBegan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.Hang, Match: func(c *storetest.Call) bool {
+			return c.Next.Status == workers.StatusRunning && c.Next.Attempt == 2
+		}})
+		var attempts, afterShutdown atomic.Int32
+		var shutting atomic.Bool
+		sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			if shutting.Load() {
+				afterShutdown.Add(1)
+			}
+			if attempts.Add(1) == 1 {
+				return nil, errors.New("flaky")
+			}
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, owner, workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}))
+		require.NoError(t, err)
+		require.NoError(t, f.WaitInjected(context.Background(), storetest.OpTransitionTask, 1), "the retry write hangs")
+		synctest.Wait()
+
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done := make(chan error, 1)
+		shutting.Store(true)
+		go func() { done <- rt.Shutdown(sctx) }()
+		synctest.Wait() // Shutdown began, and waits out the grace
+		f.Release()     // the store answers: the retry write lands
+		synctest.Wait()
+		assert.Zero(t, afterShutdown.Load(), "attempts begun after Shutdown began")
+		require.NoError(t, <-done)
+		assert.EqualValues(t, 1, attempts.Load(), "attempts")
+		endedAs(t, mem, sub.ID, workers.StatusCancelled, workers.CauseShutdown)
+	})
+}
+
+// A Cancel whose write fails before it lands, and whose read to tell fails
+// too, still cancels the run here (as documented), whose own write then
+// records the cancel. That record must say what the cancel's write would
+// have said: CANCELLED by the user, with who cancelled and why. It says
+// "cancelled by System" instead (CancelledBy empty, no reason), and a queue
+// item so cancelled is then recorded by Shutdown as "Cancelled by worker
+// shutdown": the drain overwrites a person's cancel. The plainest way to
+// get there needs one fault only: a Cancel made under a request's deadline
+// that the store's write outlasts (a row lock, a slow database).
+func TestFaultACancelThatCannotTellItsOutcomeKeepsWhoCancelledAndWhy(t *testing.T) {
+	for _, path := range []string{"running", "queued", "deadline"} {
+		t.Run(path, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &storetest.Faults{}
+				mem := workers.NewMemStore()
+				bare := struct{ workers.Store }{mem} // no Leaser, no Notifier
+				rt := workers.NewRuntime(storetest.Faulty(bare, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
+				var sub workers.Submission
+				if path == "queued" {
+					_, sub = headAndBehind(t, rt)
+				} else {
+					started := make(chan struct{})
+					var err error
+					sub, err = rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+						close(started)
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}, owner)
+					require.NoError(t, err)
+					<-started
+				}
+
+				cctx := context.Background()
+				if path == "deadline" {
+					// The cancel's write outlasts the request's deadline;
+					// the read to tell then fails with the same deadline.
+					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.Hang, Match: func(c *storetest.Call) bool {
+						return c.ID == sub.ID && c.Next.Status == workers.StatusCancelled
+					}})
+					var cancel context.CancelFunc
+					cctx, cancel = context.WithTimeout(cctx, time.Second)
+					defer cancel()
+				} else {
+					var wrote atomic.Bool
+					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+						if c.ID == sub.ID && c.Next.Status == workers.StatusCancelled {
+							wrote.Store(true)
+							return true
+						}
+						return false
+					}})
+					f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+						return c.ID == sub.ID && wrote.Load()
+					}})
+				}
+				err := rt.Cancel(cctx, sub.ID, owner, workers.WithReason("no longer needed"))
+				require.Error(t, err, "the write and the read both failed")
+				synctest.Wait()
+				if path == "queued" {
+					// The item, cancelled here, waits behind the head until
+					// Shutdown drains the queue.
+					require.NoError(t, rt.Shutdown(context.Background()))
+				}
+				r, err := mem.GetTask(context.Background(), sub.ID)
+				require.NoError(t, err)
+				assert.Equal(t, workers.StatusCancelled, r.Status)
+				assert.Equal(t, workers.CauseCancelled, r.Cause, "recorded %q", r.Error)
+				assert.Equal(t, "alice", r.CancelledBy, "the record reads as a cancel by System")
+				assert.Equal(t, "no longer needed", r.CancelReason)
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
+}
+
+// Reset does not drain, and its ctx bounds it: over a store whose writes
+// fail, the writes of the waiting queue items end with its ctx, instead of
+// being retried for as long as the runtime lives, which held Reset, and
+// the test calling it, until Shutdown. Reset returns ctx's error; the
+// record not written is left PENDING, for recovery, and the next Shutdown
+// names it among the records left unwritten.
+func TestFaultResetIsBoundedByItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		_, behind := headAndBehind(t, rt)
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+			return c.ID == behind.ID && c.Next.Cause == workers.CauseShutdown
+		}})
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- rt.Reset(rctx) }()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		case <-time.After(time.Minute):
+			t.Errorf("Reset, its ctx ended %v ago, still retries a queue item's write", time.Since(start)-time.Second)
+			f.Heal()
+			<-done
+		}
+		assert.LessOrEqual(t, time.Since(start), time.Second+time.Millisecond, "Reset outlived its ctx")
+		f.Heal()
+		r, err := mem.GetTask(context.Background(), behind.ID)
+		if err == nil { // Reset cleared the records, unless the store is durable
+			assert.Equal(t, workers.StatusPending, r.Status, "left for recovery")
+		}
+		var se *workers.ShutdownError
+		require.ErrorAs(t, rt.Shutdown(context.Background()), &se)
+		assert.Equal(t, []string{behind.ID}, se.UnwrittenIDs)
+		assert.Zero(t, se.Executing)
+	})
+}
+
+// A run whose retry write (or a queue item's start write) keeps failing
+// has no callback executing: when Shutdown's ctx ends, its record (still
+// RUNNING, attempt 1) is left unwritten, for recovery, exactly as the
+// record of a run whose outcome write keeps failing is (see
+// TestFaultAnOutcomeWriteIsNotTriedPastShutdownsCutoff). Shutdown's error
+// counts and names it as a run left executing instead.
+func TestFaultShutdownCountsARetryWriteItGaveUpAsUnwritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		var calls atomic.Int32
+		sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			calls.Add(1)
+			return nil, errors.New("flaky")
+		}, owner, workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}))
+		require.NoError(t, err)
+		// Every write of the run after its first attempt fails: its retry
+		// (RUNNING, attempt 2), and the cancellation it becomes.
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+			return c.ID == sub.ID
+		}})
+		require.NoError(t, f.WaitInjected(context.Background(), storetest.OpTransitionTask, 1))
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var se *workers.ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Contains(t, err.Error(), "left 0 runs or goroutines executing and 1 live records of this runtime unwritten")
+		assert.Equal(t, []string{sub.ID}, se.UnwrittenIDs, "the record left, named as unwritten: %+v", se)
+		assert.Empty(t, se.ExecutingIDs, "no callback executes: %+v", se)
+		synctest.Wait()
+		assert.EqualValues(t, 1, calls.Load())
+		r, err := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusRunning, r.Status, "left for recovery")
+	})
+}

@@ -192,6 +192,14 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 	if err != nil {
 		return Snapshot{}, err
 	}
+	if rec.Status == StatusRunning && InstanceOf(rec.RunID) == rt.instance && rt.handle(rec.ID, rec.RunID) == nil {
+		// A run of this runtime that settled since the read: the
+		// record read may hold less progress than a Status before this
+		// one showed live. The record read again holds its end.
+		if again, err := rt.visibleRecord(ctx, id, auth); err == nil {
+			rec = again
+		}
+	}
 	return rt.snapshot(&rec, isSystem(auth)), nil
 }
 
@@ -272,7 +280,8 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // and nothing was cancelled. If the read fails too, it returns the store
 // error, and a run that this runtime executes is cancelled all the same:
 // its own writes are fenced on its run id, so its record ends CANCELLED
-// whether or not the cancel's write landed.
+// whether or not the cancel's write landed, saying who cancelled it and
+// why either way.
 //
 // The record keeps who cancelled (the Owner's user id; empty for System)
 // and, with WithReason, why, and every Snapshot shows both, so an owner
@@ -339,7 +348,13 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 					// Perhaps it did: a run of this runtime is
 					// cancelled all the same, lest it run on under a
 					// CANCELLED record that no later Cancel reaches.
-					// Its own writes are fenced on its run id.
+					// Its own writes are fenced on its run id; the
+					// end it writes, if this write did not land, says
+					// who cancelled it and why, as this one would
+					// have.
+					if t != nil && t.claim(runCancelNoted) {
+						rt.cancels.Store(t, cancelNote{by, co.reason})
+					}
 					rt.cancelRun(t)
 				}
 				return err

@@ -28,6 +28,16 @@ import (
 // A callback that calls runtime.Goexit (testing's FailNow and Fatal do)
 // fails the run for good, with CausePermanent and no retry, and its
 // stack is logged.
+//
+// The goroutine a callback runs on may have run earlier tasks, of other
+// owners, and may run later ones: it carries the profiler labels of the
+// submission's context (pprof.Do) while the callback runs, and a
+// debug.SetPanicOnFault of the callback's ends with the call. A callback
+// that locks its goroutine to its thread (runtime.LockOSThread) must
+// unlock it before it returns: a thread left locked, with whatever state
+// the callback gave it (a namespace, credentials), would run the tasks
+// that follow on that goroutine, where a goroutine of its own would have
+// ended and taken the thread with it.
 type Func func(ctx context.Context, t *Task) (any, error)
 
 // Task is one run of a task: the live object its callback holds. A re-run
@@ -142,6 +152,9 @@ const (
 	runProgressFailing
 	runGoexited // its callback called runtime.Goexit
 	runGaveUp   // a write of its gave up, counted in Runtime.gaveUp
+	// runCancelNoted is set when Runtime.cancels holds who cancelled the
+	// run and why, for its own write of its end.
+	runCancelNoted
 )
 
 // has reports whether flag is set.
