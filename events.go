@@ -953,6 +953,20 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 			if read {
 				read = false
 				rec, err := rt.visibleRecord(ctx, id, auth)
+				if last.RunID != "" && (errors.Is(err, ErrNotFound) || err == nil && rec.RunID != last.RunID) {
+					// The run shown, live, is no longer the record's: it
+					// ended and the key moved on (a re-run, a delete)
+					// before this read. Its end, if this runtime
+					// reported it, ends the stream; if not, that end is
+					// no longer in the store, and the stream ends with
+					// ErrNotFound rather than go on with another run.
+					if end := s.takeEnd(id, last.RunID); end != nil {
+						emit(*end)
+					} else {
+						yield(Snapshot{}, ErrNotFound)
+					}
+					return
+				}
 				if err != nil {
 					yield(Snapshot{}, err)
 					return
