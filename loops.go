@@ -90,10 +90,10 @@ type leaseState struct {
 	tries atomic.Uint64 // renewals answered, by the store or by their timeout
 
 	// Guarded by turn.
-	renewed time.Time // when the last renewal that succeeded was answered
-	lost    bool      // no lease is held: none was taken yet, or it was found lost since the last renewal
-	lastErr error     // the error of the last renewal answered, nil if it succeeded
-	partial bool      // the last renewal's maker gave up before its answer was whole (see renewWhileLost)
+	took    bool  // a renewal has succeeded: the lease was taken
+	lost    bool  // no lease is held: none was taken yet, or it was found lost since the last renewal
+	lastErr error // the error of the last renewal answered, nil if it succeeded
+	partial bool  // the last renewal's maker gave up before its answer was whole (see renewWhileLost)
 }
 
 // clock is the lease's monotonic clock reading at t.
@@ -361,8 +361,11 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 	ls := &rt.lease
 	sent := time.Now()
 	bound := rt.cfg.LeaseTTL // the first, which takes the lease
-	if !ls.renewed.IsZero() {
-		bound -= sent.Sub(ls.renewed)
+	if ls.took {
+		// What is left of the lease, counted from the start of the last
+		// renewal that landed: the store may have set its end that
+		// early, and a peer may recover the runs from then on.
+		bound = time.Duration(ls.until.Load() - ls.clock(sent))
 		if bound <= 0 {
 			bound = rt.cfg.LeaseInterval
 		}
@@ -399,13 +402,13 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 	if !extended && !ls.lost {
 		rt.loseLease("the lease had expired")
 	}
-	// The store set the expiry at some point during the call. Runs
-	// register without asking only until the earliest end that allows,
-	// counted from the call's start. The loop counts from the answer: if
-	// the expiry was set early, a peer may recover a run a little before
-	// this runtime learns of it at its next renewal, and fencing makes
-	// that harmless; renewals that are slow but land keep the lease.
-	ls.renewed, ls.lost = time.Now(), false
+	// The store set the expiry at some point during the call: the lease
+	// is counted from the call's start, the earliest that allows, by the
+	// loop and by the runs that register alike. A renewal whose answer
+	// comes late leaves the next one less time: one that hangs is cut
+	// off, and the lease lost, when the lease may have ended by the
+	// store's clock, before a peer may recover a run still executing.
+	ls.took, ls.lost = true, false
 	ls.until.Store(ls.clock(sent) + int64(rt.cfg.LeaseTTL))
 	return nil
 }

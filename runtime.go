@@ -46,13 +46,17 @@ type Config struct {
 	// store's clock: an instance that has not renewed for this long is
 	// dead to every other runtime, and its runs are recovered. It must
 	// exceed LeaseInterval; a few missed renewals are tolerated by
-	// design. A runtime that has not managed to renew for LeaseTTL, or
-	// that finds its lease expired, cancels its own runs with
-	// ErrAbandoned; its recovery loop ends the record of one whose
-	// callback goes on all the same. It registers no run on a lease that may have ended:
-	// once LeaseTTL has passed since the start of its last successful
-	// renewal, a submission renews the lease itself before it registers,
-	// or fails with the renewal's error. Such a renewal is bounded by the
+	// design. A runtime whose lease may have ended (LeaseTTL has passed
+	// since the start of its last successful renewal, the earliest the
+	// store may have set that lease's end; a renewal still in flight is
+	// cut off then), or that finds its lease expired, cancels its own
+	// runs with ErrAbandoned before a peer may recover them: renewals
+	// that each take more than half of LeaseTTL may lose the lease. Its
+	// recovery loop ends the record of a run whose callback goes on all
+	// the same. It registers no run on a lease that may have ended: once
+	// LeaseTTL has passed since the start of its last successful renewal,
+	// a submission renews the lease itself before it registers, or fails
+	// with the renewal's error. Such a renewal is bounded by the
 	// submission's context and by what is left of LeaseTTL (LeaseInterval
 	// once that has passed, its retries on a lost connection included; a
 	// whole LeaseTTL for the first, which takes the lease); submissions

@@ -162,9 +162,10 @@ func blockedUntil(started, release chan struct{}) workers.Func {
 	}
 }
 
-// slowRenewals: renewals delayed to just under the lease's expiry keep
-// it: a peer's recovery loop, over many rounds, recovers nothing, and the
-// slow replica abandons nothing.
+// slowRenewals: renewals slower than the interval, each landing before
+// the lease's end counted from the start of the one before, keep it: a
+// peer's recovery loop, over many rounds, recovers nothing, and the slow
+// replica abandons nothing.
 func slowRenewals(t *testing.T, open Opener) {
 	cfg := workers.Config{LeaseInterval: stallInterval, LeaseTTL: stallTTL}
 	var slow *stallingLeaser
@@ -176,10 +177,11 @@ func slowRenewals(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	recv(t, started, "the run starting")
-	// Each renewal lands 0.6 s after it began, well past the interval
-	// and 0.3 s short of the lease's end, which leaves room for a loaded
-	// machine.
-	slow.delay.Store(int64(stallTTL - stallInterval - 300*time.Millisecond))
+	// Each renewal lands 0.35 s after it began, well past the interval;
+	// the next, begun as it lands, lands 0.3 s short of the end of the
+	// lease the one before it renewed (a renewal may take what is left of
+	// that, and no more), which leaves room for a loaded machine.
+	slow.delay.Store(int64((stallTTL - 300*time.Millisecond) / 2))
 	deadline := time.Now().Add(4 * stallTTL)
 	for time.Now().Before(deadline) {
 		snap, err := a.Status(t.Context(), sub.ID, workers.System)

@@ -1,0 +1,124 @@
+package workers_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskgate/workers"
+)
+
+// partitioned is a MemStore, without its notices, seen from a replica
+// that the network cuts off: once late is set, the next lease renewal
+// lands at once (the store sets the expiry) but its answer comes lateBy
+// later, as one does whose commit waits (a synchronous standby, a
+// stalled disk) or whose reply is held up on the way; from then on the
+// replica is cut off, and every renewal and read hangs until its context
+// ends, as over a connection lost without a reset.
+type partitioned struct {
+	workers.Store // a *MemStore; its Notifier is not passed through
+	l             workers.Leaser
+	lateBy        time.Duration
+	late          atomic.Bool
+	cut           atomic.Bool
+}
+
+func (s *partitioned) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	if s.cut.Load() {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	extended, err := s.l.RenewLease(ctx, instance, ttl)
+	if s.late.CompareAndSwap(true, false) {
+		select {
+		case <-time.After(s.lateBy):
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		s.cut.Store(true)
+	}
+	return extended, err
+}
+
+func (s *partitioned) ReleaseLease(ctx context.Context, instance string) error {
+	return s.l.ReleaseLease(ctx, instance)
+}
+
+func (s *partitioned) LiveInstances(ctx context.Context) ([]string, error) {
+	return s.l.LiveInstances(ctx)
+}
+
+func (s *partitioned) GetTask(ctx context.Context, id string) (workers.Record, error) {
+	if s.cut.Load() {
+		<-ctx.Done()
+		return workers.Record{}, ctx.Err()
+	}
+	return s.Store.GetTask(ctx, id)
+}
+
+// A run must be cancelled by the time its instance's lease ends by the
+// store's clock: from then on a peer recovers it and a submission of its
+// key starts a second run. The renewal that hangs after one whose answer
+// came late is cut off LeaseTTL after that answer, not LeaseTTL after the
+// last successful renewal was sent: the runtime goes on executing its run
+// for as long as the answer was late, beside the peer's new run.
+func TestARenewalAfterALateAnswerIsCutOffWhenTheLeaseMayHaveEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		mem := workers.NewMemStore()
+		slow := &partitioned{Store: mem, l: mem, lateBy: 1500 * time.Millisecond}
+		cfg := workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+		a := workers.NewRuntime(slow, cfg)
+		require.NoError(t, a.Start(t.Context())) // t=0: A's lease ends at 3
+		peer := cfg
+		peer.RecoverInterval = 100 * time.Millisecond
+		b := workers.NewRuntime(mem, peer)
+		require.NoError(t, b.Start(t.Context()))
+
+		var firstCtx atomic.Pointer[context.Context]
+		started := make(chan struct{})
+		_, err := a.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			firstCtx.Store(&ctx)
+			close(started)
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, owner)
+		require.NoError(t, err)
+		<-started
+
+		// t=1: the renewal sets A's lease to end at 4 by the store's
+		// clock, and answers at 2.5; the next renewal hangs.
+		slow.late.Store(true)
+		time.Sleep(4200 * time.Millisecond) // t=4.2: the lease ended at 4
+		synctest.Wait()
+
+		rec, err := mem.GetTask(t.Context(), scoped(t, "k"))
+		require.NoError(t, err)
+		require.Equal(t, workers.StatusFailed, rec.Status, "the peer recovered the run once A's lease ended")
+
+		secondStarted := make(chan struct{})
+		_, err = b.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			close(secondStarted)
+			return "second", nil
+		}, owner)
+		require.NoError(t, err)
+		<-secondStarted
+		assert.Error(t, (*firstCtx.Load()).Err(),
+			"A's run still executes at t=4.2 while the peer runs the key again: A's lease ended at 4 by the store's clock")
+
+		first := *firstCtx.Load()
+		<-first.Done()
+		t.Logf("A cancelled its run at t=%v (%v), its lease having ended at t=4s by the store's clock; the peer's run started at t=4.2s",
+			time.Since(start), context.Cause(first))
+		time.Sleep(time.Second)
+		require.NoError(t, b.Shutdown(t.Context()))
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+	})
+}
