@@ -243,3 +243,41 @@ func BenchmarkMemStoreRerun(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLiveListing measures a listing of one owner's live tasks (as
+// Subscribe's first read and the HTTP event stream's check make one)
+// over a MemStore that keeps 10^3 and 10^5 of that owner's ended tasks.
+// Its cost should follow the live tasks, three here, not the history.
+func BenchmarkLiveListing(b *testing.B) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, n := range []int{1_000, 100_000} {
+		s := NewMemStore()
+		done := State{Status: StatusCompleted, StartedAt: t0, CompletedAt: t0}
+		for i := range n {
+			rec := Record{ID: "alice::old" + strconv.Itoa(i), RunID: "i.r" + strconv.Itoa(i), Watchers: []string{"alice"}, CreatedAt: t0.Add(time.Duration(i) * time.Microsecond), State: done}
+			if err := s.InsertTask(ctx, rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range 3 {
+			rec := Record{ID: "alice::live" + strconv.Itoa(i), RunID: "j.r" + strconv.Itoa(i), Watchers: []string{"alice"}, CreatedAt: t0.Add(time.Hour), State: State{Status: StatusPending}}
+			if err := s.InsertTask(ctx, rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rt := NewRuntime(s, Config{})
+		runtime.GC()
+		b.Run("history="+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if got, err := rt.List(ctx, alice, WithStatus(StatusPending, StatusRunning)); err != nil || len(got) != 3 {
+					b.Fatal(len(got), err)
+				}
+			}
+		})
+		b.StopTimer()
+		if err := rt.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

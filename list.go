@@ -53,7 +53,9 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 // follows new tasks. Each page costs one store query:
 // unfiltered, in proportion to the page, whatever the user's history; with
 // WithStatus or WithQueue, in proportion to the user's tasks it passes
-// over, which MemStore reads under its lock. Errors are List's.
+// over, which MemStore reads under its lock, except that a MemStore reads
+// a page of PENDING and RUNNING tasks alone from its live tasks, when
+// those are fewer. Errors are List's.
 func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...ListOption) (Page, error) {
 	c, f, err := listFilter(auth, opts)
 	if err != nil {

@@ -36,6 +36,7 @@ type memRecord struct {
 	status   uint8 // an index in memStatuses
 	removed  bool  // guarded by its shard's lock: no longer stored (see MemStore.transition)
 	shard    uint8 // the index of its shard plus one, set as it is stored; 0 before
+	livePos  int32 // guarded by its shard's lock: its index in the shard's live records plus one; 0 when not among them
 }
 
 // id returns the record's task id.
@@ -250,6 +251,10 @@ func (r *memRecord) setState(st *State) {
 
 // Status returns the record's status.
 func (r *memRecord) Status() Status { return memStatuses[r.status] }
+
+// live reports whether the record is PENDING or RUNNING (the first two
+// of memStatuses).
+func (r *memRecord) live() bool { return r.status <= 1 }
 
 // fill writes the record into v without copying its watchers or result:
 // the caller reads v under the record's shard lock and keeps none of

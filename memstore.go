@@ -73,8 +73,41 @@ const memShards = 16
 type memShard struct {
 	mu   sync.RWMutex
 	recs *idMap[*memRecord] // guarded by mu
+	live []*memRecord       // guarded by mu: its PENDING and RUNNING records, in no order (see track)
 	at   uint8              // its index in the store's shards plus one, which its records keep (memRecord.shard)
-	_    [31]byte           // to 64 bytes: a cache line
+	_    [7]byte            // to 64 bytes: a cache line
+}
+
+// track keeps r, one of the shard's records whose state may have
+// changed, among the shard's live records while its status is PENDING or
+// RUNNING, and out of them once it is not; mu is held for writing. A
+// listing of live records alone reads these instead of walking every
+// record it may see (see MemStore.matches): the records a user may see
+// are mostly ended ones, kept for Retention.
+func (sh *memShard) track(r *memRecord) {
+	switch live := r.live(); {
+	case live && r.livePos == 0:
+		sh.live = append(sh.live, r)
+		r.livePos = int32(len(sh.live))
+	case !live && r.livePos != 0:
+		sh.untrack(r)
+	}
+}
+
+// untrack takes r out of the shard's live records; mu is held for
+// writing. A list that has shrunk to a quarter of its array moves to a
+// smaller one, so that a burst of waiting tasks leaves no large array
+// behind.
+func (sh *memShard) untrack(r *memRecord) {
+	i, last := r.livePos-1, len(sh.live)-1
+	moved := sh.live[last]
+	sh.live[i], moved.livePos = moved, i+1
+	sh.live[last] = nil
+	sh.live = sh.live[:last]
+	r.livePos = 0
+	if cap(sh.live) > 256 && len(sh.live) < cap(sh.live)/4 {
+		sh.live = slices.Clone(sh.live)
+	}
 }
 
 // shard returns the shard of id's record.
@@ -102,11 +135,15 @@ func (s *MemStore) shardOf(id string, r *memRecord) *memShard {
 func (sh *memShard) replace(r *memRecord) {
 	old, ok := sh.recs.set(r)
 	r.shard = sh.at
+	sh.track(r)
 	if !ok {
 		return
 	}
 	if old.runID() == r.runID() {
 		r.run, old.run = old.run, nil
+	}
+	if old.livePos != 0 {
+		sh.untrack(old)
 	}
 	old.leave()
 }
@@ -114,6 +151,9 @@ func (sh *memShard) replace(r *memRecord) {
 // remove takes r out.
 func (sh *memShard) remove(r *memRecord) {
 	if sh.recs.deleteValue(r) {
+		if r.livePos != 0 {
+			sh.untrack(r)
+		}
 		r.leave()
 	}
 }
@@ -121,9 +161,11 @@ func (sh *memShard) remove(r *memRecord) {
 // clear takes every record out.
 func (sh *memShard) clear() {
 	for r := range sh.recs.all() {
+		r.livePos = 0
 		r.leave()
 	}
 	sh.recs.clear()
+	sh.live = nil
 }
 
 // leave marks r, taken out of its shard, removed; the run whose handle
@@ -279,6 +321,7 @@ func (s *MemStore) add(ctx context.Context, r *memRecord) error {
 		return ErrConflict
 	}
 	r.shard = sh.at
+	sh.track(r)
 	s.index(r)
 	s.notifyMinted(r)
 	return nil
@@ -305,6 +348,7 @@ func (s *MemStore) SetTask(ctx context.Context, rec Record) error {
 		return ErrNotFound
 	}
 	r.setState(&st)
+	sh.track(r)
 	s.notify(ctx, r)
 	return nil
 }
@@ -391,6 +435,7 @@ func (s *MemStore) transition(ctx context.Context, id string, r *memRecord, runI
 		return false, nil
 	}
 	r.setState(&next)
+	sh.track(r)
 	s.notify(ctx, r)
 	return true, nil
 }
@@ -506,8 +551,9 @@ const maxResultsGuess = 64 << 10
 // result, and is reused for the next. mu and every shard's lock are held.
 func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 	idx := &s.all
-	if f.VisibleTo != "" {
-		if idx = s.byUser[f.VisibleTo]; idx == nil {
+	user := f.VisibleTo
+	if user != "" {
+		if idx = s.byUser[user]; idx == nil {
 			return
 		}
 		// A user's index holds exactly the records the user may see
@@ -515,6 +561,13 @@ func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 		// the check would read each record's id and watchers, which at
 		// a million records are cache misses.
 		f.VisibleTo = ""
+	}
+	if liveOnly(f.Statuses) {
+		// The live records, fewer than those of the index: a listing
+		// of them costs what they are, not what the index holds.
+		if live := s.liveRecords(user, idx.len()); live != nil {
+			idx = live
+		}
 	}
 	if f.Limit > 0 {
 		size(min(f.Limit, idx.len()))
@@ -528,6 +581,49 @@ func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 		}
 		return f.Limit <= 0 || n < f.Limit
 	})
+}
+
+// liveOnly reports whether statuses, a filter's, keeps live records alone:
+// PENDING, RUNNING or both.
+func liveOnly(statuses []Status) bool {
+	if len(statuses) == 0 {
+		return false
+	}
+	for _, st := range statuses {
+		if st != StatusPending && st != StatusRunning {
+			return false
+		}
+	}
+	return true
+}
+
+// liveRecords returns, sorted in an index of their own, the live records
+// user may see (every live record for ""), or nil when the store holds
+// more than an eighth of than live records, than being the size of the
+// index they would otherwise be read from, which is sorted already: a
+// walk of that then costs less than the sort.
+// mu and every shard's lock are held.
+func (s *MemStore) liveRecords(user string, than int) *ordered {
+	n := 0
+	for i := range s.shards {
+		n += len(s.shards[i].live)
+	}
+	if n > than/8 {
+		return nil
+	}
+	recs := make([]*memRecord, 0, n)
+	for i := range s.shards {
+		for _, r := range s.shards[i].live {
+			if user == "" || r.seenBy(user) {
+				recs = append(recs, r)
+			}
+		}
+	}
+	if len(recs) == 0 {
+		return &ordered{}
+	}
+	slices.SortFunc(recs, compareMem)
+	return &ordered{chunks: [][]*memRecord{recs}, n: len(recs)}
 }
 
 // DeleteFinished implements Store. It walks the records in listing order
@@ -663,6 +759,15 @@ func (s *MemStore) unindex(r *memRecord) {
 			}
 		}
 	})
+}
+
+// seenBy reports whether user's index holds r (see eachUser).
+func (r *memRecord) seenBy(user string) bool {
+	if slices.Contains(r.watchers(), user) {
+		return true
+	}
+	o, ok := ownerOfStored(r.id())
+	return ok && o == user
 }
 
 // eachUser calls f with every user whose index holds r, once each: its
