@@ -65,7 +65,8 @@ func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...
 	if size <= 0 {
 		size = DefaultPageSize
 	}
-	f.Limit = size + 1 // one more tells whether a next page exists
+	size = min(size, math.MaxInt-1) // as good as no bound
+	f.Limit = size + 1              // one more tells whether a next page exists
 	tasks, more, err := rt.listSnapshots(ctx, f, c.system, true)
 	if err != nil {
 		return Page{}, err

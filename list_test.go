@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -462,4 +463,33 @@ func TestListRefusesAnUnknownStatusAndANegativeLimit(t *testing.T) {
 		_, err = rt.ListPage(ctx, alice, opt)
 		assert.ErrorIs(t, err, ErrInvalidOption)
 	}
+}
+
+// A page as large as an int allows lists every task, with no next page,
+// over every store: one more, to tell whether a next page exists, must
+// not overflow into a negative limit.
+func TestListPageWithTheLargestLimitListsEverything(t *testing.T) {
+	for _, s := range []Store{NewMemStore(), &negativeLimitRefused{NewMemStore()}} {
+		rt := newRuntime(t, s, Config{})
+		for i := range 3 {
+			sub, err := rt.Submit(ctx, fmt.Sprint("k", i), noop, alice)
+			require.NoError(t, err)
+			settled(t, rt, sub.ID)
+		}
+		p, err := rt.ListPage(ctx, alice, WithLimit(math.MaxInt))
+		require.NoError(t, err)
+		assert.Len(t, p.Tasks, 3)
+		assert.Empty(t, p.Next)
+	}
+}
+
+// negativeLimitRefused is a store that refuses a negative limit, as a SQL
+// store's LIMIT does.
+type negativeLimitRefused struct{ *MemStore }
+
+func (s *negativeLimitRefused) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("LIMIT must not be negative: %d", f.Limit)
+	}
+	return s.MemStore.ListTasks(ctx, f)
 }
