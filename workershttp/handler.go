@@ -52,8 +52,9 @@
 // client has the response's headers shows. A reconnected stream begins
 // the same way, with what is live then: a task that ended while the
 // client was away sends no end, so a view that keeps tasks re-reads GET
-// /tasks each time its stream opens (EventSource's open event), as the
-// dashboard does. Only the run that Last-Event-ID names numbers its ids
+// /tasks each time its stream opens (EventSource's open event), and GET
+// /tasks/{id} for a task it shows live that the list no longer has, as
+// the dashboard does. Only the run that Last-Event-ID names numbers its ids
 // on; the other runs' ids start again at 1.
 package workershttp
 

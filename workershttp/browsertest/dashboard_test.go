@@ -432,3 +432,58 @@ func TestDashboardDropsATaskThatIsGone(t *testing.T) {
 		t.Fatalf("the stream stopped after the gone task: %v", err)
 	}
 }
+
+// A task shown live whose end came while the stream was down, and which
+// a hundred newer tasks then pushed out of the list the page reads on
+// reconnecting, shows its end: the page reads such a row on its own.
+func TestDashboardShowsTheEndOfATaskTheListNoLongerHas(t *testing.T) {
+	bin := chromium(t)
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	h := server(rt)
+	// While held, a new stream waits to be served: the page reconnects
+	// only once the task has ended and the newer ones are in.
+	var held atomic.Bool
+	resume := make(chan struct{})
+	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/events" && held.Load() {
+			select {
+			case <-resume:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	old, finish := submitHeld(t, rt, "old")
+
+	bctx := openBrowser(t, bin)
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login?user=alice"),
+		attr(row(old.ID), "status", "running"),
+		isLive,
+	); err != nil {
+		t.Fatalf("dashboard did not load: %v", err)
+	}
+	held.Store(true)
+	srv.CloseClientConnections() // the stream drops; the page reconnects, and waits
+	close(finish)
+	if _, err := rt.Wait(ctx, old.ID, workers.System); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		sub, err := rt.Submit(ctx, fmt.Sprint("newer-", i), func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Wait(ctx, sub.ID, workers.System); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held.Store(false)
+	close(resume)
+	if err := chromedp.Do(bctx, attr(row(old.ID), "status", "completed")); err != nil {
+		shown, _ := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%s).dataset.status`, strconv.Quote(row(old.ID)))))
+		t.Fatalf("after the reconnection the task that ended meanwhile shows %q, not its end: %v", shown, err)
+	}
+}
