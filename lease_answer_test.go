@@ -122,3 +122,99 @@ func TestARenewalAfterALateAnswerIsCutOffWhenTheLeaseMayHaveEnded(t *testing.T) 
 		_ = a.Shutdown(ctx)
 	})
 }
+
+// slowTake is a MemStore, without its notices, whose first lease renewal
+// (the take) lands at once, the store setting the lease's end LeaseTTL
+// from then, but answers takeBy later, as over a cold connection whose
+// reply is slow; every renewal after it hangs until its context ends.
+type slowTake struct {
+	workers.Store // a *MemStore; its Notifier is not passed through
+	l             workers.Leaser
+	takeBy        time.Duration
+	n             atomic.Int32
+}
+
+func (s *slowTake) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	if s.n.Add(1) > 1 {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	extended, err := s.l.RenewLease(ctx, instance, ttl)
+	select {
+	case <-time.After(s.takeBy):
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return extended, err
+}
+
+func (s *slowTake) ReleaseLease(ctx context.Context, instance string) error {
+	return s.l.ReleaseLease(ctx, instance)
+}
+
+func (s *slowTake) LiveInstances(ctx context.Context) ([]string, error) {
+	return s.l.LiveInstances(ctx)
+}
+
+// The take may take most of a LeaseTTL (a cold connection may be slow).
+// One that answers later than LeaseTTL-LeaseInterval after it was sent
+// leaves the lease's end before the loop's first renewal: the loop wakes
+// at that end, with no renewal in flight to cut off, and cancels the run
+// submitted right after Start before a peer recovers it and runs its key
+// again.
+func TestARunIsCancelledWhenTheLeaseMayHaveEndedAfterASlowTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		mem := workers.NewMemStore()
+		slow := &slowTake{Store: mem, l: mem, takeBy: 2500 * time.Millisecond}
+		cfg := workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+		a := workers.NewRuntime(slow, cfg)
+		require.NoError(t, a.Start(t.Context())) // t=2.5: the lease, set at t=0, ends at t=3
+		peer := cfg
+		peer.RecoverInterval = 100 * time.Millisecond
+		b := workers.NewRuntime(mem, peer)
+		require.NoError(t, b.Start(t.Context()))
+
+		var firstCtx atomic.Pointer[context.Context]
+		started := make(chan struct{})
+		_, err := a.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			firstCtx.Store(&ctx)
+			close(started)
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, owner)
+		require.NoError(t, err, "registered before the lease's end")
+		<-started
+
+		time.Sleep(800 * time.Millisecond) // t=3.3: the lease ended at t=3; A's first renewal is due at t=3.5
+		synctest.Wait()
+		rec, err := mem.GetTask(t.Context(), scoped(t, "k"))
+		require.NoError(t, err)
+		require.Equal(t, workers.StatusFailed, rec.Status, "the peer recovered the run once A's lease ended")
+		secondStarted := make(chan struct{})
+		_, err = b.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			close(secondStarted)
+			return "second", nil
+		}, owner)
+		require.NoError(t, err)
+		<-secondStarted
+		assert.Error(t, (*firstCtx.Load()).Err(),
+			"A's run still executes at t=3.3 while the peer runs the key again: A's lease ended at t=3 by the store's clock")
+
+		first := *firstCtx.Load()
+		<-first.Done()
+		t.Logf("A cancelled its run at t=%v (%v); its lease ended at t=3s", time.Since(start), context.Cause(first))
+		require.NoError(t, b.Shutdown(t.Context()))
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+	})
+}
+
+// Cancel's doc: when its write fails and the read to tell fails too, "a
+// run that this runtime executes is cancelled all the same: its own
+// writes are fenced on its run id, so its record ends CANCELLED whether
+// or not the cancel's write landed, saying who cancelled it and why
+// either way". A callback that, told to stop, returns what it has with
+// a nil error (a common shape: return the partial result) has its run
+// recorded COMPLETED instead: the run's own end write is the outcome of

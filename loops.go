@@ -289,15 +289,19 @@ func (rt *Runtime[S]) renewUnlessShut(ctx context.Context, l Leaser, until time.
 	return err
 }
 
-// renewLease renews the lease every LeaseInterval until ctx ends. While
-// renewals fail, it also wakes at the lease's earliest end, if that comes
-// before the next renewal: the lease is then lost on time.
+// renewLease renews the lease every LeaseInterval until ctx ends. It
+// also wakes at the lease's earliest end, if that comes before the next
+// renewal (renewals fail, or one, the take say, answered late): the lease
+// is then lost on time.
 func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 	ls := &rt.lease
 	tick := time.NewTicker(rt.cfg.LeaseInterval)
 	defer tick.Stop()
 	end := time.NewTimer(time.Hour)
 	end.Stop()
+	if until := ls.until.Load(); until != 0 {
+		end.Reset(max(time.Duration(until-ls.now()), 0))
+	}
 	defer end.Stop()
 	for {
 		due := false
@@ -319,8 +323,8 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			// another instance may recover the runs from now on.
 			rt.loseLease("the lease could not be renewed before its end")
 		}
-		if ls.lastErr != nil && !ls.lost {
-			end.Reset(max(time.Duration(ls.until.Load()-ls.now()), 0))
+		if until := ls.until.Load(); !ls.lost && until != 0 {
+			end.Reset(max(time.Duration(until-ls.now()), 0))
 		} else {
 			end.Stop()
 		}

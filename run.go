@@ -131,7 +131,7 @@ func (rt *Runtime[S]) attemptLoop(t *Task, st *State) (handedOff bool) {
 		switch {
 		case handedOff:
 			return true
-		case err == nil && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
+		case err == nil && !errors.Is(context.Cause(t.ctx), ErrAbandoned) && !rt.cancelledUndecided(t):
 			rt.finishCompleted(t, st, res)
 			return false
 		case panicked && (attempt >= t.opts.retry.MaxAttempts || t.ctx.Err() != nil) && !errors.Is(context.Cause(t.ctx), ErrAbandoned):
@@ -374,6 +374,14 @@ func (rt *Runtime[S]) finish(t *Task, from Status, st *State, o outcome, err err
 	rt.write(opFinish, t, from, st, err)
 }
 
+// cancelledUndecided reports whether run t was cancelled by a Cancel of
+// this runtime that could not tell whether its own write landed: the
+// run's end is then that cancel's, whatever the callback returned, as
+// the record says if that write did land.
+func (rt *Runtime[S]) cancelledUndecided(t *Task) bool {
+	return t.has(runCancelNoted) && errors.Is(context.Cause(t.ctx), ErrCancelled)
+}
+
 // endState writes o, run t's end, into st, with the completion time at.
 // A run cancelled by a Cancel of this runtime that could not tell
 // whether its own write landed records who cancelled it and why, as
@@ -493,7 +501,7 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task, started time.Time) {
 	if rt.life.Err() != nil && (op != opFinish || len(rt.cfg.Observers) == 0) {
 		return
 	}
-	rec, err := rt.readBack(t, rt.life.Err() != nil)
+	rec, err := rt.readBack(rt.life, t, rt.life.Err() != nil)
 	if end, ok := endOf(t, &rec); err == nil && ok {
 		rt.reportEnd(t, end)
 	} else if errors.Is(err, ErrNotFound) || err == nil && rec.RunID != t.RunID() {
@@ -533,7 +541,7 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 		ok, err := rt.transition(life, t, fence, st, late)
 		if !ok && err == nil && failed != nil {
 			// Fenced out after a failed try: that try may have landed.
-			switch landed, known := rt.landed(t, st, late); {
+			switch landed, known := rt.landed(life, t, st, late); {
 			case landed:
 				t.setState(st)
 				return true, false
@@ -686,8 +694,8 @@ var errLandedUnknown = errors.New("workers: could not read whether an earlier tr
 // landed reports whether the record holds exactly the state st of run t,
 // which a write that reported a failure may have stored after all; known
 // is false if the record could not be read (see readBack).
-func (rt *Runtime[S]) landed(t *Task, st *State, late bool) (landed, known bool) {
-	rec, err := rt.readBack(t, late)
+func (rt *Runtime[S]) landed(life context.Context, t *Task, st *State, late bool) (landed, known bool) {
+	rec, err := rt.readBack(life, t, late)
 	switch {
 	case err == nil:
 		return wrote(&rec, t.RunID(), st), true
@@ -700,10 +708,11 @@ func (rt *Runtime[S]) landed(t *Task, st *State, late bool) (landed, known bool)
 // readBack reads t's record after a write that did not land, or did not
 // say whether it did. A read that fails for a transient reason is
 // retried with backoff, within the bound of the write's own tries (see
-// transition): the runtime's life, which Shutdown's cutoff ends, unless
-// the write is late, begun after that cutoff.
-func (rt *Runtime[S]) readBack(t *Task, late bool) (Record, error) {
-	parent := rt.life
+// transition): life, the runtime's, which Shutdown's cutoff ends, or a
+// shorter one (see Reset), unless the write is late, begun after that
+// cutoff.
+func (rt *Runtime[S]) readBack(life context.Context, t *Task, late bool) (Record, error) {
+	parent := life
 	if late {
 		parent = context.WithoutCancel(rt.life)
 	}

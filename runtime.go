@@ -1137,12 +1137,12 @@ func (rt *Runtime[S]) settle(t *Task) {
 	if t.has(runEndKept) {
 		rt.found.Delete(t)
 	}
-	if t.has(runCancelNoted) {
-		rt.cancels.Delete(t)
-	}
 	rt.runs.settle(t)
 	if t.adm != nil {
 		rt.adm.release(t.adm) // the callback has returned: its slot frees
 	}
 	t.markSettled()
+	if t.has(runCancelNoted) { // after markSettled: see Cancel
+		rt.cancels.Delete(t)
+	}
 }

@@ -611,3 +611,70 @@ func TestFaultShutdownCountsARetryWriteItGaveUpAsUnwritten(t *testing.T) {
 		assert.Equal(t, workers.StatusRunning, r.Status, "left for recovery")
 	})
 }
+
+// Reset's ctx bounds a waiting item's write whole: a write that lands but
+// is reported failed (a lost acknowledgement) is tried again, fenced out,
+// and read back to tell whether it landed; that read ends with Reset's
+// ctx too, not 5 s later (lastWriteTimeout) when it hangs.
+func TestFaultResetIsBoundedByItsContextWhenTheReadBackHangs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, _, f := faulty(workers.Config{})
+		_, behind := headAndBehind(t, rt)
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: func(c *storetest.Call) bool {
+			return c.ID == behind.ID && c.Next.Cause == workers.CauseShutdown
+		}})
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Fault: storetest.Hang, Match: func(c *storetest.Call) bool {
+			return c.ID == behind.ID
+		}})
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		err := rt.Reset(rctx)
+		took := time.Since(start)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.LessOrEqual(t, took, time.Second+100*time.Millisecond, "Reset returned %v after its ctx ended", took-time.Second)
+		f.Heal()
+		f.Release()
+		_ = rt.Shutdown(context.Background())
+	})
+}
+
+// A Cancel whose write fails, and whose read to tell fails too, cancels
+// the run all the same, and the run's own end says CANCELLED, by whom and
+// why, whatever its callback returns: here, told to stop, it returns what
+// it has with a nil error (a common shape), which without that cancel
+// would have completed the run.
+func TestFaultACancelThatCannotTellItsOutcomeEndsTheRunCancelledWhateverItReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &storetest.Faults{}
+		mem := workers.NewMemStore()
+		bare := struct{ workers.Store }{mem} // no Leaser, no Notifier
+		rt := workers.NewRuntime(storetest.Faulty(bare, f), workers.Config{Logger: quiet})
+		started := make(chan struct{})
+		sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+			close(started)
+			<-ctx.Done()
+			return "partial", nil
+		}, owner)
+		require.NoError(t, err)
+		<-started
+		var wrote atomic.Bool
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+			if c.ID == sub.ID && c.Next.Status == workers.StatusCancelled {
+				wrote.Store(true)
+				return true
+			}
+			return false
+		}})
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+			return c.ID == sub.ID && wrote.Load()
+		}})
+		require.Error(t, rt.Cancel(context.Background(), sub.ID, owner, workers.WithReason("no longer needed")))
+		synctest.Wait()
+		r, err := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusCancelled, r.Status, "the run the Cancel cancelled ended %s, %q", r.Status, r.Error)
+		assert.Equal(t, "alice", r.CancelledBy)
+		require.NoError(t, rt.Shutdown(context.Background()))
+	})
+}

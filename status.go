@@ -352,9 +352,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 					// end it writes, if this write did not land, says
 					// who cancelled it and why, as this one would
 					// have.
-					if t != nil && t.claim(runCancelNoted) {
-						rt.cancels.Store(t, cancelNote{by, co.reason})
-					}
+					rt.noteCancel(t, cancelNote{by, co.reason})
 					rt.cancelRun(t)
 				}
 				return err
@@ -389,6 +387,23 @@ func (rt *Runtime[S]) liveHandle(ctx context.Context, id, runID string) (*Task, 
 		h.unlock()
 	}
 	return t, nil
+}
+
+// noteCancel keeps n, who cancelled run t (live in this runtime unless
+// nil) and why, for the run's own write of its end, unless a Cancel kept
+// one first. The note is kept before the flag is set, and the flag before
+// the run is cancelled, so the end the cancel brings finds it; a run that
+// settled meanwhile, whose settle may have looked for the flag before it
+// was set, has its note dropped here.
+func (rt *Runtime[S]) noteCancel(t *Task, n cancelNote) {
+	if t == nil {
+		return
+	}
+	rt.cancels.LoadOrStore(t, n)
+	t.mark(runCancelNoted)
+	if t.isSettled() {
+		rt.cancels.Delete(t)
+	}
 }
 
 // cancelRun cancels run t, live in this runtime unless nil, with
