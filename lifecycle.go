@@ -317,8 +317,9 @@ type ShutdownError struct {
 	// a store call that ignores its context.
 	Executing int
 	// Unwritten counts the live records of this runtime whose writes
-	// were given up at the cutoff (a queue item still PENDING, the
-	// outcome of a run whose callback returned). A run counted in
+	// were given up: at the cutoff (a queue item still PENDING, the
+	// outcome of a run whose callback returned), or when a Reset's ctx
+	// ended before its queue items were recorded. A run counted in
 	// Executing is not counted here as well, though its record shows it
 	// live until its callback returns and its outcome lands.
 	Unwritten int
@@ -326,11 +327,11 @@ type ShutdownError struct {
 	// runs Shutdown knew of (a run, or a queue item still being
 	// recorded), sorted.
 	ExecutingIDs []string
-	// UnwrittenIDs holds the ids of the tasks whose records this
-	// Shutdown left unwritten, sorted.
+	// UnwrittenIDs holds the ids of the tasks whose records are left
+	// unwritten, as Unwritten counts them, sorted.
 	UnwrittenIDs []string
-	// Err is ctx's error when ctx ended, and nil when it did not and the
-	// store refused the records' writes.
+	// Err is ctx's error when ctx ended, and nil when it did not: the
+	// store refused the records' writes, or a Reset gave them up.
 	Err error
 }
 
@@ -359,7 +360,7 @@ func (e *ShutdownError) Error() string {
 		b.WriteString(")")
 	}
 	if e.Err == nil {
-		b.WriteString(": the store refused their writes")
+		b.WriteString(": the store refused their writes, or a Reset gave them up")
 	} else {
 		b.WriteString(": " + e.Err.Error())
 	}

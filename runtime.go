@@ -51,7 +51,9 @@ type Config struct {
 	// store may have set that lease's end; a renewal still in flight is
 	// cut off then), or that finds its lease expired, cancels its own
 	// runs with ErrAbandoned before a peer may recover them: renewals
-	// that each take more than half of LeaseTTL may lose the lease. Its
+	// that each take longer than the lesser of LeaseTTL/2 and
+	// LeaseTTL-LeaseInterval (7.5 seconds with the defaults) may lose the
+	// lease. Its
 	// recovery loop ends the record of a run whose callback goes on all
 	// the same. It registers no run on a lease that may have ended: once
 	// LeaseTTL has passed since the start of its last successful renewal,

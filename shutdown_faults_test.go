@@ -85,7 +85,7 @@ func TestFaultShutdownErrorForRecordsTheStoreRefused(t *testing.T) {
 				err = rt.Shutdown(context.Background())
 				require.Error(t, err)
 				assert.NotContains(t, err.Error(), "%!w", "Shutdown's error wraps a nil error")
-				assert.Equal(t, "workers: shutdown left 0 runs or goroutines executing and 1 live records of this runtime unwritten (unwritten: "+sub.ID+"): the store refused their writes", err.Error())
+				assert.Equal(t, "workers: shutdown left 0 runs or goroutines executing and 1 live records of this runtime unwritten (unwritten: "+sub.ID+"): the store refused their writes, or a Reset gave them up", err.Error())
 				var se *workers.ShutdownError
 				require.ErrorAs(t, err, &se)
 				assert.Equal(t, []string{sub.ID}, se.UnwrittenIDs, "the record left, named")
