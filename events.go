@@ -947,6 +947,14 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 				read = true
 				return true
 			}
+			if last.RunID != "" && snap.RunID != last.RunID {
+				// A later run, while the one shown is live: that one
+				// ended unseen here (another runtime cancelled it, say,
+				// and its own end was fenced out by this run's record).
+				// The read ends the stream with its end, or ErrNotFound.
+				read = true
+				return true
+			}
 			return emit(*snap)
 		}
 		for {

@@ -192,15 +192,25 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if rec.Status == StatusRunning && InstanceOf(rec.RunID) == rt.instance && rt.handle(rec.ID, rec.RunID) == nil {
-		// A run of this runtime that settled since the read: the
-		// record read may hold less progress than a Status before this
-		// one showed live. The record read again holds its end.
-		if again, err := rt.visibleRecord(ctx, id, auth); err == nil {
-			rec = again
+	var t *Task
+	if !rec.Status.Terminal() {
+		t = rt.handle(rec.ID, rec.RunID)
+		if t == nil && rec.Status == StatusRunning && InstanceOf(rec.RunID) == rt.instance {
+			// A run of this runtime that settled since the read: the
+			// record read may hold less progress than a Status before
+			// this one showed live. The record read again holds its
+			// end.
+			if again, err := rt.visibleRecord(ctx, id, auth); err == nil {
+				rec = again
+			}
+			if !rec.Status.Terminal() {
+				t = rt.handle(rec.ID, rec.RunID)
+			}
 		}
 	}
-	return rt.snapshot(&rec, isSystem(auth)), nil
+	// The handle looked up once: one that settles meanwhile still holds
+	// the progress it showed.
+	return rt.snapshotOf(&rec, t, isSystem(auth)), nil
 }
 
 // snapshot renders a record, with live progress when this runtime runs it;
@@ -211,15 +221,23 @@ func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority)
 // then, not as this read found it, which the run may have left behind
 // since. (Observers heard of the join from the runtime that made it.)
 func (rt *Runtime[S]) snapshot(rec *Record, system bool) Snapshot {
+	var t *Task
+	if !rec.Status.Terminal() {
+		t = rt.handle(rec.ID, rec.RunID)
+	}
+	return rt.snapshotOf(rec, t, system)
+}
+
+// snapshotOf is snapshot with t, the handle of rec's run when this
+// runtime holds it (nil otherwise), looked up already.
+func (rt *Runtime[S]) snapshotOf(rec *Record, t *Task, system bool) Snapshot {
 	var s Snapshot
 	s.fromRecord(rec, system)
-	if !s.Status.Terminal() {
-		if t := rt.handle(s.ID, s.RunID); t != nil {
-			if t.learnWatchers(rec.Watchers) && rt.hub.n.Load() > 0 {
-				rt.hub.reread(s.ID, rec.Watchers)
-			}
-			t.showLive(&s)
+	if t != nil && !s.Status.Terminal() {
+		if t.learnWatchers(rec.Watchers) && rt.hub.n.Load() > 0 {
+			rt.hub.reread(s.ID, rec.Watchers)
 		}
+		t.showLive(&s)
 	}
 	return s
 }
