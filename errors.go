@@ -162,7 +162,7 @@ type AuthorizationError struct {
 
 func (e *AuthorizationError) Error() string {
 	if e.TaskID == "" && e.Queue == "" {
-		return fmt.Sprintf("workers: %s: %q may not", e.Op, e.UserID)
+		return fmt.Sprintf("workers: %s: %q may not read them", e.Op, e.UserID)
 	}
 	if e.TaskID != "" {
 		return fmt.Sprintf("workers: %s: %q may not join task %q", e.Op, e.UserID, e.TaskID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,9 @@ func (l *loops) goroutine(f func(ctx context.Context)) {
 	l.done = append(l.done, done)
 	go func() {
 		defer close(done)
+		// Started from a caller's goroutine, whose profiler labels
+		// (pprof.Do, a tenant's) it would keep for the runtime's life.
+		pprof.SetGoroutineLabels(context.Background())
 		f(l.ctx)
 	}()
 }

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -214,6 +215,9 @@ func (rt *Runtime[S]) retireQueuesLocked(pick func(q *queue, empty bool) bool) (
 // (see attempts), and the processor's deferred call frees its place and
 // goes on with the queue on a new goroutine.
 func (rt *Runtime[S]) process(q *queue) {
+	// Started from a submitter's goroutine, whose profiler labels it
+	// would keep, and hand on to its items' goroutines, while it lives.
+	pprof.SetGoroutineLabels(context.Background())
 	var wg sync.WaitGroup
 	var inline *Task // the item this goroutine executes, if any
 	drained := false

@@ -304,7 +304,7 @@ func (c *Config) validate() error {
 		}
 	}
 	for i, o := range c.Observers {
-		if o == nil {
+		if f, ok := o.(ObserverFunc); o == nil || ok && f == nil {
 			return fmt.Errorf("%w: Observers[%d] is nil", ErrInvalidOption, i)
 		}
 	}
