@@ -1031,7 +1031,8 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // Subscribe yields a snapshot each time a task the caller may see
 // changes: for an Owner the tasks it owns or watches, for System every
 // task, narrowed by the same options as List (WithStatus, WithQueue;
-// WithLimit does not apply to a stream). WithStatus chooses the tasks the
+// WithLimit, WithOrder and WithCursor do not apply to a stream, though a
+// value List refuses is refused here too). WithStatus chooses the tasks the
 // stream shows: a task it has shown is followed to its end, each of its
 // changes yielded whatever its status, so that a view of the running
 // tasks learns when one ends. It begins with the current
@@ -1090,7 +1091,10 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 	f := o.f
 	c, err := resolve(auth)
 	if err == nil {
-		err = checkSelection(f)
+		err = o.check()
+	}
+	if err == nil && o.cursor != "" {
+		_, _, err = decodeCursor(o.cursor)
 	}
 	var early *subscriber // the subscription the call starts, for the first range
 	var stop func() bool  // ends the removal of early when ctx ends

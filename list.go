@@ -113,6 +113,19 @@ func (rt *Runtime[S]) listSnapshots(ctx context.Context, f Filter, system, peek 
 	return out, more, nil
 }
 
+// check refuses the options a listing cannot take: an unknown order, a
+// negative limit, a selection checkSelection refuses. (A cursor is
+// checked as it is decoded.)
+func (o *listOptions) check() error {
+	if o.f.Order != OldestFirst && o.f.Order != NewestFirst {
+		return fmt.Errorf("%w: unknown order %d", ErrInvalidOption, o.f.Order)
+	}
+	if o.f.Limit < 0 {
+		return fmt.Errorf("%w: negative limit %d", ErrInvalidOption, o.f.Limit)
+	}
+	return checkSelection(o.f)
+}
+
 // listFilter builds the store filter of a listing.
 func listFilter(auth TaskAuthority, opts []ListOption) (caller, Filter, error) {
 	c, err := resolve(auth)
@@ -125,13 +138,7 @@ func listFilter(auth TaskAuthority, opts []ListOption) (caller, Filter, error) {
 			opt(&o)
 		}
 	}
-	if o.f.Order != OldestFirst && o.f.Order != NewestFirst {
-		return caller{}, Filter{}, fmt.Errorf("%w: unknown order %d", ErrInvalidOption, o.f.Order)
-	}
-	if o.f.Limit < 0 {
-		return caller{}, Filter{}, fmt.Errorf("%w: negative limit %d", ErrInvalidOption, o.f.Limit)
-	}
-	if err := checkSelection(o.f); err != nil {
+	if err := o.check(); err != nil {
 		return caller{}, Filter{}, err
 	}
 	if o.cursor != "" {

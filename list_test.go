@@ -493,3 +493,31 @@ func (s *negativeLimitRefused) ListTasks(ctx context.Context, f Filter) ([]Recor
 	}
 	return s.MemStore.ListTasks(ctx, f)
 }
+
+// Subscribe takes the options List takes; those that do not apply to a
+// stream (WithLimit, WithOrder, WithCursor) are still refused with a value
+// List refuses, rather than ignored.
+func TestSubscribeRefusesTheOptionValuesListRefuses(t *testing.T) {
+	rt := newRuntime(t, NewMemStore(), Config{})
+	for _, c := range []struct {
+		opt  ListOption
+		want error
+	}{
+		{WithOrder(Order(9)), ErrInvalidOption},
+		{WithLimit(-1), ErrInvalidOption},
+		{WithCursor("garbage"), ErrInvalidCursor},
+	} {
+		_, listErr := rt.ListPage(ctx, alice, c.opt)
+		require.ErrorIs(t, listErr, c.want)
+		n := 0
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for _, err := range rt.Subscribe(sctx, alice, c.opt) {
+			assert.ErrorIs(t, err, c.want)
+			if n++; n > 1 || err == nil {
+				break
+			}
+		}
+		assert.Equal(t, 1, n, "the stream yields its error alone")
+	}
+}

@@ -393,7 +393,8 @@ func (t *Task) SetProgress(p int) {
 	}
 }
 
-// Progress returns the last value passed to SetProgress.
+// Progress returns the last value passed to SetProgress, as it kept it:
+// clamped to 0–100.
 func (t *Task) Progress() int {
 	if r := t.run.Load(); r != nil {
 		return int(r.progress.Load())
