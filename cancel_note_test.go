@@ -3,8 +3,10 @@ package workers
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -79,4 +81,45 @@ func TestACancelNoteOfARunThatSettledMeanwhileIsDropped(t *testing.T) {
 	require.Equal(t, StatusCompleted, rec.Status)
 	_, kept := rt.cancels.Load(tk)
 	assert.False(t, kept, "a settled run's cancel note is kept by the runtime for good")
+}
+
+// hangAfterTake is a MemStore whose lease renewals after the first (the
+// take) hang until their context ends.
+type hangAfterTake struct {
+	*MemStore
+	renewals atomic.Int32
+}
+
+func (s *hangAfterTake) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	if s.renewals.Add(1) > 1 {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	return s.MemStore.RenewLease(ctx, instance, ttl)
+}
+
+// A renewal begun past the lease's end (a submission's, which took the
+// lease's turn before the loop woke at that end) finds the lease lost
+// before it begins: the runs are abandoned then, not once that renewal,
+// which may take an interval, gives up.
+func TestARenewalBegunPastTheLeasesEndLosesTheLeaseFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &hangAfterTake{MemStore: NewMemStore()}
+		rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler), LeaseInterval: time.Second, LeaseTTL: 3 * time.Second})
+		var lost atomic.Bool
+		rt.hooks.Store(&hooks{leaseLost: func() { lost.Store(true) }})
+		require.NoError(t, rt.Start(ctx))
+		ls := &rt.lease
+		require.NoError(t, ls.take(ctx, nil)) // the loop cannot lose the lease meanwhile
+		time.Sleep(3*time.Second + time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- rt.renew(ctx, s, time.Time{}) }()
+		synctest.Wait()
+		assert.True(t, lost.Load(), "the lease, past its end, is lost before the renewal's answer")
+		require.Error(t, <-done)
+		ls.give()
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_ = rt.Shutdown(sctx)
+	})
 }

@@ -770,7 +770,11 @@ func (s *subscriber) offer(ev *event) {
 			cur.snap = snap // the latest state replaces a backlog
 		}
 	case compareRuns(snap.RunID, cur.snap.RunID) == runEarlier:
-		// A late report of a run the key has moved past.
+		// A late report of a run the key has moved past: its end, which
+		// the run reports after its re-run may have, is still delivered.
+		if snap.Status.Terminal() && cur.ended == nil {
+			cur.ended = &snap
+		}
 	case !visible:
 		// A run the caller may not see replaced the one it followed.
 		cur.revoked = true
@@ -968,7 +972,20 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					// reported it, ends the stream; if not, that end is
 					// no longer in the store, and the stream ends with
 					// ErrNotFound rather than go on with another run.
-					if end := s.takeEnd(id, last.RunID); end != nil {
+					end := s.takeEnd(id, last.RunID)
+					if t := rt.handle(id, last.RunID); end == nil && t != nil && t.has(runFinishing) {
+						// Its end write is under way here, and may have
+						// landed before the re-run: it reports that end
+						// before it settles.
+						select {
+						case <-t.doneChan():
+						case <-ctx.Done():
+							yield(Snapshot{}, ctx.Err())
+							return
+						}
+						end = s.takeEnd(id, last.RunID)
+					}
+					if end != nil {
 						emit(*end)
 					} else {
 						yield(Snapshot{}, ErrNotFound)

@@ -210,11 +210,3 @@ func TestARunIsCancelledWhenTheLeaseMayHaveEndedAfterASlowTake(t *testing.T) {
 		_ = a.Shutdown(ctx)
 	})
 }
-
-// Cancel's doc: when its write fails and the read to tell fails too, "a
-// run that this runtime executes is cancelled all the same: its own
-// writes are fenced on its run id, so its record ends CANCELLED whether
-// or not the cancel's write landed, saying who cancelled it and why
-// either way". A callback that, told to stop, returns what it has with
-// a nil error (a common shape: return the partial result) has its run
-// recorded COMPLETED instead: the run's own end write is the outcome of

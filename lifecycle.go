@@ -557,7 +557,7 @@ func (rt *Runtime[S]) abandon(life context.Context, items []*Task) {
 	fanOut(&wg, items, func(t *Task) {
 		t.mark(runFinishing)
 		var st State
-		rt.endState(t, &st, causeOutcome(t.cause()), at)
+		rt.endState(t, &st, rt.cancelOutcome(t), at)
 		rt.writeWithin(life, opAbandon, t, StatusPending, &st, nil)
 		rt.settle(t)
 	})

@@ -367,6 +367,12 @@ func renewalCutOff(bound time.Duration, err error) error {
 // sets no such end.
 func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) error {
 	ls := &rt.lease
+	if until := ls.until.Load(); !ls.lost && until != 0 && ls.now() >= until {
+		// Past the lease's end, which the loop has not yet found (a
+		// submission's renewal came first): the lease is lost before
+		// this renewal, which may take an interval, begins.
+		rt.loseLease("the lease could not be renewed before its end")
+	}
 	sent := time.Now()
 	bound := rt.cfg.LeaseTTL // the first, which takes the lease
 	if ls.took {

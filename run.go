@@ -363,7 +363,7 @@ func (rt *Runtime[S]) finishFailed(t *Task, st *State, err error) {
 // rendered through the reasons table. err is the callback's error, if it
 // returned one, for observers.
 func (rt *Runtime[S]) finishCancelled(t *Task, from Status, st *State, err error) {
-	rt.finish(t, from, st, causeOutcome(t.cause()), err)
+	rt.finish(t, from, st, rt.cancelOutcome(t), err)
 }
 
 // finish writes a run's terminal record.
@@ -379,7 +379,18 @@ func (rt *Runtime[S]) finish(t *Task, from Status, st *State, o outcome, err err
 // run's end is then that cancel's, whatever the callback returned, as
 // the record says if that write did land.
 func (rt *Runtime[S]) cancelledUndecided(t *Task) bool {
-	return t.has(runCancelNoted) && errors.Is(context.Cause(t.ctx), ErrCancelled)
+	return t.has(runCancelNoted) && t.ctx.Err() != nil
+}
+
+// cancelOutcome is the end of run t, whose context was cancelled: its
+// cause's, unless a Cancel that could not tell whether its own write
+// landed cancelled it, whatever cancelled it first (a shutdown, say);
+// then that Cancel's, as its write would have left, had it landed.
+func (rt *Runtime[S]) cancelOutcome(t *Task) outcome {
+	if t.has(runCancelNoted) {
+		return causeOutcome(ErrCancelled)
+	}
+	return causeOutcome(t.cause())
 }
 
 // endState writes o, run t's end, into st, with the completion time at.
@@ -581,7 +592,7 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 				cancelled.StartedAt, cancelled.Attempt = st.StartedAt, st.Attempt-1
 			}
 			*st = cancelled
-			rt.endState(t, st, causeOutcome(t.cause()), now())
+			rt.endState(t, st, rt.cancelOutcome(t), now())
 		}
 		if !sleep(life, jitter(backoff)) {
 			// The runtime's life ended: Shutdown's cutoff, at which it

@@ -1,6 +1,10 @@
 package workers
 
-import "sync"
+import (
+	"context"
+	"runtime/pprof"
+	"sync"
+)
 
 // maxIdleRunners bounds the runner goroutines kept parked between runs.
 const maxIdleRunners = 32
@@ -57,6 +61,10 @@ func (rt *Runtime[S]) run(t *Task) {
 func (rt *Runtime[S]) runner(t *Task) {
 	r := rt.runners
 	growStack(0)
+	// Started from a submitter's goroutine, whose profiler labels it
+	// would keep while it parks and runs other owners' runs' writes (a
+	// callback gets its own, see invoke).
+	pprof.SetGoroutineLabels(context.Background())
 	ended := false
 	defer func() {
 		if !ended {
