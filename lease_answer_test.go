@@ -61,66 +61,72 @@ func (s *partitioned) GetTask(ctx context.Context, id string) (workers.Record, e
 	return s.Store.GetTask(ctx, id)
 }
 
-// A run must be cancelled by the time its instance's lease ends by the
-// store's clock: from then on a peer recovers it and a submission of its
-// key starts a second run. The renewal that hangs after one whose answer
-// came late is cut off LeaseTTL after that answer, not LeaseTTL after the
-// last successful renewal was sent: the runtime goes on executing its run
-// for as long as the answer was late, beside the peer's new run.
+// A run must be cancelled by the time its instance's lease may have
+// ended by the store's clock: from then on a peer recovers it and a
+// submission of its key starts a second run. After a renewal whose answer
+// came late, the next one, which hangs, is cut off LeaseTTL after the
+// start of the late one, when the store may have set the lease's end.
 func TestARenewalAfterALateAnswerIsCutOffWhenTheLeaseMayHaveEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
 		mem := workers.NewMemStore()
 		slow := &partitioned{Store: mem, l: mem, lateBy: 1500 * time.Millisecond}
-		cfg := workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
-		a := workers.NewRuntime(slow, cfg)
-		require.NoError(t, a.Start(t.Context())) // t=0: A's lease ends at 3
-		peer := cfg
-		peer.RecoverInterval = 100 * time.Millisecond
-		b := workers.NewRuntime(mem, peer)
-		require.NoError(t, b.Start(t.Context()))
-
-		var firstCtx atomic.Pointer[context.Context]
-		started := make(chan struct{})
-		_, err := a.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
-			firstCtx.Store(&ctx)
-			close(started)
-			<-ctx.Done()
-			return nil, context.Cause(ctx)
-		}, owner)
-		require.NoError(t, err)
-		<-started
-
+		a, b, run := heldRunBesideAPeer(t, slow, mem) // t=0: A's lease ends at 3
 		// t=1: the renewal sets A's lease to end at 4 by the store's
 		// clock, and answers at 2.5; the next renewal hangs.
 		slow.late.Store(true)
 		time.Sleep(4200 * time.Millisecond) // t=4.2: the lease ended at 4
-		synctest.Wait()
-
-		rec, err := mem.GetTask(t.Context(), scoped(t, "k"))
-		require.NoError(t, err)
-		require.Equal(t, workers.StatusFailed, rec.Status, "the peer recovered the run once A's lease ended")
-
-		secondStarted := make(chan struct{})
-		_, err = b.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
-			close(secondStarted)
-			return "second", nil
-		}, owner)
-		require.NoError(t, err)
-		<-secondStarted
-		assert.Error(t, (*firstCtx.Load()).Err(),
-			"A's run still executes at t=4.2 while the peer runs the key again: A's lease ended at 4 by the store's clock")
-
-		first := *firstCtx.Load()
-		<-first.Done()
-		t.Logf("A cancelled its run at t=%v (%v), its lease having ended at t=4s by the store's clock; the peer's run started at t=4.2s",
-			time.Since(start), context.Cause(first))
-		time.Sleep(time.Second)
-		require.NoError(t, b.Shutdown(t.Context()))
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
+		cancelledBeforeTheRerun(t, a, b, mem, run)
 	})
+}
+
+// heldRunBesideAPeer starts a runtime over slow and a peer over mem,
+// recovering every 100 ms, with a LeaseInterval of a second and a LeaseTTL
+// of three, and submits on the first a run that waits for its cancel; it
+// returns once the run has started, with a func that gives its context.
+func heldRunBesideAPeer(t *testing.T, slow workers.Store, mem *workers.MemStore) (a, b *workers.Runtime[workers.Store], run func() context.Context) {
+	t.Helper()
+	cfg := workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+	a = workers.NewRuntime(slow, cfg)
+	require.NoError(t, a.Start(t.Context()))
+	peer := cfg
+	peer.RecoverInterval = 100 * time.Millisecond
+	b = workers.NewRuntime[workers.Store](mem, peer)
+	require.NoError(t, b.Start(t.Context()))
+	var runCtx atomic.Pointer[context.Context]
+	started := make(chan struct{})
+	_, err := a.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+		runCtx.Store(&ctx)
+		close(started)
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}, owner)
+	require.NoError(t, err, "registered before the lease's end")
+	<-started
+	return a, b, func() context.Context { return *runCtx.Load() }
+}
+
+// cancelledBeforeTheRerun checks, once a's lease has ended by the store's
+// clock, that the peer b recovered a's run and runs its key again, and
+// that a's run was cancelled by then; then it shuts both down.
+func cancelledBeforeTheRerun(t *testing.T, a, b *workers.Runtime[workers.Store], mem *workers.MemStore, run func() context.Context) {
+	t.Helper()
+	synctest.Wait()
+	rec, err := mem.GetTask(t.Context(), scoped(t, "k"))
+	require.NoError(t, err)
+	require.Equal(t, workers.StatusFailed, rec.Status, "the peer recovered the run once A's lease ended")
+	rerun := make(chan struct{})
+	_, err = b.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(rerun)
+		return "second", nil
+	}, owner)
+	require.NoError(t, err)
+	<-rerun
+	assert.Error(t, run().Err(), "A's run still executes while the peer runs the key again, A's lease having ended")
+	<-run().Done()
+	require.NoError(t, b.Shutdown(t.Context()))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_ = a.Shutdown(ctx)
 }
 
 // slowTake is a MemStore, without its notices, whose first lease renewal
@@ -164,49 +170,10 @@ func (s *slowTake) LiveInstances(ctx context.Context) ([]string, error) {
 // again.
 func TestARunIsCancelledWhenTheLeaseMayHaveEndedAfterASlowTake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
 		mem := workers.NewMemStore()
 		slow := &slowTake{Store: mem, l: mem, takeBy: 2500 * time.Millisecond}
-		cfg := workers.Config{Logger: quiet, LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
-		a := workers.NewRuntime(slow, cfg)
-		require.NoError(t, a.Start(t.Context())) // t=2.5: the lease, set at t=0, ends at t=3
-		peer := cfg
-		peer.RecoverInterval = 100 * time.Millisecond
-		b := workers.NewRuntime(mem, peer)
-		require.NoError(t, b.Start(t.Context()))
-
-		var firstCtx atomic.Pointer[context.Context]
-		started := make(chan struct{})
-		_, err := a.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
-			firstCtx.Store(&ctx)
-			close(started)
-			<-ctx.Done()
-			return nil, context.Cause(ctx)
-		}, owner)
-		require.NoError(t, err, "registered before the lease's end")
-		<-started
-
-		time.Sleep(800 * time.Millisecond) // t=3.3: the lease ended at t=3; A's first renewal is due at t=3.5
-		synctest.Wait()
-		rec, err := mem.GetTask(t.Context(), scoped(t, "k"))
-		require.NoError(t, err)
-		require.Equal(t, workers.StatusFailed, rec.Status, "the peer recovered the run once A's lease ended")
-		secondStarted := make(chan struct{})
-		_, err = b.Submit(t.Context(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
-			close(secondStarted)
-			return "second", nil
-		}, owner)
-		require.NoError(t, err)
-		<-secondStarted
-		assert.Error(t, (*firstCtx.Load()).Err(),
-			"A's run still executes at t=3.3 while the peer runs the key again: A's lease ended at t=3 by the store's clock")
-
-		first := *firstCtx.Load()
-		<-first.Done()
-		t.Logf("A cancelled its run at t=%v (%v); its lease ended at t=3s", time.Since(start), context.Cause(first))
-		require.NoError(t, b.Shutdown(t.Context()))
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
+		a, b, run := heldRunBesideAPeer(t, slow, mem) // t=2.5: the lease, set at t=0, ends at t=3
+		time.Sleep(800 * time.Millisecond)            // t=3.3: A's first renewal is due at t=3.5
+		cancelledBeforeTheRerun(t, a, b, mem, run)
 	})
 }

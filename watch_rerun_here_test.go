@@ -34,11 +34,7 @@ func TestWatchNeverGoesOnToThisRuntimesRerunWithoutTheShownRunsEnd(t *testing.T)
 
 	next, stop := iter.Pull2(rt1.Watch(ctx, subA.ID, alice))
 	defer stop()
-	first, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, subA.RunID, first.RunID)
-	require.Equal(t, StatusRunning, first.Status)
+	pullRunning(t, next, subA.RunID)
 
 	// While the consumer holds its first snapshot: another replica
 	// cancels run A, and the owner re-runs the key here.

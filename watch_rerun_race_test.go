@@ -52,11 +52,7 @@ func TestWatchDeliversTheEndOfThisRuntimesRunReportedAfterItsRerun(t *testing.T)
 
 	next, stop := iter.Pull2(rt.Watch(ctx, subA.ID, alice))
 	defer stop()
-	first, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, subA.RunID, first.RunID)
-	require.Equal(t, StatusRunning, first.Status)
+	pullRunning(t, next, subA.RunID)
 
 	close(s.armed)
 	a.open() // run A returns; its COMPLETED write lands and is held

@@ -29,11 +29,7 @@ func TestWatchOfAnotherRuntimesRunNeverSkipsItsEndForARerun(t *testing.T) {
 
 	next, stop := iter.Pull2(rt1.Watch(ctx, subA.ID, alice))
 	defer stop()
-	first, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, subA.RunID, first.RunID)
-	require.Equal(t, StatusRunning, first.Status)
+	pullRunning(t, next, subA.RunID)
 
 	// While the consumer holds its first snapshot, run A ends and the
 	// owner submits the key again, through the same other runtime.
@@ -115,11 +111,7 @@ func TestWatchKeepsAnEndThatLandsDuringItsPollRead(t *testing.T) {
 	wctx := context.WithValue(ctx, watchTag{}, true)
 	next, stop := iter.Pull2(rt.Watch(wctx, subA.ID, alice))
 	defer stop()
-	first, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, subA.RunID, first.RunID)
-	require.Equal(t, StatusRunning, first.Status)
+	pullRunning(t, next, subA.RunID)
 
 	type got struct {
 		snap Snapshot
@@ -169,4 +161,15 @@ func TestWatchKeepsAnEndThatLandsDuringItsPollRead(t *testing.T) {
 	require.Equal(t, subA.RunID, r.snap.RunID,
 		"after run A's RUNNING the Watch yielded run B (%s, %s): run A's end, held in its inbox, was dropped", r.snap.RunID, r.snap.Status)
 	require.Equal(t, StatusCompleted, r.snap.Status)
+}
+
+// pullRunning pulls a Watch's first snapshot, which must show run runID
+// RUNNING.
+func pullRunning(t *testing.T, next func() (Snapshot, error, bool), runID string) {
+	t.Helper()
+	first, err, ok := next()
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, runID, first.RunID)
+	require.Equal(t, StatusRunning, first.Status)
 }
