@@ -973,14 +973,22 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					// no longer in the store, and the stream ends with
 					// ErrNotFound rather than go on with another run.
 					end := s.takeEnd(id, last.RunID)
-					if t := rt.handle(id, last.RunID); end == nil && t != nil && t.has(runFinishing) {
+					t := rt.runOf(id, last.RunID) // superseded here, it holds the handle no more
+					for end == nil && t != nil && t.has(runFinishing) && !t.isSettled() {
 						// Its end write is under way here, and may have
-						// landed before the re-run: it reports that end
-						// before it settles.
+						// landed before the re-run: the run reports that
+						// end as the write returns, and settles after
+						// (a timed-out run's only once its callback
+						// returns, if ever). The end's arrival wakes the
+						// stream.
 						select {
 						case <-t.doneChan():
+						case <-s.wake:
 						case <-ctx.Done():
 							yield(Snapshot{}, ctx.Err())
+							return
+						case <-rt.life.Done():
+							yield(Snapshot{}, ErrClosed)
 							return
 						}
 						end = s.takeEnd(id, last.RunID)

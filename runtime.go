@@ -1133,6 +1133,20 @@ func (rt *Runtime[S]) handle(id, runID string) *Task {
 	return nil
 }
 
+// runOf returns run runID of id if it is live in this runtime, holding
+// its id's handle or not (a run a re-run superseded here), or nil.
+func (rt *Runtime[S]) runOf(id, runID string) *Task {
+	if t := rt.handle(id, runID); t != nil {
+		return t
+	}
+	for _, t := range rt.runs.ofID(id) {
+		if t.RunID() == runID {
+			return t
+		}
+	}
+	return nil
+}
+
 // settle ends a run's life in the runtime. Only the run that holds the
 // handle removes it: a successor's handle is never touched.
 func (rt *Runtime[S]) settle(t *Task) {
