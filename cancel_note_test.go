@@ -68,11 +68,7 @@ func TestACancelNoteOfARunThatSettledMeanwhileIsDropped(t *testing.T) {
 	}()
 	wait(t, s.reached, "the cancel's write")
 	g.open() // the callback returns; the run ends SUCCEEDED and settles
-	deadline := time.Now().Add(10 * time.Second)
-	for !tk.isSettled() {
-		require.True(t, time.Now().Before(deadline), "the run never settled")
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
+	eventually(t, tk.isSettled, "the run to settle")
 	close(s.release)
 	require.Error(t, <-cancelled, "the write and the read both failed")
 

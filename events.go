@@ -973,7 +973,10 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					// no longer in the store, and the stream ends with
 					// ErrNotFound rather than go on with another run.
 					end := s.takeEnd(id, last.RunID)
-					t := rt.runOf(id, last.RunID) // superseded here, it holds the handle no more
+					var t *Task
+					if end == nil {
+						t = rt.runOf(id, last.RunID) // superseded here, it holds the handle no more
+					}
 					for end == nil && t != nil && t.has(runFinishing) && !t.isSettled() {
 						// Its end write is under way here, and may have
 						// landed before the re-run: the run reports that

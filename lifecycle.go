@@ -254,8 +254,8 @@ func (rt *Runtime[S]) releaseLease(ctx context.Context, l Leaser) {
 // and the records it leaves unwritten: those whose writes the runtime
 // gave up, and those whose own writes are still being tried (the store
 // hangs, or fails), which give up at the cutoff: an outcome, or a start
-// or a retry, before which no callback is in flight. A run that gives up meanwhile is counted
-// once: giving up and this count exclude each other. ExecutingIDs also
+// or a retry, before which no callback is in flight. A run that gives up
+// meanwhile is counted once: giving up and this count exclude each other. ExecutingIDs also
 // names the items of the backlog and the runs registered since the list
 // that are not settled. Each list is sorted and names a task once.
 func (rt *Runtime[S]) leftBehind(inflight []*Task, inBacklog map[*Task]struct{}) *ShutdownError {

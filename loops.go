@@ -322,10 +322,8 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 		if due {
 			// renew logs a failure, and loses the lease past its end.
 			_ = rt.renewWhileLost(ctx, func(until time.Time) error { return rt.renew(ctx, l, until) })
-		} else if until := ls.until.Load(); !ls.lost && until != 0 && ls.now() >= until {
-			// Past the earliest end of the last renewal that landed:
-			// another instance may recover the runs from now on.
-			rt.loseLease("the lease could not be renewed before its end")
+		} else {
+			rt.loseLeaseIfEnded()
 		}
 		if until := ls.until.Load(); !ls.lost && until != 0 {
 			end.Reset(max(time.Duration(until-ls.now()), 0))
@@ -367,12 +365,10 @@ func renewalCutOff(bound time.Duration, err error) error {
 // sets no such end.
 func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) error {
 	ls := &rt.lease
-	if until := ls.until.Load(); !ls.lost && until != 0 && ls.now() >= until {
-		// Past the lease's end, which the loop has not yet found (a
-		// submission's renewal came first): the lease is lost before
-		// this renewal, which may take an interval, begins.
-		rt.loseLease("the lease could not be renewed before its end")
-	}
+	// Past the lease's end, which the loop may not have found yet (a
+	// submission's renewal came first), the lease is lost before this
+	// renewal, which may take an interval, begins.
+	rt.loseLeaseIfEnded()
 	sent := time.Now()
 	bound := rt.cfg.LeaseTTL // the first, which takes the lease
 	if ls.took {
@@ -408,9 +404,7 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 	ls.lastErr = err
 	if err != nil {
 		rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
-		if !ls.lost && ls.now() >= ls.until.Load() {
-			rt.loseLease("the lease could not be renewed before its end")
-		}
+		rt.loseLeaseIfEnded()
 		return err
 	}
 	if !extended && !ls.lost {
@@ -425,6 +419,16 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 	ls.took, ls.lost = true, false
 	ls.until.Store(ls.clock(sent) + int64(rt.cfg.LeaseTTL))
 	return nil
+}
+
+// loseLeaseIfEnded loses the lease if it is held and past the earliest
+// end of the last renewal that landed, from when another instance may
+// recover the runs; the caller holds the lease's turn.
+func (rt *Runtime[S]) loseLeaseIfEnded() {
+	ls := &rt.lease
+	if until := ls.until.Load(); !ls.lost && until != 0 && ls.now() >= until {
+		rt.loseLease("the lease could not be renewed before its end")
+	}
 }
 
 // loseLease records that the lease is lost, and why, and abandons every

@@ -53,12 +53,12 @@ type Config struct {
 	// runs with ErrAbandoned before a peer may recover them: renewals
 	// that each take longer than the lesser of LeaseTTL/2 and
 	// LeaseTTL-LeaseInterval (7.5 seconds with the defaults) may lose the
-	// lease. Its
-	// recovery loop ends the record of a run whose callback goes on all
-	// the same. It registers no run on a lease that may have ended: once
-	// LeaseTTL has passed since the start of its last successful renewal,
-	// a submission renews the lease itself before it registers, or fails
-	// with the renewal's error. Such a renewal is bounded by the
+	// lease. Its recovery loop ends the record of a run whose callback
+	// goes on all the same. It registers no run on a lease that may have
+	// ended: once LeaseTTL has passed since the start of its last
+	// successful renewal, a submission renews the lease itself before it
+	// registers, or fails with the renewal's error. Such a renewal is
+	// bounded by the
 	// submission's context and by what is left of LeaseTTL (LeaseInterval
 	// once that has passed, its retries on a lost connection included; a
 	// whole LeaseTTL for the first, which takes the lease); submissions

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -469,7 +470,9 @@ func TestShutdownStartsNoAttemptWhoseRetryWriteLandsAfterItBegan(t *testing.T) {
 // get there needs one fault only: a Cancel made under a request's deadline
 // that the store's write outlasts (a row lock, a slow database).
 func TestFaultACancelThatCannotTellItsOutcomeKeepsWhoCancelledAndWhy(t *testing.T) {
-	for _, path := range []string{"running", "queued", "deadline"} {
+	// Each path fails the cancel's write before it lands, or after
+	// (landed), where the run's own end is then fenced out.
+	for _, path := range []string{"running", "queued", "deadline", "running-landed", "queued-landed"} {
 		t.Run(path, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := &storetest.Faults{}
@@ -477,7 +480,7 @@ func TestFaultACancelThatCannotTellItsOutcomeKeepsWhoCancelledAndWhy(t *testing.
 				bare := struct{ workers.Store }{mem} // no Leaser, no Notifier
 				rt := workers.NewRuntime(storetest.Faulty(bare, f), workers.Config{Logger: quiet, ShutdownGrace: -1})
 				var sub workers.Submission
-				if path == "queued" {
+				if strings.HasPrefix(path, "queued") {
 					_, sub = headAndBehind(t, rt)
 				} else {
 					started := make(chan struct{})
@@ -503,7 +506,11 @@ func TestFaultACancelThatCannotTellItsOutcomeKeepsWhoCancelledAndWhy(t *testing.
 					defer cancel()
 				} else {
 					var wrote atomic.Bool
-					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailBefore, Match: func(c *storetest.Call) bool {
+					fault := storetest.FailBefore
+					if strings.HasSuffix(path, "landed") {
+						fault = storetest.FailAfter
+					}
+					f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: fault, Match: func(c *storetest.Call) bool {
 						if c.ID == sub.ID && c.Next.Status == workers.StatusCancelled {
 							wrote.Store(true)
 							return true
@@ -517,7 +524,7 @@ func TestFaultACancelThatCannotTellItsOutcomeKeepsWhoCancelledAndWhy(t *testing.
 				err := rt.Cancel(cctx, sub.ID, owner, workers.WithReason("no longer needed"))
 				require.Error(t, err, "the write and the read both failed")
 				synctest.Wait()
-				if path == "queued" {
+				if strings.HasPrefix(path, "queued") {
 					// The item, cancelled here, waits behind the head until
 					// Shutdown drains the queue.
 					require.NoError(t, rt.Shutdown(context.Background()))
