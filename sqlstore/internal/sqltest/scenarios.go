@@ -470,7 +470,11 @@ func killedChild(c *child, s workers.Store) {
 func survivorChild(c *child, s workers.Store) {
 	t := c.t
 	// No grace at shutdown: the runs wait for nothing but their cancel.
-	rt := c.runtime(s, workers.Config{LeaseInterval: killedLease, ShutdownGrace: -1})
+	// Only the killed child's lease must end soon; a survivor's is
+	// longer than the default five intervals, so that on a loaded
+	// machine a slow renewal does not cost it its runs, which is not
+	// what the scenario is about.
+	rt := c.runtime(s, workers.Config{LeaseInterval: killedLease, LeaseTTL: 15 * killedLease, ShutdownGrace: -1})
 	if err := rt.Start(c.ctx); err != nil {
 		t.Fatal(err)
 	}
