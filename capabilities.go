@@ -53,13 +53,16 @@ type Leaser interface {
 // listener reads the record for the rest.
 type Notifier interface {
 	// Listen calls changed for each notice until ctx ends, and then
-	// returns ctx's error. It returns another error only if it cannot
-	// listen at all. Once it listens, and before any other notice, it
-	// calls changed with a Change whose Resync is set: a listener that
-	// starts after writes it cares about re-reads them then, and loses
-	// nothing. A dropped connection is retried inside Listen, after which
-	// it calls changed with Resync set again, since notices may have been
-	// lost meanwhile; so may a store that drops a slow listener's queue.
+	// returns ctx's error. It returns another error if it cannot listen
+	// at all, or can no longer: a store that cannot reopen a dropped
+	// connection soon (within a second or so) returns, so that a runtime
+	// stops counting on notices, polls meanwhile, and calls Listen again
+	// later. Once it listens, and before any other notice, it calls
+	// changed with a Change whose Resync is set: a listener that starts
+	// after writes it cares about re-reads them then, and loses nothing.
+	// A dropped connection that it reopens inside Listen is followed by
+	// another Resync, since notices may have been lost meanwhile; so may
+	// a store that drops a slow listener's queue.
 	// When ctx ends, Listen leaves no goroutine or connection of its own
 	// behind. Notices for one task arrive in the order their writes
 	// became durable, but may be coalesced. changed is called from one

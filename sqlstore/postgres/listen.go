@@ -34,23 +34,27 @@ var _ workers.Notifier = (*Store)(nil)
 //
 // It calls changed with a Resync as soon as it listens, and again after
 // every reconnect, since notices sent while it was not listening are
-// lost. A dropped connection is reopened with capped backoff (50 ms to
-// 5 s). A connection that carried no notice for 15 s is pinged, and
+// lost. A dropped connection is reopened with backoff (50 ms, doubling),
+// for a second at most (see below). A connection that carried no notice for 15 s is pinged, and
 // dropped if the ping is not answered within 5 s: a server gone without
 // closing it (a failover, a network partition) is noticed within about
 // 20 s, not when TCP gives up. Connecting (the pool's hooks included)
 // and starting to listen are bounded by 20 s. The pool's OnNotification
 // handler, if it has one, is not the listener's. Listen returns ctx's
-// error when ctx ends, and another error only when its first connection
-// fails.
+// error when ctx ends, and another error when its first connection
+// fails, or when a dropped connection could not be reopened for a second
+// (the server refusing new connections, say): it does not listen then,
+// and a runtime polls meanwhile and calls Listen again after its
+// Config.LeaseInterval.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	pc := s.pool.Config()
 	listen := "LISTEN " + pgx.Identifier{s.Channel()}.Sanitize()
-	const first, most = 50 * time.Millisecond, 5 * time.Second
+	const first = 50 * time.Millisecond
 	backoff := first
+	var dropped time.Time // when the connection dropped, while no other listens; zero while one does
 	for listened := false; ; {
 		err := listenOnce(ctx, pc, listen, s.listen, func(c workers.Change) {
-			listened, backoff = true, first
+			listened, backoff, dropped = true, first, time.Time{}
 			changed(c)
 		})
 		switch {
@@ -58,13 +62,25 @@ func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error 
 			return ctx.Err()
 		case !listened:
 			return fmt.Errorf("sqlstore/postgres: listen: %w", err)
+		case dropped.IsZero():
+			dropped = time.Now()
+		case time.Since(dropped) >= reconnectFor:
+			// Not listening, and no telling for how long: the caller is
+			// told, so that it stops counting on notices (a runtime's
+			// Waits poll again) and calls Listen again later.
+			return fmt.Errorf("sqlstore/postgres: listen: no connection for %v since the last one dropped: %w", reconnectFor, err)
 		}
 		if !sqlcore.Sleep(ctx, backoff) {
 			return ctx.Err()
 		}
-		backoff = min(2*backoff, most)
+		backoff *= 2
 	}
 }
+
+// reconnectFor is how long Listen tries to reopen a dropped connection
+// before it returns an error, as the SQLite store's Listen does once its
+// reads have failed for a second.
+const reconnectFor = time.Second
 
 // listenerName is the application_name of Listen's connection.
 const listenerName = "workers listener"
