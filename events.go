@@ -203,6 +203,12 @@ type subscriber struct {
 	slots  map[string]*slot    // guarded by mu: undelivered changes per id
 	stale  map[string]struct{} // guarded by mu: ids to read from the store
 	resync bool                // guarded by mu: read everything from the store
+	// hidden is, for Watch, the latest end offered of a run whose copy
+	// of its watchers did not name the caller (a join made through
+	// another runtime): the stream reads the record, and if the key has
+	// moved on by then, the end of a run it showed the caller is still
+	// theirs to see (a run's watchers only grow). Guarded by mu.
+	hidden *Snapshot
 }
 
 // slot is the undelivered state of one task id.
@@ -758,6 +764,9 @@ func (s *subscriber) offer(ev *event) {
 		// another runtime: Watch's store read decides, and a run that
 		// truly excludes the caller ends the stream with ErrNotFound.
 		s.stale[id] = struct{}{}
+		if s.id != "" && snap.Status.Terminal() {
+			s.hidden = &snap
+		}
 	case cur == nil:
 		if len(s.slots) >= maxPending {
 			s.resync = true
@@ -794,6 +803,18 @@ func (s *subscriber) takeEnd(id, runID string) *Snapshot {
 	return s.takeEndOf(id, func(run string) bool { return run == runID })
 }
 
+// takeHidden takes out the end of run runID offered while the run did
+// not know the caller among its watchers (see subscriber.hidden), or nil.
+func (s *subscriber) takeHidden(runID string) *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.hidden; h != nil && h.RunID == runID {
+		s.hidden = nil
+		return h
+	}
+	return nil
+}
+
 // takeEndBefore takes out of the inbox the terminal snapshot, undelivered,
 // of a run of task id that this runtime minted before runID, and returns
 // it, or nil.
@@ -821,6 +842,24 @@ func (s *subscriber) takeEndOf(id string, of func(runID string) bool) *Snapshot 
 		return &end
 	}
 	return nil
+}
+
+// takeEnds takes out of the inbox the ends it holds, undelivered.
+func (s *subscriber) takeEnds() []Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ends []Snapshot
+	for id, sl := range s.slots {
+		if sl.ended != nil {
+			ends = append(ends, *sl.ended)
+			sl.ended = nil
+		}
+		if sl.snap.Status.Terminal() {
+			ends = append(ends, sl.snap)
+			delete(s.slots, id)
+		}
+	}
+	return ends
 }
 
 // take empties the inbox.
@@ -972,7 +1011,16 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					// reported it, ends the stream; if not, that end is
 					// no longer in the store, and the stream ends with
 					// ErrNotFound rather than go on with another run.
-					end := s.takeEnd(id, last.RunID)
+					// A run shown to the caller keeps them among its
+					// watchers: an end it offered while its copy did
+					// not name them is theirs too.
+					shownEnd := func() *Snapshot {
+						if end := s.takeEnd(id, last.RunID); end != nil {
+							return end
+						}
+						return s.takeHidden(last.RunID)
+					}
+					end := shownEnd()
 					var t *Task
 					if end == nil {
 						t = rt.runOf(id, last.RunID) // superseded here, it holds the handle no more
@@ -994,7 +1042,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 							yield(Snapshot{}, ErrClosed)
 							return
 						}
-						end = s.takeEnd(id, last.RunID)
+						end = shownEnd()
 					}
 					if end != nil {
 						emit(*end)
@@ -1329,6 +1377,17 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		// shows every live task.
 		polled := false
 		resync := !closing // after Shutdown, what reached the subscription, and no read
+		if resync {
+			// The ends this runtime reported since the subscription
+			// began precede the first read: they come first, before a
+			// re-run the read shows, which may be another runtime's,
+			// whose run id cannot be ordered against theirs.
+			for _, end := range s.takeEnds() {
+				if !emit(end, false) {
+					return
+				}
+			}
+		}
 		for {
 			if resync {
 				readFrom = rt.hub.stales.Load()

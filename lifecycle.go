@@ -319,9 +319,12 @@ type ShutdownError struct {
 	// Unwritten counts the live records of this runtime whose writes
 	// were given up: at the cutoff (a queue item still PENDING, the
 	// outcome of a run whose callback returned), or when a Reset's ctx
-	// ended before its queue items were recorded. A run counted in
-	// Executing is not counted here as well, though its record shows it
-	// live until its callback returns and its outcome lands.
+	// ended before its queue items were recorded. They are the writes
+	// not known to have landed: one whose store call failed may have
+	// landed all the same, when the read that would tell failed too, and
+	// its record is then ended already. A run counted in Executing is not
+	// counted here as well, though its record shows it live until its
+	// callback returns and its outcome lands.
 	Unwritten int
 	// ExecutingIDs holds the scoped ids of the tasks among Executing whose
 	// runs Shutdown knew of (a run, or a queue item still being

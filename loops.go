@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,12 @@ type leaseState struct {
 	until atomic.Int64
 	epoch atomic.Uint64 // counts the times the lease was found lost; bumped before the runs are abandoned
 	tries atomic.Uint64 // renewals answered, by the store or by their timeout
+
+	// abandoned is set when the lease is found lost, and cleared once no
+	// run abandoned then is left here (see endAbandonedHere); ending is
+	// held by the pass that ends their records.
+	abandoned atomic.Bool
+	ending    atomic.Bool
 
 	// Guarded by turn.
 	took    bool  // a renewal has succeeded: the lease was taken
@@ -325,13 +332,53 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 		} else {
 			rt.loseLeaseIfEnded()
 		}
+		held := !ls.lost && ls.took
 		if until := ls.until.Load(); !ls.lost && until != 0 {
 			end.Reset(max(time.Duration(until-ls.now()), 0))
 		} else {
 			end.Stop()
 		}
 		ls.give()
+		if held && ls.abandoned.Load() {
+			rt.endAbandonedHere()
+		}
 	}
+}
+
+// endAbandonedHere ends, as recovery does, the records of this runtime's
+// runs abandoned with a lost lease whose callbacks go on, once the lease
+// is held again, over a runtime that was not started (Start's recovery
+// loop ends them otherwise): no other instance ends them under the live
+// lease, and they would stay live for as long as the callbacks ignore
+// their contexts. The pass runs on a goroutine of the loops', one at a
+// time, so that the renewals do not wait for it.
+func (rt *Runtime[S]) endAbandonedHere() {
+	rt.mu.RLock()
+	started := rt.started
+	rt.mu.RUnlock()
+	if started {
+		return
+	}
+	// A run whose end was reported (by such a pass, say) needs none.
+	if !slices.ContainsFunc(rt.runs.all(), func(t *Task) bool { return errors.Is(t.cause(), ErrAbandoned) && !t.has(runEndSeen) }) {
+		rt.lease.abandoned.Store(false)
+		return
+	}
+	if !rt.lease.ending.CompareAndSwap(false, true) {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.loops.halted {
+		rt.lease.ending.Store(false)
+		return
+	}
+	rt.loops.goroutine(func(ctx context.Context) {
+		defer rt.lease.ending.Store(false)
+		if _, err := rt.recoverRunsOf(ctx, false, true); err != nil && ctx.Err() == nil {
+			rt.cfg.Logger.Error("workers: ending abandoned runs failed", "err", err)
+		}
+	})
 }
 
 // renewalCutOff is the error of a renewal that bound cut off: what is
@@ -440,6 +487,7 @@ func (rt *Runtime[S]) loseLease(why string) {
 	ls.lost = true
 	ls.until.Store(0)
 	ls.epoch.Add(1)
+	ls.abandoned.Store(true)
 	if h := rt.hooks.Load(); h != nil && h.leaseLost != nil {
 		h.leaseLost()
 	}
@@ -526,6 +574,12 @@ func liveInstances(ctx context.Context, l Leaser) (map[string]struct{}, error) {
 // write fails, or is cut off) does not hold back the ones after it: the
 // pass goes on, and returns the first such error with its count.
 func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error) {
+	return rt.recoverRunsOf(ctx, manual, false)
+}
+
+// recoverRunsOf is recoverRuns, over this runtime's own runs alone when
+// ownOnly is set.
+func (rt *Runtime[S]) recoverRunsOf(ctx context.Context, manual, ownOnly bool) (int, error) {
 	l, leased := any(rt.store).(Leaser)
 	if !leased && !manual {
 		return 0, nil
@@ -575,6 +629,9 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error)
 		}
 		inst := InstanceOf(rec.RunID)
 		own := inst == rt.instance
+		if !own && ownOnly {
+			continue
+		}
 		if !own && leased {
 			if _, ok := live[inst]; ok {
 				continue // its instance holds a live lease

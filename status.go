@@ -312,11 +312,14 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // store's notice (over a Notifier) or its sync loop (see
 // Config.SyncInterval) and cancels the run's context, and without either
 // the callback runs on until it returns. Either way its terminal write is
-// discarded, since it expects the record RUNNING. A task of another
-// process that has not started yet (waiting for its queue's turn or, under
-// Config.Limits, for a slot) learns of the cancel from a notice; over a
-// store without notices, only when its turn comes and its start finds the
-// record CANCELLED: until then it keeps its owner's waiting place there.
+// discarded, since it expects the record RUNNING. The CANCELLED record
+// keeps the attempt and progress this call read: a retry that process
+// began between the read and the write is not counted in it. A task of
+// another process that has not started yet (waiting for its queue's turn
+// or, under Config.Limits, for a slot) learns of the cancel from a
+// notice; over a store without notices, only when its turn comes and its
+// start finds the record CANCELLED: until then it keeps its owner's
+// waiting place there.
 func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority, opts ...CancelOption) error {
 	var co cancelOptions
 	for _, opt := range opts {
