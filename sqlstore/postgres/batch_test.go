@@ -30,8 +30,10 @@ type gather struct {
 
 // blockBehind opens a transaction with lock (a statement that takes a
 // row lock the first write will need), then starts first. It turns off
-// the store's stall escape, so that writes gather behind the held batch
-// however long the test takes to queue them.
+// the store's stall escape; the database's own bound on a batch's lock
+// wait (100 ms, migration 0007) stays, so that a test which must have
+// its writes gather behind the held batch however long it takes to
+// queue them on a loaded machine calls unboundLockWaits first.
 func blockBehind(t *testing.T, sc scratch, s *postgres.Store, lock string, first func() error) *gather {
 	t.Helper()
 	sqlcore.SetStall(s.Store, 0)
@@ -178,6 +180,7 @@ func TestGroupCommitTransitions(t *testing.T) {
 	}
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	unboundLockWaits(t, sc) // the batch in flight waits for the test, however long it takes
 	g := blockBehind(t, sc, s, `SELECT 1 FROM "`+sc.schema+`".workers_tasks WHERE id = 'u::t0' FOR UPDATE`, func() error {
 		_, err := s.TransitionTask(ctx, "u::t0", "run-1", from, running)
 		return err
@@ -270,6 +273,7 @@ func TestGroupCommitUnknownFromStatusMatchesNothing(t *testing.T) {
 		{"u::running", []workers.Status{"bogus", "pending,running", workers.StatusCompleted}, false, workers.StatusRunning},
 		{"u::pending", []workers.Status{"running,failed", workers.StatusPending}, true, workers.StatusPending},
 	}
+	unboundLockWaits(t, sc) // the batch in flight waits for the test, however long it takes
 	g := gateOn(t, sc, s, "u::gate", "run-1")
 	var wg sync.WaitGroup
 	oks, errs := make([]bool, len(cases)), make([]error, len(cases))
