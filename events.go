@@ -69,6 +69,19 @@ func (rt *Runtime[S]) emit(c *change) {
 	}
 }
 
+// emitStreams is emit without the observers: Wait's listeners and the
+// streams.
+func (rt *Runtime[S]) emitStreams(c *change) {
+	if c.kind < changePanicked {
+		if rt.hub.n.Load() > 0 {
+			rt.hub.publish(c)
+		}
+		if c.kind != changeProgress {
+			rt.bells.ring(c.id)
+		}
+	}
+}
+
 // observe builds the event of c and hands it to every observer in turn.
 // It is kept out of line so that emit stays cheap to inline.
 //
@@ -1025,7 +1038,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					if end == nil {
 						t = rt.runOf(id, last.RunID) // superseded here, it holds the handle no more
 					}
-					for end == nil && t != nil && t.has(runFinishing) && !t.isSettled() {
+					for end == nil && t != nil && t.has(runFinishing|runCancelling) && !t.isSettled() {
 						// Its end write is under way here, and may have
 						// landed before the re-run: the run reports that
 						// end as the write returns, and settles after
@@ -1043,6 +1056,11 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 							return
 						}
 						end = shownEnd()
+					}
+					if end == nil {
+						// Reported since the last look: as the wait ended,
+						// or before the run, settled, left runOf.
+						end = s.takeEnd(id, last.RunID)
 					}
 					if end != nil {
 						emit(*end)

@@ -130,7 +130,13 @@ type Event struct {
 // the next item later), or the Submit or Cancel call that made it. It
 // never blocks another task's run or a store lock. A panicking observer
 // is recovered and logged with Config.Logger; the run carries on, and the
-// next observers are still called.
+// next observers are still called. An observer must not end its goroutine
+// with runtime.Goexit (testing's FailNow and Fatal do, as a require.* of
+// a test that fails): the goroutine cannot carry on then, and the run it
+// was reporting is ended FAILED (CausePermanent), unless its end was
+// recorded already, and logged, so that it still gives back its place
+// under Config.Limits. A run's start, retry or panic is never reported
+// to observers after its end.
 type Observer interface {
 	// Observe receives one event; see above for when it is called.
 	Observe(ctx context.Context, e Event)

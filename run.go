@@ -13,7 +13,57 @@ import (
 )
 
 // execute runs t from its start to its terminal record and settles it.
+// With observers, an observer that ends the goroutine with
+// runtime.Goexit (testing's FailNow and Fatal do) does not leave the run
+// unsettled: see unwound.
 func (rt *Runtime[S]) execute(t *Task) {
+	if len(rt.cfg.Observers) == 0 {
+		rt.executeRun(t)
+		return
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			rt.unwound(t)
+		}
+	}()
+	rt.executeRun(t)
+	returned = true
+}
+
+// errObserverGoexit is the failure of a run whose goroutine an observer
+// ended with runtime.Goexit.
+var errObserverGoexit = Permanent(errors.New("workers: an observer called runtime.Goexit on the run's goroutine (testing's FailNow, Fatal and SkipNow do)"))
+
+// unwound ends run t, whose goroutine is ending with a runtime.Goexit
+// called outside its callback, by an observer: unless the run's end was
+// recorded (or the callback's own Goexit was handled, see attempts), it
+// is written FAILED over whatever the run last wrote, and the run is
+// settled, so that it gives back its slot and its queue's place and
+// Shutdown does not wait for it.
+func (rt *Runtime[S]) unwound(t *Task) {
+	if t.isSettled() {
+		return
+	}
+	rt.cfg.Logger.Error("workers: runtime.Goexit called outside the callback, on a run's goroutine; ending the run",
+		"task", t.ID(), "run", t.RunID(), "stack", string(debug.Stack()))
+	if !t.has(runEndSeen) {
+		r := t.ensureState()
+		r.writeMu.Lock()
+		var st State
+		from := StatusPending
+		if r.running() {
+			st, from = r.last.state(), StatusRunning
+		}
+		r.writeMu.Unlock()
+		t.cancel(errObserverGoexit)
+		rt.finish(t, from, &st, outcome{StatusFailed, CausePermanent, errObserverGoexit.Error()}, errObserverGoexit)
+	}
+	rt.settle(t)
+}
+
+// executeRun is execute without its handling of an observer's Goexit.
+func (rt *Runtime[S]) executeRun(t *Task) {
 	t.begin()
 	registered := StatusPending
 	if t.startsRegistered {
@@ -33,7 +83,7 @@ func (rt *Runtime[S]) execute(t *Task) {
 		// with the submission: only observers hear of the start again.
 		st = t.registeredStart()
 		if len(rt.cfg.Observers) > 0 {
-			rt.observe(&change{kind: changeStarted, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: st})
+			rt.reportLive(t, &change{kind: changeStarted, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: st}, true)
 		}
 	} else {
 		// A run-start is a durable, fenced read: if it does not land,
@@ -58,20 +108,33 @@ func (rt *Runtime[S]) execute(t *Task) {
 // It is kept apart from execute so that the common path carries nothing
 // for it.
 func (rt *Runtime[S]) executeInOrder(t *Task, begun chan<- struct{}) {
+	opened, returned := false, false
+	open := func() { opened = true; close(begun) }
+	if len(rt.cfg.Observers) > 0 {
+		defer func() {
+			if !returned {
+				if !opened {
+					close(begun)
+				}
+				rt.unwound(t)
+			}
+		}()
+	}
 	t.begin()
 	if t.ctx.Err() != nil {
-		close(begun)
+		open()
 		rt.finishCancelled(t, StatusPending, &State{}, nil)
 		rt.settle(t)
+		returned = true
 		return
 	}
 	st := State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
 	running := rt.write(opStart, t, StatusPending, &st, nil) && st.Status == StatusRunning
-	close(begun)
-	if running && rt.attempts(t, &st) {
-		return // timed out: the callback's goroutine settles the run
+	open()
+	if !running || !rt.attempts(t, &st) {
+		rt.settle(t) // else timed out: the callback's goroutine settles the run
 	}
-	rt.settle(t)
+	returned = true
 }
 
 // attempts runs the callback until it succeeds, fails for good or is
@@ -266,7 +329,36 @@ func goexited(t *Task, cfg *Config) {
 func (rt *Runtime[S]) panicked(t *Task, st *State, pe *PanicError, err error) {
 	rt.cfg.Logger.Error("workers: task panicked", "task", t.ID(), "run", t.RunID(), "attempt", st.Attempt,
 		"panic", pe.Value, "stack", string(pe.Stack))
-	rt.emit(&change{kind: changePanicked, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
+	rt.reportLive(t, &change{kind: changePanicked, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err}, false)
+}
+
+// reportLive reports c, a change of live run t that the run's own
+// goroutine made (its start, a retry, a panic). Observers never hear of
+// it after the run's end: if another writer's end (a Cancel's, say) was
+// claimed first, they do not hear of it at all (Wait and the streams
+// order it themselves); one claimed while they hear of it waits, and is
+// reported after it. observersOnly reports c to the observers alone.
+func (rt *Runtime[S]) reportLive(t *Task, c *change, observersOnly bool) {
+	if len(rt.cfg.Observers) == 0 {
+		if !observersOnly {
+			rt.emit(c)
+		}
+		return
+	}
+	if t.flags.Or(runLiveReporting)&runEndSeen == 0 {
+		if observersOnly {
+			rt.observe(c)
+		} else {
+			rt.emit(c)
+		}
+	} else if !observersOnly {
+		rt.emitStreams(c)
+	}
+	if t.flags.And(^runLiveReporting)&runEndWaiting != 0 {
+		if end, ok := rt.early.LoadAndDelete(t); ok {
+			rt.emit(end.(*change))
+		}
+	}
 }
 
 // panickedLate logs the panic of a callback that outlived its timeout:
@@ -470,7 +562,12 @@ func (rt *Runtime[S]) writeWithin(life context.Context, op runOp, t *Task, from 
 			op = opFinish
 			t.mark(runEndSeen) // the run's end is this write's
 		}
-		rt.emit(&change{kind: runOps[op].change, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err})
+		c := &change{kind: runOps[op].change, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t, state: *st, err: err}
+		if op == opStart || op == opRetry {
+			rt.reportLive(t, c, false)
+		} else {
+			rt.emit(c)
+		}
 		return true
 	}
 	if h := rt.hooks.Load(); h != nil && h.wrote != nil {

@@ -604,7 +604,18 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		}
 	}
 	ends := rt.ends.seq.Load()
+	registered := false
+	if adm != nil {
+		defer func() {
+			if !registered {
+				// The registration panicked (a store's bug, recovered
+				// by the caller's server): its place is given back.
+				rt.adm.release(adm)
+			}
+		}()
+	}
 	t, sub, err := rt.register(ctx, k, base, c, o, fn, adm, refused)
+	registered = true
 	if err != nil || t == nil {
 		// A join or a failure takes no place, except a run retired after
 		// its insert failed: it holds its place while it ends, and
@@ -712,8 +723,12 @@ func (rt *Runtime[S]) register(ctx context.Context, k runIDs, base *runOptions, 
 	if err != nil {
 		return nil, Submission{}, err
 	}
-	t, sub, ch, err := rt.decide(ctx, k, base, c, o, fn, adm, refused)
-	h.unlock()
+	t, sub, ch, err := func() (*Task, Submission, change, error) {
+		// Deferred: a store call that panics (a recovered handler's, say)
+		// must not leave the task's lock held for good.
+		defer h.unlock()
+		return rt.decide(ctx, k, base, c, o, fn, adm, refused)
+	}()
 	switch ch.kind {
 	case 0:
 	case changeSubmitted:
@@ -753,7 +768,7 @@ func (rt *Runtime[S]) reportEnd(t *Task, c change) {
 	}
 	for {
 		f := t.flags.Load()
-		if f&(runAnnounced|runRetired) != 0 {
+		if f&runRetired != 0 || f&runAnnounced != 0 && f&runLiveReporting == 0 {
 			// A retired run is never announced: its end goes to Wait and
 			// the streams at once (emit keeps it from the observers).
 			rt.emit(&c)

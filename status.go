@@ -356,37 +356,61 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		// another runtime's run (RUNNING to RUNNING) that lands between
 		// the read and the write is not seen: the record keeps the
 		// attempt and progress read.
-		ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, st)
-		if err != nil {
-			if permanentStoreError(err) {
-				return err
-			}
-			// The write may have landed all the same (a lost
-			// acknowledgement): if the record holds it, it did.
-			landed, known := rt.holds(ctx, id, rec.RunID, &st)
-			if !landed {
-				if !known {
-					// Perhaps it did: a run of this runtime is
-					// cancelled all the same, lest it run on under a
-					// CANCELLED record that no later Cancel reaches.
-					// Its own writes are fenced on its run id; the
-					// end it writes, if this write did not land, says
-					// who cancelled it and why, as this one would
-					// have.
-					rt.noteCancel(t, cancelNote{by, co.reason})
-					rt.cancelRun(t)
-				}
-				return err
-			}
-			ok = true
-		}
-		if ok {
-			rt.cancelRun(t)
-			rt.reportEnd(t, change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: st})
-			return nil
+		if done, err := rt.claimCancel(ctx, t, id, &rec, &st, cancelNote{by, co.reason}); done {
+			return err
 		}
 	}
 	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
+}
+
+// claimCancel writes st, the CANCELLED state of rec's run, fenced on
+// rec's status, and reports whether Cancel is done, with its error. While
+// it does, run t (live in this runtime unless nil) is marked
+// runCancelling: a Watch that finds the run's record moved on (a re-run
+// here, once the write landed) waits for the end this cancel reports,
+// rather than end without it.
+func (rt *Runtime[S]) claimCancel(ctx context.Context, t *Task, id string, rec *Record, st *State, n cancelNote) (done bool, err error) {
+	if t != nil {
+		t.mark(runCancelling)
+		reported := false
+		defer func() {
+			t.flags.And(^runCancelling)
+			if !reported && rt.hub.n.Load() > 0 {
+				rt.hub.reread(id, t.watcherList()) // a Watch waiting for this report looks again
+			}
+		}()
+		defer func() { reported = done && err == nil }()
+	}
+	ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, *st)
+	if err != nil {
+		if permanentStoreError(err) {
+			return true, err
+		}
+		// The write may have landed all the same (a lost
+		// acknowledgement): if the record holds it, it did.
+		landed, known := rt.holds(ctx, id, rec.RunID, st)
+		if !landed {
+			if !known {
+				// Perhaps it did: a run of this runtime is
+				// cancelled all the same, lest it run on under a
+				// CANCELLED record that no later Cancel reaches.
+				// Its own writes are fenced on its run id; the
+				// end it writes, if this write did not land, says
+				// who cancelled it and why, as this one would
+				// have.
+				rt.noteCancel(t, n)
+				rt.cancelRun(t)
+			}
+			return true, err
+		}
+		ok = true
+	}
+	if !ok {
+		return false, nil
+	}
+	rt.cancelRun(t)
+	rt.reportEnd(t, change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: *st})
+	return true, nil
 }
 
 // liveHandle returns the handle of run runID of id if the run is live in

@@ -155,6 +155,14 @@ const (
 	// runCancelNoted is set when Runtime.cancels holds who cancelled the
 	// run and why, for its own write of its end.
 	runCancelNoted
+	// runCancelling is set while a Cancel of this runtime writes the
+	// run's end and reports it (see Runtime.claimCancel).
+	runCancelling
+	// runLiveReporting is set while the run's own goroutine reports a
+	// change of its live run to observers (its start, a retry, a panic):
+	// an end another writer reports meanwhile waits in Runtime.early,
+	// and the run reports it after (see reportLive).
+	runLiveReporting
 )
 
 // has reports whether flag is set.
