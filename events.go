@@ -982,7 +982,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 		_, notices := any(rt.store).(Notifier)
 		var last Snapshot
 		emit := func(snap Snapshot) (more bool) {
-			monotonic(&last, &snap)
+			rt.keepProgress(&last, &snap)
 			if nothingNew(&last, &snap) {
 				return true
 			}
@@ -1355,7 +1355,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 				return letGo(snap.ID)
 			}
 			if ok {
-				monotonic(&last, &snap)
+				rt.keepProgress(&last, &snap)
 			}
 			if ok && nothingNew(&last, &snap) {
 				return true
@@ -1488,6 +1488,22 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			}
 		}
 	}
+}
+
+// keepProgress sets the progress a stream that last yielded last shows
+// in snap. A run this runtime executes shows its live progress, as Status
+// does: a store read or an event that lags it cannot take it back, and a
+// callback that lowers it (a retry that starts its work over, say) is
+// shown doing so. Any other run's progress is kept from going back (see
+// monotonic).
+func (rt *Runtime[S]) keepProgress(last, snap *Snapshot) {
+	if snap.Status == StatusRunning {
+		if t := rt.handle(snap.ID, snap.RunID); t != nil {
+			t.showLive(snap)
+			return
+		}
+	}
+	monotonic(last, snap)
 }
 
 // monotonic keeps a live run's progress from going back in a stream: a

@@ -504,7 +504,11 @@ type Snapshot struct {
 	RunID  string // the run the record belongs to
 	Status Status // the record's status; empty on a Gone snapshot
 	// Progress is live for a run executing in this runtime, and the last
-	// stored value otherwise.
+	// stored value otherwise. A stream (Watch, Subscribe) shows a run of
+	// this runtime's live progress too, lower than before if the callback
+	// lowered it (a retry that starts its work over, say); another
+	// runtime's run's progress it keeps from going back, since a store
+	// read may lag what an earlier notice showed.
 	Progress int
 	// Attempt is the current attempt, from 1; live like Progress.
 	Attempt int
