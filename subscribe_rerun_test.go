@@ -4,7 +4,6 @@ import (
 	"context"
 	"iter"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -20,28 +19,9 @@ import (
 // first.
 func TestSubscribeKeepsAnEndMadeBeforeTheRangeThoughAnotherReplicaReran(t *testing.T) {
 	store := NewMemStore()
-	events := make(chan Event, 64)
-	rt1 := newRuntime(t, store, Config{Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	})}})
+	events := newEventLog()
+	rt1 := newRuntime(t, store, Config{Observers: []Observer{events}})
 	rt2 := newRuntime(t, store, Config{})
-	waitEvent := func(kind EventKind, runID string) {
-		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case e := <-events:
-				if e.Kind == kind && e.RunID == runID {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("timed out waiting for %v of %s", kind, runID)
-			}
-		}
-	}
 
 	x := newGate()
 	subX, err := rt1.Submit(ctx, "job", x.fn, alice)
@@ -53,7 +33,7 @@ func TestSubscribeKeepsAnEndMadeBeforeTheRangeThoughAnotherReplicaReran(t *testi
 	seq := rt1.Subscribe(sctx, alice) // the subscription starts here
 
 	x.open()
-	waitEvent(EventFinished, subX.RunID) // published to the subscription's inbox
+	events.wait(t, EventFinished, subX.RunID) // published to the subscription's inbox
 	y := newGate()
 	t.Cleanup(y.open)
 	subY, err := rt2.Submit(ctx, "job", y.fn, alice)

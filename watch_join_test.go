@@ -46,28 +46,9 @@ func TestWatchOfAJoinedRunGetsItsEndThoughTheKeyIsRerunHere(t *testing.T) {
 	mem := NewMemStore()
 	mem.SetWatchAuthorizer(func(string, []string, string) bool { return true })
 	s := &heldRead{Store: mem, reading: make(chan struct{}), release: make(chan struct{})}
-	events := make(chan Event, 64)
-	rt1 := newRuntime(t, s, Config{Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	})}})
+	events := newEventLog()
+	rt1 := newRuntime(t, s, Config{Observers: []Observer{events}})
 	rt2 := newRuntime(t, s, Config{})
-	waitEvent := func(kind EventKind, runID string) {
-		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case e := <-events:
-				if e.Kind == kind && e.RunID == runID {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("timed out waiting for %v of %s", kind, runID)
-			}
-		}
-	}
 
 	a := newGate()
 	subA, err := rt1.Submit(ctx, "shared", a.fn, alice, WithScope(ScopeGlobal))
@@ -101,13 +82,13 @@ func TestWatchOfAJoinedRunGetsItsEndThoughTheKeyIsRerunHere(t *testing.T) {
 	// The read found run A RUNNING with bob; before its answer arrives,
 	// run A ends and alice re-runs the key here.
 	a.open()
-	waitEvent(EventFinished, subA.RunID)
+	events.wait(t, EventFinished, subA.RunID)
 	b := newGate()
 	t.Cleanup(b.open)
 	subB, err := rt1.Submit(ctx, "shared", b.fn, alice, WithScope(ScopeGlobal))
 	require.NoError(t, err)
 	require.False(t, subB.Joined)
-	waitEvent(EventStarted, subB.RunID)
+	events.wait(t, EventStarted, subB.RunID)
 	release()
 
 	receive := func() got {

@@ -72,6 +72,36 @@ func (s *readGate) GetTask(ctx context.Context, id string) (Record, error) {
 	return s.Store.GetTask(ctx, id)
 }
 
+// eventLog is an observer that keeps the events it hears, for a test to
+// wait on; one it has no room for is dropped.
+type eventLog chan Event
+
+func newEventLog() eventLog { return make(eventLog, 64) }
+
+func (l eventLog) Observe(_ context.Context, e Event) {
+	select {
+	case l <- e:
+	default:
+	}
+}
+
+// wait waits for an event of kind of run runID, which comes after the
+// hub has published the change to the streams.
+func (l eventLog) wait(t *testing.T, kind EventKind, runID string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-l:
+			if e.Kind == kind && e.RunID == runID {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for %v of %s", kind, runID)
+		}
+	}
+}
+
 // A Watch of this runtime's own run, over a store without notices, reads
 // the store every second. If the run ends and the key is re-run while
 // that read is in flight, the read returns the new run, and the old
@@ -79,30 +109,9 @@ func (s *readGate) GetTask(ctx context.Context, id string) (Record, error) {
 // inbox, is then dropped as "a late report of an earlier run": the
 // stream goes from run A's RUNNING to run B and never shows A's end.
 func TestWatchKeepsAnEndThatLandsDuringItsPollRead(t *testing.T) {
-	events := make(chan Event, 64)
+	events := newEventLog()
 	s := &readGate{Store: NewMemStore(), reading: make(chan struct{}), release: make(chan struct{})}
-	rt := newRuntime(t, s, Config{Observers: []Observer{ObserverFunc(func(_ context.Context, e Event) {
-		select {
-		case events <- e:
-		default:
-		}
-	})}})
-	// waitEvent waits for an observer's event, which comes after the hub
-	// has published the change to the streams.
-	waitEvent := func(kind EventKind, runID string) {
-		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case e := <-events:
-				if e.Kind == kind && e.RunID == runID {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("timed out waiting for %v of %s", kind, runID)
-			}
-		}
-	}
+	rt := newRuntime(t, s, Config{Observers: []Observer{events}})
 	a := newGate()
 	subA, err := rt.Submit(ctx, "job", a.fn, alice)
 	require.NoError(t, err)
@@ -140,13 +149,13 @@ func TestWatchKeepsAnEndThatLandsDuringItsPollRead(t *testing.T) {
 
 	// While that read waits: run A ends, and the owner re-runs the key.
 	a.open()
-	waitEvent(EventFinished, subA.RunID) // published to the stream's inbox
+	events.wait(t, EventFinished, subA.RunID) // published to the stream's inbox
 	b := newGate()
 	t.Cleanup(b.open)
 	subB, err := rt.Submit(ctx, "job", b.fn, alice)
 	require.NoError(t, err)
 	require.NotEqual(t, subA.RunID, subB.RunID)
-	waitEvent(EventStarted, subB.RunID)
+	events.wait(t, EventStarted, subB.RunID)
 	release()
 
 	var r got
