@@ -94,10 +94,12 @@ type leaseState struct {
 	epoch atomic.Uint64 // counts the times the lease was found lost; bumped before the runs are abandoned
 	tries atomic.Uint64 // renewals answered, by the store or by their timeout
 
-	// abandoned is set when the lease is found lost, and cleared once no
-	// run abandoned then is left here (see endAbandonedHere); ending is
-	// held by the pass that ends their records.
-	abandoned atomic.Bool
+	// abandoned is the epoch of the last loss of the lease whose runs
+	// may have records left to end (0: none), set when the lease is found
+	// lost, and cleared once no run abandoned then is left here, or a
+	// pass ended their records (see endAbandonedHere); ending is held by
+	// the pass that ends their records.
+	abandoned atomic.Uint64
 	ending    atomic.Bool
 
 	// Guarded by turn.
@@ -333,14 +335,15 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 			rt.loseLeaseIfEnded()
 		}
 		held := !ls.lost && ls.took
+		abandoned := ls.abandoned.Load() // read with the turn: a loss since sets another
 		if until := ls.until.Load(); !ls.lost && until != 0 {
 			end.Reset(max(time.Duration(until-ls.now()), 0))
 		} else {
 			end.Stop()
 		}
 		ls.give()
-		if held && ls.abandoned.Load() {
-			rt.endAbandonedHere()
+		if held && abandoned != 0 {
+			rt.endAbandonedHere(abandoned)
 		}
 	}
 }
@@ -352,7 +355,7 @@ func (rt *Runtime[S]) renewLease(ctx context.Context, l Leaser) {
 // lease, and they would stay live for as long as the callbacks ignore
 // their contexts. The pass runs on a goroutine of the loops', one at a
 // time, so that the renewals do not wait for it.
-func (rt *Runtime[S]) endAbandonedHere() {
+func (rt *Runtime[S]) endAbandonedHere(abandoned uint64) {
 	rt.mu.RLock()
 	started := rt.started
 	rt.mu.RUnlock()
@@ -361,7 +364,7 @@ func (rt *Runtime[S]) endAbandonedHere() {
 	}
 	// A run whose end was reported (by such a pass, say) needs none.
 	if !slices.ContainsFunc(rt.runs.all(), func(t *Task) bool { return errors.Is(t.cause(), ErrAbandoned) && !t.has(runEndSeen) }) {
-		rt.lease.abandoned.Store(false)
+		rt.lease.abandoned.CompareAndSwap(abandoned, 0) // unless the lease was lost again since
 		return
 	}
 	if !rt.lease.ending.CompareAndSwap(false, true) {
@@ -375,7 +378,14 @@ func (rt *Runtime[S]) endAbandonedHere() {
 	}
 	rt.loops.goroutine(func(ctx context.Context) {
 		defer rt.lease.ending.Store(false)
-		if _, err := rt.recoverRunsOf(ctx, false, true); err != nil && ctx.Err() == nil {
+		_, err := rt.recoverRunsOf(ctx, false, true)
+		switch {
+		case err == nil:
+			// Every live record of a run abandoned then is ended: the
+			// runs left (their records ended or moved on elsewhere, a
+			// peer's recovery say) need no other pass.
+			rt.lease.abandoned.CompareAndSwap(abandoned, 0)
+		case ctx.Err() == nil:
 			rt.cfg.Logger.Error("workers: ending abandoned runs failed", "err", err)
 		}
 	})
@@ -487,7 +497,7 @@ func (rt *Runtime[S]) loseLease(why string) {
 	ls.lost = true
 	ls.until.Store(0)
 	ls.epoch.Add(1)
-	ls.abandoned.Store(true)
+	ls.abandoned.Store(ls.epoch.Load())
 	if h := rt.hooks.Load(); h != nil && h.leaseLost != nil {
 		h.leaseLost()
 	}

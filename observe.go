@@ -132,11 +132,11 @@ type Event struct {
 // is recovered and logged with Config.Logger; the run carries on, and the
 // next observers are still called. An observer must not end its goroutine
 // with runtime.Goexit (testing's FailNow and Fatal do, as a require.* of
-// a test that fails): the goroutine cannot carry on then, and the run it
-// was reporting is ended FAILED (CausePermanent), unless its end was
-// recorded already, and logged, so that it still gives back its place
-// under Config.Limits. A run's start, retry or panic is never reported
-// to observers after its end.
+// a test that fails, which the testing package allows on the test's own
+// goroutine alone): the goroutine is the run's, or its submitter's, or
+// its canceller's, and the run it was reporting is then left unsettled,
+// holding its place under Config.Limits and its queue's turn. A run's
+// start, retry or panic is never reported to observers after its end.
 type Observer interface {
 	// Observe receives one event; see above for when it is called.
 	Observe(ctx context.Context, e Event)

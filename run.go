@@ -13,57 +13,7 @@ import (
 )
 
 // execute runs t from its start to its terminal record and settles it.
-// With observers, an observer that ends the goroutine with
-// runtime.Goexit (testing's FailNow and Fatal do) does not leave the run
-// unsettled: see unwound.
 func (rt *Runtime[S]) execute(t *Task) {
-	if len(rt.cfg.Observers) == 0 {
-		rt.executeRun(t)
-		return
-	}
-	returned := false
-	defer func() {
-		if !returned {
-			rt.unwound(t)
-		}
-	}()
-	rt.executeRun(t)
-	returned = true
-}
-
-// errObserverGoexit is the failure of a run whose goroutine an observer
-// ended with runtime.Goexit.
-var errObserverGoexit = Permanent(errors.New("workers: an observer called runtime.Goexit on the run's goroutine (testing's FailNow, Fatal and SkipNow do)"))
-
-// unwound ends run t, whose goroutine is ending with a runtime.Goexit
-// called outside its callback, by an observer: unless the run's end was
-// recorded (or the callback's own Goexit was handled, see attempts), it
-// is written FAILED over whatever the run last wrote, and the run is
-// settled, so that it gives back its slot and its queue's place and
-// Shutdown does not wait for it.
-func (rt *Runtime[S]) unwound(t *Task) {
-	if t.isSettled() {
-		return
-	}
-	rt.cfg.Logger.Error("workers: runtime.Goexit called outside the callback, on a run's goroutine; ending the run",
-		"task", t.ID(), "run", t.RunID(), "stack", string(debug.Stack()))
-	if !t.has(runEndSeen) {
-		r := t.ensureState()
-		r.writeMu.Lock()
-		var st State
-		from := StatusPending
-		if r.running() {
-			st, from = r.last.state(), StatusRunning
-		}
-		r.writeMu.Unlock()
-		t.cancel(errObserverGoexit)
-		rt.finish(t, from, &st, outcome{StatusFailed, CausePermanent, errObserverGoexit.Error()}, errObserverGoexit)
-	}
-	rt.settle(t)
-}
-
-// executeRun is execute without its handling of an observer's Goexit.
-func (rt *Runtime[S]) executeRun(t *Task) {
 	t.begin()
 	registered := StatusPending
 	if t.startsRegistered {
@@ -108,33 +58,20 @@ func (rt *Runtime[S]) executeRun(t *Task) {
 // It is kept apart from execute so that the common path carries nothing
 // for it.
 func (rt *Runtime[S]) executeInOrder(t *Task, begun chan<- struct{}) {
-	opened, returned := false, false
-	open := func() { opened = true; close(begun) }
-	if len(rt.cfg.Observers) > 0 {
-		defer func() {
-			if !returned {
-				if !opened {
-					close(begun)
-				}
-				rt.unwound(t)
-			}
-		}()
-	}
 	t.begin()
 	if t.ctx.Err() != nil {
-		open()
+		close(begun)
 		rt.finishCancelled(t, StatusPending, &State{}, nil)
 		rt.settle(t)
-		returned = true
 		return
 	}
 	st := State{Status: StatusRunning, StartedAt: now(), Attempt: 1}
 	running := rt.write(opStart, t, StatusPending, &st, nil) && st.Status == StatusRunning
-	open()
-	if !running || !rt.attempts(t, &st) {
-		rt.settle(t) // else timed out: the callback's goroutine settles the run
+	close(begun)
+	if running && rt.attempts(t, &st) {
+		return // timed out: the callback's goroutine settles the run
 	}
-	returned = true
+	rt.settle(t)
 }
 
 // attempts runs the callback until it succeeds, fails for good or is

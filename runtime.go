@@ -255,6 +255,12 @@ type Runtime[S Store] struct {
 	// it next (see reportEnd).
 	early sync.Map
 
+	// cancellingMu guards cancelling, the count, by run (*Task), of the
+	// Cancels of this runtime that hold its runCancelling flag (see
+	// claimCancel): the flag is cleared by the last of them.
+	cancellingMu sync.Mutex
+	cancelling   map[*Task]int
+
 	// found holds, by run (*Task), the end the sync loop found that
 	// another writer gave a run while the run's own write went on: the
 	// write reports it if it does not land (see leaveEndToWriter). settle

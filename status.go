@@ -371,10 +371,23 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 // rather than end without it.
 func (rt *Runtime[S]) claimCancel(ctx context.Context, t *Task, id string, rec *Record, st *State, n cancelNote) (done bool, err error) {
 	if t != nil {
+		rt.cancellingMu.Lock()
+		if rt.cancelling == nil {
+			rt.cancelling = make(map[*Task]int)
+		}
+		rt.cancelling[t]++
 		t.mark(runCancelling)
+		rt.cancellingMu.Unlock()
 		reported := false
 		defer func() {
-			t.flags.And(^runCancelling)
+			// Another Cancel of the run may be under way: the last one
+			// clears the flag.
+			rt.cancellingMu.Lock()
+			if rt.cancelling[t]--; rt.cancelling[t] == 0 {
+				delete(rt.cancelling, t)
+				t.flags.And(^runCancelling)
+			}
+			rt.cancellingMu.Unlock()
 			if !reported && rt.hub.n.Load() > 0 {
 				rt.hub.reread(id, t.watcherList()) // a Watch waiting for this report looks again
 			}

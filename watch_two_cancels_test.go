@@ -1,0 +1,109 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type secondCancel struct{}
+
+// twoCancelsStore is afterCancelStore that also holds the write of a
+// Cancel whose ctx carries secondCancel at its start, until released.
+type twoCancelsStore struct {
+	Store
+	after    atomic.Pointer[func()]
+	reachedB chan struct{}
+	releaseB chan struct{}
+}
+
+func (s *twoCancelsStore) TransitionTask(ctx context.Context, id, runID string, from []Status, next State) (bool, error) {
+	if ctx.Value(secondCancel{}) != nil {
+		close(s.reachedB)
+		<-s.releaseB
+	}
+	ok, err := s.Store.TransitionTask(ctx, id, runID, from, next)
+	if ok && next.Status == StatusCancelled && ctx.Value(callerTag{}) != nil {
+		if f := s.after.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	return ok, err
+}
+
+// As TestWatchEndsWithTheEndOfARunCancelledHereThoughItsKeyWasReRunFirst,
+// with a second Cancel of run A (a double click) made at the same time:
+// it read run A RUNNING, and its write is fenced out by the first's. Its
+// claimCancel clears runCancelling as it returns, while the first Cancel,
+// whose write landed, has still to report run A's end: the Watch must
+// still end with that end, not with ErrNotFound.
+func TestWatchEndsWithTheCancelsEndThoughASecondCancelRaced(t *testing.T) {
+	s := &twoCancelsStore{Store: NewMemStore(), reachedB: make(chan struct{}), releaseB: make(chan struct{})}
+	rt := newRuntime(t, s, Config{})
+	a := stubbornGate()
+	subA, err := rt.Submit(ctx, "job", a.fn, alice)
+	require.NoError(t, err)
+	t.Cleanup(a.open)
+	wait(t, a.started, "run A to start")
+
+	next, stop := iter.Pull2(rt.Watch(ctx, subA.ID, alice))
+	defer stop()
+	pullRunning(t, next, subA.RunID)
+
+	// Cancel B reads run A RUNNING, marks it runCancelling and is held
+	// before its write.
+	cancelB := make(chan error, 1)
+	go func() { cancelB <- rt.Cancel(context.WithValue(ctx, secondCancel{}, true), subA.ID, alice) }()
+	wait(t, s.reachedB, "the second Cancel to reach its write")
+
+	type pulled struct {
+		snap Snapshot
+		err  error
+		ok   bool
+	}
+	got := make(chan pulled, 1)
+	b := newGate()
+	t.Cleanup(b.open)
+	hook := func() {
+		// Run A's CANCELLED (Cancel A's) has landed; Cancel A has not
+		// reported it yet. The key is re-run here.
+		subB, err := rt.Submit(ctx, "job", b.fn, alice)
+		require.NoError(t, err)
+		require.False(t, subB.Joined)
+		go func() {
+			snap, err, ok := next()
+			got <- pulled{snap, err, ok}
+		}()
+		// Cancel B's write is fenced out; it returns.
+		close(s.releaseB)
+		select {
+		case err := <-cancelB:
+			require.True(t, errors.Is(err, ErrFinished), "Cancel B: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Cancel B did not return")
+		}
+		select {
+		case r := <-got:
+			got <- r
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	s.after.Store(&hook)
+	require.NoError(t, rt.Cancel(context.WithValue(ctx, callerTag{}, true), subA.ID, alice))
+
+	var r pulled
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Watch yielded nothing after run A's RUNNING")
+	}
+	require.True(t, r.ok)
+	require.NoError(t, r.err, "the Watch ended without run A's end, which this runtime reported right after")
+	require.Equal(t, subA.RunID, r.snap.RunID)
+	require.Equal(t, StatusCancelled, r.snap.Status)
+}
