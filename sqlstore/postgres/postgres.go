@@ -385,8 +385,10 @@ var ErrSchemaTooNew = sqlcore.ErrSchemaTooNew
 
 // ErrSchemaMismatch is returned by Migrate, wrapped, when the tables do
 // not match the migrations recorded as applied to them: a migration file
-// edited after it was applied, a recorded version this release lacks, or
-// a missing table or column. Migrate changes nothing.
+// edited after it was applied (its line endings aside: a build from a
+// checkout with CRLF endings records the same migrations), a recorded
+// version this release lacks, or a missing table or column. Migrate
+// changes nothing.
 var ErrSchemaMismatch = sqlcore.ErrSchemaMismatch
 
 // Option configures a Store.

@@ -177,8 +177,10 @@ var ErrSchemaTooNew = sqlcore.ErrSchemaTooNew
 
 // ErrSchemaMismatch is returned by Migrate, wrapped, when the tables do
 // not match the migrations recorded as applied to them: a migration file
-// edited after it was applied, a recorded version this release lacks, or
-// a missing table or column. Migrate changes nothing.
+// edited after it was applied (its line endings aside: a build from a
+// checkout with CRLF endings records the same migrations), a recorded
+// version this release lacks, or a missing table or column. Migrate
+// changes nothing.
 var ErrSchemaMismatch = sqlcore.ErrSchemaMismatch
 
 // Option configures a Store.
@@ -266,15 +268,23 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	busy := strconv.FormatInt(busyMillis(o.busyTimeout), 10)
 
 	// The writer comes first: it creates the file and switches it to WAL.
+	// The switch is a statement under ctx, not a parameter of the
+	// connection: a connection's parameters are applied as it is made,
+	// deaf to ctx, and the switch of a file another connection reads
+	// waits for it, up to the whole busy timeout. WAL is the file's mode
+	// once set, so a connection made later needs no switch.
 	write, err := open(ctx, path, 1, url.Values{
 		"_busy_timeout": {busy},
-		"_journal_mode": {"WAL"},
 		"_synchronous":  {"NORMAL"},
 		"_foreign_keys": {"1"},
 		"_txlock":       {"immediate"},
 	})
 	if err != nil {
 		return nil, err
+	}
+	var mode string
+	if err := write.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return nil, errors.Join(fmt.Errorf("sqlstore/sqlite: journal mode: %w", err), write.Close())
 	}
 	read, err := open(ctx, path, max(4, runtime.GOMAXPROCS(0)), url.Values{
 		"_busy_timeout": {busy},

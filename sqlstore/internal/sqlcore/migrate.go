@@ -35,7 +35,11 @@ type migration struct {
 	version  int
 	name     string
 	sql      string
-	checksum string // hex SHA-256 of the file's text
+	checksum string // hex SHA-256 of the file's text, its line endings LF
+	// also are the checksums a build from a checkout with other line
+	// endings (CRLF, as Git for Windows checks files out by default)
+	// recorded for the same file: the same SQL.
+	also []string
 	// compatibleFrom is the oldest version whose code can use the tables
 	// once this one is applied: Dialect.CompatibleFrom's, or version.
 	compatibleFrom int
@@ -203,7 +207,7 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 			if _, err := tx.ExecContext(ctx, s.q.setChecksum, a.version, migs[i].checksum); err != nil {
 				return nil, s.wrap("migrate: record checksum", err)
 			}
-		case a.checksum != migs[i].checksum:
+		case a.checksum != migs[i].checksum && !slices.Contains(migs[i].also, a.checksum):
 			return nil, s.wrap("migrate", fmt.Errorf("%w: version %d (%s) was applied from a file that differs from this release's", ErrSchemaMismatch, a.version, a.name))
 		}
 		// A row recorded without the column gets it; one recorded as
@@ -252,6 +256,12 @@ func (s *Store) lockKey() int64 {
 	return int64(h.Sum64())
 }
 
+// checksum is the hex SHA-256 of text.
+func checksum(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(sum[:])
+}
+
 // loadMigrations reads the migrations/NNNN_name.sql files of fsys in
 // version order, with the compatibility compatible declares for them
 // (see Dialect.CompatibleFrom).
@@ -271,8 +281,14 @@ func loadMigrations(fsys fs.FS, compatible map[int]int) ([]migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		sum := sha256.Sum256(text)
-		migs = append(migs, migration{version: v, name: name, sql: string(text), checksum: hex.EncodeToString(sum[:]), compatibleFrom: v})
+		lf := strings.ReplaceAll(string(text), "\r\n", "\n")
+		m := migration{version: v, name: name, sql: string(text), checksum: checksum(lf), compatibleFrom: v}
+		for _, sum := range []string{checksum(string(text)), checksum(strings.ReplaceAll(lf, "\n", "\r\n"))} {
+			if sum != m.checksum && !slices.Contains(m.also, sum) {
+				m.also = append(m.also, sum)
+			}
+		}
+		migs = append(migs, m)
 	}
 	slices.SortFunc(migs, func(a, b migration) int { return cmp.Compare(a.version, b.version) })
 	for i := 1; i < len(migs); i++ {
