@@ -255,6 +255,10 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		// answer to a call made before the one that set the caps is
 		// older than they are, and is not applied.
 		o.limits, o.asked = lim, asked
+		if a.turn == o {
+			// A lowered weight applies to the turn under way too.
+			a.credit = min(a.credit, max(1, lim.Weight))
+		}
 		if a.place(o) && !a.draining {
 			ready = a.pick()
 		}
