@@ -207,6 +207,7 @@ type admission struct {
 	ring     *ownerLoad            // guarded by mu: the owner whose turn is next, in the ring of those eligible, or nil
 	turn     *ownerLoad            // guarded by mu: the owner whose turn is under way (ring), or nil
 	credit   int                   // guarded by mu: the starts left in turn's turn
+	used     int                   // guarded by mu: the starts turn's turn has made
 	avg      time.Duration         // guarded by mu: moving average of how long a slot is held
 	draining bool                  // guarded by mu
 	drained  chan struct{}         // closed when draining is set
@@ -257,7 +258,11 @@ func (a *admission) reserve(ctx context.Context, c caller, sequential bool) (*ad
 		o.limits, o.asked = lim, asked
 		if a.turn == o {
 			// A lowered weight applies to the turn under way too.
-			a.credit = min(a.credit, max(1, lim.Weight))
+			// Its starts so far count against the new weight: a turn
+			// that has used it up passes on.
+			if a.credit = min(a.credit, max(1, lim.Weight)-a.used); a.credit <= 0 {
+				a.ring, a.turn, a.credit = o.next, nil, 0
+			}
 		}
 		if a.place(o) && !a.draining {
 			ready = a.pick()
@@ -469,9 +474,10 @@ func (a *admission) pick() []*admit {
 	for a.ring != nil && under(a.running, a.limits.MaxRunning) {
 		o := a.ring
 		if o != a.turn {
-			a.turn, a.credit = o, max(1, o.limits.Weight) // a new turn
+			a.turn, a.credit, a.used = o, max(1, o.limits.Weight), 0 // a new turn
 		}
 		r := o.pop()
+		a.used++
 		if a.credit--; a.credit == 0 {
 			a.ring, a.turn = o.next, nil
 		}

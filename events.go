@@ -1038,7 +1038,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					if end == nil {
 						t = rt.runOf(id, last.RunID) // superseded here, it holds the handle no more
 					}
-					for end == nil && t != nil && t.has(runFinishing|runCancelling) && !t.isSettled() {
+					for end == nil && t != nil && t.has(runFinishing|runCancelling|runEndWaiting) && !t.isSettled() {
 						// Its end write is under way here, and may have
 						// landed before the re-run: the run reports that
 						// end as the write returns, and settles after

@@ -291,10 +291,10 @@ func (rt *Runtime[S]) reportLive(t *Task, c *change, observersOnly bool) {
 	} else if !observersOnly {
 		rt.emitStreams(c)
 	}
-	if t.flags.And(^runLiveReporting)&runEndWaiting != 0 {
-		if end, ok := rt.early.LoadAndDelete(t); ok {
-			rt.emit(end.(*change))
-		}
+	// An end that waited for this report goes now, unless the submission
+	// is still to be reported, whose report takes it (see announce).
+	if f := t.flags.And(^runLiveReporting); f&runEndWaiting != 0 && f&runAnnounced != 0 {
+		rt.reportEarly(t)
 	}
 }
 

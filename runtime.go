@@ -753,9 +753,17 @@ func (rt *Runtime[S]) register(ctx context.Context, k runIDs, base *runOptions, 
 func (rt *Runtime[S]) announce(t *Task, c *change) {
 	rt.emit(c)
 	if t.flags.Or(runAnnounced)&runEndWaiting != 0 {
-		if end, ok := rt.early.LoadAndDelete(t); ok {
-			rt.emit(end.(*change))
-		}
+		rt.reportEarly(t)
+	}
+}
+
+// reportEarly reports the end of run t that waits in early, if it still
+// does, and only then clears runEndWaiting: a Watch that finds the run's
+// record moved on waits for the end while the flag is set.
+func (rt *Runtime[S]) reportEarly(t *Task) {
+	if end, ok := rt.early.LoadAndDelete(t); ok {
+		rt.emit(end.(*change))
+		t.flags.And(^runEndWaiting)
 	}
 }
 
