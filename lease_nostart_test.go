@@ -41,17 +41,12 @@ func TestAbandonedRunEndsOnceTheLeaseIsBackWithoutStart(t *testing.T) {
 		unreachable()
 		time.Sleep(2 * time.Second) // (bubble clock) renewals land again
 		synctest.Wait()
-		live, err := mem.LiveInstances(t.Context())
-		require.NoError(t, err)
-		require.Contains(t, live, workers.InstanceOf(sub.RunID), "the lease is back")
+		requireLeaseBack(t, mem, sub.RunID)
 		require.ErrorIs(t, task.Load().CancelCause(), workers.ErrAbandoned, "the lease was lost: the run was abandoned")
 
 		// A peer that did Start, now that the lease is back: its Start
 		// and its recovery loop (every second) pass over the record.
-		peerCfg := cfg
-		peerCfg.Logger = quiet
-		peer := workers.NewRuntime(mem, peerCfg)
-		require.NoError(t, peer.Start(t.Context()))
+		peer := startedPeer(t, mem, cfg)
 		time.Sleep(10 * time.Second) // (bubble clock) many lease and recovery intervals pass
 		synctest.Wait()
 
@@ -64,4 +59,64 @@ func TestAbandonedRunEndsOnceTheLeaseIsBackWithoutStart(t *testing.T) {
 		require.NoError(t, rt.Shutdown(t.Context()))
 		require.NoError(t, peer.Shutdown(t.Context()))
 	})
+}
+
+// A runtime used without Start loses its lease and abandons its run,
+// whose callback ignores its context. While the lease is lost, a started
+// peer recovers the record (FAILED, abandoned). The lease then comes
+// back: nothing of this runtime's is left to end, so endAbandonedHere
+// has nothing to do. It must not list every live record of the store at
+// every renewal, for as long as the callback runs on.
+func TestAbandonedRunEndedByAPeerCostsNoListingPerRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+		rt, mem, f := faulty(cfg) // never Started
+		run := newHeedless()
+		sub, err := rt.Submit(t.Context(), "stubborn", run.fn, owner)
+		require.NoError(t, err)
+		<-run.started
+
+		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+		time.Sleep(4 * time.Second) // (bubble clock) the renewals fail for the lease's whole TTL: lost
+
+		peer := startedPeer(t, mem, cfg) // recovers the record of the lost instance
+		synctest.Wait()
+		rec, err := mem.GetTask(t.Context(), sub.ID)
+		require.NoError(t, err)
+		require.Equal(t, workers.StatusFailed, rec.Status, "the peer recovered the record")
+
+		unreachable()
+		time.Sleep(2 * time.Second) // (bubble clock) the lease is back
+		synctest.Wait()
+		requireLeaseBack(t, mem, sub.RunID)
+
+		before := f.Calls(storetest.OpListTasks)
+		time.Sleep(30 * time.Second) // (bubble clock) 30 renewals
+		synctest.Wait()
+		assert.LessOrEqual(t, f.Calls(storetest.OpListTasks)-before, 1,
+			"a pass over the store's live records at every renewal, with nothing left to end")
+
+		close(run.release)
+		require.NoError(t, rt.Shutdown(t.Context()))
+		require.NoError(t, peer.Shutdown(t.Context()))
+	})
+}
+
+// startedPeer starts another runtime over mem, with cfg but quiet: its
+// Start and its recovery loop pass over the records of lost instances.
+func startedPeer(t *testing.T, mem *workers.MemStore, cfg workers.Config) *workers.Runtime[workers.Store] {
+	t.Helper()
+	cfg.Logger = quiet
+	peer := workers.NewRuntime[workers.Store](mem, cfg)
+	require.NoError(t, peer.Start(t.Context()))
+	return peer
+}
+
+// requireLeaseBack requires the lease of the instance of run runID to be
+// live in mem again.
+func requireLeaseBack(t *testing.T, mem *workers.MemStore, runID string) {
+	t.Helper()
+	live, err := mem.LiveInstances(t.Context())
+	require.NoError(t, err)
+	require.Contains(t, live, workers.InstanceOf(runID), "the lease is back")
 }

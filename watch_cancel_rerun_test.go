@@ -49,12 +49,7 @@ func TestWatchEndsWithTheEndOfARunCancelledHereThoughItsKeyWasReRunFirst(t *test
 	defer stop()
 	pullRunning(t, next, subA.RunID)
 
-	type pulled struct {
-		snap Snapshot
-		err  error
-		ok   bool
-	}
-	got := make(chan pulled, 1)
+	var got chan pulled
 	b := newGate()
 	t.Cleanup(b.open)
 	hook := func() {
@@ -62,30 +57,59 @@ func TestWatchEndsWithTheEndOfARunCancelledHereThoughItsKeyWasReRunFirst(t *test
 		subB, err := rt.Submit(ctx, "job", b.fn, alice)
 		require.NoError(t, err)
 		require.False(t, subB.Joined)
-		go func() {
-			snap, err, ok := next()
-			got <- pulled{snap, err, ok}
-		}()
+		got = pullAsync(next)
 		// The stream has run B's report already. Let it act on it: an
 		// answer before the Cancel reports run A's end ends the wait
 		// early; a correct stream keeps waiting for that end.
-		select {
-		case r := <-got:
-			got <- r
-		case <-time.After(500 * time.Millisecond):
-		}
+		letAnswer(got)
 	}
 	s.after.Store(&hook)
 	require.NoError(t, rt.Cancel(context.WithValue(ctx, callerTag{}, true), subA.ID, alice))
 
+	requireCancelledEnd(t, got, subA.RunID, "which this runtime reported right after")
+}
+
+// pulled is one answer of a stream pulled with iter.Pull2.
+type pulled struct {
+	snap Snapshot
+	err  error
+	ok   bool
+}
+
+// pullAsync pulls next once, on a goroutine of its own, and sends its
+// answer on the channel it returns.
+func pullAsync(next func() (Snapshot, error, bool)) chan pulled {
+	got := make(chan pulled, 1)
+	go func() {
+		snap, err, ok := next()
+		got <- pulled{snap, err, ok}
+	}()
+	return got
+}
+
+// letAnswer gives a stream pulled by pullAsync half a second to answer
+// early, as a wrong stream would, and puts the answer back for
+// requireCancelledEnd; a correct stream is still waiting then.
+func letAnswer(got chan pulled) {
+	select {
+	case r := <-got:
+		got <- r
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// requireCancelledEnd requires the stream's answer on got to be the
+// CANCELLED end of run runID; why says whose end it is.
+func requireCancelledEnd(t *testing.T, got chan pulled, runID, why string) {
+	t.Helper()
 	var r pulled
 	select {
 	case r = <-got:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the Watch yielded nothing after run A's RUNNING")
+		t.Fatal("the Watch yielded nothing after the run's RUNNING")
 	}
 	require.True(t, r.ok)
-	require.NoError(t, r.err, "the Watch ended without run A's end, which this runtime reported right after")
-	require.Equal(t, subA.RunID, r.snap.RunID)
+	require.NoError(t, r.err, "the Watch ended without the run's end, "+why)
+	require.Equal(t, runID, r.snap.RunID)
 	require.Equal(t, StatusCancelled, r.snap.Status)
 }

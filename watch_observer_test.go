@@ -5,7 +5,6 @@ import (
 	"iter"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -56,33 +55,11 @@ func TestWatchEndsWithACancelsEndHeldForASlowObserver(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, subB.Joined)
 
-	type pulled struct {
-		snap Snapshot
-		err  error
-		ok   bool
-	}
-	got := make(chan pulled, 1)
-	go func() {
-		snap, err, ok := next()
-		got <- pulled{snap, err, ok}
-	}()
+	got := pullAsync(next)
 	// The observer returns a moment later (or now, if the stream is
 	// already waiting as it should): run A's end is then reported.
-	select {
-	case r := <-got:
-		got <- r
-	case <-time.After(500 * time.Millisecond):
-	}
+	letAnswer(got)
 	released.Do(func() { close(release) })
 
-	var r pulled
-	select {
-	case r = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Watch yielded nothing after run A's RUNNING")
-	}
-	require.True(t, r.ok)
-	require.NoError(t, r.err, "the Watch ended without run A's end, which this runtime reports once the observer returns")
-	require.Equal(t, subA.RunID, r.snap.RunID)
-	require.Equal(t, StatusCancelled, r.snap.Status)
+	requireCancelledEnd(t, got, subA.RunID, "which this runtime reports once the observer returns")
 }

@@ -61,12 +61,7 @@ func TestWatchEndsWithTheCancelsEndThoughASecondCancelRaced(t *testing.T) {
 	go func() { cancelB <- rt.Cancel(context.WithValue(ctx, secondCancel{}, true), subA.ID, alice) }()
 	wait(t, s.reachedB, "the second Cancel to reach its write")
 
-	type pulled struct {
-		snap Snapshot
-		err  error
-		ok   bool
-	}
-	got := make(chan pulled, 1)
+	var got chan pulled
 	b := newGate()
 	t.Cleanup(b.open)
 	hook := func() {
@@ -75,10 +70,7 @@ func TestWatchEndsWithTheCancelsEndThoughASecondCancelRaced(t *testing.T) {
 		subB, err := rt.Submit(ctx, "job", b.fn, alice)
 		require.NoError(t, err)
 		require.False(t, subB.Joined)
-		go func() {
-			snap, err, ok := next()
-			got <- pulled{snap, err, ok}
-		}()
+		got = pullAsync(next)
 		// Cancel B's write is fenced out; it returns.
 		close(s.releaseB)
 		select {
@@ -87,23 +79,10 @@ func TestWatchEndsWithTheCancelsEndThoughASecondCancelRaced(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("Cancel B did not return")
 		}
-		select {
-		case r := <-got:
-			got <- r
-		case <-time.After(500 * time.Millisecond):
-		}
+		letAnswer(got)
 	}
 	s.after.Store(&hook)
 	require.NoError(t, rt.Cancel(context.WithValue(ctx, callerTag{}, true), subA.ID, alice))
 
-	var r pulled
-	select {
-	case r = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the Watch yielded nothing after run A's RUNNING")
-	}
-	require.True(t, r.ok)
-	require.NoError(t, r.err, "the Watch ended without run A's end, which this runtime reported right after")
-	require.Equal(t, subA.RunID, r.snap.RunID)
-	require.Equal(t, StatusCancelled, r.snap.Status)
+	requireCancelledEnd(t, got, subA.RunID, "which this runtime reported right after")
 }
