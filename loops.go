@@ -671,6 +671,12 @@ func (rt *Runtime[S]) recoverRunsOf(ctx context.Context, manual, ownOnly bool) (
 				if t != nil && !errors.Is(t.cause(), ErrAbandoned) {
 					return nil
 				}
+				if t != nil {
+					// A Watch that finds the record moved on (a re-run
+					// elsewhere, once this write landed) waits for the
+					// end this pass reports.
+					rt.holdCancelling(t)
+				}
 				held = t
 				return end(ctx)
 			})
@@ -695,16 +701,21 @@ func (rt *Runtime[S]) recoverRunsOf(ctx context.Context, manual, ownOnly bool) (
 			if failed == nil {
 				failed = fmt.Errorf("end %s's abandoned run: %w", rec.ID, err)
 			}
+			if held != nil {
+				rt.dropCancelling(held, rec.ID, false)
+			}
 			continue
 		}
 		if ok {
 			n++
 			// A run still executing here reports the end its record
 			// holds when its own write is fenced out, unless this
-			// report comes first: its observers hear of one end.
-			if held == nil || held.claim(runEndSeen) {
-				rt.emit(&change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, created: rec.CreatedAt, state: st})
-			}
+			// report comes first: its observers hear of one end, after
+			// any change of the live run they are hearing of (reportEnd).
+			rt.reportEnd(held, change{kind: changeRecovered, id: rec.ID, runID: rec.RunID, queue: rec.Queue, task: held, created: rec.CreatedAt, state: st})
+		}
+		if held != nil {
+			rt.dropCancelling(held, rec.ID, ok)
 		}
 	}
 	return n, failed

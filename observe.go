@@ -96,8 +96,9 @@ type Event struct {
 	Duration time.Duration
 
 	// Task is the live run when this runtime executes it, nil otherwise
-	// (a join of another process's run, a recovery). Observers may read
-	// it; it is the same object the callback holds.
+	// (a join of another process's run, a recovery of a run not executing
+	// here). Observers may read it; it is the same object the callback
+	// holds.
 	Task *Task
 }
 

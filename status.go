@@ -371,27 +371,9 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 // rather than end without it.
 func (rt *Runtime[S]) claimCancel(ctx context.Context, t *Task, id string, rec *Record, st *State, n cancelNote) (done bool, err error) {
 	if t != nil {
-		rt.cancellingMu.Lock()
-		if rt.cancelling == nil {
-			rt.cancelling = make(map[*Task]int)
-		}
-		rt.cancelling[t]++
-		t.mark(runCancelling)
-		rt.cancellingMu.Unlock()
+		rt.holdCancelling(t)
 		reported := false
-		defer func() {
-			// Another Cancel of the run may be under way: the last one
-			// clears the flag.
-			rt.cancellingMu.Lock()
-			if rt.cancelling[t]--; rt.cancelling[t] == 0 {
-				delete(rt.cancelling, t)
-				t.flags.And(^runCancelling)
-			}
-			rt.cancellingMu.Unlock()
-			if !reported && rt.hub.n.Load() > 0 {
-				rt.hub.reread(id, t.watcherList()) // a Watch waiting for this report looks again
-			}
-		}()
+		defer func() { rt.dropCancelling(t, id, reported) }()
 		defer func() { reported = done && err == nil }()
 	}
 	ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, *st)
@@ -424,6 +406,33 @@ func (rt *Runtime[S]) claimCancel(ctx context.Context, t *Task, id string, rec *
 	rt.cancelRun(t)
 	rt.reportEnd(t, change{kind: changeFinished, id: id, runID: rec.RunID, queue: rec.Queue, task: t, created: rec.CreatedAt, state: *st})
 	return true, nil
+}
+
+// holdCancelling marks run t runCancelling while a writer of its end
+// other than the run (a Cancel, a recovery pass) writes and reports it.
+func (rt *Runtime[S]) holdCancelling(t *Task) {
+	rt.cancellingMu.Lock()
+	if rt.cancelling == nil {
+		rt.cancelling = make(map[*Task]int)
+	}
+	rt.cancelling[t]++
+	t.mark(runCancelling)
+	rt.cancellingMu.Unlock()
+}
+
+// dropCancelling undoes holdCancelling once the writer is done, reported
+// saying whether it reported the run's end. Another writer may be under
+// way: the last one clears the flag.
+func (rt *Runtime[S]) dropCancelling(t *Task, id string, reported bool) {
+	rt.cancellingMu.Lock()
+	if rt.cancelling[t]--; rt.cancelling[t] == 0 {
+		delete(rt.cancelling, t)
+		t.flags.And(^runCancelling)
+	}
+	rt.cancellingMu.Unlock()
+	if !reported && rt.hub.n.Load() > 0 {
+		rt.hub.reread(id, t.watcherList()) // a Watch waiting for this report looks again
+	}
 }
 
 // liveHandle returns the handle of run runID of id if the run is live in
