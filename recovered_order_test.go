@@ -17,11 +17,10 @@ import (
 // A run abandoned with a lost lease panics; the first observer is slow
 // on the panic. Meanwhile this runtime's recovery (whose write the test
 // holds until then) ends the abandoned run's record and reports
-// EventRecovered. An observer
-// must never hear the run's panic after its end ("a run's start, retry
-// or panic is never reported to observers after its end"): the
-// recovery's report must wait for the panic's, as reportEnd's does
-// (runLiveReporting).
+// EventRecovered. An observer must never hear the run's panic after its
+// end ("a run's start, retry or panic is never reported to observers
+// after its end"): the recovery's report must wait for the panic's, as
+// reportEnd's does (runLiveReporting).
 func TestAbandonedRunsPanicIsNotHeardAfterItsRecovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hold, holding := make(chan struct{}), make(chan struct{})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"iter"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,8 +15,7 @@ type secondCancel struct{}
 // twoCancelsStore is afterCancelStore that also holds the write of a
 // Cancel whose ctx carries secondCancel at its start, until released.
 type twoCancelsStore struct {
-	Store
-	after    atomic.Pointer[func()]
+	afterCancelStore
 	reachedB chan struct{}
 	releaseB chan struct{}
 }
@@ -27,13 +25,7 @@ func (s *twoCancelsStore) TransitionTask(ctx context.Context, id, runID string, 
 		close(s.reachedB)
 		<-s.releaseB
 	}
-	ok, err := s.Store.TransitionTask(ctx, id, runID, from, next)
-	if ok && next.Status == StatusCancelled && ctx.Value(callerTag{}) != nil {
-		if f := s.after.Swap(nil); f != nil {
-			(*f)()
-		}
-	}
-	return ok, err
+	return s.afterCancelStore.TransitionTask(ctx, id, runID, from, next)
 }
 
 // As TestWatchEndsWithTheEndOfARunCancelledHereThoughItsKeyWasReRunFirst,
@@ -43,7 +35,7 @@ func (s *twoCancelsStore) TransitionTask(ctx context.Context, id, runID string, 
 // whose write landed, has still to report run A's end: the Watch must
 // still end with that end, not with ErrNotFound.
 func TestWatchEndsWithTheCancelsEndThoughASecondCancelRaced(t *testing.T) {
-	s := &twoCancelsStore{Store: NewMemStore(), reachedB: make(chan struct{}), releaseB: make(chan struct{})}
+	s := &twoCancelsStore{afterCancelStore: afterCancelStore{Store: NewMemStore()}, reachedB: make(chan struct{}), releaseB: make(chan struct{})}
 	rt := newRuntime(t, s, Config{})
 	a := stubbornGate()
 	subA, err := rt.Submit(ctx, "job", a.fn, alice)
