@@ -676,8 +676,19 @@ func (rt *Runtime[S]) recoverRunsOf(ctx context.Context, manual, ownOnly bool) (
 					// elsewhere, once this write landed) waits for the
 					// end this pass reports.
 					rt.holdCancelling(t)
+					returned := false
+					defer func() {
+						if !returned {
+							// The store panicked: the pass goes no
+							// further, and drops the hold here.
+							rt.dropCancelling(t, rec.ID, false)
+						}
+					}()
+					held = t
+					err := end(ctx)
+					returned = true
+					return err
 				}
-				held = t
 				return end(ctx)
 			})
 		} else {
