@@ -120,3 +120,46 @@ func requireLeaseBack(t *testing.T, mem *workers.MemStore, runID string) {
 	require.NoError(t, err)
 	require.Contains(t, live, workers.InstanceOf(runID), "the lease is back")
 }
+
+// The pass that ends a runtime's abandoned records once its lease is
+// back, without Start, over a failing store: its listing fails before it
+// is answered, and then its write of the run's end fails after it lands
+// (a lost acknowledgement). Neither stops it: a later renewal lists
+// again, and the landed end is known from the record and reported, so
+// the record ends FAILED (abandoned) and, nothing left to end, the
+// renewals stop listing.
+func TestAbandonedRunEndsWithoutStartThroughAFailingStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := workers.Config{LeaseInterval: time.Second, LeaseTTL: 3 * time.Second}
+		rt, mem, f := faulty(cfg) // never Started
+		run := newHeedless()
+		sub, err := rt.Submit(t.Context(), "stubborn", run.fn, owner)
+		require.NoError(t, err)
+		<-run.started
+
+		unreachable := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore})
+		time.Sleep(4 * time.Second) // (bubble clock) the renewals fail for the lease's whole TTL
+		f.Add(storetest.Rule{Op: storetest.OpListTasks, Times: 1, Fault: storetest.FailBefore})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Times: 1, Fault: storetest.FailAfter, Match: func(c *storetest.Call) bool {
+			return c.ID == sub.ID && c.Next.Cause == workers.CauseAbandoned
+		}})
+		unreachable()
+		time.Sleep(10 * time.Second) // (bubble clock) renewals land again, and passes follow
+		synctest.Wait()
+		requireLeaseBack(t, mem, sub.RunID)
+		require.Equal(t, 1, f.Injected(storetest.OpListTasks), "the first listing failed")
+		require.Equal(t, 1, f.Injected(storetest.OpTransitionTask), "the end's write landed, its answer lost")
+
+		rec, err := mem.GetTask(t.Context(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusFailed, rec.Status)
+		assert.Equal(t, workers.CauseAbandoned, rec.Cause)
+		before := f.Calls(storetest.OpListTasks)
+		time.Sleep(10 * time.Second) // (bubble clock) ten more renewals
+		synctest.Wait()
+		assert.Zero(t, f.Calls(storetest.OpListTasks)-before, "the passes go on though nothing is left to end")
+
+		close(run.release)
+		require.NoError(t, rt.Shutdown(t.Context()))
+	})
+}
