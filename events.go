@@ -56,14 +56,7 @@ type change struct {
 // no runtime, task or store lock held, from the goroutine that made the
 // write. Without observers it costs the bell's one atomic load.
 func (rt *Runtime[S]) emit(c *change) {
-	if c.kind < changePanicked { // the others, no writes, are for observers only
-		if rt.hub.n.Load() > 0 {
-			rt.hub.publish(c)
-		}
-		if c.kind != changeProgress {
-			rt.bells.ring(c.id) // progress ends no Wait
-		}
-	}
+	rt.emitStreams(c)
 	if len(rt.cfg.Observers) > 0 && eventKinds[c.kind] != 0 {
 		rt.observe(c)
 	}
@@ -72,12 +65,12 @@ func (rt *Runtime[S]) emit(c *change) {
 // emitStreams is emit without the observers: Wait's listeners and the
 // streams.
 func (rt *Runtime[S]) emitStreams(c *change) {
-	if c.kind < changePanicked {
+	if c.kind < changePanicked { // the others, no writes, are for observers only
 		if rt.hub.n.Load() > 0 {
 			rt.hub.publish(c)
 		}
 		if c.kind != changeProgress {
-			rt.bells.ring(c.id)
+			rt.bells.ring(c.id) // progress ends no Wait
 		}
 	}
 }
@@ -1060,7 +1053,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					if end == nil {
 						// Reported since the last look: as the wait ended,
 						// or before the run, settled, left runOf.
-						end = s.takeEnd(id, last.RunID)
+						end = shownEnd()
 					}
 					if end != nil {
 						emit(*end)

@@ -678,7 +678,7 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 // write that reports an error is checked against the record: one that
 // landed all the same counts as ended.
 func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
-	return rt.recoverRuns(ctx, true)
+	return rt.recoverRuns(ctx, true, false)
 }
 
 // Cleanup deletes terminal records that completed more than olderThan

@@ -378,7 +378,7 @@ func (rt *Runtime[S]) endAbandonedHere(abandoned uint64) {
 	}
 	rt.loops.goroutine(func(ctx context.Context) {
 		defer rt.lease.ending.Store(false)
-		_, err := rt.recoverRunsOf(ctx, false, true)
+		_, err := rt.recoverRuns(ctx, false, true)
 		switch {
 		case err == nil:
 			// Every live record of a run abandoned then is ended: the
@@ -496,8 +496,7 @@ func (rt *Runtime[S]) loseLease(why string) {
 	ls := &rt.lease
 	ls.lost = true
 	ls.until.Store(0)
-	ls.epoch.Add(1)
-	ls.abandoned.Store(ls.epoch.Load())
+	ls.abandoned.Store(ls.epoch.Add(1))
 	if h := rt.hooks.Load(); h != nil && h.leaseLost != nil {
 		h.leaseLost()
 	}
@@ -583,13 +582,10 @@ func liveInstances(ctx context.Context, l Leaser) (map[string]struct{}, error) {
 // since the read is never touched. A record that cannot be ended (its
 // write fails, or is cut off) does not hold back the ones after it: the
 // pass goes on, and returns the first such error with its count.
-func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual bool) (int, error) {
-	return rt.recoverRunsOf(ctx, manual, false)
-}
-
-// recoverRunsOf is recoverRuns, over this runtime's own runs alone when
-// ownOnly is set.
-func (rt *Runtime[S]) recoverRunsOf(ctx context.Context, manual, ownOnly bool) (int, error) {
+//
+// ownOnly narrows the pass to this runtime's own runs (see
+// endAbandonedHere).
+func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual, ownOnly bool) (int, error) {
 	l, leased := any(rt.store).(Leaser)
 	if !leased && !manual {
 		return 0, nil

@@ -478,7 +478,7 @@ func (rt *Runtime[S]) Start(ctx context.Context) error {
 	})
 	if leased {
 		rt.loops.every(rt.cfg.RecoverInterval, func(ctx context.Context) {
-			if _, err := rt.recoverRuns(ctx, false); err != nil && ctx.Err() == nil {
+			if _, err := rt.recoverRuns(ctx, false, false); err != nil && ctx.Err() == nil {
 				rt.cfg.Logger.Error("workers: recovery failed", "err", err)
 			}
 		})

@@ -372,9 +372,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 func (rt *Runtime[S]) claimCancel(ctx context.Context, t *Task, id string, rec *Record, st *State, n cancelNote) (done bool, err error) {
 	if t != nil {
 		rt.holdCancelling(t)
-		reported := false
-		defer func() { rt.dropCancelling(t, id, reported) }()
-		defer func() { reported = done && err == nil }()
+		defer func() { rt.dropCancelling(t, id, done && err == nil) }()
 	}
 	ok, err := rt.store.TransitionTask(ctx, id, rec.RunID, []Status{rec.Status}, *st)
 	if err != nil {
