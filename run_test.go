@@ -256,13 +256,17 @@ func TestLostLeaseFencesTheLateResult(t *testing.T) {
 	s, lapsed := lapsing()
 	rt := newRuntime(t, s, Config{LeaseInterval: time.Millisecond})
 	g := newGate()
-	ended := make(chan struct{})
+	started, ended := make(chan struct{}), make(chan struct{})
 	sub, err := rt.Submit(ctx, "k", func(ctx context.Context, tk *Task) (any, error) {
 		go func() { <-ctx.Done(); close(ended) }()
+		close(started)
 		<-g.release // the result comes only after the abandon
 		return "late", nil
 	}, alice)
 	require.NoError(t, err)
+	// The callback runs before the lease lapses: a run abandoned before
+	// its callback starts never calls it.
+	wait(t, started, "the callback to start")
 	lapsed.Store(true)
 	wait(t, ended, "the run's context to end")
 	g.open()
