@@ -55,6 +55,17 @@ var (
 	// (returned, or passed its deadline's cutoff).
 	ErrClosed = errors.New("workers: runtime closed")
 
+	// ErrSkipped is yielded by a Subscribe stream that passed over
+	// changes, and the stream goes on: its consumer fell more than 256
+	// tasks behind, or the store's notices, which carry other
+	// processes' changes, were interrupted. A task that began and ended
+	// in the gap is never yielded; the snapshots that follow are a
+	// fresh read of the live tasks. A view that keeps ended tasks reads
+	// them again with List. It is the only error after which a stream
+	// goes on: a consumer that returns on any error ends its stream
+	// there, and may subscribe again.
+	ErrSkipped = errors.New("workers: stream skipped changes")
+
 	// ErrInvalidRunID is returned by a store asked for a fenced write with
 	// an empty run id. Every fenced write names its run; there is no
 	// wildcard.

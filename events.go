@@ -157,10 +157,13 @@ const (
 // own, to find its Subscribe streams, which then read it each under
 // their own authority (see readAudiences).
 type hub struct {
-	n    atomic.Int32 // subscribers
-	mu   sync.Mutex
-	subs map[string]map[*subscriber]struct{} // guarded by mu: Subscribe's, by the caller's user id ("" for System)
-	byID map[string]map[*subscriber]struct{} // guarded by mu: Watch's, by task id
+	n atomic.Int32 // subscribers
+	// listened is set by the first Resync the store's listener sent
+	// (see heard).
+	listened atomic.Bool
+	mu       sync.Mutex
+	subs     map[string]map[*subscriber]struct{} // guarded by mu: Subscribe's, by the caller's user id ("" for System)
+	byID     map[string]map[*subscriber]struct{} // guarded by mu: Watch's, by task id
 	// follows holds, by task id, the Subscribe streams that showed
 	// another process's run of it live and have not shown its end: a
 	// notice of the task reaches them whatever its record holds by the
@@ -209,6 +212,10 @@ type subscriber struct {
 	slots  map[string]*slot    // guarded by mu: undelivered changes per id
 	stale  map[string]struct{} // guarded by mu: ids to read from the store
 	resync bool                // guarded by mu: read everything from the store
+	// skipped is set with resync when changes were passed over: the
+	// inbox overflowed, or notices were lost. Subscribe says so
+	// (ErrSkipped). Guarded by mu.
+	skipped bool
 	// hidden is, for Watch, the latest end offered of a run whose copy
 	// of its watchers did not name the caller (a join made through
 	// another runtime): the stream reads the record, and if the key has
@@ -474,7 +481,7 @@ func (h *hub) readAudiences(ctx context.Context, read func(context.Context, stri
 		ids, overflow := h.takeUnread(false)
 		h.subscriptions(func(s *subscriber) {
 			if overflow {
-				s.resyncAll()
+				s.skipAll()
 			}
 			for id := range ids {
 				s.markStale(id)
@@ -491,7 +498,7 @@ func (h *hub) readAudiences(ctx context.Context, read func(context.Context, stri
 		ids, overflow := h.takeUnread(true)
 		if overflow {
 			h.mu.Lock()
-			h.subscriptions((*subscriber).resyncAll)
+			h.subscriptions((*subscriber).skipAll)
 			h.mu.Unlock()
 			continue
 		}
@@ -689,15 +696,30 @@ func (h *hub) progress(t *Task) {
 	h.each(t.ID(), ev.watchers, func(s *subscriber) { s.offer(ev) })
 }
 
-// remote marks a notice from another process for the subscribers.
-func (h *hub) remote(c Change) {
+// remote marks a notice from another process for the subscribers. A
+// Resync makes every subscriber read what it follows, and says that
+// changes were passed over when it follows a gap in the notices (see
+// heard).
+func (h *hub) remote(c Change, gap bool) {
 	if c.Resync {
+		if gap {
+			h.mu.Lock()
+			h.everyone((*subscriber).skipAll)
+			h.mu.Unlock()
+			return
+		}
 		h.resync()
 		return
 	}
 	h.mu.Lock()
 	h.stale(c.ID)
 	h.mu.Unlock()
+}
+
+// heard reports whether notice c is a Resync that follows a gap in the
+// notices: any but the first, which the listener sends as it starts.
+func (h *hub) heard(c Change) (gap bool) {
+	return c.Resync && h.listened.Swap(true)
 }
 
 // resync makes every subscriber read what it follows from the store.
@@ -711,6 +733,15 @@ func (h *hub) resync() {
 func (s *subscriber) resyncAll() {
 	s.mu.Lock()
 	s.resync = true
+	s.mu.Unlock()
+	s.ring()
+}
+
+// skipAll makes s read every task it follows from the store, after
+// changes were passed over (see ErrSkipped).
+func (s *subscriber) skipAll() {
+	s.mu.Lock()
+	s.resync, s.skipped = true, true
 	s.mu.Unlock()
 	s.ring()
 }
@@ -732,7 +763,7 @@ func (s *subscriber) markStale(id string) {
 	}
 	s.mu.Lock()
 	if len(s.stale) >= maxPending {
-		s.resync = true
+		s.resync, s.skipped = true, true
 		clear(s.stale)
 	} else {
 		s.stale[id] = struct{}{}
@@ -775,7 +806,7 @@ func (s *subscriber) offer(ev *event) {
 		}
 	case cur == nil:
 		if len(s.slots) >= maxPending {
-			s.resync = true
+			s.resync, s.skipped = true, true
 			clear(s.slots)
 			return
 		}
@@ -868,8 +899,9 @@ func (s *subscriber) takeEnds() []Snapshot {
 	return ends
 }
 
-// take empties the inbox.
-func (s *subscriber) take() (slots []slot, stale []string, resync bool) {
+// take empties the inbox; skipped reports that changes were passed over
+// since the last take.
+func (s *subscriber) take() (slots []slot, stale []string, resync, skipped bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, sl := range s.slots {
@@ -881,7 +913,8 @@ func (s *subscriber) take() (slots []slot, stale []string, resync bool) {
 		delete(s.stale, id)
 	}
 	resync, s.resync = s.resync, false
-	return slots, stale, resync
+	skipped, s.skipped = s.skipped, false
+	return slots, stale, resync, skipped
 }
 
 // streamable returns the error a stream (Watch, Subscribe) ends with at
@@ -1070,7 +1103,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 					return
 				}
 			}
-			slots, stale, resync := s.take()
+			slots, stale, resync, _ := s.take()
 			for _, sl := range slots {
 				if sl.revoked {
 					// A run the caller may not see replaced the one it
@@ -1135,11 +1168,16 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // Like Watch it is an iterator on the caller's goroutine, coalescing per
 // task with bounded memory: a consumer that falls far behind (more than
 // 256 tasks with undelivered changes) skips to a fresh read of every live
-// task. Per task, snapshots arrive in order, and a task shown live is
-// followed to an end: its run's terminal snapshot, or, when the stream
-// cannot learn that run's end, a snapshot with Gone set, after which
-// nothing more of that run is yielded. That happens when the run was
-// another process's, or a resynchronization passed over its end, and
+// task, and so does every stream after the store's notices were
+// interrupted (a listener's dropped connection, say). Either way the
+// stream yields ErrSkipped first and goes on: a task that began and
+// ended in the gap is never yielded, and a view that keeps ended tasks
+// reads them again with List. Per task, snapshots arrive in order, and
+// a task shown live is followed to an end: its run's terminal snapshot,
+// or, when the stream cannot learn that run's end, a snapshot with Gone
+// set, after which nothing more of that run is yielded. That happens
+// when the run was another process's, or a resynchronization passed over
+// its end, and
 // by the time the stream read the record it held a new run (one the
 // stream shows next, or one it may not show: without the caller among
 // its watchers, or in another queue than WithQueue's), or was deleted.
@@ -1163,7 +1201,7 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // first; a later range subscribes anew, from its own start. An iterator
 // never ranged holds its subscription, bounded in memory, until ctx ends.
 //
-// An error is yielded once and ends the stream: ErrNoAuthority,
+// Any other error is yielded once and ends the stream: ErrNoAuthority,
 // ErrInvalidOption for a WithStatus value that names no status, or a
 // *ValidationError (ErrInvalidKey) for WithQueue's name, as from List,
 // at once; ErrInvalidConfig (see NewRuntime) or the error of taking the
@@ -1447,7 +1485,11 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			}
 			stale = stale[:0]
 			var slots []slot
-			slots, stale, resync = s.take()
+			var skipped bool
+			slots, stale, resync, skipped = s.take()
+			if skipped && !yield(Snapshot{}, ErrSkipped) {
+				return
+			}
 			for _, sl := range slots {
 				if sl.ended != nil && !emit(*sl.ended, false) {
 					return

@@ -231,7 +231,7 @@ func TestTheAudienceReaderLeavesNoIDBehind(t *testing.T) {
 	defer h.mu.Unlock()
 	for _, user := range []string{"bob", "carol"} {
 		for s := range h.subs[user] {
-			_, stale, _ := s.take()
+			_, stale, _, _ := s.take()
 			assert.ElementsMatch(t, []string{"alice::left", "alice::after"}, stale, "%s's stream", user)
 		}
 	}

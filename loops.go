@@ -789,8 +789,9 @@ func (rt *Runtime[S]) listen(ctx context.Context, n Notifier) {
 		if c.Resync {
 			rt.listening.Store(true) // it listens (again): see waitFallback
 		}
+		gap := rt.hub.heard(c)
 		if rt.hub.n.Load() > 0 && !rt.ownNotice(c) {
-			rt.hub.remote(c)
+			rt.hub.remote(c, gap)
 		}
 		if c.Resync {
 			rt.ends.resync()

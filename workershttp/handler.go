@@ -55,7 +55,12 @@
 // /tasks each time its stream opens (EventSource's open event), and GET
 // /tasks/{id} for a task it shows live that the list no longer has, as
 // the dashboard does. Only the run that Last-Event-ID names numbers its ids
-// on; the other runs' ids start again at 1.
+// on; the other runs' ids start again at 1. A view re-reads GET /tasks
+// as well on an event named "skipped" (data {}, no id), which GET
+// /events sends when it passed over changes (workers.ErrSkipped: the
+// client fell more than 256 tasks behind, or the store's notices were
+// interrupted), since a task that began and ended in the gap sends
+// nothing else.
 package workershttp
 
 import (

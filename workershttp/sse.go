@@ -33,7 +33,7 @@ func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan it
 			case <-ctx.Done():
 				return
 			}
-			if err != nil {
+			if err != nil && !errors.Is(err, workers.ErrSkipped) {
 				return
 			}
 		}
@@ -183,7 +183,13 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 	}
 	for {
 		if send {
-			if it.err != nil {
+			var err error
+			switch {
+			case errors.Is(it.err, workers.ErrSkipped):
+				// Changes were passed over: a view reads the list again.
+				deadline()
+				_, err = fmt.Fprint(w, "event: skipped\ndata: {}\n\n")
+			case it.err != nil:
 				// The client went, or the stream failed after it began,
 				// which the client learns only by the stream's end. A
 				// runtime shut down is a deploy's expected end.
@@ -191,20 +197,22 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 					h.logUnexpected(r, "workershttp: event stream failed", it.err)
 				}
 				return
+			default:
+				if len(seqs) > 4096 {
+					clear(seqs) // bounded on a long Subscribe stream
+				}
+				seqs[it.snap.RunID]++
+				id := it.snap.RunID + "/" + strconv.Itoa(seqs[it.snap.RunID])
+				switch {
+				case it.snap.Gone:
+					id = it.snap.RunID + "/gone"
+				case it.snap.Status.Terminal():
+					id = it.snap.RunID + "/end"
+				}
+				deadline()
+				err = writeEvent(w, id, it.snap)
 			}
-			if len(seqs) > 4096 {
-				clear(seqs) // bounded on a long Subscribe stream
-			}
-			seqs[it.snap.RunID]++
-			id := it.snap.RunID + "/" + strconv.Itoa(seqs[it.snap.RunID])
-			switch {
-			case it.snap.Gone:
-				id = it.snap.RunID + "/gone"
-			case it.snap.Status.Terminal():
-				id = it.snap.RunID + "/end"
-			}
-			deadline()
-			if err := writeEvent(w, id, it.snap); err != nil {
+			if err != nil {
 				return
 			}
 			if err := rc.Flush(); err != nil {
@@ -299,6 +307,9 @@ func writeEvent(w http.ResponseWriter, id string, s workers.Snapshot) error {
 
 // taskEvents streams one task until its terminal snapshot.
 func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	if h.refuseBody(w, r) {
+		return
+	}
 	last := r.Header.Get("Last-Event-ID")
 	id := r.PathValue("id")
 	watch := func(ctx context.Context) iter.Seq2[workers.Snapshot, error] { return h.rt.Watch(ctx, id, auth) }
@@ -314,6 +325,9 @@ func (h *handler) taskEvents(w http.ResponseWriter, r *http.Request, auth worker
 
 // allEvents streams every task the caller may see, narrowed by ?status=.
 func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
+	if h.refuseBody(w, r) {
+		return
+	}
 	statuses, err := parseStatuses(r.URL.Query().Get("status"))
 	if err != nil {
 		h.fail(w, r, err)
@@ -345,4 +359,18 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 		return
 	}
 	h.stream(w, r, auth, subscribe, nil)
+}
+
+// refuseBody answers 400 to an event stream's request that has a body.
+// net/http watches an HTTP/1 connection for its client's going only once
+// the request's body is read to its end, which it does for the handler
+// only up to 256 KB: a stream that never reads its request's body would
+// never learn that its client went, and hold its goroutine,
+// subscription and place under WithStreamLimit until a write fails.
+func (h *handler) refuseBody(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength == 0 {
+		return false
+	}
+	h.fail(w, r, fmt.Errorf("%w: an event stream's request has no body", ErrBadRequest))
+	return true
 }
