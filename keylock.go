@@ -72,6 +72,10 @@ func (k *keyLocks) stripe(id string) *keyStripe {
 
 // lock takes id's lock, or returns ctx's cause if ctx ends first.
 func (k *keyLocks) lock(ctx context.Context, id string) (keyHold, error) {
+	// Read before the wait is queued: a nil ctx panics here, with
+	// nothing queued, not after, which would leave a waiter that the lock
+	// passes to and nobody releases.
+	done := ctx.Done()
 	s := k.stripe(id)
 	s.mu.Lock()
 	l := s.held
@@ -96,7 +100,7 @@ func (k *keyLocks) lock(ctx context.Context, id string) (keyHold, error) {
 	select {
 	case <-w.ready:
 		return keyHold{s, l}, nil
-	case <-ctx.Done():
+	case <-done:
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

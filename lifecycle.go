@@ -612,8 +612,12 @@ const abandonWriters = 16
 // ctx bounds the writes of the waiting items' records, which retry while
 // the store fails: once it ends, those not made are given up, their
 // records left for recovery and counted by a later Shutdown, and Reset
-// returns ctx's cause, after doing the rest.
+// returns ctx's cause, after doing the rest. A nil ctx is refused with
+// ErrInvalidOption, before anything is done.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
 	_, waiting := rt.emptyQueues((*queue).take)
 	if rt.adm != nil {
 		waiting = append(waiting, rt.adm.takeWaiting()...)

@@ -430,13 +430,17 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 // renewal and the listener itself. For a Config it cannot run with it
 // returns ErrInvalidConfig, wrapping a *ValidationError for a bad queue
 // name in Config.Queues, or ErrInvalidOption for a negative interval or
-// Retention or a LeaseTTL not above LeaseInterval; it returns ErrClosed
-// after Shutdown and ErrStarted if it already ran; a Start that failed (a
+// Retention or a LeaseTTL not above LeaseInterval; it returns
+// ErrInvalidOption for a nil ctx, ErrClosed after Shutdown and
+// ErrStarted if it already ran; a Start that failed (a
 // store error during recovery) may be called again. A Start that failed
 // after taking the lease leaves its renewal and the listener running, as
 // a submission that takes the lease does: call Shutdown on a runtime
 // that is given up, whether or not it started.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
 	if rt.cfgErr != nil {
 		return rt.cfgErr
 	}
@@ -521,7 +525,7 @@ type Submission struct {
 //
 // The queue authorizer is asked with DefaultQueue. Errors: ErrNoAuthority
 // (also for a zero Owner in WithWatchers), a *ValidationError
-// (ErrInvalidKey), ErrInvalidOption (a nil fn, an option out of range), an
+// (ErrInvalidKey), ErrInvalidOption (a nil ctx or fn, an option out of range), an
 // *AuthorizationError (ErrUnauthorized), a *QuotaError (ErrQuotaExceeded),
 // the error of Limits.OwnerLimits (wrapped), ErrClosed, ErrInvalidConfig
 // (see NewRuntime), ErrConflict (wrapped) when other processes kept
@@ -572,6 +576,9 @@ func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, f
 }
 
 func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, auth TaskAuthority, opts []SubmitOption) (Submission, error) {
+	if ctx == nil {
+		return Submission{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
 	c, err := resolve(auth)
 	if err != nil {
 		return Submission{}, err
