@@ -139,3 +139,13 @@ func (m *idMap[V]) clear() {
 	m.byHash = table[V]{}
 	m.clash = nil
 }
+
+// rebuilt returns a map of m's values in a table that fits them, with
+// m's seed: a table never shrinks as values leave it.
+func (m *idMap[V]) rebuilt() *idMap[V] {
+	n := &idMap[V]{seed: m.seed, mask: m.mask}
+	for v := range m.all() {
+		n.set(v)
+	}
+	return n
+}

@@ -31,6 +31,16 @@ func (l *loops) goroutine(f func(ctx context.Context)) {
 	if l.ctx == nil {
 		l.ctx, l.stop = context.WithCancel(context.Background())
 	}
+	// The goroutines that ended are not waited for: a runtime that
+	// starts one per lost lease (endAbandonedHere) keeps no trace of it.
+	l.done = slices.DeleteFunc(l.done, func(d chan struct{}) bool {
+		select {
+		case <-d:
+			return true
+		default:
+			return false
+		}
+	})
 	done := make(chan struct{})
 	l.done = append(l.done, done)
 	go func() {

@@ -58,6 +58,9 @@ type MemStore struct {
 	mu     sync.RWMutex
 	all    ordered             // guarded by mu: every record, in listing order
 	byUser map[string]*ordered // guarded by mu: user id -> the records visible to it, in listing order
+	// usersPeak is the most entries byUser held since it was last
+	// rebuilt (see compact); guarded by mu.
+	usersPeak int
 
 	lmu     sync.Mutex
 	leaseMu sync.Mutex
@@ -693,9 +696,33 @@ func (s *MemStore) pruneBatch(cutoff time.Time, after *Position, end **memRecord
 		s.unindex(r)
 	}
 	if !more {
+		s.compact()
 		last = nil
 	}
 	return len(gone), last
+}
+
+// compact gives back the memory of the index that deleted records left:
+// a shard's table holding under an eighth of its slots is rebuilt to fit
+// what it holds, and the per-user map once it holds under a quarter of
+// the most users it held, so that a burst of records that Cleanup deleted
+// does not keep its index for the process's life. Each rebuild costs what
+// is left, after deletions that cost more. mu and every shard's lock are
+// held for writing.
+func (s *MemStore) compact() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if slots := len(sh.recs.byHash.slots); slots > 8*minTable && 8*sh.recs.len() < slots {
+			sh.recs = sh.recs.rebuilt()
+		}
+	}
+	if len(s.byUser) < s.usersPeak/4 {
+		m := make(map[string]*ordered, len(s.byUser))
+		for user, idx := range s.byUser {
+			m[user] = idx
+		}
+		s.byUser, s.usersPeak = m, len(m)
+	}
 }
 
 // pruneBatchSize is how many records DeleteFinished looks at under one
@@ -745,6 +772,7 @@ func (s *MemStore) indexUser(user string, r *memRecord) {
 	if idx == nil {
 		idx = &ordered{}
 		s.byUser[user] = idx
+		s.usersPeak = max(s.usersPeak, len(s.byUser))
 	}
 	idx.add(r)
 }

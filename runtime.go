@@ -638,9 +638,19 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		}
 		return sub, err
 	}
+	dispatched := false
+	defer func() {
+		if !dispatched {
+			// The check's store read panicked (a store's bug, recovered
+			// by the caller's server): the run is registered and
+			// published, and starts all the same, as when the read fails.
+			rt.dispatch(t, epoch)
+		}
+	}()
 	if rt.ends.seq.Load() != ends {
 		rt.checkRegistered(ctx, t, ends)
 	}
+	dispatched = true
 	rt.dispatch(t, epoch)
 	return sub, nil
 }

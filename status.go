@@ -65,7 +65,17 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 		// Listen before reading, so a change between the read and the
 		// wait still wakes it.
 		ring, release := rt.bells.listen(id, run)
-		rec, err := rt.visibleRecord(ctx, id, auth)
+		rec, err := func() (Record, error) {
+			// A store that panics (recovered by the caller's server) must
+			// not leave the bell, nor the count of listeners, behind.
+			defer func() {
+				if r := recover(); r != nil {
+					release()
+					panic(r)
+				}
+			}()
+			return rt.visibleRecord(ctx, id, auth)
+		}()
 		run = rec.RunID
 		retry := err != nil && read && ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !permanentStoreError(err)
 		if !retry && (err != nil || rec.Status.Terminal()) {

@@ -15,8 +15,13 @@ import (
 // ErrCancelled, a *TimeoutError, ErrSuperseded, ErrShutdown or
 // ErrAbandoned (its runtime lost its instance lease, or another process
 // recovered the run) as its cause, when the run should stop; a callback
-// that watches ctx ends promptly. t is the live run: report progress
-// through t.SetProgress.
+// that watches ctx ends promptly. Once the run has ended, its outcome
+// recorded, ctx is cancelled all the same, as a request's is once its
+// handler returns: what the callback tied to it (a goroutine, a
+// context.AfterFunc, a client's stream) is let go. That end is no cause
+// of the run's: context.Cause says the run has ended, and the record
+// keeps what it had. t is the live run: report progress through
+// t.SetProgress.
 //
 // The result is stored as JSON (see ResultAs); a result that cannot be
 // encoded fails the run. A returned error fails the run, or triggers a
@@ -234,7 +239,10 @@ func (t *Task) cause() error {
 	if r := t.run.Load(); r == nil || r.stop == nil || t.ctx.Err() == nil {
 		return nil
 	}
-	return context.Cause(t.ctx)
+	if c := context.Cause(t.ctx); c != errRunEnded {
+		return c
+	}
+	return nil
 }
 
 // context returns the run's context or, before a queue item's is made,
@@ -336,11 +344,27 @@ func (t *Task) isSettled() bool {
 func (t *Task) markSettled() {
 	t.mu.Lock()
 	t.settled = true
-	if r := t.run.Load(); r != nil && r.done != nil {
+	r := t.run.Load()
+	if r != nil && r.done != nil {
 		close(r.done)
 	}
+	var stop context.CancelCauseFunc
+	if r != nil {
+		stop = r.stop
+	}
 	t.mu.Unlock()
+	if stop != nil {
+		// The run is over: its context ends, as a request's does once its
+		// handler returns, so that whatever the callback tied to it (a
+		// goroutine, a context.AfterFunc, a client stream) is let go. A
+		// cause it had stays; this one is never reported as the run's.
+		stop(errRunEnded)
+	}
 }
+
+// errRunEnded is the cause of a run's context that ended because the run
+// settled, not because it was cancelled: CancelCause does not report it.
+var errRunEnded = fmt.Errorf("workers: the run has ended: %w", context.Canceled)
 
 // valuesOnly is the parent of a run's context: the values of the
 // submission's context without its cancellation or deadline, as
