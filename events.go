@@ -928,6 +928,23 @@ func (rt *Runtime[S]) streamable(ctx context.Context) error {
 	return rt.ensureLease(ctx)
 }
 
+// streamRead makes read, a store read of a stream (Watch, Subscribe),
+// under ctx cut off also when the runtime's life ends (Shutdown returned,
+// or passed its cutoff): a read the store does not answer then ends with
+// ErrClosed, as the stream's wait for a change does, instead of holding
+// the stream until the store answers or ctx ends.
+func streamRead[S Store, T any](rt *Runtime[S], ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	c, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(rt.life, cancel)()
+	v, err := read(c)
+	if err != nil && ctx.Err() == nil && c.Err() != nil {
+		var zero T
+		return zero, ErrClosed // cut off by the runtime's end
+	}
+	return v, err
+}
+
 // newSubscriber returns the inbox of a stream of caller c: a Watch of
 // task id, or a Subscribe narrowed by f when id is "".
 func newSubscriber(c caller, id string, f Filter) *subscriber {
@@ -1042,7 +1059,11 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 		for {
 			if read {
 				read = false
-				rec, err := rt.visibleRecord(ctx, id, auth)
+				rec, err := streamRead(rt, ctx, func(ctx context.Context) (Record, error) { return rt.visibleRecord(ctx, id, auth) })
+				if errors.Is(err, ErrClosed) {
+					yield(Snapshot{}, err)
+					return
+				}
 				if last.RunID != "" && (errors.Is(err, ErrNotFound) || err == nil && rec.RunID != last.RunID) {
 					// The run shown, live, is no longer the record's: it
 					// ended and the key moved on (a re-run, a delete)
@@ -1440,7 +1461,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		for {
 			if resync {
 				readFrom = rt.hub.stales.Load()
-				recs, err := rt.store.ListTasks(ctx, lf)
+				recs, err := streamRead(rt, ctx, func(ctx context.Context) ([]Record, error) { return rt.store.ListTasks(ctx, lf) })
 				if err != nil {
 					yield(Snapshot{}, err)
 					return
@@ -1468,7 +1489,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 			}
 			for _, id := range stale {
 				readFrom = rt.hub.stales.Load()
-				rec, err := rt.visibleRecord(ctx, id, auth)
+				rec, err := streamRead(rt, ctx, func(ctx context.Context) (Record, error) { return rt.visibleRecord(ctx, id, auth) })
 				switch {
 				case err == ErrNotFound:
 					if !letGo(id) {
