@@ -21,12 +21,16 @@ import (
 
 // brokenStores maps a name to a broken store, the suite to run against
 // it, and the case of that suite that must catch it.
-var brokenStores = map[string]struct {
+// brokenStore is a broken store, the suite to run against it, and the
+// case of that suite that must catch it.
+type brokenStore struct {
 	newStore func() workers.Store
 	opts     []storetest.Option
 	suite    func(*testing.T, func(*testing.T) workers.Store, ...storetest.Option)
 	fails    string
-}{
+}
+
+var brokenStores = map[string]brokenStore{
 	"NoFence": {
 		func() workers.Store { return noFence{workers.NewMemStore()} }, nil,
 		storetest.Run, "Fencing/StaleRunRejected"},

@@ -449,9 +449,23 @@ func (su *suite) notifyWrites(t *testing.T, s workers.Store) {
 			}},
 		}
 		for i, st := range steps {
+			from := [2]int{len(heard.all()), len(other.all())}
 			if err := st.write(); err != nil {
 				t.Errorf("write %d: %v", i+1, err)
 				return
+			}
+			// Every write's own notice comes: a later write's notice
+			// must not stand in for it (a store silent on one kind of
+			// write would pass otherwise).
+			for j, h := range []*notices{heard, other} {
+				if !h.await(ctx, func(got []workers.Change) bool {
+					return slices.ContainsFunc(got[from[j]:], func(c workers.Change) bool {
+						return c.Resync || c.ID == id && (c.RunID == "" || c.RunID == st.runID) && (c.Status == "" || c.Status == st.status)
+					})
+				}) {
+					t.Errorf("the notice of write %d (run %s, %s) never came; heard %+v", i+1, st.runID, st.status, h.all())
+					return
+				}
 			}
 		}
 		last := steps[len(steps)-1]

@@ -648,3 +648,34 @@ func (*suite) invalidStateRefused(t *testing.T, s workers.Store) {
 		wantStored(t, s, stored)
 	}
 }
+
+func (*suite) insertIDsExact(t *testing.T, s workers.Store) {
+	base := record("alice::report", "run-1", "alice")
+	insert(t, s, base)
+	wantMissing(t, s, "alice::Report")
+	wantMissing(t, s, "alice::report ")
+	others := []workers.Record{
+		record("Alice::report", "run-2", "Alice"),
+		record("alice::REPORT", "run-3", "alice"),
+		record("alice::report ", "run-4", "alice"),
+		record("alice::rèport", "run-5", "alice"),
+	}
+	for _, r := range others {
+		if err := s.InsertTask(t.Context(), r); err != nil {
+			t.Errorf("InsertTask(%q) beside %q: %v, want nil", r.ID, base.ID, err)
+		}
+	}
+	wantStored(t, s, base)
+	for _, r := range others {
+		wantStored(t, s, r)
+	}
+	// A fenced write through one id touches no other.
+	if ok, err := s.TransitionTask(t.Context(), "Alice::report", "run-2", pendingOnly, started); err != nil || !ok {
+		t.Errorf("TransitionTask(Alice::report) = %v, %v; want true, nil", ok, err)
+	}
+	wantStored(t, s, base)
+	got := ids(list(t, s, workers.Filter{VisibleTo: "alice"}))
+	if want := []string{"alice::REPORT", "alice::report", "alice::report ", "alice::rèport"}; !slices.Equal(got, want) {
+		t.Errorf("ListTasks(VisibleTo alice) = %q, want %q", got, want)
+	}
+}

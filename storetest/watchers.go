@@ -467,3 +467,18 @@ func (*suite) listUnstorableFilter(t *testing.T, s workers.Store) {
 		}
 	}
 }
+
+func (*suite) listVisibleExact(t *testing.T, s workers.Store) {
+	insert(t, s, fixture()...)
+	for _, user := range []string{
+		"Alice", "ALICE", "Bob", "alic", "lice", "ali", "bo", "ob", "o",
+		"alice ", "bob ", " bob", "a%", "%", "b_b", "_ob", "alice,bob", "bob,alice",
+	} {
+		for _, order := range []workers.Order{workers.OldestFirst, workers.NewestFirst} {
+			f := workers.Filter{VisibleTo: user, Order: order}
+			if got := list(t, s, f); len(got) != 0 {
+				t.Errorf("ListTasks(%+v) returned %q, want none: no record lists or is owned by %q", f, ids(got), user)
+			}
+		}
+	}
+}
