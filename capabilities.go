@@ -83,8 +83,11 @@ type Change struct {
 }
 
 // InstanceOf returns the id of the instance (the runtime) that minted
-// runID: the part before its last ".". It returns "" for a run id that no
-// runtime of this package minted.
+// runID: the part before its last ".", or "" for a run id with no "."
+// past its first byte. A run id no runtime of this package minted may
+// still have such a part, which names no instance that ever held a
+// lease: recovery takes its record for another process's, and ends it
+// once it finds no live lease of that name.
 func InstanceOf(runID string) string {
 	for i := len(runID) - 1; i > 0; i-- {
 		if runID[i] == '.' {

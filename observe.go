@@ -47,7 +47,9 @@ const (
 	EventPanicked
 	// EventRecovered: this runtime's recovery ended a run that was no
 	// longer alive (another process's, or one left by a crash) as
-	// abandoned. Task is nil.
+	// abandoned. Task is the run when this runtime still executes it (a
+	// run it abandoned when its lease was lost, whose callback ignores
+	// its cancel), and nil otherwise.
 	EventRecovered
 )
 

@@ -662,9 +662,10 @@ const (
 type QueueInfo struct {
 	Name  string     // the queue's name
 	State QueueState // idle, queued or processing
-	// Running is the id of the task executing now (the earliest started,
-	// with a Limits.QueueConcurrency above one), or "". It is empty too
-	// when the caller may not see that task. A task that timed out but
+	// Running is the id of the task executing now, or "". With a
+	// Limits.QueueConcurrency above one it is the earliest started of
+	// those the caller may see; it is empty when the caller may see none
+	// of them. A task that timed out but
 	// whose callback has not returned still counts as running here.
 	Running string
 	// RunningCount counts every item executing, seen or not.

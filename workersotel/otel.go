@@ -324,7 +324,10 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		status := attribute.String("workers.task.status", string(e.Status))
 		cause := attribute.String("workers.task.cause", string(e.Cause))
 		i.finished.Add(ctx, 1, metric.WithAttributes(q, status, cause))
-		if !e.StartedAt.IsZero() {
+		// A run opened here is timed once its start was reported here: one
+		// cancelled between its registration and its start never ran.
+		// Another process's run is timed when its record says it started.
+		if r == nil && !e.StartedAt.IsZero() || r != nil && r.running {
 			i.duration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(q, status))
 		}
 		if r == nil {
@@ -339,7 +342,11 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		r.span.SetAttributes(status, cause, attribute.Int("workers.task.attempt", e.Attempt))
 		if e.Status == workers.StatusFailed {
 			msg := string(e.Cause)
-			if e.Err != nil {
+			// The callback's error describes the run only when it is
+			// what failed it: an abandoned or timed-out run whose
+			// callback answered its cancel with ctx.Err() failed by
+			// its cause.
+			if e.Err != nil && e.Cause != workers.CauseAbandoned && e.Cause != workers.CauseTimeout {
 				msg = e.Err.Error()
 				// A panic of the callback's was recorded as it
 				// happened, with its stack; one in encoding its result
