@@ -439,6 +439,10 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// others, dead alike after a restart (see resetter); a read goes
 	// again, at most once per connection the pool holds.
 	o.ReadAttempts = int(pool.Config().MaxConns) + 1
+	// Writes that wait for rows held elsewhere take half the pool at
+	// most: the other half serves the store's other statements, the
+	// lease's renewals among them.
+	o.LoneWrites = max(1, int(pool.Config().MaxConns)/2)
 	o.Logger = cmp.Or(o.Logger, slog.Default())
 	o.Lost = newResetter(pool.Reset, o.Logger).lost
 	db := stdlib.OpenDBFromPool(pool)

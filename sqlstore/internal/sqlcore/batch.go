@@ -421,8 +421,10 @@ const (
 //
 // Should a row wait too long for a lock another transaction holds
 // (Dialect.LockBusy), or the database refuse the statement, nothing
-// landed, and each write is made alone, at once, on a goroutine of its
-// own under its own caller's context, as the caller would make it, each
+// landed, and each write is made alone, at once (no more than
+// Config.LoneWrites at a time, so that held rows cannot take every
+// connection), on a goroutine of its own under its own caller's context,
+// as the caller would make it, each
 // caller answered as its own ends and its key freed then (see
 // call.detached): the batch ends at once, so a held row holds back only
 // its own caller and the writes of its own task behind it, and a row the
@@ -446,8 +448,17 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		for _, w := range batch {
 			w.detached = true
 			go func() {
+				defer w.finish()
+				if s.lone != nil {
+					select {
+					case s.lone <- struct{}{}:
+						defer func() { <-s.lone }()
+					case <-w.ctx.Done():
+						w.err = w.ctx.Err()
+						return
+					}
+				}
 				s.writeOne(w.ctx, w)
-				w.finish()
 			}()
 		}
 		return groupNone

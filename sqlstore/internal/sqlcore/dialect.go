@@ -217,6 +217,12 @@ type Config struct {
 	// Logger receives what the store does on its own, off any caller's
 	// path (see announcer); nil is slog.Default().
 	Logger *slog.Logger
+	// LoneWrites, if positive, bounds the writes made alone at once after
+	// their batch met a row held elsewhere (see writeGroup), each of
+	// which holds a connection while it waits for its row: the rest of
+	// the pool stays free for the store's other statements (the lease's
+	// renewals among them).
+	LoneWrites int
 }
 
 // DefaultPrefix is the table prefix of a store configured with none.

@@ -121,6 +121,8 @@ type Store struct {
 	// announce sends their notices.
 	writes, inserts *combiner[groupWrite]
 	announce        *announcer
+
+	lone chan struct{} // nil, or a slot per write made alone at once (Config.LoneWrites)
 }
 
 // queries is the shared SQL with table names and dialect hooks filled in.
@@ -187,6 +189,9 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			liveLeases:      x(sqlLiveLeases),
 			pruneLeases:     x(sqlPruneLeases),
 		},
+	}
+	if cfg.LoneWrites > 0 {
+		st.lone = make(chan struct{}, cfg.LoneWrites)
 	}
 	if st.q.writeMany != "" {
 		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.writeMany}
