@@ -191,16 +191,51 @@ func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Re
 	if c.dashboard {
 		mux.HandleFunc("GET /{$}", serveDashboard)
 	}
-	return routes{mux}
+	return routes{mux: mux, slash: map[string]http.Handler{
+		"GET ":         h.authed(h.status),
+		"POST /cancel": c.cop.Handler(http.HandlerFunc(h.authed(h.cancel))),
+		"GET /events":  h.authed(h.taskEvents),
+	}}
+}
+
+// slashID reports whether escaped, a request's escaped path, names a
+// task route of the id "/", and returns what follows the id.
+func slashID(escaped string) (rest string, ok bool) {
+	after, ok := strings.CutPrefix(escaped, "/tasks/%2")
+	if !ok || after == "" || after[0] != 'F' && after[0] != 'f' {
+		return "", false
+	}
+	switch rest = after[1:]; rest {
+	case "", "/cancel", "/events":
+		return rest, true
+	}
+	return "", false
 }
 
 // routes is the handler's mux, whose answers for a request no route
 // takes, 404 or 405 with its Allow header, are JSON errors like every
 // other. Its other answers without a route (a redirect to a path's clean
 // form, a 400 for a malformed target) go as the mux makes them.
-type routes struct{ mux *http.ServeMux }
+type routes struct {
+	mux *http.ServeMux
+	// slash holds the task routes for the id "/", by method and what
+	// follows the id: ServeMux takes a segment that is an escaped slash
+	// alone for a trailing slash, and matches no {id} wildcard with it.
+	slash map[string]http.Handler
+}
 
 func (m routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := slashID(r.URL.EscapedPath()); ok {
+		method := r.Method
+		if method == http.MethodHead {
+			method = http.MethodGet // as ServeMux routes it
+		}
+		if h := m.slash[method+" "+rest]; h != nil {
+			r.SetPathValue("id", "/")
+			h.ServeHTTP(w, r)
+			return
+		}
+	}
 	h, pattern := m.mux.Handler(r)
 	if pattern != "" {
 		m.mux.ServeHTTP(w, r)
