@@ -18,18 +18,36 @@ import (
 type item struct {
 	snap workers.Snapshot
 	err  error
+	// panicked is what seq panicked with (a store's bug), which the
+	// handler's goroutine panics with again: there the server recovers
+	// it, and only the stream fails, where on the pump's goroutine it
+	// would end the process.
+	panicked any
+}
+
+// raise panics with what the pump's seq panicked with, if it did.
+func (it item) raise() {
+	if it.panicked != nil {
+		panic(it.panicked)
+	}
 }
 
 // pump ranges over seq on a goroutine of its own, so that the handler can
 // send heartbeats while it waits. The goroutine ends when ctx does, and
-// the returned channel is closed then; the caller drains it.
+// the returned channel is closed then; the caller drains it, and calls
+// raise on each item it takes.
 func pump(ctx context.Context, seq iter.Seq2[workers.Snapshot, error]) <-chan item {
 	ch := make(chan item)
 	go func() {
 		defer close(ch)
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- item{panicked: p} // the caller drains ch whatever happens
+			}
+		}()
 		for s, err := range seq {
 			select {
-			case ch <- item{s, err}:
+			case ch <- item{snap: s, err: err}:
 			case <-ctx.Done():
 				return
 			}
@@ -127,7 +145,8 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 	ch := pump(ctx, seq(ctx))
 	defer func() {
 		cancel()
-		for range ch {
+		for it := range ch {
+			it.raise()
 		}
 	}()
 	var it item
@@ -138,6 +157,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 		var ok bool
 		select {
 		case it, ok = <-ch:
+			it.raise()
 		case <-ctx.Done():
 		}
 		if !ok || ctx.Err() != nil || h.streamsEnded() {
@@ -223,6 +243,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 		send = true
 		select {
 		case next, ok := <-ch:
+			next.raise()
 			if !ok {
 				return
 			}
