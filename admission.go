@@ -709,7 +709,8 @@ type Stats struct {
 	// returned included).
 	Running int
 	// Waiting counts the tasks registered but not started: waiting for
-	// a slot or in a sequential queue.
+	// a slot or in a sequential queue, queue items cancelled whose turn
+	// has not come included (see QueueLoad.Waiting).
 	Waiting int
 	// Queues is each sequential queue's load, by name.
 	Queues []QueueLoad

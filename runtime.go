@@ -551,7 +551,9 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 
 // SubmitSequential is Submit on the named sequential queue: the queue's
 // one processor runs its tasks one at a time, in submission order (or
-// Limits.QueueConcurrency at a time, started in submission order).
+// Limits.QueueConcurrency at a time, started in submission order: their
+// starts are written in that order, and their callbacks, on goroutines
+// of their own, may begin in any).
 // Different queues run independently. An item holds its place until its
 // callback has returned: one that timed out (WithTimeout) but ignores its
 // context still blocks the next item, though its record says FAILED at
