@@ -254,7 +254,9 @@ var dialect = &sqlcore.Dialect{
 	timestamptz[], timestamptz[], text[], text[], text[], text[])'::regprocedure`,
 		`SELECT '{schema}"{prefix}insert_many"(text[], text[], bigint[], bigint[], text[], text[],
 	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
-	text[], text[])'::regprocedure`, `SELECT '{schema}"{prefix}announce"(text[])'::regprocedure`},
+	text[], text[])'::regprocedure`, `SELECT '{schema}"{prefix}announce"(text[])'::regprocedure`,
+		// The triggers' function, which sends every write's notice.
+		`SELECT '{notify_fn}()'::regprocedure`},
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,

@@ -124,6 +124,9 @@ var dialect = &sqlcore.Dialect{
 	// tables. Version 7 gives a watcher row written without a created_at
 	// its task's, and the code of version 5 writes it always.
 	CompatibleFrom: map[int]int{6: 5, 7: 5},
+	// The changes table, which every write's trigger appends to and
+	// Listen reads: Migrate refuses tables without it.
+	Probes: []string{`SELECT seq, task_id, run_id, status FROM "{prefix}changes" WHERE 1 = 0`},
 	// No MigrationLock: the write handle begins every transaction
 	// IMMEDIATE, which is the lock.
 	DataError: dataError,
@@ -282,8 +285,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var mode string
-	if err := write.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+	if err := switchToWAL(ctx, write, o.busyTimeout); err != nil {
 		return nil, errors.Join(fmt.Errorf("sqlstore/sqlite: journal mode: %w", err), write.Close())
 	}
 	read, err := open(ctx, path, max(4, runtime.GOMAXPROCS(0)), url.Values{
@@ -304,6 +306,31 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		lastChange:   `SELECT COALESCE(MAX(seq), 0) FROM ` + changes,
 		changesAfter: `SELECT seq, task_id, run_id, status FROM ` + changes + ` WHERE seq > $1 ORDER BY seq LIMIT $2`,
 	}, nil
+}
+
+// switchToWAL sets the file's journal mode to WAL. The switch reads the
+// file, then takes its write lock: SQLite fails it at once with
+// SQLITE_BUSY, without calling the busy handler, when another
+// connection holds the write lock meanwhile (another process switching
+// the same new file, or writing to it), since waiting while holding the
+// read lock could deadlock. So the switch is tried again, the read lock
+// let go between tries, for up to the busy timeout, as any other
+// statement would wait.
+func switchToWAL(ctx context.Context, db *sql.DB, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	wait := time.Millisecond
+	for {
+		var mode string
+		err := db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode)
+		se, ok := errors.AsType[*driver.Error](err)
+		if err == nil || !ok || se.Code()&0xff != sqlite3.SQLITE_BUSY || !time.Now().Add(wait).Before(deadline) {
+			return err
+		}
+		if !sqlcore.Sleep(ctx, wait) {
+			return errors.Join(ctx.Err(), err)
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // open returns a handle of at most n connections to path, configured by

@@ -154,8 +154,10 @@ func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) err
 // them get their files' values now. It returns the set of applied
 // versions.
 func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) (map[int]bool, error) {
-	if _, err := tx.ExecContext(ctx, s.q.createVersions); err != nil {
-		return nil, s.wrap("migrate", err)
+	// The table is created only if it cannot be read: a role that may
+	// use current tables but create none migrates them (a no-op) too.
+	if err := s.addColumn(ctx, tx, s.q.readVersions, s.q.createVersions); err != nil {
+		return nil, err
 	}
 	if err := s.addColumn(ctx, tx, s.q.readChecksum, s.q.addChecksum); err != nil {
 		return nil, err

@@ -79,6 +79,7 @@ AND status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`
 	sqlWatchedFilteredIDs = `SELECT page.id FROM (SELECT w.task_id AS id FROM {watchers} w JOIN {tasks} t ON t.id = w.task_id WHERE %[1]s%[2]s) page`
 
 	sqlCreateVersions = `CREATE TABLE IF NOT EXISTS {versions} (version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL DEFAULT '', compatible_from integer)`
+	sqlReadVersions   = `SELECT version FROM {versions} WHERE 1 = 0`
 	sqlReadChecksum   = `SELECT checksum FROM {versions} WHERE 1 = 0`
 	sqlAddChecksum    = `ALTER TABLE {versions} ADD COLUMN checksum text NOT NULL DEFAULT ''`
 	sqlReadCompatible = `SELECT compatible_from FROM {versions} WHERE 1 = 0`
@@ -132,6 +133,7 @@ type queries struct {
 	insertWatchers, dropWatchers, deleteFinished, list       string
 	owned, watched, watchedFiltered                          string
 	createVersions, readChecksum, addChecksum, applied       string
+	readVersions                                             string
 	readCompatible, addCompatible, setCompatible             string
 	setChecksum, recordVersion                               string
 	probes                                                   []string
@@ -175,6 +177,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 			watched:         x(sqlWatchedIDs),
 			watchedFiltered: x(sqlWatchedFilteredIDs),
 			createVersions:  x(sqlCreateVersions),
+			readVersions:    x(sqlReadVersions),
 			readChecksum:    x(sqlReadChecksum),
 			addChecksum:     x(sqlAddChecksum),
 			applied:         x(sqlApplied),
