@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -72,14 +73,44 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 	// is cleared once the write is flushed: over HTTP/2 it is a timer that
 	// resets the stream when it fires, written to or not, and would cut a
 	// stream that has nothing to send.
+	//
+	// Once the stream context ends, a write in progress gets a deadline
+	// of now, and so does every later one: a write blocked on a client
+	// that reads nothing ends at once, rather than holding
+	// http.Server.Shutdown until its own deadline. No deadline is set
+	// once the handler has returned.
+	var deadlines sync.Mutex
+	writing, ended, finished := false, false, false
+	defer func() {
+		deadlines.Lock()
+		finished = true
+		deadlines.Unlock()
+	}()
 	deadline := func() {
-		if h.cfg.writes > 0 {
+		deadlines.Lock()
+		defer deadlines.Unlock()
+		writing = true
+		switch {
+		case ended:
+			rc.SetWriteDeadline(time.Now())
+		case h.cfg.writes > 0:
 			rc.SetWriteDeadline(time.Now().Add(h.cfg.writes))
 		}
 	}
 	written := func() {
+		deadlines.Lock()
+		defer deadlines.Unlock()
+		writing = false
 		if h.cfg.writes > 0 {
 			rc.SetWriteDeadline(time.Time{})
+		}
+	}
+	endWrites := func() {
+		deadlines.Lock()
+		defer deadlines.Unlock()
+		ended = true
+		if writing && !finished {
+			rc.SetWriteDeadline(time.Now())
 		}
 	}
 	// open sends the stream's headers.
@@ -109,6 +140,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 				})
 			}
 		}
+		deadlines.Lock()
+		writing = true
+		if ended {
+			rc.SetWriteDeadline(time.Now())
+		}
+		deadlines.Unlock()
 		w.WriteHeader(http.StatusOK)
 		rc.Flush()
 		written()
@@ -140,7 +177,10 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 	defer closeStream()
 	ctx, cancel := context.WithCancel(r.Context())
 	if h.cfg.streams != nil {
-		defer context.AfterFunc(h.cfg.streams, cancel)()
+		defer context.AfterFunc(h.cfg.streams, func() {
+			cancel()
+			endWrites()
+		})()
 	}
 	ch := pump(ctx, seq(ctx))
 	defer func() {

@@ -130,7 +130,13 @@ func newAPI[S workers.Store](rt *workers.Runtime[S], streams context.Context) ht
 	})
 	mux.Handle("POST /tasks", http.NewCrossOriginProtection().Handler(submit))
 	mux.HandleFunc("GET /login", login)
-	mux.Handle("/", workershttp.Handler(rt, authenticate, workershttp.WithDashboard(), workershttp.WithStreamContext(streams)))
+	// workershttp's routes are mounted on their own paths, not on "/":
+	// a catch-all would answer for this mux's routes too, a method they
+	// do not take 404 or 405 with an Allow that leaves theirs out.
+	api := workershttp.Handler(rt, authenticate, workershttp.WithDashboard(), workershttp.WithStreamContext(streams))
+	for _, pattern := range []string{"GET /tasks", "/tasks/{id}", "/tasks/{id}/{op}", "/events", "/{$}"} {
+		mux.Handle(pattern, api)
+	}
 	return mux
 }
 

@@ -343,7 +343,7 @@ func open(ctx context.Context, path string, n int, params url.Values) (*sql.DB, 
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
 	if err := db.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("sqlstore/sqlite: %w", err), db.Close())
+		return nil, errors.Join(fmt.Errorf("sqlstore/sqlite: open %s: %w", path, err), db.Close())
 	}
 	return db, nil
 }
