@@ -62,6 +62,20 @@ func endOfStored(rec *Record) State {
 	return st
 }
 
+// endAt is the completion time of an end written at at over rec, a
+// record that another replica may have created and started on a clock
+// ahead of this one's: at, or rec's start (its creation, unstarted) if
+// that is later, so that no record completes before it began.
+func endAt(at time.Time, rec *Record, st *State) time.Time {
+	if st.StartedAt.After(at) {
+		at = st.StartedAt
+	}
+	if rec.CreatedAt.After(at) {
+		at = rec.CreatedAt
+	}
+	return at
+}
+
 // apply writes o into st, with the completion time.
 func (o outcome) apply(st *State, completed time.Time) {
 	st.Status, st.Cause, st.Error, st.CompletedAt = o.status, o.code, truncateText(o.message, MaxErrorLen), completed

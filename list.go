@@ -44,7 +44,9 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 // Tasks deleted meanwhile never break the walk. Tasks are ordered by
 // their current run's creation, so a task submitted meanwhile, or re-run
 // (a new run of its key), takes its new run's place: newest first, behind
-// the walk, where it is not listed; oldest first, usually ahead of it,
+// the walk, where it is not listed (unless it was re-run by a process
+// whose clock runs behind the walk's place, which may put it ahead, to
+// be listed a second time); oldest first, usually ahead of it,
 // where it is, a re-run key then a second time. A walk is no feed of new
 // tasks, though: a run's creation time is read before its record is
 // written, on the clock of the process that submits it, so a submission

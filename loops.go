@@ -654,7 +654,7 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual, ownOnly bool) (in
 			}
 		}
 		st := endOfStored(&rec)
-		o.apply(&st, ts)
+		o.apply(&st, endAt(ts, &rec, &st))
 		ok := false
 		end := func(ctx context.Context) (err error) {
 			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)
