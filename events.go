@@ -99,7 +99,7 @@ func (rt *Runtime[S]) observe(c *change) {
 	}
 	ctx := context.Background()
 	if t := c.task; t != nil {
-		ctx, e.CreatedAt = t.context(), t.createdAt()
+		ctx, e.CreatedAt = t.valuesContext(), t.createdAt()
 		e.Attempt = max(e.Attempt, t.Attempt())
 	}
 	if c.kind == changePanicked {
@@ -936,7 +936,23 @@ func (rt *Runtime[S]) streamable(ctx context.Context) error {
 func streamRead[S Store, T any](rt *Runtime[S], ctx context.Context, read func(context.Context) (T, error)) (T, error) {
 	c, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(rt.life, cancel)()
+	// A read is cut off a moment after the runtime's end, not at once:
+	// one begun in a stream's closing pass, for a change that reached the
+	// stream before, gets its answer from a store that gives it.
+	var cut *time.Timer
+	var mu sync.Mutex
+	defer func() {
+		mu.Lock()
+		if cut != nil {
+			cut.Stop()
+		}
+		mu.Unlock()
+	}()
+	defer context.AfterFunc(rt.life, func() {
+		mu.Lock()
+		cut = time.AfterFunc(streamReadGrace, cancel)
+		mu.Unlock()
+	})()
 	v, err := read(c)
 	if err != nil && ctx.Err() == nil && c.Err() != nil {
 		var zero T
@@ -944,6 +960,10 @@ func streamRead[S Store, T any](rt *Runtime[S], ctx context.Context, read func(c
 	}
 	return v, err
 }
+
+// streamReadGrace is how long a stream's store read may go on past the
+// runtime's end.
+const streamReadGrace = time.Second
 
 // newSubscriber returns the inbox of a stream of caller c: a Watch of
 // task id, or a Subscribe narrowed by f when id is "".

@@ -175,8 +175,8 @@ func TestQueueItemContextMadeWhenItStartsOrIsCancelled(t *testing.T) {
 	parent := context.WithValue(context.Background(), runCtxKey{}, "v")
 	tk := rt.newRun(parent, "alice::q", "q", caller{userID: "alice"}, submitOptions{}, noop)
 	require.Nil(t, tk.run.Load(), "a waiting queue item holds no context, nor anything else of its run")
-	require.Equal(t, "v", tk.context().Value(runCtxKey{}), "the submission's values are kept meanwhile")
-	require.NoError(t, tk.context().Err())
+	require.Equal(t, "v", tk.valuesContext().Value(runCtxKey{}), "the submission's values are kept meanwhile")
+	require.NoError(t, tk.valuesContext().Err())
 	require.NoError(t, tk.CancelCause())
 
 	tk.cancel(ErrCancelled)

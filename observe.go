@@ -113,9 +113,11 @@ type Event struct {
 // the same task, but must not wait there for what the event's maker
 // does next (a Wait for the task's end, from the event of its
 // submission or start, waits for good: that run goes on only once its
-// observers return). ctx is the run's context when this runtime holds
-// the run (it carries the submission's values, such as a trace span, and
-// is cancelled when the run is), context.Background otherwise.
+// observers return). ctx carries the submission's values (a trace span,
+// say) when this runtime holds the run, and is context.Background
+// otherwise; it is never cancelled, not even with the run (the event's
+// Cause says how a run ended), so an observer may do its own I/O under
+// it, bounded as it sees fit.
 //
 // Each observer hears of the submission of a run this runtime registered
 // before it hears of the run's end, whoever ends it: a Cancel that lands

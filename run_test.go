@@ -1008,10 +1008,10 @@ func TestLeaseIsLostOnTimeWhileRenewalsFail(t *testing.T) {
 		<-g.started
 		time.Sleep(1500 * time.Millisecond) // one renewal by the loop has landed
 		refuse.Store(true)
-		<-g.task.Load().context().Done()
+		<-g.task.Load().ctx.Done()
 		end := time.Unix(0, lastSent.Load()).Add(3 * time.Second)
 		assert.False(t, time.Now().After(end), "the runs were abandoned %v after the lease's earliest end", time.Since(end))
-		assert.ErrorIs(t, context.Cause(g.task.Load().context()), ErrAbandoned)
+		assert.ErrorIs(t, context.Cause(g.task.Load().ctx), ErrAbandoned)
 		g.open()
 		_, _ = rt.Wait(ctx, sub.ID, alice)
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -245,13 +245,13 @@ func (t *Task) cause() error {
 	return nil
 }
 
-// context returns the run's context or, before a queue item's is made,
-// one with the submission's values only.
-func (t *Task) context() context.Context {
+// valuesContext returns a context with the submission's values and
+// none of its cancellation or the run's, for the run's observers.
+func (t *Task) valuesContext() context.Context {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r := t.run.Load(); r != nil && r.stop != nil {
-		return t.ctx
+		return &r.vals
 	}
 	return &valuesOnly{t.ctx}
 }
