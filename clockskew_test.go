@@ -193,4 +193,3 @@ func TestClockSkewRecoveryElsewhereEndsBeforeStart(t *testing.T) {
 	require.Len(t, recovered, 1)
 	assert.GreaterOrEqual(t, recovered[0].Duration, time.Duration(0), "EventRecovered's Duration")
 }
-
