@@ -421,19 +421,65 @@ const (
 //
 // Should a row wait too long for a lock another transaction holds
 // (Dialect.LockBusy), or the database refuse the statement, nothing
-// landed, and each write is made alone, at once (no more than
-// Config.LoneWrites at a time, so that held rows cannot take every
-// connection), on a goroutine of its own under its own caller's context,
-// as the caller would make it, each
-// caller answered as its own ends and its key freed then (see
-// call.detached): the batch ends at once, so a held row holds back only
-// its own caller and the writes of its own task behind it, and a row the
-// database refuses fails only its own call.
+// landed, and each write goes on alone, at once, on a goroutine of its
+// own under its own caller's context, each caller answered as its own
+// ends and its key freed then (see call.detached): the batch ends at
+// once, so a held row holds back only its own caller and the writes of
+// its own task behind it, and a row the database refuses fails only its
+// own call. A write of a batch of several is tried first in the group
+// statement on its own, which gives up on a held row as the batch did:
+// one whose row is free lands so, and waits for nothing. The others are
+// made as the caller would make them alone (see writeOne), each holding
+// a connection while it waits for its row, no more than
+// Config.LoneWrites at a time, so that rows held elsewhere cannot take
+// every connection.
 // Any other failure (a lost connection, after which the
 // statement may or may not have committed) is every call's error, as it
 // would be for a lone write: the caller learns that the outcome is
 // unknown, not a guess.
 func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query string, args []any) groupEnd {
+	end, err := s.tryGroup(ctx, batch, query, args)
+	if end != groupNone {
+		return end
+	}
+	// Tried alone already, or refused by the database: made alone, to
+	// find the row it refuses.
+	alone := len(batch) == 1 || s.d.LockBusy == nil || !s.d.LockBusy(err)
+	for _, w := range batch {
+		w.detached = true
+		go func() {
+			defer w.finish()
+			if !alone {
+				one := []*call[groupWrite]{w}
+				end, _ := s.tryGroup(w.ctx, one, query, groupWriteArgs(one)[:len(args)])
+				if end != groupNone {
+					if w.in.insert != nil {
+						s.announce.add(announced(one, end)) // an InsertMany statement sends no notice
+					}
+					return
+				}
+			}
+			if s.lone != nil {
+				select {
+				case s.lone <- struct{}{}:
+					defer func() { <-s.lone }()
+				case <-w.ctx.Done():
+					w.err = w.ctx.Err()
+					return
+				}
+			}
+			s.writeOne(w.ctx, w)
+		}()
+	}
+	return groupNone
+}
+
+// tryGroup runs the group statement query, with args, for batch. It sets
+// each call's outcome and returns groupWrote or groupUnsure, or returns
+// groupNone, and the statement's error, when nothing of it landed: a row
+// waited too long for a lock (Dialect.LockBusy), or the database refused
+// the statement.
+func (s *Store) tryGroup(ctx context.Context, batch []*call[groupWrite], query string, args []any) (groupEnd, error) {
 	written, err := s.writeBatch(ctx, query, args)
 	if err == nil {
 		for _, w := range batch {
@@ -442,31 +488,15 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 				w.err = workers.ErrConflict
 			}
 		}
-		return groupWrote
+		return groupWrote, nil
 	}
 	if s.d.LockBusy != nil && s.d.LockBusy(err) || s.refused(ctx, err) {
-		for _, w := range batch {
-			w.detached = true
-			go func() {
-				defer w.finish()
-				if s.lone != nil {
-					select {
-					case s.lone <- struct{}{}:
-						defer func() { <-s.lone }()
-					case <-w.ctx.Done():
-						w.err = w.ctx.Err()
-						return
-					}
-				}
-				s.writeOne(w.ctx, w)
-			}()
-		}
-		return groupNone
+		return groupNone, err
 	}
 	for _, w := range batch {
 		w.err = err
 	}
-	return groupUnsure
+	return groupUnsure, err
 }
 
 // writeOne makes the write w in a statement of its own, and sets its
