@@ -235,6 +235,15 @@ func (m routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.ServeHTTP(w, r)
 			return
 		}
+		// The route exists for another method: 405 with its Allow, as
+		// the mux answers for any other id.
+		allow := "GET, HEAD"
+		if rest == "/cancel" {
+			allow = "POST"
+		}
+		w.Header().Set("Allow", allow)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{errorDetail{Code: "method_not_allowed", Message: "method not allowed"}})
+		return
 	}
 	h, pattern := m.mux.Handler(r)
 	if pattern != "" {
