@@ -349,7 +349,9 @@ func (t *Task) markSettled() {
 		close(r.done)
 	}
 	var stop context.CancelCauseFunc
-	if r != nil {
+	if r != nil && !t.has(runCancelling) {
+		// A Cancel writing the run's end cancels its context once its
+		// write landed, with its own cause (see Runtime.dropCancelling).
 		stop = r.stop
 	}
 	t.mu.Unlock()
