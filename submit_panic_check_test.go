@@ -10,30 +10,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// resyncThenPanic is a MemStore over which a Resync notice arrives while
-// a submission registers (armed: right after its insert), and whose next
-// read then panics (a bug in a store, or in a driver under it).
+// resyncThenPanic is a panicReadOnce over which a Resync notice arrives
+// while a submission registers (armed: right after its insert), and whose
+// next read then panics.
 type resyncThenPanic struct {
-	*MemStore
-	resync    func()
-	armed     atomic.Bool
-	panicRead atomic.Bool
+	panicReadOnce
+	resync func()
+	armed  atomic.Bool
 }
 
 func (s *resyncThenPanic) InsertTask(ctx context.Context, rec Record) error {
 	err := s.MemStore.InsertTask(ctx, rec)
 	if err == nil && s.armed.CompareAndSwap(true, false) {
 		s.resync()
-		s.panicRead.Store(true)
+		s.panicReadOnce.armed.Store(true)
 	}
 	return err
-}
-
-func (s *resyncThenPanic) GetTask(ctx context.Context, id string) (Record, error) {
-	if s.panicRead.CompareAndSwap(true, false) {
-		panic("store bug")
-	}
-	return s.MemStore.GetTask(ctx, id)
 }
 
 // A submission whose store read panics after its run was registered (the
@@ -43,7 +35,7 @@ func (s *resyncThenPanic) GetTask(ctx context.Context, id string) (Record, error
 // good (the runtime holds its handle, so no recovery ends it), its
 // admission slot taken, and Shutdown would wait for it in vain.
 func TestAStorePanicAfterRegistrationLeavesNoRunBehind(t *testing.T) {
-	s := &resyncThenPanic{MemStore: NewMemStore()}
+	s := &resyncThenPanic{panicReadOnce: panicReadOnce{MemStore: NewMemStore()}}
 	rt := NewRuntime(s, Config{Limits: Limits{Owner: OwnerLimits{Running: 1}}})
 	s.resync = rt.ends.resync
 	var shutErr error

@@ -42,50 +42,73 @@ func (s *latentReads) GetTask(ctx context.Context, id string) (Record, error) {
 	return s.MemStore.GetTask(ctx, id)
 }
 
-// A Watch ends, once Shutdown has returned, "after the changes that
+// A stream ends, once Shutdown has returned, "after the changes that
 // reached the stream before": the end of another runtime's run, whose
-// notice reached the stream before Shutdown, is yielded before the stream
-// ends. streamRead cuts off every read begun after Shutdown at once, so a
-// store that answers in 50ms never gets to: the change is lost and the
-// stream ends with ErrClosed alone.
-func TestWatchYieldsARemoteEndThatReachedItBeforeShutdown(t *testing.T) {
-	mem := NewMemStore()
-	s := &latentReads{MemStore: mem, listening: make(chan struct{})}
-	rtA := newRuntime(t, s, Config{})
-	rtB := newRuntime(t, mem, Config{})
-	release := make(chan struct{})
-	sub, err := rtB.Submit(ctx, "remote", func(context.Context, *Task) (any, error) { <-release; return "done", nil }, alice)
-	require.NoError(t, err)
+// notice reached a Watch of it, or a Subscribe stream that showed it
+// live, before Shutdown, is yielded (and a Subscribe stream then ends
+// with ErrClosed), though the store takes 50ms to answer the read of it.
+func TestStreamsYieldARemoteEndThatReachedThemBeforeShutdown(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		open   func(rt *Runtime[*latentReads], ctx context.Context, id string) iter.Seq2[Snapshot, error]
+		marked func(rt *Runtime[*latentReads], id string) bool
+	}{
+		{"Watch", func(rt *Runtime[*latentReads], ctx context.Context, id string) iter.Seq2[Snapshot, error] {
+			return rt.Watch(ctx, id, alice)
+		}, watchMarked[*latentReads]},
+		{"Subscribe", func(rt *Runtime[*latentReads], ctx context.Context, _ string) iter.Seq2[Snapshot, error] {
+			return rt.Subscribe(ctx, alice)
+		}, subscribeMarked[*latentReads]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := NewMemStore()
+			s := &latentReads{MemStore: mem, listening: make(chan struct{})}
+			rtA := newRuntime(t, s, Config{})
+			rtB := newRuntime(t, mem, Config{})
+			release := make(chan struct{})
+			sub, err := rtB.Submit(ctx, "remote", func(context.Context, *Task) (any, error) { <-release; return "done", nil }, alice)
+			require.NoError(t, err)
 
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	next, stop := iter.Pull2(rtA.Watch(wctx, sub.ID, alice))
-	defer stop()
-	snap, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.False(t, snap.Status.Terminal())
-	wait(t, s.listening, "rtA's listener")
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			next, stop := iter.Pull2(c.open(rtA, sctx, sub.ID))
+			defer stop()
+			snap, err, ok := next()
+			require.True(t, ok)
+			require.NoError(t, err)
+			require.Equal(t, sub.ID, snap.ID)
+			require.False(t, snap.Status.Terminal())
+			wait(t, s.listening, "rtA's listener")
 
-	// The run ends on rtB; its notice marks rtA's Watch stale.
-	close(release)
-	_, err = rtB.Wait(ctx, sub.ID, alice)
-	require.NoError(t, err)
-	deadline := time.Now().Add(10 * time.Second)
-	for !watchMarked(rtA, sub.ID) {
-		require.True(t, time.Now().Before(deadline), "the notice never reached the Watch")
-		time.Sleep(time.Millisecond)
+			// The run ends on rtB; its notice marks rtA's stream stale.
+			close(release)
+			_, err = rtB.Wait(ctx, sub.ID, alice)
+			require.NoError(t, err)
+			deadline := time.Now().Add(10 * time.Second)
+			for !c.marked(rtA, sub.ID) {
+				require.True(t, time.Now().Before(deadline), "the notice never reached the stream")
+				time.Sleep(time.Millisecond) // polling with a deadline
+			}
+
+			shctx, shcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer shcancel()
+			require.NoError(t, rtA.Shutdown(shctx))
+			s.slow.Store(true)
+
+			snap, err, ok = next()
+			require.True(t, ok)
+			require.NoError(t, err, "the end that reached the stream before Shutdown is lost")
+			require.Equal(t, sub.ID, snap.ID)
+			require.Equal(t, StatusCompleted, snap.Status)
+			_, err, ok = next()
+			if c.name == "Watch" {
+				require.False(t, ok, "a Watch ends with its task's end")
+				return
+			}
+			require.True(t, ok)
+			require.ErrorIs(t, err, ErrClosed)
+		})
 	}
-
-	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-	defer scancel()
-	require.NoError(t, rtA.Shutdown(sctx))
-	s.slow.Store(true)
-
-	snap, err, ok = next()
-	require.True(t, ok)
-	require.NoError(t, err, "the end that reached the stream before Shutdown is lost")
-	require.Equal(t, StatusCompleted, snap.Status)
 }
 
 // watchMarked reports whether a Watch of id on rt has id marked stale.
@@ -101,52 +124,6 @@ func watchMarked[S Store](rt *Runtime[S], id string) bool {
 		}
 	}
 	return false
-}
-
-// So does a Subscribe stream: a task of another runtime's it showed live,
-// whose end's notice reached it before Shutdown, is followed to that end.
-func TestSubscribeYieldsARemoteEndThatReachedItBeforeShutdown(t *testing.T) {
-	mem := NewMemStore()
-	s := &latentReads{MemStore: mem, listening: make(chan struct{})}
-	rtA := newRuntime(t, s, Config{})
-	rtB := newRuntime(t, mem, Config{})
-	release := make(chan struct{})
-	sub, err := rtB.Submit(ctx, "remote", func(context.Context, *Task) (any, error) { <-release; return "done", nil }, alice)
-	require.NoError(t, err)
-
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	next, stop := iter.Pull2(rtA.Subscribe(sctx, alice))
-	defer stop()
-	snap, err, ok := next()
-	require.True(t, ok)
-	require.NoError(t, err)
-	require.Equal(t, sub.ID, snap.ID)
-	require.False(t, snap.Status.Terminal())
-	wait(t, s.listening, "rtA's listener")
-
-	close(release)
-	_, err = rtB.Wait(ctx, sub.ID, alice)
-	require.NoError(t, err)
-	deadline := time.Now().Add(10 * time.Second)
-	for !subscribeMarked(rtA, sub.ID) {
-		require.True(t, time.Now().Before(deadline), "the notice never reached the stream")
-		time.Sleep(time.Millisecond)
-	}
-
-	shctx, shcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer shcancel()
-	require.NoError(t, rtA.Shutdown(shctx))
-	s.slow.Store(true)
-
-	snap, err, ok = next()
-	require.True(t, ok)
-	require.NoError(t, err, "the end that reached the stream before Shutdown is lost")
-	require.Equal(t, sub.ID, snap.ID)
-	require.Equal(t, StatusCompleted, snap.Status)
-	_, err, ok = next()
-	require.True(t, ok)
-	require.ErrorIs(t, err, ErrClosed)
 }
 
 // subscribeMarked reports whether a Subscribe stream of rt has id marked
