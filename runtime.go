@@ -796,6 +796,12 @@ func (rt *Runtime[S]) reportEnd(t *Task, c change) {
 		rt.emit(&c)
 		return
 	}
+	if c.state.Status == StatusCancelled && c.state.Cause == CauseCancelled {
+		// A Cancel's end, found or reported before the run settles: the
+		// run's context ends with its cause, not with the run's end
+		// (first cause wins; a no-op if the Cancel cancelled it).
+		t.cancel(ErrCancelled)
+	}
 	if !t.claim(runEndSeen) {
 		return
 	}

@@ -433,19 +433,11 @@ func (rt *Runtime[S]) holdCancelling(t *Task) {
 // way: the last one clears the flag.
 func (rt *Runtime[S]) dropCancelling(t *Task, id string, reported bool) {
 	rt.cancellingMu.Lock()
-	last := false
 	if rt.cancelling[t]--; rt.cancelling[t] == 0 {
 		delete(rt.cancelling, t)
 		t.flags.And(^runCancelling)
-		last = true
 	}
 	rt.cancellingMu.Unlock()
-	if last && t.isSettled() {
-		// The run settled while this writer held it, and left its
-		// context to it (see Task.markSettled): a cancel made here came
-		// first, and this ends it otherwise.
-		t.cancel(errRunEnded)
-	}
 	if !reported && rt.hub.n.Load() > 0 {
 		rt.hub.reread(id, t.watcherList()) // a Watch waiting for this report looks again
 	}

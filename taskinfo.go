@@ -349,9 +349,7 @@ func (t *Task) markSettled() {
 		close(r.done)
 	}
 	var stop context.CancelCauseFunc
-	if r != nil && !t.has(runCancelling) {
-		// A Cancel writing the run's end cancels its context once its
-		// write landed, with its own cause (see Runtime.dropCancelling).
+	if r != nil {
 		stop = r.stop
 	}
 	t.mu.Unlock()
