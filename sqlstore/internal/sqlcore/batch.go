@@ -453,7 +453,7 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 				one := []*call[groupWrite]{w}
 				end, _ := s.tryGroup(w.ctx, one, query, groupWriteArgs(one)[:len(args)])
 				if end != groupNone {
-					if w.in.insert != nil {
+					if query == s.q.insertMany {
 						s.announce.add(announced(one, end)) // an InsertMany statement sends no notice
 					}
 					return

@@ -1,0 +1,86 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+)
+
+// While announcements fail, an insert goes in the WriteMany statement,
+// which notifies from the trigger. If its batch meets a held row, the
+// insert is retried alone in that same statement: it must not be queued
+// on the announcer as well (only InsertMany's rows are announced), as
+// writeOne's lone insert never was before 6b6716f.
+func TestALoneRetriedWriteManyInsertIsNotAnnounced(t *testing.T) {
+	sc := newScratchT(t)
+	s := sc.store(t)
+	ctx := t.Context()
+	sqlcore.SetStall(s.Store, 0)
+	insertPending(t, s, "run-1", "u::held", "u::gate")
+	if _, err := sc.pool.Exec(ctx, `DROP FUNCTION "`+sc.schema+`".workers_announce(text[])`); err != nil {
+		t.Fatal(err)
+	}
+	insertPending(t, s, "run-1", "u::first")
+	waitFor(t, func() bool { return sqlcore.AnnounceFailing(s.Store) })
+	before := sqlcore.Announced(s.Store)
+
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	heldTx := holdRow(t, sc, "u::held")
+	unboundLockWaits(t, sc)
+	gateTx := holdRow(t, sc, "u::gate")
+	gate := make(chan error, 1)
+	go func() {
+		_, err := s.TransitionTask(ctx, "u::gate", "run-1", from, running)
+		gate <- err
+	}()
+	waitFor(t, func() bool {
+		var n int
+		if err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n >= 1
+	})
+	held := make(chan error, 1)
+	go func() {
+		hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := s.TransitionTask(hctx, "u::held", "run-1", from, running)
+		held <- err
+	}()
+	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 1 })
+	ins := make(chan error, 1)
+	go func() {
+		ins <- s.InsertTask(ctx, workers.Record{ID: "u::new", RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}})
+	}()
+	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 2 })
+	if _, err := sc.pool.Exec(ctx, `ALTER FUNCTION "`+sc.schema+`".workers_write_many(
+	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
+	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
+	text[], text[],
+	text[], text[], text[], text[], bigint[], bigint[], text[], text[],
+	timestamptz[], timestamptz[], text[], text[], text[], text[]) SET lock_timeout = '100ms'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := gateTx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-gate; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ins; err != nil {
+		t.Fatal(err)
+	}
+	if err := heldTx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if got := sqlcore.Announced(s.Store); got != before {
+		t.Errorf("the announcer was handed %d more id(s) for an insert made through WriteMany, which notifies from its trigger", got-before)
+	}
+}
