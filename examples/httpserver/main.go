@@ -137,8 +137,47 @@ func newAPI[S workers.Store](rt *workers.Runtime[S], streams context.Context) ht
 	for _, pattern := range []string{"GET /tasks", "/tasks/{id}", "/tasks/{id}/{op}", "/events", "/{$}"} {
 		mux.Handle(pattern, api)
 	}
-	return mux
+	return jsonMisses(mux)
 }
+
+// jsonMisses serves mux, and answers a request none of its patterns
+// takes in JSON, as workershttp answers its own: 404, or 405 with the
+// Allow header mux would send. Anything else mux answers without a
+// pattern (a redirect to a path's clean form) goes as mux makes it.
+func jsonMisses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		m := &miss{header: make(http.Header)}
+		h.ServeHTTP(m, r)
+		code, msg := "not_found", "no such route"
+		switch m.status {
+		case http.StatusNotFound:
+		case http.StatusMethodNotAllowed:
+			code, msg = "method_not_allowed", "method not allowed"
+			w.Header().Set("Allow", m.header.Get("Allow"))
+		default:
+			mux.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(m.status)
+		fmt.Fprintf(w, "{\"error\":{\"code\":%q,\"message\":%q}}\n", code, msg)
+	})
+}
+
+// miss records what a handler answers, and discards its body.
+type miss struct {
+	header http.Header
+	status int
+}
+
+func (m *miss) Header() http.Header         { return m.header }
+func (m *miss) Write(p []byte) (int, error) { return len(p), nil }
+func (m *miss) WriteHeader(status int)      { m.status = status }
 
 // authenticate reads the caller from the X-User request header, or from
 // the user cookie that /login sets for a browser (an EventSource cannot
