@@ -800,7 +800,7 @@ func (rt *Runtime[S]) reportEnd(t *Task, c change) {
 		// A Cancel's end, found or reported before the run settles: the
 		// run's context ends with its cause, not with the run's end
 		// (first cause wins; a no-op if the Cancel cancelled it).
-		t.cancel(ErrCancelled)
+		t.cancelLanded()
 	}
 	if !t.claim(runEndSeen) {
 		return

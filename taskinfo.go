@@ -79,6 +79,7 @@ type Task struct {
 	// admitted at once), whose start needs no write of its own.
 	startsRegistered bool
 	settled          bool   // guarded by mu
+	landedCancel     bool   // guarded by mu: a Cancel's end of this run landed after its context ended with errRunEnded
 	idLen            uint16 // the task id's length in ids: at most MaxOwnerIDLen + 2 + MaxKeyLen
 	shard            uint8  // the index of its id's shard in home (see runSet.shardOf)
 
@@ -242,7 +243,23 @@ func (t *Task) cause() error {
 	if c := context.Cause(t.ctx); c != errRunEnded {
 		return c
 	}
+	if t.landedCancel {
+		return ErrCancelled
+	}
 	return nil
+}
+
+// cancelLanded cancels the run with ErrCancelled for a Cancel whose end
+// of this run is known to be in its record: should the run have settled
+// first, its context ended with errRunEnded, CancelCause reports the
+// Cancel all the same.
+func (t *Task) cancelLanded() {
+	t.cancel(ErrCancelled)
+	t.mu.Lock()
+	if r := t.run.Load(); r != nil && r.stop != nil && context.Cause(t.ctx) == errRunEnded {
+		t.landedCancel = true
+	}
+	t.mu.Unlock()
 }
 
 // valuesContext returns a context with the submission's values and
