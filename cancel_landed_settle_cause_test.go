@@ -36,30 +36,17 @@ func (s *landedCancelStore) GetTask(ctx context.Context, id string) (Record, err
 
 // A Cancel that landed while the run was still executing cancelled the
 // run: its record says CANCELLED, the Cancel returns nil, and the run's
-// own outcome was fenced out. Its CancelCause must say so, as it did
-// before c192902 (the run's settle left the context to the Cancel while
-// it held the run). Now the run settles first, its context ends with
-// errRunEnded, and the Cancel's cancel comes too late: CancelCause is
-// nil for a run whose record says it was cancelled.
+// own outcome was fenced out. Its CancelCause says so, though the run
+// settled first, its context ended as a settled run's, and the store
+// could not answer the run's read of the Cancel's end.
 func TestALandedCancelsCauseSurvivesTheRunSettlingFirst(t *testing.T) {
 	s := &landedCancelStore{Store: NewMemStore(), landed: make(chan struct{}), release: make(chan struct{})}
 	rt := newRuntime(t, s, Config{})
-	started, finish := make(chan struct{}), make(chan struct{})
-	var tk atomic.Pointer[Task]
-	sub, err := rt.Submit(ctx, "job", func(_ context.Context, task *Task) (any, error) {
-		tk.Store(task)
-		close(started)
-		<-finish // ignores its context
-		return "ok", nil
-	}, alice)
-	require.NoError(t, err)
-	wait(t, started, "the run to start")
-
-	cancelled := make(chan error, 1)
-	go func() { cancelled <- rt.Cancel(context.WithValue(ctx, callerTag{}, true), sub.ID, alice) }()
+	sub, g, cancelled := cancelledStubbornRun(t, rt)
+	tk := &g.task
 	wait(t, s.landed, "the Cancel's write to land")
 	s.failGet.Store(true) // the run's read-back of its fenced outcome fails
-	close(finish)
+	g.open()
 	eventually(t, tk.Load().isSettled, "the run to settle")
 	s.failGet.Store(false)
 	close(s.release)

@@ -33,26 +33,14 @@ func (s *blockCancelStore) TransitionTask(ctx context.Context, id, runID string,
 func TestARunsContextEndsOnSettleThoughACancelIsWriting(t *testing.T) {
 	s := &blockCancelStore{Store: NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
 	rt := newRuntime(t, s, Config{})
-	started, finish := make(chan struct{}), make(chan struct{})
-	runCtx := make(chan context.Context, 1)
-	sub, err := rt.Submit(ctx, "job", func(c context.Context, _ *Task) (any, error) {
-		runCtx <- c
-		close(started)
-		<-finish // ignores its context
-		return "ok", nil
-	}, alice)
-	require.NoError(t, err)
-	wait(t, started, "the run to start")
-	c := <-runCtx
-
-	cancelled := make(chan error, 1)
-	go func() { cancelled <- rt.Cancel(context.WithValue(ctx, callerTag{}, true), sub.ID, alice) }()
+	sub, g, cancelled := cancelledStubbornRun(t, rt)
+	c := g.task.Load().ctx
 	wait(t, s.entered, "the Cancel's write")
 	defer func() {
 		close(s.release)
 		<-cancelled
 	}()
-	close(finish)
+	g.open()
 	snap, err := rt.Wait(ctx, sub.ID, alice)
 	require.NoError(t, err)
 	require.Equal(t, StatusCompleted, snap.Status)
@@ -93,24 +81,14 @@ func (s *lostCancelStore) GetTask(ctx context.Context, id string) (Record, error
 // A run that completed on its own, its COMPLETED record landed, before a
 // Cancel whose outcome the Cancel could not learn: the run was never
 // cancelled, and its CancelCause stays nil (context.Cause of its ended
-// context is errRunEnded), as it did before 1ccf712.
+// context is errRunEnded).
 func TestACompletedRunsCancelCauseIsNotALostCancels(t *testing.T) {
 	s := &lostCancelStore{Store: NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
 	rt := newRuntime(t, s, Config{})
-	started, finish := make(chan struct{}), make(chan struct{})
-	var tk atomic.Pointer[Task]
-	sub, err := rt.Submit(ctx, "job", func(_ context.Context, task *Task) (any, error) {
-		tk.Store(task)
-		close(started)
-		<-finish
-		return "ok", nil
-	}, alice)
-	require.NoError(t, err)
-	wait(t, started, "the run to start")
-	cancelled := make(chan error, 1)
-	go func() { cancelled <- rt.Cancel(context.WithValue(ctx, callerTag{}, true), sub.ID, alice) }()
+	sub, g, cancelled := cancelledStubbornRun(t, rt)
+	tk := &g.task
 	wait(t, s.entered, "the Cancel's write")
-	close(finish)
+	g.open()
 	snap, err := rt.Wait(ctx, sub.ID, alice)
 	require.NoError(t, err)
 	require.Equal(t, StatusCompleted, snap.Status)
@@ -122,4 +100,19 @@ func TestACompletedRunsCancelCauseIsNotALostCancels(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StatusCompleted, snap.Status, "the record")
 	require.NoError(t, tk.Load().CancelCause(), "the CancelCause of a run that completed, never cancelled")
+}
+
+// cancelledStubbornRun starts a run on rt whose callback ignores its
+// context until its gate opens, and a Cancel of it tagged as the
+// caller's (see callerTag) on a goroutine of its own, whose answer comes
+// on cancelled.
+func cancelledStubbornRun[S Store](t *testing.T, rt *Runtime[S]) (sub Submission, g *gate, cancelled <-chan error) {
+	t.Helper()
+	g = stubbornGate()
+	sub, err := rt.Submit(ctx, "job", g.fn, alice)
+	require.NoError(t, err)
+	wait(t, g.started, "the run to start")
+	answer := make(chan error, 1)
+	go func() { answer <- rt.Cancel(context.WithValue(ctx, callerTag{}, true), sub.ID, alice) }()
+	return sub, g, answer
 }

@@ -13,7 +13,7 @@ import (
 // which notifies from the trigger. If its batch meets a held row, the
 // insert is retried alone in that same statement: it must not be queued
 // on the announcer as well (only InsertMany's rows are announced), as
-// writeOne's lone insert never was before 6b6716f.
+// writeOne's lone insert never is.
 func TestALoneRetriedWriteManyInsertIsNotAnnounced(t *testing.T) {
 	sc := newScratchT(t)
 	s := sc.store(t)
