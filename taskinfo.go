@@ -454,7 +454,11 @@ func (t *Task) Progress() int {
 // CancelCause returns the cause the run's context was cancelled with
 // (ErrCancelled, ErrShutdown, a *TimeoutError, ...), as context.Cause of
 // the callback's context does, or nil while it has not been. The first
-// cause is the one that sticks. The text a canceller gave (WithReason) is
+// cause is the one that sticks. The context also ends once the run has
+// settled, with a cause of its own that CancelCause does not report; a
+// Cancel whose end of the run landed, but reached the run only after it
+// had settled, is reported here all the same, though the context's
+// cause was set before it. The text a canceller gave (WithReason) is
 // in the record: Snapshot.CancelReason.
 func (t *Task) CancelCause() error {
 	return t.cause()
