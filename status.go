@@ -66,15 +66,18 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 		// wait still wakes it.
 		ring, release := rt.bells.listen(id, run)
 		rec, err := func() (Record, error) {
-			// A store that panics (recovered by the caller's server) must
-			// not leave the bell, nor the count of listeners, behind.
+			// A store that panics (recovered by the caller's server), or
+			// ends the goroutine with runtime.Goexit, must not leave the
+			// bell, nor the count of listeners, behind.
+			answered := false
 			defer func() {
-				if r := recover(); r != nil {
+				if !answered {
 					release()
-					panic(r)
 				}
 			}()
-			return rt.visibleRecord(ctx, id, auth)
+			rec, err := rt.visibleRecord(ctx, id, auth)
+			answered = true
+			return rec, err
 		}()
 		run = rec.RunID
 		retry := err != nil && read && ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !permanentStoreError(err)

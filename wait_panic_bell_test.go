@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,4 +51,39 @@ func TestAStorePanicInAWaitLeavesNoBell(t *testing.T) {
 	rt.bells.mu.Unlock()
 	assert.Zero(t, rt.bells.listeners.Load(), "Waits that panicked are still counted as listening")
 	assert.Zero(t, bells, "Waits that panicked left their bells")
+}
+
+// goexitReadOnce is a MemStore whose next GetTask, once armed, ends its
+// goroutine with runtime.Goexit, as a test double's require does.
+type goexitReadOnce struct {
+	*MemStore
+	armed atomic.Bool
+}
+
+func (s *goexitReadOnce) GetTask(ctx context.Context, id string) (Record, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		runtime.Goexit()
+	}
+	return s.MemStore.GetTask(ctx, id)
+}
+
+// So must a Wait whose store read ends its goroutine (a test's fake
+// store that calls FailNow, say): no panic to recover is raised then.
+func TestAStoreGoexitInAWaitLeavesNoBell(t *testing.T) {
+	s := &goexitReadOnce{MemStore: NewMemStore()}
+	rt := newRuntime(t, s, Config{})
+	for i := range 3 {
+		s.armed.Store(true)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			_, _ = rt.Wait(ctx, "alice::other"+string(rune('a'+i)), alice)
+		}()
+		<-ended
+	}
+	rt.bells.mu.Lock()
+	bells := len(rt.bells.m)
+	rt.bells.mu.Unlock()
+	assert.Zero(t, rt.bells.listeners.Load(), "Waits whose goroutine ended are still counted as listening")
+	assert.Zero(t, bells, "Waits whose goroutine ended left their bells")
 }
