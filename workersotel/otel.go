@@ -296,7 +296,7 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		if r != nil {
 			attrs := []attribute.KeyValue{attribute.Int("workers.task.attempt", e.Attempt)}
 			if e.Err != nil {
-				attrs = append(attrs, attribute.String("exception.message", e.Err.Error()))
+				attrs = append(attrs, attribute.String("exception.message", safeError(e.Err).Error()))
 			}
 			if e.Kind == workers.EventPanicked {
 				// OpenTelemetry's form for an exception: an event named
@@ -347,12 +347,13 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 			// callback answered its cancel with ctx.Err() failed by
 			// its cause.
 			if e.Err != nil && e.Cause != workers.CauseAbandoned && e.Cause != workers.CauseTimeout {
-				msg = e.Err.Error()
+				err := safeError(e.Err)
+				msg = err.Error()
 				// A panic of the callback's was recorded as it
 				// happened, with its stack; one in encoding its result
 				// was not.
 				if e.Cause != workers.CausePanicked || r.panicked != e.Attempt {
-					r.span.RecordError(e.Err)
+					r.span.RecordError(err)
 				}
 			}
 			r.span.SetStatus(codes.Error, msg)
@@ -364,4 +365,18 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		}
 		r.span.End(trace.WithTimestamp(end))
 	}
+}
+
+// safeError returns err, or, if its Error method panics (a nil pointer of a
+// type whose method reads it, say), the *workers.PanicError of that panic,
+// whose text is what the run's record holds: the run still has its span
+// ended and its events recorded.
+func safeError(err error) (safe error) {
+	defer func() {
+		if r := recover(); r != nil {
+			safe = &workers.PanicError{Value: r}
+		}
+	}()
+	_ = err.Error()
+	return err
 }
