@@ -56,6 +56,11 @@
 // 5 ms to an hour, where the SDK's default boundaries, made for
 // milliseconds, would put every run under 5 s in one bucket.
 //
+// A run's measurements are made in a context carrying its span, so the
+// exemplars the SDK keeps of them (by default, of those made in a
+// sampled span) are of the run's span, whether or not its submitter had
+// one.
+//
 // Each run is measured by the runtime that executes it, so that the sum
 // over the replicas of a store counts each run once. A run another
 // process executes is counted there, even when this runtime cancels it;
@@ -155,6 +160,16 @@ type run struct {
 	panicked int  // the last attempt whose panic was recorded as an exception
 }
 
+// context returns ctx carrying the run's span, for the measurements of
+// the run to have exemplars of it; ctx itself if r is nil (another
+// process's run).
+func (r *run) context(ctx context.Context) context.Context {
+	if r == nil {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, r.span)
+}
+
 // New returns an Instrumentation, or the error of creating an instrument.
 func New(opts ...Option) (*Instrumentation, error) {
 	var c config
@@ -230,10 +245,7 @@ func (i *Instrumentation) Middleware() workers.Middleware {
 			i.mu.Lock()
 			r := i.runs[t.RunID()]
 			i.mu.Unlock()
-			if r != nil {
-				ctx = trace.ContextWithSpan(ctx, r.span)
-			}
-			return next(ctx, t)
+			return next(r.context(ctx), t)
 		}
 	}
 }
@@ -260,7 +272,7 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 				attrs = append(attrs, attribute.String("workers.task.owner", o.ID()))
 			}
 		}
-		_, span := i.tracer.Start(ctx, "workers.run", trace.WithSpanKind(trace.SpanKindConsumer),
+		ctx, span := i.tracer.Start(ctx, "workers.run", trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithTimestamp(e.CreatedAt), trace.WithAttributes(attrs...))
 		i.mu.Lock()
 		i.runs[e.RunID] = &run{span: span, waiting: true}
@@ -269,16 +281,17 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 		i.waiting.Add(ctx, 1, qset)
 
 	case workers.EventStarted:
-		i.started.Add(ctx, 1, qset)
-		if !e.CreatedAt.IsZero() {
-			i.wait.Record(ctx, e.StartedAt.Sub(e.CreatedAt).Seconds(), qset)
-		}
 		i.mu.Lock()
 		r := i.runs[e.RunID]
 		if r != nil {
 			r.waiting, r.running = false, true
 		}
 		i.mu.Unlock()
+		ctx = r.context(ctx)
+		i.started.Add(ctx, 1, qset)
+		if !e.CreatedAt.IsZero() {
+			i.wait.Record(ctx, e.StartedAt.Sub(e.CreatedAt).Seconds(), qset)
+		}
 		if r != nil {
 			i.waiting.Add(ctx, -1, qset)
 			i.running.Add(ctx, 1, qset)
@@ -321,6 +334,7 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 			// reported without its Task too: its span is here.)
 			return
 		}
+		ctx = r.context(ctx)
 		status := attribute.String("workers.task.status", string(e.Status))
 		cause := attribute.String("workers.task.cause", string(e.Cause))
 		i.finished.Add(ctx, 1, metric.WithAttributes(q, status, cause))
