@@ -120,7 +120,15 @@ type Dialect struct {
 	// order only for an ORDER BY without them.
 	NullsFirst, NullsLast string
 
-	// MigrationLock, if set, is the first statement of the migration
+	// MigrationBegin, if set, is the first statement of the migration
+	// transaction, before MigrationLock: it lifts, for the transaction,
+	// the limit the role or the connection may set on statements for the
+	// application's sake (PostgreSQL's statement_timeout), which would
+	// otherwise cut off a wait for a concurrent migration, or for a
+	// table, or an index build. Its context still bounds every statement.
+	MigrationBegin string
+
+	// MigrationLock, if set, follows MigrationBegin in the migration
 	// transaction, run with one int64 argument that names the store's
 	// tables; it must block until no other migration of those tables is
 	// in progress. A dialect without it must make BeginTx itself

@@ -63,6 +63,11 @@ func IndexedStatements(s *Store, id, userID string, after workers.Position) []St
 // packages' API.
 func MigrateTo(ctx context.Context, s *Store, version int) error { return s.migrate(ctx, version) }
 
+// MigrationLockKey returns the argument of the store's migration lock
+// (Dialect.MigrationLock), for tests that hold it as a concurrent
+// migration would.
+func MigrationLockKey(s *Store) int64 { return s.lockKey() }
+
 // ExecRaw runs q on the write handle with {tasks} and {watchers} expanded
 // and time.Time arguments encoded for the dialect (the zero time as
 // NULL), for tests that write rows the way an older release did.

@@ -46,9 +46,10 @@ type migration struct {
 }
 
 // Migrate creates the tables or brings them up to date, and is a no-op
-// when they are current. It runs in one transaction that first takes the
-// dialect's migration lock, so processes migrating at once apply each
-// version exactly once; the applied versions are kept in the
+// when they are current. It runs in one transaction that first lifts
+// the session's limits (Dialect.MigrationBegin) and takes the dialect's
+// migration lock, so processes migrating at once apply each version
+// exactly once; the applied versions are kept in the
 // {prefix}schema_version table, each with the oldest version whose code
 // can use the tables it leaves. A database already at versions newer
 // than the newest migration is accepted when each of them was recorded
@@ -102,6 +103,11 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 // migrateOnce is one try of migrate, in one transaction.
 func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) error {
 	return s.inTxWith(ctx, s.d.MigrationTx, func(tx *sql.Tx) error {
+		if s.d.MigrationBegin != "" {
+			if _, err := tx.ExecContext(ctx, s.d.MigrationBegin); err != nil {
+				return s.wrap("migrate", err)
+			}
+		}
 		if s.d.MigrationLock != "" {
 			if _, err := tx.ExecContext(ctx, s.d.MigrationLock, s.lockKey()); err != nil {
 				return s.wrap("migrate: lock", err)

@@ -1,0 +1,103 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"strings"
+	"testing"
+
+	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+)
+
+// A replica that starts while another migrates (a rolling deploy) waits
+// for that migration to end, however long it takes, and then finds the
+// tables current: the statement_timeout its connections carry for the
+// application's statements (a role's or a connection string's) does not
+// cut the wait off, which would fail the replica's start.
+func TestMigrateWaitsForAConcurrentMigrationWhateverTheSessionTimeouts(t *testing.T) {
+	t.Parallel()
+	for _, setting := range []string{"", "statement_timeout"} {
+		t.Run("setting="+setting, func(t *testing.T) {
+			t.Parallel()
+			sc := newScratchT(t)
+			ctx := t.Context()
+			s := sc.store(t)
+			app := "workers-migrate-" + strings.ToLower(rand.Text())
+			params := map[string]string{"application_name": app}
+			if setting != "" {
+				params[setting] = "100ms"
+			}
+			replica := sc.ownStore(t, params)
+			other, err := sc.pool.Begin(ctx) // a concurrent migration's transaction
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = other.Rollback(context.Background()) }()
+			if _, err := other.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, sqlcore.MigrationLockKey(s.Store)); err != nil {
+				t.Fatal(err)
+			}
+			migrated := make(chan error, 1)
+			go func() { migrated <- replica.Migrate(ctx) }()
+			waitFor(t, func() bool { // one wait for the lock, outlasting a setting's 100 ms
+				select {
+				case err := <-migrated:
+					t.Fatalf("Migrate returned while a concurrent migration held the lock: %v", err)
+				default:
+				}
+				var n int
+				err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event = 'advisory' AND clock_timestamp() - query_start > interval '500 ms'`, app).Scan(&n)
+				return err == nil && n > 0
+			})
+			if err := other.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-migrated; err != nil {
+				t.Fatalf("Migrate once the concurrent migration ended: %v", err)
+			}
+		})
+	}
+}
+
+// A migration's statements are not cut off by the statement_timeout its
+// connections carry for the application's statements: here version 5's
+// DROP INDEX, which waits for an older replica's transaction to release
+// the tasks table, as it would for any wait or long index build.
+func TestMigrateIgnoresTheSessionStatementTimeout(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	ctx := t.Context()
+	old := sc.ownStore(t, nil)
+	if err := sqlcore.MigrateTo(ctx, old.Store, 4); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := sc.pool.Begin(ctx) // an older replica's transaction
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(context.Background()) }()
+	if _, err := holder.Exec(ctx, `SELECT count(*) FROM "`+sc.schema+`".workers_tasks`); err != nil {
+		t.Fatal(err)
+	}
+	app := "workers-migrate-" + strings.ToLower(rand.Text())
+	s := sc.ownStore(t, map[string]string{"statement_timeout": "100ms", "application_name": app})
+	migrated := make(chan error, 1)
+	go func() { migrated <- s.Migrate(ctx) }()
+	waitFor(t, func() bool { // DROP INDEX waits for the table past the 100 ms
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate returned while its DROP INDEX waited for the table: %v", err)
+		default:
+		}
+		var n int
+		err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock' AND clock_timestamp() - query_start > interval '500 ms'`, app).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("Migrate once the table was free: %v", err)
+	}
+}
