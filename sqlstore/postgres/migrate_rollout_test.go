@@ -11,12 +11,15 @@ import (
 
 // A replica that starts while another migrates (a rolling deploy) waits
 // for that migration to end, however long it takes, and then finds the
-// tables current: the statement_timeout its connections carry for the
-// application's statements (a role's or a connection string's) does not
-// cut the wait off, which would fail the replica's start.
+// tables current: the limits its connections carry for the
+// application's statements (a role's or a connection string's
+// statement_timeout or lock_timeout) do not cut the wait off, which
+// would fail the replica's start (statement_timeout), or give up its
+// place behind the migration and leave it sleeping in backoff after the
+// migration ended (lock_timeout).
 func TestMigrateWaitsForAConcurrentMigrationWhateverTheSessionTimeouts(t *testing.T) {
 	t.Parallel()
-	for _, setting := range []string{"", "statement_timeout"} {
+	for _, setting := range []string{"", "statement_timeout", "lock_timeout"} {
 		t.Run("setting="+setting, func(t *testing.T) {
 			t.Parallel()
 			sc := newScratchT(t)

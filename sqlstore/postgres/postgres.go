@@ -204,11 +204,14 @@ var dialect = &sqlcore.Dialect{
 	NullsLast:     " NULLS LAST",
 	MigrationLock: "SELECT pg_advisory_xact_lock($1)",
 	// Run before the advisory lock: a migration's statements run without
-	// the statement_timeout of the role or the connection string, set for
-	// the application's statements, which would fail a replica's start
-	// while another migrates, or a migration that waits for a table or
-	// builds an index. The caller's ctx bounds them.
-	MigrationBegin: "SET LOCAL statement_timeout = 0",
+	// the statement_timeout and lock_timeout of the role or the
+	// connection string, set for the application's statements. The first
+	// would fail a replica's start while another migrates, or a
+	// migration that waits for a table or builds an index; the second
+	// would make a replica that waits for another's migration give up
+	// its place, sleep in backoff, and start up to 5 s after that
+	// migration ended. The caller's ctx bounds them.
+	MigrationBegin: "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0",
 	// Set once the advisory lock is held: a migration that waits for a
 	// lock on the tables (DROP INDEX wants the table's exclusive lock)
 	// makes every replica's statements on them wait behind it, so it
@@ -501,18 +504,19 @@ func (s *Store) Close() error {
 
 // Migrate creates the store's tables, or brings them up to date, and
 // does nothing when they are current: call it before the store's first
-// use. It runs in one transaction under an advisory lock, so that processes
-// that start at once (a rolling deploy) apply each version once: one that
-// finds another migrating waits for it to end, then finds the tables
-// current. Its statements run without the statement_timeout the role or
-// the connection string sets for the application's (a wait for
-// another's migration, or an index build, may take longer); ctx bounds
-// them. A version that needs a lock on the tables which another
-// transaction holds (an older replica's, say) waits for it a second at
-// most, since every statement on the tables would queue behind it, then
-// rolls back and tries again, with backoff up to 5 s, until ctx ends.
-// Tables a newer release migrated are used as they are when that release
-// recorded them as compatible with this one, and are otherwise refused
-// with ErrSchemaTooNew, untouched; tables whose recorded migrations
-// differ from this release's are refused with ErrSchemaMismatch.
+// use. It runs in one transaction under an advisory lock, so that
+// processes that start at once (a rolling deploy) apply each version
+// once: one that finds another migrating waits for it to end, then
+// finds the tables current. Its statements run without the
+// statement_timeout and lock_timeout the role or the connection string
+// sets for the application's (a wait for another's migration, or an
+// index build, may take longer); ctx bounds them. A version that needs
+// a lock on the tables which another transaction holds (an older
+// replica's, say) waits for it a second at most, since every statement
+// on the tables would queue behind it, then rolls back and tries again,
+// with backoff up to 5 s, until ctx ends. Tables a newer release
+// migrated are used as they are when that release recorded them as
+// compatible with this one, and are otherwise refused with
+// ErrSchemaTooNew, untouched; tables whose recorded migrations differ
+// from this release's are refused with ErrSchemaMismatch.
 func (s *Store) Migrate(ctx context.Context) error { return s.Store.Migrate(ctx) }

@@ -122,10 +122,11 @@ type Dialect struct {
 
 	// MigrationBegin, if set, is the first statement of the migration
 	// transaction, before MigrationLock: it lifts, for the transaction,
-	// the limit the role or the connection may set on statements for the
-	// application's sake (PostgreSQL's statement_timeout), which would
-	// otherwise cut off a wait for a concurrent migration, or for a
-	// table, or an index build. Its context still bounds every statement.
+	// the limits the role or the connection may set on statements and
+	// lock waits for the application's sake (PostgreSQL's
+	// statement_timeout and lock_timeout), which would otherwise cut off
+	// a wait for a concurrent migration, or for a table, or an index
+	// build. Its context still bounds every statement.
 	MigrationBegin string
 
 	// MigrationLock, if set, follows MigrationBegin in the migration
