@@ -104,3 +104,53 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND clock_timestamp() -
 		t.Fatalf("Migrate once the table was free: %v", err)
 	}
 }
+
+// A migration that deadlocks with an older replica's transaction during
+// a rollout is tried again, as one that waited too long for a lock is,
+// rather than failing the new replica's start: here version 4 alters
+// the watchers table, then waits to index the tasks table, in which the
+// transaction inserted a task, and the transaction goes on to insert
+// the task's watcher. The database cancels the migration's statement
+// to break the cycle (the migration's deadlock_timeout is the shorter).
+func TestMigrateTriesAgainAfterADeadlock(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	ctx := t.Context()
+	old := sc.ownStore(t, nil)
+	if err := sqlcore.MigrateTo(ctx, old.Store, 3); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := sc.pool.Begin(ctx) // an older replica's insert of a task and its watcher
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = writer.Rollback(context.Background()) }()
+	for _, q := range []string{
+		`SET LOCAL deadlock_timeout = '1min'`,
+		`INSERT INTO "` + sc.schema + `".workers_tasks (id, run_id, status) VALUES ('u::x', 'r', 'pending')`,
+	} {
+		if _, err := writer.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := "workers-migrate-" + strings.ToLower(rand.Text())
+	s := sc.ownStore(t, map[string]string{"deadlock_timeout": "500ms", "application_name": app})
+	migrated := make(chan error, 1)
+	go func() { migrated <- s.Migrate(ctx) }()
+	waitFor(t, func() bool { // the migration holds the watchers table and waits for the tasks table
+		var n int
+		err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
+		return err == nil && n > 0
+	})
+	// Waits for the migration until the database cancels the migration's
+	// statement.
+	if _, err := writer.Exec(ctx, `INSERT INTO "`+sc.schema+`".workers_watchers (task_id, user_id) VALUES ('u::x', 'u')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("Migrate after a deadlock with a replica's transaction: %v", err)
+	}
+}

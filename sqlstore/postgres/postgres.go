@@ -221,6 +221,14 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && pe.Code == "55P03" // lock_not_available
 	},
+	// A migration deadlocks with a replica's transaction that writes the
+	// tables it alters (a task, then its watcher, as version 4 alters the
+	// watchers table, then indexes the tasks table), and the database
+	// may cancel the migration to break the cycle.
+	Deadlock: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "40P01" // deadlock_detected
+	},
 	MigrationTx: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
 	DataError: func(err error) bool {
 		var pe *pgconn.PgError
@@ -514,9 +522,10 @@ func (s *Store) Close() error {
 // a lock on the tables which another transaction holds (an older
 // replica's, say) waits for it a second at most, since every statement
 // on the tables would queue behind it, then rolls back and tries again,
-// with backoff up to 5 s, until ctx ends. Tables a newer release
-// migrated are used as they are when that release recorded them as
-// compatible with this one, and are otherwise refused with
+// with backoff up to 5 s, until ctx ends; so does one the database
+// cancels to break a deadlock with such a transaction. Tables a newer
+// release migrated are used as they are when that release recorded them
+// as compatible with this one, and are otherwise refused with
 // ErrSchemaTooNew, untouched; tables whose recorded migrations differ
 // from this release's are refused with ErrSchemaMismatch.
 func (s *Store) Migrate(ctx context.Context) error { return s.Store.Migrate(ctx) }

@@ -147,6 +147,13 @@ type Dialect struct {
 	MigrationLockWait string
 	LockBusy          func(error) bool
 
+	// Deadlock, if set, reports whether err says the database cancelled
+	// the statement to break a deadlock it was part of (a migration that
+	// alters one table, then waits for another, which a replica's
+	// transaction holds while it waits for the first): Migrate then rolls
+	// back and tries again, as after LockBusy.
+	Deadlock func(error) bool
+
 	// MigrationTx, if set, are the options of the migration transaction.
 	// Under MigrationLock it must read what another migration committed
 	// while it waited for the lock: PostgreSQL's READ COMMITTED, whatever

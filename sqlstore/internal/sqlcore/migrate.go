@@ -69,11 +69,14 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	backoff := migrateBackoffMin
 	for {
 		err := s.migrateOnce(ctx, migs, upTo)
-		if err == nil || s.d.LockBusy == nil || !s.d.LockBusy(err) {
+		busy := s.d.LockBusy != nil && s.d.LockBusy(err)
+		deadlock := s.d.Deadlock != nil && s.d.Deadlock(err)
+		if err == nil || !busy && !deadlock {
 			return err
 		}
-		// A transaction held a lock the migration needs: the migration
-		// let the others go, and tries again.
+		// A transaction held a lock the migration needs, or waited for
+		// one the migration held while the migration waited for it:
+		// the migration let the others go, and tries again.
 		if !Sleep(ctx, backoff/2+rand.N(backoff/2+1)) {
 			return fmt.Errorf("%w (last try: %w)", ctx.Err(), err)
 		}
@@ -82,7 +85,8 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 }
 
 // Backoff of a migration that could not take a lock on the tables in
-// time (see Dialect.MigrationLockWait).
+// time (see Dialect.MigrationLockWait), or was cancelled to break a
+// deadlock (Dialect.Deadlock).
 const (
 	migrateBackoffMin = 100 * time.Millisecond
 	migrateBackoffMax = 5 * time.Second
