@@ -3,8 +3,10 @@ package postgres_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
 )
@@ -152,5 +154,31 @@ func TestMigrateTriesAgainAfterADeadlock(t *testing.T) {
 	}
 	if err := <-migrated; err != nil {
 		t.Fatalf("Migrate after a deadlock with a replica's transaction: %v", err)
+	}
+}
+
+// Migrate's wait for a concurrent migration, which no timeout of the
+// session bounds, ends with its context, with the context's error.
+func TestMigrateWaitingForAConcurrentMigrationEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	sc := newScratchT(t)
+	s := sc.store(t)
+	other, err := sc.pool.Begin(t.Context()) // a concurrent migration's transaction
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(context.Background()) }()
+	if _, err := other.Exec(t.Context(), `SELECT pg_advisory_xact_lock($1)`, sqlcore.MigrationLockKey(s.Store)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = sc.ownStore(t, nil).Migrate(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Migrate behind a concurrent migration, its context ended = %v, want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Migrate returned %v after its context's 200 ms", took)
 	}
 }
