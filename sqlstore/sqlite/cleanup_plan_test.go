@@ -10,17 +10,11 @@ import (
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
 )
 
-// TestCleanupBatchLooksUpItsRecordsByKey: a batch of DeleteFinished
-// picks at most a batch of finished records from the status index, then
-// deletes those by their key. Planned without statistics, as a store's
-// file is (nothing runs ANALYZE on it), a DELETE that read the status
-// index again to find the picked records would go through every finished
-// record of the history at each batch: each batch would hold the file's
-// write lock, which every other process's writes wait for, for a time
-// that grows with the history (200 ms at 200,000 finished records), and
-// a cleanup would take a time that grows with its square.
-func TestCleanupBatchLooksUpItsRecordsByKey(t *testing.T) {
-	t.Parallel()
+// cleanupPlan returns SQLite's plan of a batch of DeleteFinished over a
+// file as a store leaves it, without statistics: nothing runs ANALYZE
+// on it, so SQLite plans by its rules alone, whatever the rows.
+func cleanupPlan(t *testing.T) []string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "tasks.db")
 	s := openAt(t, path)
 	var del sqlcore.Statement
@@ -38,7 +32,6 @@ func TestCleanupBatchLooksUpItsRecordsByKey(t *testing.T) {
 	}
 	defer rows.Close()
 	var plan []string
-	statusReads := 0
 	for rows.Next() {
 		var id, parent, unused int
 		var detail string
@@ -46,14 +39,49 @@ func TestCleanupBatchLooksUpItsRecordsByKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		plan = append(plan, detail)
-		if strings.Contains(detail, "INDEX workers_tasks_status ") {
-			statusReads++
-		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if statusReads != 1 {
-		t.Errorf("a batch of DeleteFinished reads the status index %d times, want once, to pick its records; plan: %q", statusReads, plan)
+	return plan
+}
+
+// TestCleanupBatchDeletesItsRecordsByKey: a batch of DeleteFinished
+// picks at most a batch of finished records, then deletes those by their
+// key. A DELETE that read the status index to find the records picked
+// would go through every finished record of the history at each batch:
+// each batch would hold the file's write lock, which every other
+// process's writes wait for, for a time that grows with the history
+// (200 ms at 200,000 finished records), and a cleanup would take a time
+// that grows with its square.
+func TestCleanupBatchDeletesItsRecordsByKey(t *testing.T) {
+	t.Parallel()
+	plan := cleanupPlan(t)
+	if len(plan) == 0 || !strings.HasPrefix(plan[0], "SEARCH workers_tasks USING INTEGER PRIMARY KEY ") {
+		t.Errorf("a batch of DeleteFinished does not delete the records it picked by their key; plan: %q", plan)
+	}
+}
+
+// TestCleanupBatchReadsOnlyTheRecordsBeforeTheCutoff: a batch of
+// DeleteFinished picks its records from ranges of the (status,
+// completed_at) index that hold only records it deletes. A pick by
+// status alone would read, at each batch, every record of a status
+// completed since the cutoff, all the records the cleanup keeps
+// (a day's worth, by default), under the file's write lock.
+func TestCleanupBatchReadsOnlyTheRecordsBeforeTheCutoff(t *testing.T) {
+	t.Parallel()
+	plan := cleanupPlan(t)
+	reads := 0
+	for _, step := range plan {
+		if !strings.Contains(step, "INDEX workers_tasks_status ") {
+			continue
+		}
+		reads++
+		if !strings.Contains(step, "completed_at<?") && !strings.Contains(step, "completed_at=?") {
+			t.Errorf("a batch of DeleteFinished reads the status index by status alone: %q; plan: %q", step, plan)
+		}
+	}
+	if reads == 0 {
+		t.Errorf("a batch of DeleteFinished does not read the status index; plan: %q", plan)
 	}
 }

@@ -133,12 +133,18 @@ var dialect = &sqlcore.Dialect{
 	// A batch deletes the rows it picked by their rowid. Without
 	// statistics (nothing runs ANALYZE on the file), SQLite plans the
 	// shared statement's DELETE through the status index, testing every
-	// finished record against the batch: each batch, under the file's
-	// write lock, would cost the whole history. The statement runs under
-	// that lock from its read to its delete, so the conditions need no
-	// second check.
+	// finished record against the batch, and its pick through the same
+	// index by status alone, reading each status's records completed
+	// since the cutoff too: each batch, under the file's write lock,
+	// would cost the whole history. The pick is two ranges of that
+	// index, the records without a completion time and those completed
+	// before the cutoff. The statement runs under that lock from its
+	// read to its delete, so the conditions need no second check.
 	DeleteFinished: `DELETE FROM {tasks} WHERE rowid IN (
-SELECT rowid FROM {tasks} WHERE status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL) LIMIT $5)`,
+SELECT rowid FROM {tasks} WHERE status IN ($2, $3, $4) AND completed_at IS NULL
+UNION ALL
+SELECT rowid FROM {tasks} WHERE status IN ($2, $3, $4) AND completed_at < $1
+LIMIT $5)`,
 }
 
 // dataError reports whether err is SQLite's refusal of the data itself:
