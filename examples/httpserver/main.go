@@ -3,7 +3,8 @@
 // workershttp's list, status, cancel, live events and dashboard, each
 // acting for the owner named in the X-User request header or the cookie
 // /login sets (a stand-in for real authentication). SIGINT or SIGTERM
-// shuts the HTTP server down, then drains the runtime, within one bound.
+// shuts the HTTP server down, then drains the runtime, within one bound;
+// a second one ends the process at once.
 //
 //	go run ./examples/httpserver &
 //	curl -XPOST -H 'X-User: alice' 'localhost:8080/tasks?key=report&steps=200'
@@ -41,6 +42,12 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Once the first signal came, the next one is left to Go's default
+	// handling, which ends the process without waiting for the drain.
+	context.AfterFunc(ctx, func() {
+		stop()
+		log.Print("shutting down; a second signal quits at once")
+	})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
@@ -82,7 +89,6 @@ func serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	case err := <-serveErr:
 		log.Printf("server: %v", err)
 	case <-ctx.Done():
-		log.Print("shutting down")
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()

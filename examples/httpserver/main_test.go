@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -18,7 +19,19 @@ import (
 	"github.com/taskgate/workers/workershttp"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The test binary runs as the command itself for the tests that
+	// signal it (see TestSecondSignalQuitsAtOnce).
+	if os.Getenv(runMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runMain names the environment variable that makes the test binary run
+// main, with the arguments it was given.
+const runMain = "WORKERS_HTTPSERVER_RUN_MAIN"
 
 type client struct {
 	t    *testing.T
