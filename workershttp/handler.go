@@ -107,7 +107,9 @@ type config struct {
 // WithDashboard serves the live dashboard at the handler's root: one
 // page listing the caller's tasks with live progress and a cancel
 // button, embedded in the binary, with no external assets. Only pages of
-// its own origin may frame it.
+// its own origin may frame it. The page keeps every live task and the
+// 500 that ended last: a page left open on a busy service does not grow
+// without end.
 func WithDashboard() Option { return func(c *config) { c.dashboard = true } }
 
 // WithHeartbeat sets how often an idle event stream sends a comment line
