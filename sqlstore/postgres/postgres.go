@@ -48,10 +48,13 @@
 // either way the batch ends, and each of its writes is made again alone,
 // as a single-row statement, on a goroutine of its own, under its own
 // caller's context, so only the refused one fails, and a held row holds
-// back only its own task's writes, however many rows are held. Each such
-// write holds a connection of the pool while it waits for its row: as
-// many held rows as the pool has connections hold back the store's other
-// statements until the rows are let go or the callers give up (the
+// back only its own task's writes, however many rows are held. (A write
+// of a batch that met a held row is first tried on its own in the batch
+// statement, which lands it if its row is free: no more such
+// tries go at once than half the pool's connections and one more.) Each
+// such write holds a connection of the pool while it waits for its row,
+// half the pool's connections at most, the rest waiting for one of them
+// to end, until the rows are let go or the callers give up (the
 // runtime's own calls, within its Config.StoreTimeout). A batch cut off by a lost connection fails
 // every write in it, each of which the runtime then treats as possibly
 // landed, as it treats a lone write. The batch statement runs in a

@@ -421,18 +421,23 @@ const (
 //
 // Should a row wait too long for a lock another transaction holds
 // (Dialect.LockBusy), or the database refuse the statement, nothing
-// landed, and each write goes on alone, at once, on a goroutine of its
-// own under its own caller's context, each caller answered as its own
-// ends and its key freed then (see call.detached): the batch ends at
-// once, so a held row holds back only its own caller and the writes of
-// its own task behind it, and a row the database refuses fails only its
-// own call. A write of a batch of several is tried first in the group
-// statement on its own, which gives up on a held row as the batch did:
-// one whose row is free lands so, and waits for nothing. The others are
-// made as the caller would make them alone (see writeOne), each holding
-// a connection while it waits for its row, no more than
-// Config.LoneWrites at a time, so that rows held elsewhere cannot take
-// every connection.
+// landed, and each write goes on alone, on a goroutine of its own under
+// its own caller's context, each caller answered as its own ends and its
+// key freed then (see call.detached): the batch ends at once, so a held
+// row holds back only its own caller and the writes of its own task
+// behind it, and a row the database refuses fails only its own call. A
+// write of a batch of several is tried first in the group statement on
+// its own, which gives up on a held row as the batch did: one whose row
+// is free lands so. These tries hold a connection each, 100 ms at most,
+// no more than Config.LoneWrites and one more at a time (see tryAlone),
+// so that a large batch that met held rows does not take every
+// connection of the pool for its tries: a write whose row is free may
+// wait for the tries ahead of it, and never for a held row's write made
+// alone.
+// The others are made as the caller would make them alone (see
+// writeOne), each holding a connection while it waits for its row, no
+// more than Config.LoneWrites at a time, so that rows held elsewhere
+// cannot take every connection.
 // Any other failure (a lost connection, after which the
 // statement may or may not have committed) is every call's error, as it
 // would be for a lone write: the caller learns that the outcome is
@@ -450,8 +455,14 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		go func() {
 			defer w.finish()
 			if !alone {
+				free, ok := s.tryAlone(w.ctx)
+				if !ok {
+					w.err = w.ctx.Err()
+					return
+				}
 				one := []*call[groupWrite]{w}
 				end, _ := s.tryGroup(w.ctx, one, query, groupWriteArgs(one)[:len(args)])
+				free()
 				if end != groupNone {
 					if query == s.q.insertMany {
 						s.announce.add(announced(one, end)) // an InsertMany statement sends no notice
@@ -472,6 +483,28 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		}()
 	}
 	return groupNone
+}
+
+// tryAlone takes a slot for a write's try on its own in the group
+// statement (see writeGroup), or returns false when ctx ends first, and
+// returns the slot's release: a slot of Config.LoneWrites, or the one
+// slot more kept for these tries. Each try waits for a held row 100 ms
+// at most, so a write whose row is free waits for a slot only behind
+// other tries, each of which ends so, and never behind the writes of
+// held rows made alone, which may hold every slot of LoneWrites for as
+// long as their rows are held.
+func (s *Store) tryAlone(ctx context.Context) (func(), bool) {
+	if s.lone == nil {
+		return func() {}, true
+	}
+	select {
+	case s.lone <- struct{}{}:
+		return func() { <-s.lone }, true
+	case s.tries <- struct{}{}:
+		return func() { <-s.tries }, true
+	case <-ctx.Done():
+		return nil, false
+	}
 }
 
 // tryGroup runs the group statement query, with args, for batch. It sets

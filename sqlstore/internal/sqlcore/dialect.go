@@ -235,9 +235,10 @@ type Config struct {
 	Logger *slog.Logger
 	// LoneWrites, if positive, bounds the writes made alone at once after
 	// their batch met a row held elsewhere (see writeGroup), each of
-	// which holds a connection while it waits for its row: the rest of
-	// the pool stays free for the store's other statements (the lease's
-	// renewals among them).
+	// which holds a connection while it waits for its row, and, with one
+	// more beside them, their tries on their own in the group statement
+	// before that (see tryAlone): the rest of the pool stays free for the
+	// store's other statements (the lease's renewals among them).
 	LoneWrites int
 }
 

@@ -123,7 +123,8 @@ type Store struct {
 	writes, inserts *combiner[groupWrite]
 	announce        *announcer
 
-	lone chan struct{} // nil, or a slot per write made alone at once (Config.LoneWrites)
+	lone  chan struct{} // nil, or a slot per write made alone at once (Config.LoneWrites)
+	tries chan struct{} // with lone, the one slot more of the tries alone in the group statement (see tryAlone)
 }
 
 // queries is the shared SQL with table names and dialect hooks filled in.
@@ -195,6 +196,7 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	}
 	if cfg.LoneWrites > 0 {
 		st.lone = make(chan struct{}, cfg.LoneWrites)
+		st.tries = make(chan struct{}, 1)
 	}
 	if st.q.writeMany != "" {
 		st.writes = &combiner[groupWrite]{limit: batchLimit, max: batchMax, spare: batchSpare, stall: batchStall, exec: st.writeMany}
