@@ -78,7 +78,9 @@
 // again, so a restart costs no caller an error; a write is not, since it
 // may have landed, and the runtime's own handling of a write that failed
 // that way applies: its retry, for a registering write, goes to a new
-// connection.
+// connection. A read that could not dial a connection at all (the server
+// down, or starting up) is made again only after 50 ms, and once more
+// after 100 ms, then fails: tried at once, it would be refused alike.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
@@ -237,7 +239,8 @@ var dialect = &sqlcore.Dialect{
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
-	ConnLost: connLost,
+	ConnLost:      connLost,
+	ConnectFailed: isConnectError,
 	// An ERROR (not FATAL: the session goes on) for a statement run
 	// outside a transaction means it rolled back; a FATAL one, such as
 	// an administrator terminating the backend, may come after the

@@ -108,6 +108,13 @@ type Dialect struct {
 	// again, on another connection, up to Config.ReadAttempts times.
 	ConnLost func(err error) bool
 
+	// ConnectFailed, if set, reports whether err, one ConnLost reports,
+	// is a failure to open a connection (the database down, or starting
+	// up), which says nothing of the connections the pool holds: a read
+	// that failed so is made again only after a pause, three times at
+	// most (see Store.read).
+	ConnectFailed func(err error) bool
+
 	// Refused, if set, reports whether err is the database's answer that
 	// a statement failed, so that nothing of it was committed; after any
 	// other error (a connection lost on the way) it may have been. Group

@@ -229,15 +229,40 @@ func expandAll(x func(string) string, qs []string) []string {
 // read runs the read fn, again on a lost connection, up to
 // Config.ReadAttempts times: a database that restarts or fails over
 // leaves every idle connection of the pool dead, each found out only when
-// used, and a read can safely be made again.
+// used, and a read can safely be made again. A read that could not
+// connect at all (Dialect.ConnectFailed: the database down, or starting
+// up) dropped no dead connection, and its next try would connect again
+// at once and fail alike: it is made again only after a pause, of
+// readPause and then twice as long, while ctx allows, and no more.
 func (s *Store) read(ctx context.Context, fn func() error) error {
+	pause := readPause
 	for i := 1; ; i++ {
 		err := fn()
-		if err == nil || i >= s.cfg.ReadAttempts || ctx.Err() != nil || !s.lost(err) {
+		if err == nil || i >= s.cfg.ReadAttempts || ctx.Err() != nil {
 			return err
+		}
+		connect := s.d.ConnectFailed != nil && s.d.ConnectFailed(err)
+		if connect && pause > 2*readPause || !s.lost(err) {
+			return err
+		}
+		if connect {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+			pause *= 2
 		}
 	}
 }
+
+// readPause is the first pause of a read that could not connect before
+// it is made again (see read): long enough that a database down for a
+// moment is not asked again at once, short enough that its three tries
+// cost a caller 150 ms of pauses at most.
+const readPause = 50 * time.Millisecond
 
 // lost reports whether err says that the connection a statement went on
 // was lost (Dialect.ConnLost), not cut because its context ended, and
