@@ -177,11 +177,12 @@ func slowRenewals(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	recv(t, started, "the run starting")
-	// Each renewal lands 0.35 s after it began, well past the interval;
-	// the next, begun as it lands, lands 0.3 s short of the end of the
-	// lease the one before it renewed (a renewal may take what is left of
-	// that, and no more), which leaves room for a loaded machine.
-	slow.delay.Store(int64((stallTTL - 300*time.Millisecond) / 2))
+	// Each renewal lands 0.2 s after it began, twice the interval; the
+	// next, begun as it lands, lands 0.6 s short of the end of the lease
+	// the one before it renewed (a renewal may take what is left of that,
+	// and no more), which leaves room for a loaded machine, where the
+	// store's own commit may take a few hundred milliseconds.
+	slow.delay.Store(int64((stallTTL - 600*time.Millisecond) / 2))
 	deadline := time.Now().Add(4 * stallTTL)
 	for time.Now().Before(deadline) {
 		snap, err := a.Status(t.Context(), sub.ID, workers.System)
