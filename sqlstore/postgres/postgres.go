@@ -215,8 +215,11 @@ var dialect = &sqlcore.Dialect{
 	// migration that waits for a table or builds an index; the second
 	// would make a replica that waits for another's migration give up
 	// its place, sleep in backoff, and start up to 5 s after that
-	// migration ended. The caller's ctx bounds them.
-	MigrationBegin: "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0",
+	// migration ended. PostgreSQL 17's transaction_timeout would end the
+	// wait as the first does; it is lifted where the server has it (it
+	// cannot be named to an older one). The caller's ctx bounds them.
+	MigrationBegin: `SELECT set_config(name, '0', true) FROM pg_settings
+WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 	// Set once the advisory lock is held: a migration that waits for a
 	// lock on the tables (DROP INDEX wants the table's exclusive lock)
 	// makes every replica's statements on them wait behind it, so it
@@ -522,8 +525,9 @@ func (s *Store) Close() error {
 // processes that start at once (a rolling deploy) apply each version
 // once: one that finds another migrating waits for it to end, then
 // finds the tables current. Its statements run without the
-// statement_timeout and lock_timeout the role or the connection string
-// sets for the application's (a wait for another's migration, or an
+// statement_timeout, lock_timeout and (PostgreSQL 17)
+// transaction_timeout the role or the connection string sets for the
+// application's (a wait for another's migration, or an
 // index build, may take longer); ctx bounds them. A version that needs
 // a lock on the tables which another transaction holds (an older
 // replica's, say) waits for it a second at most, since every statement
