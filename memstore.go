@@ -489,10 +489,6 @@ func (s *MemStore) ListTasks(ctx context.Context, f Filter) ([]Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	s.lockShards(false)
-	defer s.unlockShards(false)
 	var out []Record
 	s.matches(f, func(n int) { out = make([]Record, 0, n) }, func(v *Record) {
 		v.detach()
@@ -512,10 +508,6 @@ func (s *MemStore) listSnapshots(ctx context.Context, f Filter, system, peek boo
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	s.lockShards(false)
-	defer s.unlockShards(false)
 	keep := f.Limit
 	if peek {
 		keep--
@@ -551,8 +543,13 @@ const maxResultsGuess = 64 << 10
 // matches calls each with the records f selects, in f's order, up to
 // f.Limit; first, if f sets a limit, it calls size with the most there
 // can be. The record each is given aliases the stored one's watchers and
-// result, and is reused for the next. mu and every shard's lock are held.
+// result, and is reused for the next. It takes mu and every shard's lock
+// for reading, which each is called with.
 func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.lockShards(false)
+	defer s.unlockShards(false)
 	idx := &s.all
 	user := f.VisibleTo
 	if user != "" {
