@@ -55,9 +55,12 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 // follows new tasks. Each page costs one store query:
 // unfiltered, in proportion to the page, whatever the user's history; with
 // WithStatus or WithQueue, in proportion to the user's tasks it passes
-// over, which MemStore reads under its lock, except that a MemStore reads
-// a page of PENDING and RUNNING tasks alone from its live tasks, when
-// those are fewer. Errors are List's.
+// over, except that a MemStore reads a page of PENDING and RUNNING tasks
+// alone from its live tasks, when those are fewer. A MemStore reads under
+// its lock, which it lets go every 4,096 tasks it passes over, so that
+// one caller's long walk does not hold up other callers' writes: a page,
+// or a List, that passes over more may then miss or repeat a task re-run
+// as it was read, as a walk across pages does. Errors are List's.
 func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...ListOption) (Page, error) {
 	c, f, err := listFilter(auth, opts)
 	if err != nil {

@@ -40,7 +40,9 @@ type MemStore struct {
 	// everything, and a sequential queue's processor and its submitter
 	// then took turns on one core). A listing holds mu and every shard's
 	// lock for reading, and a batch of DeleteFinished both for writing, so
-	// each sees the records at one moment. Locks are taken in that order:
+	// each sees the records at one moment; a listing that walks more than
+	// listBatch records, like DeleteFinished, does so in batches, each
+	// seeing its own moment (see matches). Locks are taken in that order:
 	// mu, then shards by index, then, when a record that leaves the store
 	// or a run's publishing moves a run, the lock of a shard of that
 	// run's runtime's runSet.
@@ -545,28 +547,37 @@ const maxResultsGuess = 64 << 10
 // can be. The record each is given aliases the stored one's watchers and
 // result, and is reused for the next. It takes mu and every shard's lock
 // for reading, which each is called with.
+//
+// A walk of an index holds them for listBatch records at a time: one
+// that goes on (a filter that passes over a long history, a listing
+// without a limit) lets them go and takes them again to walk on from
+// the last record it looked at, as a page after a cursor does, so that
+// one caller's long walk does not hold up every other caller's writes
+// for all of it.
 func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	s.lockShards(false)
-	defer s.unlockShards(false)
-	idx := &s.all
+	defer func() {
+		s.unlockShards(false)
+		s.mu.RUnlock()
+	}()
 	user := f.VisibleTo
-	if user != "" {
-		if idx = s.byUser[user]; idx == nil {
-			return
-		}
-		// A user's index holds exactly the records the user may see
-		// (see index and AddWatcher), so Match need not check again:
-		// the check would read each record's id and watchers, which at
-		// a million records are cache misses.
-		f.VisibleTo = ""
+	idx := s.listIndex(user)
+	if idx == nil {
+		return
 	}
+	// A user's index holds exactly the records the user may see (see
+	// index and AddWatcher), so Match need not check again: the check
+	// would read each record's id and watchers, which at a million
+	// records are cache misses.
+	f.VisibleTo = ""
+	live := false
 	if liveOnly(f.Statuses) {
 		// The live records, fewer than those of the index: a listing
-		// of them costs what they are, not what the index holds.
-		if live := s.liveRecords(user, idx.len()); live != nil {
-			idx = live
+		// of them costs what they are, not what the index holds. They
+		// are a copy, walked under one hold.
+		if l := s.liveRecords(user, idx.len()); l != nil {
+			idx, live = l, true
 		}
 	}
 	if f.Limit > 0 {
@@ -574,14 +585,50 @@ func (s *MemStore) matches(f Filter, size func(int), each func(*Record)) {
 	}
 	var v Record
 	n := 0
-	idx.walk(f, func(r *memRecord) bool {
-		if r.fill(&v); f.Match(&v) {
-			each(&v)
-			n++
+	for {
+		seen := 0
+		var last *memRecord // set when the walk stops at the end of a batch
+		idx.walk(f, func(r *memRecord) bool {
+			if r.fill(&v); f.Match(&v) {
+				each(&v)
+				n++
+			}
+			if f.Limit > 0 && n >= f.Limit {
+				return false
+			}
+			if seen++; seen == listBatch && !live {
+				last = r
+				return false
+			}
+			return true
+		})
+		if last == nil {
+			return
 		}
-		return f.Limit <= 0 || n < f.Limit
-	})
+		f.After = &Position{CreatedAt: last.created.time(), ID: last.id()}
+		s.unlockShards(false)
+		s.mu.RUnlock()
+		s.mu.RLock()
+		s.lockShards(false)
+		if idx = s.listIndex(user); idx == nil {
+			return // the user's records are gone since
+		}
+	}
 }
+
+// listIndex returns the index a listing for user reads: every record
+// for "", and otherwise the user's, or nil when there is none; mu is
+// held.
+func (s *MemStore) listIndex(user string) *ordered {
+	if user == "" {
+		return &s.all
+	}
+	return s.byUser[user]
+}
+
+// listBatch is how many records a listing looks at under one hold of
+// the store's locks (see matches).
+const listBatch = 4096
 
 // liveOnly reports whether statuses, a filter's, keeps live records alone:
 // PENDING, RUNNING or both.
