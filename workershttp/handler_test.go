@@ -99,9 +99,12 @@ func blocker(release <-chan struct{}) workers.Func {
 	}
 }
 
+// waitEnd waits for the task id to end. Its bound only keeps a test
+// from hanging: a run that ends with a result of many megabytes, encoded
+// under the race detector on a loaded machine, may take seconds.
 func waitEnd(t *testing.T, rt *workers.Runtime[*workers.MemStore], id string) workers.Snapshot {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := rt.Wait(ctx, id, workers.System)
 	require.NoError(t, err)
