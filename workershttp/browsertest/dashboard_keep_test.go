@@ -172,3 +172,47 @@ func TestDashboardKeepsARowALateListHasLive(t *testing.T) {
 	}
 	rowsAre(t, bctx, b.ID+" completed", a.ID+" completed")
 }
+
+// A list whose answer never comes (a stalled connection, or one queued
+// behind the browser's other connections to the server) is given up
+// after the table body's data-list-wait, and read again: until then no
+// finished row leaves the page, which would otherwise grow for good
+// with every task that ends.
+func TestDashboardKeepsToItsBoundPastAListThatNeverAnswers(t *testing.T) {
+	bin := chromium(t)
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	h := server(rt)
+	// While held, a list is answered never: its request waits until the
+	// page gives it up, or the test ends.
+	var hold atomic.Bool
+	listAsked := make(chan struct{})
+	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tasks" && hold.CompareAndSwap(true, false) {
+			close(listAsked)
+			<-r.Context().Done()
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+
+	bctx := openBrowser(t, bin)
+	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/login?user=alice"), isLive); err != nil {
+		t.Fatalf("dashboard did not load: %v", err)
+	}
+	setKeep(t, bctx, 2)
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("tasks").dataset.listWait = "1000"`)); err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	srv.CloseClientConnections() // the stream drops; the page reconnects, and lists again
+	select {
+	case <-listAsked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the dashboard never asked for the list again")
+	}
+	var done []workers.Submission
+	for i := range 4 {
+		done = append(done, endNow(t, rt, fmt.Sprint("done-", i)))
+	}
+	rowsAre(t, bctx, done[3].ID+" completed", done[2].ID+" completed")
+}
