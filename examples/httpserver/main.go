@@ -44,10 +44,11 @@ func main() {
 	defer stop()
 	// Once the first signal came, the next one is left to Go's default
 	// handling, which ends the process without waiting for the drain.
-	context.AfterFunc(ctx, func() {
+	// (Not on the way out: the deferred stop ends ctx too.)
+	defer context.AfterFunc(ctx, func() {
 		stop()
 		log.Print("shutting down; a second signal quits at once")
-	})
+	})()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
