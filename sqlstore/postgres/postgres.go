@@ -218,7 +218,7 @@ var dialect = &sqlcore.Dialect{
 	// migration ended. PostgreSQL 17's transaction_timeout would end the
 	// wait as the first does; it is lifted where the server has it (it
 	// cannot be named to an older one). The caller's ctx bounds them.
-	MigrationBegin: `SELECT set_config(name, '0', true) FROM pg_settings
+	MigrationBegin: `SELECT pg_catalog.set_config(name, '0', true) FROM pg_catalog.pg_settings
 WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 	// Set once the advisory lock is held: a migration that waits for a
 	// lock on the tables (DROP INDEX wants the table's exclusive lock)
