@@ -620,12 +620,26 @@ func TestGroupCommitRowHeldByAnotherTransactionDoesNotHoldBackItsBatch(t *testin
 // function then waits for a row lock as long as it is held.
 func unboundLockWaits(t *testing.T, sc scratch) {
 	t.Helper()
+	setWriteManyLockWait(t, sc, "RESET lock_timeout")
+}
+
+// boundLockWaits sets migration 0007's bound again in sc's schema: group
+// commit's function gives up on a held row after 100 ms.
+func boundLockWaits(t *testing.T, sc scratch) {
+	t.Helper()
+	setWriteManyLockWait(t, sc, "SET lock_timeout = '100ms'")
+}
+
+// setWriteManyLockWait alters group commit's function in sc's schema by
+// the clause set.
+func setWriteManyLockWait(t *testing.T, sc scratch, set string) {
+	t.Helper()
 	if _, err := sc.pool.Exec(t.Context(), `ALTER FUNCTION "`+sc.schema+`".workers_write_many(
 	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
 	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
 	text[], text[],
 	text[], text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[]) RESET lock_timeout`); err != nil {
+	timestamptz[], timestamptz[], text[], text[], text[], text[]) `+set); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -57,14 +57,7 @@ func TestALoneRetriedWriteManyInsertIsNotAnnounced(t *testing.T) {
 		ins <- s.InsertTask(ctx, workers.Record{ID: "u::new", RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}})
 	}()
 	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 2 })
-	if _, err := sc.pool.Exec(ctx, `ALTER FUNCTION "`+sc.schema+`".workers_write_many(
-	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
-	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
-	text[], text[],
-	text[], text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[]) SET lock_timeout = '100ms'`); err != nil {
-		t.Fatal(err)
-	}
+	boundLockWaits(t, sc)
 	if err := gateTx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

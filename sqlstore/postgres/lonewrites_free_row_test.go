@@ -93,14 +93,7 @@ func TestAFreeRowsLoneWriteIsNotHeldBackByOtherTasksHeldRows(t *testing.T) {
 	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 2 })
 	// Migration 0007's bound again: the next batch gives up on u::held3
 	// after 100 ms, and both its writes go alone.
-	if _, err := sc.pool.Exec(ctx, `ALTER FUNCTION "`+sc.schema+`".workers_write_many(
-	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
-	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
-	text[], text[],
-	text[], text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[]) SET lock_timeout = '100ms'`); err != nil {
-		t.Fatal(err)
-	}
+	boundLockWaits(t, sc)
 	if err := gateTx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

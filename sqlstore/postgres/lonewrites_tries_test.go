@@ -62,14 +62,7 @@ func TestABatchsTriesAloneLeaveAConnectionFree(t *testing.T) {
 	}
 	// Migration 0007's bound again: the batch gives up on its held rows
 	// after 100 ms, and tries each of its writes on its own.
-	if _, err := sc.pool.Exec(ctx, `ALTER FUNCTION "`+sc.schema+`".workers_write_many(
-	text[], text[], bigint[], bigint[], text[], text[], timestamptz[], timestamptz[],
-	text[], text[], text[], text[], text[], text[], timestamptz[], text[],
-	text[], text[],
-	text[], text[], text[], text[], bigint[], bigint[], text[], text[],
-	timestamptz[], timestamptz[], text[], text[], text[], text[]) SET lock_timeout = '100ms'`); err != nil {
-		t.Fatal(err)
-	}
+	boundLockWaits(t, sc)
 	// The pool's connections in use, sampled each millisecond while the
 	// tries go: until the free row's write has landed, and then for as
 	// long as the four held rows' tries take one after another.

@@ -3,9 +3,7 @@ package browsertest
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,26 +123,7 @@ func TestDashboardKeepsARowALateListHasLive(t *testing.T) {
 	bin := chromium(t)
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
 	// The list is read at once, and its answer held until released.
-	h := server(rt)
-	var hold atomic.Bool
-	listRead, release := make(chan struct{}), make(chan struct{})
-	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/tasks" || !hold.CompareAndSwap(true, false) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		close(listRead)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		maps.Copy(w.Header(), rec.Header())
-		w.WriteHeader(rec.Code)
-		_, _ = w.Write(rec.Body.Bytes())
-	}))
+	srv, hold, listRead, release := heldListServer(t, rt)
 	late, finish := submitHeld(t, rt, "late")
 
 	bctx := openBrowser(t, bin)

@@ -245,26 +245,7 @@ func TestDashboardKeepsAnEndThatArrivesBeforeTheList(t *testing.T) {
 	bin := chromium(t)
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
 	// The list is read at once, and its answer held until released.
-	h := server(rt)
-	var hold atomic.Bool
-	listRead, release := make(chan struct{}), make(chan struct{})
-	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/tasks" || !hold.CompareAndSwap(true, false) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		close(listRead)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		maps.Copy(w.Header(), rec.Header())
-		w.WriteHeader(rec.Code)
-		_, _ = w.Write(rec.Body.Bytes())
-	}))
+	srv, hold, listRead, release := heldListServer(t, rt)
 	late, finish := submitHeld(t, rt, "late")
 
 	bctx := openBrowser(t, bin)
@@ -486,4 +467,31 @@ func TestDashboardShowsTheEndOfATaskTheListNoLongerHas(t *testing.T) {
 		shown, _ := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%s).dataset.status`, strconv.Quote(row(old.ID)))))
 		t.Fatalf("after the reconnection the task that ended meanwhile shows %q, not its end: %v", shown, err)
 	}
+}
+
+// heldListServer serves rt's dashboard; once hold is set, the next list
+// request is read at once, listRead closed, and its answer held until
+// release is closed.
+func heldListServer(t *testing.T, rt *workers.Runtime[*workers.MemStore]) (srv *httptest.Server, hold *atomic.Bool, listRead, release chan struct{}) {
+	h := server(rt)
+	hold = new(atomic.Bool)
+	listRead, release = make(chan struct{}), make(chan struct{})
+	srv = serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/tasks" || !hold.CompareAndSwap(true, false) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		close(listRead)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	return srv, hold, listRead, release
 }
