@@ -43,17 +43,8 @@ func TestMigrateWaitsForAConcurrentMigrationWhateverTheSessionTimeouts(t *testin
 			}
 			migrated := make(chan error, 1)
 			go func() { migrated <- replica.Migrate(ctx) }()
-			waitFor(t, func() bool { // one wait for the lock, outlasting a setting's 100 ms
-				select {
-				case err := <-migrated:
-					t.Fatalf("Migrate returned while a concurrent migration held the lock: %v", err)
-				default:
-				}
-				var n int
-				err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE application_name = $1 AND wait_event = 'advisory' AND clock_timestamp() - query_start > interval '500 ms'`, app).Scan(&n)
-				return err == nil && n > 0
-			})
+			// One wait for the lock, outlasting a setting's 100 ms.
+			waitMigrateWaiting(t, sc, migrated, app, "wait_event = 'advisory'", "a concurrent migration held the lock")
 			if err := other.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -88,17 +79,8 @@ func TestMigrateIgnoresTheSessionStatementTimeout(t *testing.T) {
 	s := sc.ownStore(t, map[string]string{"statement_timeout": "100ms", "application_name": app})
 	migrated := make(chan error, 1)
 	go func() { migrated <- s.Migrate(ctx) }()
-	waitFor(t, func() bool { // DROP INDEX waits for the table past the 100 ms
-		select {
-		case err := <-migrated:
-			t.Fatalf("Migrate returned while its DROP INDEX waited for the table: %v", err)
-		default:
-		}
-		var n int
-		err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE application_name = $1 AND wait_event_type = 'Lock' AND clock_timestamp() - query_start > interval '500 ms'`, app).Scan(&n)
-		return err == nil && n > 0
-	})
+	// DROP INDEX waits for the table past the 100 ms.
+	waitMigrateWaiting(t, sc, migrated, app, "wait_event_type = 'Lock'", "its DROP INDEX waited for the table")
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -181,4 +163,23 @@ func TestMigrateWaitingForAConcurrentMigrationEndsWithItsContext(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Migrate returned %v after its context's 200 ms", took)
 	}
+}
+
+// waitMigrateWaiting waits until a statement of the connections named
+// app has waited over 500 ms as waiting (a condition on
+// pg_stat_activity) says, failing if the Migrate whose result comes on
+// migrated returns first, while what.
+func waitMigrateWaiting(t *testing.T, sc scratch, migrated <-chan error, app, waiting, what string) {
+	t.Helper()
+	waitFor(t, func() bool {
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate returned while %s: %v", what, err)
+		default:
+		}
+		var n int
+		err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE application_name = $1 AND `+waiting+` AND clock_timestamp() - query_start > interval '500 ms'`, app).Scan(&n)
+		return err == nil && n > 0
+	})
 }
