@@ -54,3 +54,14 @@ func TestConnLostByFatalErrors(t *testing.T) {
 		}
 	}
 }
+
+// Reads leave at least one of the pool's connections, a quarter of a
+// larger pool, to the lease's renewals and the writes; a pool of one has
+// none to spare.
+func TestReadsLeaveConnectionsToTheWrites(t *testing.T) {
+	for n, want := range map[int32]int{1: 1, 2: 1, 3: 2, 4: 3, 5: 3, 8: 6, 10: 7, 100: 75} {
+		if got := readConns(n); got != want {
+			t.Errorf("readConns(%d) = %d, want %d", n, got, want)
+		}
+	}
+}

@@ -82,6 +82,17 @@
 // down, or starting up) is made again only after 50 ms, and once more
 // after 100 ms, then fails: tried at once, it would be refused alike.
 //
+// Reads (GetTask, ListTasks, LiveInstances, and the read that says why a
+// write changed nothing) take three quarters of the pool's connections
+// at most, and one fewer than the pool at most, through a database/sql
+// handle of their own over the pool: a spike of reads, or of slow ones
+// (a service's listings and status reads, a listing filtered over a long
+// history), however many at once, leaves the rest of the pool to the
+// lease's renewals and the runs' writes, so the replica keeps its lease.
+// A read waits for one of the reads' connections, within its own
+// context, the runtime's own reads (its recovery's and its sync loop's)
+// among them. A pool of one connection has none to keep from reads.
+//
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
 // clocks disagree still agree on who is alive. A record whose run belongs
@@ -392,7 +403,8 @@ type Store struct {
 	*sqlcore.Store
 
 	pool    *pgxpool.Pool
-	db      *sql.DB // database/sql over pool
+	db      *sql.DB // database/sql over pool, for writes
+	read    *sql.DB // database/sql over pool, for reads: readConns of its connections at most
 	ownPool bool    // Close closes pool
 	listen  listenTiming
 }
@@ -474,12 +486,27 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	o.Logger = cmp.Or(o.Logger, slog.Default())
 	o.Lost = newResetter(pool.Reset, o.Logger).lost
 	db := stdlib.OpenDBFromPool(pool)
-	core, err := sqlcore.New(dialect, db, db, o.Config)
+	// Reads go through a handle of their own over the same pool, which
+	// takes at most three quarters of its connections, one fewer than
+	// the pool at most: however many reads come at once, and however
+	// slow, the rest of the pool serves the lease's renewals and the
+	// runs' writes, and a read waits for one of its own to end.
+	read := stdlib.OpenDBFromPool(pool)
+	read.SetMaxOpenConns(readConns(pool.Config().MaxConns))
+	core, err := sqlcore.New(dialect, read, db, o.Config)
 	if err != nil {
+		_ = read.Close()
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{Store: core, pool: pool, db: db, listen: o.listen}, nil
+	return &Store{Store: core, pool: pool, db: db, read: read, listen: o.listen}, nil
+}
+
+// readConns is how many of a pool of n connections reads take at most:
+// three quarters, one fewer than n at most, and one at least (a pool of
+// one has none to keep from them).
+func readConns(n int32) int {
+	return int(max(1, min(n-1, 3*n/4)))
 }
 
 // Open connects a pool to the database at connString (a URL or a keyword
@@ -512,7 +539,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // runtime using the store: shut that down first.
 func (s *Store) Close() error {
 	s.Store.Stop()
-	err := s.db.Close()
+	err := errors.Join(s.read.Close(), s.db.Close())
 	if s.ownPool {
 		s.pool.Close()
 	}

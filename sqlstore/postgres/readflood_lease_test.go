@@ -1,0 +1,135 @@
+package postgres_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// slowRead marks the context of a read that the database answers slowly
+// (see slowReads).
+type slowRead struct{}
+
+// slowReads makes each statement whose context carries slowRead hold its
+// connection for delay before it goes, as a read the database takes long
+// to answer does (a listing filtered over a long history, a database
+// under load), or until its context ends.
+type slowReads struct{ delay time.Duration }
+
+func (r slowReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	if ctx.Value(slowRead{}) != nil {
+		t := time.NewTimer(r.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return ctx
+}
+
+func (slowReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A spike of slow reads (the HTTP routes' listings and status reads, many
+// times as many at once as the pool has connections) takes turns with
+// the replica's own statements for the pool's connections, but it does
+// not take them all: the lease's renewals and the runs' writes still get
+// one in time, so the replica keeps its lease, its run stays RUNNING and
+// its outcome lands.
+func TestASpikeOfSlowReadsDoesNotCostTheReplicaItsLease(t *testing.T) {
+	sc := newScratchT(t)
+	cfg := testConfig(t)
+	cfg.MaxConns = 4
+	cfg.ConnConfig.Tracer = slowReads{delay: 300 * time.Millisecond}
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: 100 * time.Millisecond, LeaseTTL: time.Second, ShutdownGrace: -1,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	alice := workers.MustOwner("alice")
+
+	done, err := rt.Submit(t.Context(), "done", func(context.Context, *workers.Task) (any, error) { return "ok", nil }, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Wait(t.Context(), done.ID, alice); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	release := make(chan struct{})
+	cut := make(chan error, 1)
+	sub, err := rt.Submit(t.Context(), "steady", func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(started)
+		select {
+		case <-release:
+			return "done", nil
+		case <-ctx.Done():
+			cut <- context.Cause(ctx)
+			return nil, context.Cause(ctx)
+		}
+	}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+
+	// Eight readers per connection, each reading again as soon as it is
+	// answered.
+	readers := 8 * int(cfg.MaxConns)
+	flood, stop := context.WithCancel(context.WithValue(t.Context(), slowRead{}, true))
+	var wg sync.WaitGroup
+	for i := range readers {
+		wg.Go(func() {
+			for flood.Err() == nil {
+				if i%2 == 0 {
+					_, _ = rt.ListPage(flood, alice, workers.WithStatus(workers.StatusCompleted))
+				} else {
+					_, _ = rt.Status(flood, done.ID, alice)
+				}
+			}
+		})
+	}
+	select {
+	case err := <-cut:
+		stop()
+		wg.Wait()
+		t.Fatalf("with %d slow reads at once over a pool of %d, the replica's run was cut off: %v\n%s",
+			readers, cfg.MaxConns, err, grepLines(logs.String(), "lease"))
+	case <-time.After(3 * time.Second): // three lease lengths
+	}
+	// The outcome lands under the spike; Wait's own reads take their
+	// turns with the spike's, a few slow reads' time each.
+	close(release)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	begin := time.Now()
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	t.Logf("Wait took %v under the spike", time.Since(begin))
+	stop()
+	wg.Wait()
+	if err != nil || snap.Status != workers.StatusCompleted {
+		t.Fatalf("the run's outcome under the spike of reads: %v, %v\n%s", snap.Status, err, grepLines(logs.String(), "lease"))
+	}
+	if l := grepLines(logs.String(), "lease"); l != "" {
+		t.Errorf("the lease under the spike of reads:\n%s", l)
+	}
+}
