@@ -55,13 +55,16 @@ func TestConnLostByFatalErrors(t *testing.T) {
 	}
 }
 
-// Reads leave at least one of the pool's connections, a quarter of a
-// larger pool, to the lease's renewals and the writes; a pool of one has
-// none to spare.
+// Reads and the writes waiting on held rows leave at least one of the
+// pool's connections to the lease's renewals and the other writes; a
+// pool of one or two has none to spare.
 func TestReadsLeaveConnectionsToTheWrites(t *testing.T) {
-	for n, want := range map[int32]int{1: 1, 2: 1, 3: 2, 4: 3, 5: 3, 8: 6, 10: 7, 100: 75} {
+	for n, want := range map[int32]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 2, 8: 3, 10: 4, 100: 49} {
 		if got := readConns(n); got != want {
 			t.Errorf("readConns(%d) = %d, want %d", n, got, want)
+		}
+		if n > 2 && readConns(n)+loneWrites(n) >= int(n) {
+			t.Errorf("readConns(%d) + loneWrites(%d) = %d, leaving none of the pool's %d", n, n, readConns(n)+loneWrites(n), n)
 		}
 	}
 }

@@ -83,12 +83,13 @@
 // after 100 ms, then fails: tried at once, it would be refused alike.
 //
 // Reads (GetTask, ListTasks, LiveInstances, and the read that says why a
-// write changed nothing) take three quarters of the pool's connections
-// at most, and one fewer than the pool at most, through a database/sql
-// handle of their own over the pool: a spike of reads, or of slow ones
-// (a service's listings and status reads, a listing filtered over a long
-// history), however many at once, leaves the rest of the pool to the
-// lease's renewals and the runs' writes, so the replica keeps its lease.
+// write changed nothing) take the pool's connections less the half kept
+// for writes waiting on held rows and one more, one at least, through a
+// database/sql handle of their own over the pool: a spike of reads, or
+// of slow ones (a service's listings and status reads, a listing
+// filtered over a long history), however many at once, and rows held
+// elsewhere at the same time, leave a connection to the lease's
+// renewals and the runs' other writes, so the replica keeps its lease.
 // A read waits for one of the reads' connections, within its own
 // context, the runtime's own reads (its recovery's and its sync loop's)
 // among them. A pool of one connection has none to keep from reads.
@@ -482,15 +483,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	// Writes that wait for rows held elsewhere take half the pool at
 	// most: the other half serves the store's other statements, the
 	// lease's renewals among them.
-	o.LoneWrites = max(1, int(pool.Config().MaxConns)/2)
+	o.LoneWrites = loneWrites(pool.Config().MaxConns)
 	o.Logger = cmp.Or(o.Logger, slog.Default())
 	o.Lost = newResetter(pool.Reset, o.Logger).lost
 	db := stdlib.OpenDBFromPool(pool)
 	// Reads go through a handle of their own over the same pool, which
-	// takes at most three quarters of its connections, one fewer than
-	// the pool at most: however many reads come at once, and however
-	// slow, the rest of the pool serves the lease's renewals and the
-	// runs' writes, and a read waits for one of its own to end.
+	// takes at most what the writes waiting on held rows leave of it,
+	// less one: however many reads come at once, and however slow, and
+	// however many rows are held, a connection serves the lease's
+	// renewals and the runs' other writes, and a read waits for one of
+	// its own to end.
 	read := stdlib.OpenDBFromPool(pool)
 	read.SetMaxOpenConns(readConns(pool.Config().MaxConns))
 	core, err := sqlcore.New(dialect, read, db, o.Config)
@@ -502,11 +504,18 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 	return &Store{Store: core, pool: pool, db: db, read: read, listen: o.listen}, nil
 }
 
+// loneWrites is how many of a pool of n connections the writes waiting
+// on rows held elsewhere take at most: half, and one at least.
+func loneWrites(n int32) int {
+	return int(max(1, n/2))
+}
+
 // readConns is how many of a pool of n connections reads take at most:
-// three quarters, one fewer than n at most, and one at least (a pool of
-// one has none to keep from them).
+// those the writes waiting on held rows leave (see loneWrites) less one,
+// for the lease's renewals and the other writes, and one at least (a
+// pool of one or two has none to keep from them).
 func readConns(n int32) int {
-	return int(max(1, min(n-1, 3*n/4)))
+	return max(1, int(n)-loneWrites(n)-1)
 }
 
 // Open connects a pool to the database at connString (a URL or a keyword

@@ -47,7 +47,7 @@ func TestASpikeOfSlowReadsDoesNotCostTheReplicaItsLease(t *testing.T) {
 	sc := newScratchT(t)
 	cfg := testConfig(t)
 	cfg.MaxConns = 4
-	cfg.ConnConfig.Tracer = slowReads{delay: 300 * time.Millisecond}
+	cfg.ConnConfig.Tracer = slowReads{delay: 100 * time.Millisecond}
 	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatal(err)

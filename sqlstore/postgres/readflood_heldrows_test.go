@@ -1,0 +1,112 @@
+package postgres_test
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// Held rows and a spike of slow reads at once: the outcome writes of the
+// held rows wait on their rows, on half the pool's connections, while the
+// reads take their turns for the rest; the lease's renewals still get a
+// connection in time, so the replica keeps its lease and its other run.
+func TestHeldRowsAndASpikeOfReadsDoNotCostTheReplicaItsLease(t *testing.T) {
+	sc := newScratchT(t)
+	cfg := testConfig(t)
+	cfg.MaxConns = 4
+	cfg.ConnConfig.Tracer = slowReads{delay: 100 * time.Millisecond}
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: 100 * time.Millisecond, LeaseTTL: time.Second, ShutdownGrace: -1,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var held []pgx.Tx
+	flood, stop := context.WithCancel(context.WithValue(t.Context(), slowRead{}, true))
+	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		wg.Wait()
+		for _, tx := range held { // the rows go first: Shutdown then settles every run
+			_ = tx.Rollback(context.Background())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	alice := workers.MustOwner("alice")
+
+	done, err := rt.Submit(t.Context(), "done", func(context.Context, *workers.Task) (any, error) { return "ok", nil }, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Wait(t.Context(), done.ID, alice); err != nil {
+		t.Fatal(err)
+	}
+	bystander := make(chan error, 1)
+	bystanderStarted := make(chan struct{})
+	if _, err := rt.Submit(t.Context(), "bystander", func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(bystanderStarted)
+		<-ctx.Done()
+		bystander <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	}, alice); err != nil {
+		t.Fatal(err)
+	}
+	<-bystanderStarted
+
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	var ids []string
+	for i := range int(cfg.MaxConns) {
+		started.Add(1)
+		sub, err := rt.Submit(t.Context(), "held-"+strconv.Itoa(i), func(context.Context, *workers.Task) (any, error) {
+			started.Done()
+			<-release
+			return "done", nil
+		}, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sub.ID)
+	}
+	started.Wait()
+	for _, id := range ids {
+		held = append(held, holdRow(t, sc, id))
+	}
+
+	readers := 8 * int(cfg.MaxConns)
+	for i := range readers {
+		wg.Go(func() {
+			for flood.Err() == nil {
+				if i%2 == 0 {
+					_, _ = rt.ListPage(flood, alice, workers.WithStatus(workers.StatusCompleted))
+				} else {
+					_, _ = rt.Status(flood, done.ID, alice)
+				}
+			}
+		})
+	}
+	close(release) // each outcome write waits on its held row
+
+	select {
+	case err := <-bystander:
+		t.Fatalf("with %d task rows held elsewhere and %d slow reads at once over a pool of %d, the replica's other run was cancelled: %v\n%s",
+			len(ids), readers, cfg.MaxConns, err, grepLines(logs.String(), "lease"))
+	case <-time.After(3 * time.Second): // three lease lengths
+	}
+}
