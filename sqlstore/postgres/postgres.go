@@ -92,7 +92,10 @@
 // renewals and the runs' other writes, so the replica keeps its lease.
 // A read waits for one of the reads' connections, within its own
 // context, the runtime's own reads (its recovery's and its sync loop's)
-// among them. A pool of one connection has none to keep from reads.
+// among them. A pool of one or two connections has none to keep from
+// reads; a pool of four leaves them one, of eight three, of sixteen
+// seven: a service that reads much wants a larger pool than pgxpool's
+// default.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
