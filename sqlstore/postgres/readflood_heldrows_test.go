@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskgate/workers"
-	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // Held rows and a spike of slow reads at once: the outcome writes of the
@@ -20,25 +18,11 @@ import (
 // connection in time, so the replica keeps its lease and its other run.
 func TestHeldRowsAndASpikeOfReadsDoNotCostTheReplicaItsLease(t *testing.T) {
 	sc := newScratchT(t)
-	cfg := testConfig(t)
-	cfg.MaxConns = 4
-	cfg.ConnConfig.Tracer = slowReads{delay: 100 * time.Millisecond}
-	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: 100 * time.Millisecond, LeaseTTL: time.Second, ShutdownGrace: -1,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	rt, logs, conns := slowReadRuntime(t, sc)
 	var held []pgx.Tx
-	flood, stop := context.WithCancel(context.WithValue(t.Context(), slowRead{}, true))
-	var wg sync.WaitGroup
+	stop := func() {}
 	defer func() {
 		stop()
-		wg.Wait()
 		for _, tx := range held { // the rows go first: Shutdown then settles every run
 			_ = tx.Rollback(context.Background())
 		}
@@ -72,7 +56,7 @@ func TestHeldRowsAndASpikeOfReadsDoNotCostTheReplicaItsLease(t *testing.T) {
 	release := make(chan struct{})
 	var started sync.WaitGroup
 	var ids []string
-	for i := range int(cfg.MaxConns) {
+	for i := range conns {
 		started.Add(1)
 		sub, err := rt.Submit(t.Context(), "held-"+strconv.Itoa(i), func(context.Context, *workers.Task) (any, error) {
 			started.Done()
@@ -89,24 +73,14 @@ func TestHeldRowsAndASpikeOfReadsDoNotCostTheReplicaItsLease(t *testing.T) {
 		held = append(held, holdRow(t, sc, id))
 	}
 
-	readers := 8 * int(cfg.MaxConns)
-	for i := range readers {
-		wg.Go(func() {
-			for flood.Err() == nil {
-				if i%2 == 0 {
-					_, _ = rt.ListPage(flood, alice, workers.WithStatus(workers.StatusCompleted))
-				} else {
-					_, _ = rt.Status(flood, done.ID, alice)
-				}
-			}
-		})
-	}
+	readers := 8 * conns
+	stop = floodReads(t, rt, readers, done.ID, alice)
 	close(release) // each outcome write waits on its held row
 
 	select {
 	case err := <-bystander:
 		t.Fatalf("with %d task rows held elsewhere and %d slow reads at once over a pool of %d, the replica's other run was cancelled: %v\n%s",
-			len(ids), readers, cfg.MaxConns, err, grepLines(logs.String(), "lease"))
+			len(ids), readers, conns, err, grepLines(logs.String(), "lease"))
 	case <-time.After(3 * time.Second): // three lease lengths
 	}
 }

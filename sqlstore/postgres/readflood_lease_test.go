@@ -45,19 +45,7 @@ func (slowReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData
 // its outcome lands.
 func TestASpikeOfSlowReadsDoesNotCostTheReplicaItsLease(t *testing.T) {
 	sc := newScratchT(t)
-	cfg := testConfig(t)
-	cfg.MaxConns = 4
-	cfg.ConnConfig.Tracer = slowReads{delay: 100 * time.Millisecond}
-	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: 100 * time.Millisecond, LeaseTTL: time.Second, ShutdownGrace: -1,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	rt, logs, conns := slowReadRuntime(t, sc)
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -94,26 +82,13 @@ func TestASpikeOfSlowReadsDoesNotCostTheReplicaItsLease(t *testing.T) {
 
 	// Eight readers per connection, each reading again as soon as it is
 	// answered.
-	readers := 8 * int(cfg.MaxConns)
-	flood, stop := context.WithCancel(context.WithValue(t.Context(), slowRead{}, true))
-	var wg sync.WaitGroup
-	for i := range readers {
-		wg.Go(func() {
-			for flood.Err() == nil {
-				if i%2 == 0 {
-					_, _ = rt.ListPage(flood, alice, workers.WithStatus(workers.StatusCompleted))
-				} else {
-					_, _ = rt.Status(flood, done.ID, alice)
-				}
-			}
-		})
-	}
+	readers := 8 * conns
+	stop := floodReads(t, rt, readers, done.ID, alice)
 	select {
 	case err := <-cut:
 		stop()
-		wg.Wait()
 		t.Fatalf("with %d slow reads at once over a pool of %d, the replica's run was cut off: %v\n%s",
-			readers, cfg.MaxConns, err, grepLines(logs.String(), "lease"))
+			readers, conns, err, grepLines(logs.String(), "lease"))
 	case <-time.After(3 * time.Second): // three lease lengths
 	}
 	// The outcome lands under the spike; Wait's own reads take their
@@ -125,11 +100,57 @@ func TestASpikeOfSlowReadsDoesNotCostTheReplicaItsLease(t *testing.T) {
 	snap, err := rt.Wait(ctx, sub.ID, alice)
 	t.Logf("Wait took %v under the spike", time.Since(begin))
 	stop()
-	wg.Wait()
 	if err != nil || snap.Status != workers.StatusCompleted {
 		t.Fatalf("the run's outcome under the spike of reads: %v, %v\n%s", snap.Status, err, grepLines(logs.String(), "lease"))
 	}
 	if l := grepLines(logs.String(), "lease"); l != "" {
 		t.Errorf("the lease under the spike of reads:\n%s", l)
+	}
+}
+
+// slowReadRuntime starts a runtime over a store of sc's schema whose pool
+// has four connections, which it returns, and whose statements made
+// under slowRead hold theirs 100 ms (see slowReads), with a lease of a
+// second renewed every 100 ms; its logs are returned too. The caller
+// shuts it down.
+func slowReadRuntime(t *testing.T, sc scratch) (*workers.Runtime[*postgres.Store], *lockedBuffer, int) {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.MaxConns = 4
+	cfg.ConnConfig.Tracer = slowReads{delay: 100 * time.Millisecond}
+	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	rt := workers.NewRuntime(s, workers.Config{LeaseInterval: 100 * time.Millisecond, LeaseTTL: time.Second, ShutdownGrace: -1,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return rt, logs, int(cfg.MaxConns)
+}
+
+// floodReads starts readers goroutines that read for auth, each again as
+// soon as it is answered, under slowRead: half a ListPage of the
+// completed tasks, half the Status of task id. The stop it returns ends
+// them and waits for them.
+func floodReads(t *testing.T, rt *workers.Runtime[*postgres.Store], readers int, id string, auth workers.TaskAuthority) (stop func()) {
+	flood, cancel := context.WithCancel(context.WithValue(t.Context(), slowRead{}, true))
+	var wg sync.WaitGroup
+	for i := range readers {
+		wg.Go(func() {
+			for flood.Err() == nil {
+				if i%2 == 0 {
+					_, _ = rt.ListPage(flood, auth, workers.WithStatus(workers.StatusCompleted))
+				} else {
+					_, _ = rt.Status(flood, id, auth)
+				}
+			}
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
 	}
 }
