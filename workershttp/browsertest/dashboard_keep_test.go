@@ -66,21 +66,10 @@ func TestDashboardKeepsOnlyTheRowsThatEndedLast(t *testing.T) {
 	bin := chromium(t)
 	ctx := context.Background()
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	h := server(rt)
 	// While held, a new stream waits to be served: the page reconnects
 	// only once the test has ended tasks meanwhile.
-	var held atomic.Bool
-	resume := make(chan struct{})
-	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/events" && held.Load() {
-			select {
-			case <-resume:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	}))
+	hs := holdStreams(server(rt))
+	srv := serve(t, rt, hs)
 	first, finish := submitHeld(t, rt, "first")
 
 	bctx := openBrowser(t, bin)
@@ -101,15 +90,14 @@ func TestDashboardKeepsOnlyTheRowsThatEndedLast(t *testing.T) {
 		done[5].ID+" completed", done[4].ID+" completed", done[3].ID+" completed",
 		first.ID+" running")
 
-	held.Store(true)
+	hs.held.Store(true)
 	srv.CloseClientConnections() // the stream drops; the page reconnects, and waits
 	close(finish)
 	if _, err := rt.Wait(ctx, first.ID, workers.System); err != nil {
 		t.Fatal(err)
 	}
 	last := endNow(t, rt, "done-6")
-	held.Store(false)
-	close(resume)
+	hs.release()
 	// The list has all eight tasks: the page shows the three that ended
 	// last, two of them in the list alone.
 	rowsAre(t, bctx, last.ID+" completed", done[5].ID+" completed", first.ID+" completed")

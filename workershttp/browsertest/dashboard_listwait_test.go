@@ -36,26 +36,18 @@ func TestDashboardReadsARowAgainWhoseOwnReadFailed(t *testing.T) {
 			bin := chromium(t)
 			ctx := context.Background()
 			rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-			h := server(rt)
 			old, finish := submitHeld(t, rt, "old")
 			// While held, a new stream waits to be served: the page
 			// reconnects only once the task has ended and the newer
 			// ones are in. The row's first read on its own fails.
-			var held, failRead atomic.Bool
-			resume := make(chan struct{})
+			hs := holdStreams(server(rt))
+			var failRead atomic.Bool
 			srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				switch {
-				case r.URL.Path == "/events" && held.Load():
-					select {
-					case <-resume:
-					case <-r.Context().Done():
-						return
-					}
-				case r.Method == http.MethodGet && r.URL.Path == "/tasks/"+old.ID && failRead.CompareAndSwap(true, false):
+				if r.Method == http.MethodGet && r.URL.Path == "/tasks/"+old.ID && failRead.CompareAndSwap(true, false) {
 					c.fail(w, r)
 					return
 				}
-				h.ServeHTTP(w, r)
+				hs.ServeHTTP(w, r)
 			}))
 
 			bctx := openBrowser(t, bin)
@@ -69,24 +61,15 @@ func TestDashboardReadsARowAgainWhoseOwnReadFailed(t *testing.T) {
 			if _, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("tasks").dataset.listWait = "1000"`)); err != nil {
 				t.Fatal(err)
 			}
-			held.Store(true)
+			hs.held.Store(true)
 			failRead.Store(true)
 			srv.CloseClientConnections() // the stream drops; the page reconnects, and waits
 			close(finish)
 			if _, err := rt.Wait(ctx, old.ID, workers.System); err != nil {
 				t.Fatal(err)
 			}
-			for i := range 100 {
-				sub, err := rt.Submit(ctx, fmt.Sprint("newer-", i), func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("alice"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := rt.Wait(ctx, sub.ID, workers.System); err != nil {
-					t.Fatal(err)
-				}
-			}
-			held.Store(false)
-			close(resume)
+			endNewer(t, rt, 100)
+			hs.release()
 			if err := chromedp.Do(bctx, attr(row(old.ID), "status", "completed")); err != nil {
 				shown, _ := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%s).dataset.status`, strconv.Quote(row(old.ID)))))
 				state, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("state").textContent`))

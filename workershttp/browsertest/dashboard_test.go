@@ -421,21 +421,10 @@ func TestDashboardShowsTheEndOfATaskTheListNoLongerHas(t *testing.T) {
 	bin := chromium(t)
 	ctx := context.Background()
 	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	h := server(rt)
 	// While held, a new stream waits to be served: the page reconnects
 	// only once the task has ended and the newer ones are in.
-	var held atomic.Bool
-	resume := make(chan struct{})
-	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/events" && held.Load() {
-			select {
-			case <-resume:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	}))
+	hs := holdStreams(server(rt))
+	srv := serve(t, rt, hs)
 	old, finish := submitHeld(t, rt, "old")
 
 	bctx := openBrowser(t, bin)
@@ -446,23 +435,14 @@ func TestDashboardShowsTheEndOfATaskTheListNoLongerHas(t *testing.T) {
 	); err != nil {
 		t.Fatalf("dashboard did not load: %v", err)
 	}
-	held.Store(true)
+	hs.held.Store(true)
 	srv.CloseClientConnections() // the stream drops; the page reconnects, and waits
 	close(finish)
 	if _, err := rt.Wait(ctx, old.ID, workers.System); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 100 {
-		sub, err := rt.Submit(ctx, fmt.Sprint("newer-", i), func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("alice"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := rt.Wait(ctx, sub.ID, workers.System); err != nil {
-			t.Fatal(err)
-		}
-	}
-	held.Store(false)
-	close(resume)
+	endNewer(t, rt, 100)
+	hs.release()
 	if err := chromedp.Do(bctx, attr(row(old.ID), "status", "completed")); err != nil {
 		shown, _ := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%s).dataset.status`, strconv.Quote(row(old.ID)))))
 		t.Fatalf("after the reconnection the task that ended meanwhile shows %q, not its end: %v", shown, err)
@@ -494,4 +474,47 @@ func heldListServer(t *testing.T, rt *workers.Runtime[*workers.MemStore]) (srv *
 		_, _ = w.Write(rec.Body.Bytes())
 	}))
 	return srv, hold, listRead, release
+}
+
+// heldStreams serves h, except that while held is set a new event
+// stream waits to be served until release.
+type heldStreams struct {
+	h      http.Handler
+	held   atomic.Bool
+	resume chan struct{}
+}
+
+func holdStreams(h http.Handler) *heldStreams {
+	return &heldStreams{h: h, resume: make(chan struct{})}
+}
+
+func (s *heldStreams) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/events" && s.held.Load() {
+		select {
+		case <-s.resume:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	s.h.ServeHTTP(w, r)
+}
+
+// release serves the streams held, and those to come.
+func (s *heldStreams) release() {
+	s.held.Store(false)
+	close(s.resume)
+}
+
+// endNewer submits n of alice's tasks that end at once, each waited for.
+func endNewer(t *testing.T, rt *workers.Runtime[*workers.MemStore], n int) {
+	t.Helper()
+	for i := range n {
+		sub, err := rt.Submit(context.Background(), fmt.Sprint("newer-", i), func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.MustOwner("alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Wait(context.Background(), sub.ID, workers.System); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
