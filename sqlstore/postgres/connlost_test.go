@@ -121,17 +121,22 @@ func TestAMissingDatabaseIsNotUnavailable(t *testing.T) {
 // and returns how many it ended.
 func endConnections(t *testing.T, sc scratch, app string) int {
 	t.Helper()
-	var ended int
+	var pids []int32
 	if err := sc.pool.QueryRow(t.Context(),
-		`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&ended); err != nil {
+		`SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&pids); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := sc.pool.Exec(t.Context(), `SELECT pg_terminate_backend(p) FROM unnest($1::int[]) p`, pids); err != nil {
+		t.Fatal(err)
+	}
+	// Only the connections ended: one the store dials meanwhile (an
+	// announce of new tasks made again, say) is not waited for.
 	waitFor(t, func() bool {
 		var n int
-		err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+		err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n)
 		return err == nil && n == 0
 	})
-	return ended
+	return len(pids)
 }
 
 // A write that finds its pooled connection ended by the server resets the
