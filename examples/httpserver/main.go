@@ -4,7 +4,9 @@
 // acting for the owner named in the X-User request header or the cookie
 // /login sets (a stand-in for real authentication). SIGINT or SIGTERM
 // shuts the HTTP server down, then drains the runtime, within one bound;
-// a second one ends the process at once.
+// a second one ends the process at once (but for a SIGINT the process
+// was started ignoring, as a background job of a shell without job
+// control is: that one is ignored again, and SIGTERM ends it).
 //
 //	go run ./examples/httpserver &
 //	curl -XPOST -H 'X-User: alice' 'localhost:8080/tasks?key=report&steps=200'
@@ -43,7 +45,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Once the first signal came, the next one is left to Go's default
-	// handling, which ends the process without waiting for the drain.
+	// handling, which ends the process without waiting for the drain; a
+	// SIGINT ignored when the process started goes back to being ignored.
 	// (Not on the way out: the deferred stop ends ctx too.)
 	defer context.AfterFunc(ctx, func() {
 		stop()

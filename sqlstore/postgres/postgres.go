@@ -79,8 +79,9 @@
 // may have landed, and the runtime's own handling of a write that failed
 // that way applies: its retry, for a registering write, goes to a new
 // connection. A read that could not dial a connection at all (the server
-// down, or starting up) is made again only after 50 ms, and once more
-// after 100 ms, then fails: tried at once, it would be refused alike.
+// down, or starting up) is made again only after 50 ms, and, in a pool
+// of more than one connection, once more after 100 ms, then fails: tried
+// at once, it would be refused alike.
 //
 // Reads (GetTask, ListTasks, LiveInstances, and the read that says why a
 // write changed nothing) take the pool's connections less the half kept
