@@ -193,11 +193,7 @@ func Handler[S workers.Store](rt *workers.Runtime[S], authenticate func(*http.Re
 	if c.dashboard {
 		mux.HandleFunc("GET /{$}", serveDashboard)
 	}
-	return routes{mux: mux, slash: map[string]http.Handler{
-		"GET ":         h.authed(h.status),
-		"POST /cancel": c.cop.Handler(http.HandlerFunc(h.authed(h.cancel))),
-		"GET /events":  h.authed(h.taskEvents),
-	}}
+	return routes{mux}
 }
 
 // slashID reports whether escaped, a request's escaped path, names a
@@ -218,34 +214,21 @@ func slashID(escaped string) (rest string, ok bool) {
 // takes, 404 or 405 with its Allow header, are JSON errors like every
 // other. Its other answers without a route (a redirect to a path's clean
 // form, a 400 for a malformed target) go as the mux makes them.
-type routes struct {
-	mux *http.ServeMux
-	// slash holds the task routes for the id "/", by method and what
-	// follows the id: ServeMux takes a segment that is an escaped slash
-	// alone for a trailing slash, and matches no {id} wildcard with it.
-	slash map[string]http.Handler
-}
+type routes struct{ mux *http.ServeMux }
 
 func (m routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rest, ok := slashID(r.URL.EscapedPath()); ok {
-		method := r.Method
-		if method == http.MethodHead {
-			method = http.MethodGet // as ServeMux routes it
-		}
-		if h := m.slash[method+" "+rest]; h != nil {
+		// ServeMux takes a segment that is an escaped slash alone for a
+		// trailing slash, and matches no {id} wildcard with it: the route
+		// is found for a stand-in id, and served with the id "/".
+		stand := r.Clone(r.Context())
+		stand.URL.Path, stand.URL.RawPath = "/tasks/_"+rest, ""
+		if h, pattern := m.mux.Handler(stand); pattern != "" {
 			r.SetPathValue("id", "/")
 			h.ServeHTTP(w, r)
 			return
 		}
-		// The route exists for another method: 405 with its Allow, as
-		// the mux answers for any other id.
-		allow := "GET, HEAD"
-		if rest == "/cancel" {
-			allow = "POST"
-		}
-		w.Header().Set("Allow", allow)
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{errorDetail{Code: "method_not_allowed", Message: "method not allowed"}})
-		return
+		r = stand // the route's 405, with its Allow
 	}
 	h, pattern := m.mux.Handler(r)
 	if pattern != "" {
