@@ -140,12 +140,7 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request, auth workers.Ta
 				})
 			}
 		}
-		deadlines.Lock()
-		writing = true
-		if ended {
-			rc.SetWriteDeadline(time.Now())
-		}
-		deadlines.Unlock()
+		deadline()
 		w.WriteHeader(http.StatusOK)
 		rc.Flush()
 		written()
