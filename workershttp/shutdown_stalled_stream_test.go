@@ -2,19 +2,14 @@ package workershttp_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/workershttp"
 )
 
@@ -43,11 +38,7 @@ func (w writeSignal) Write(p []byte) (int, error) {
 // does not hold Shutdown until WithWriteTimeout (30 s by default), which
 // would spend the whole bound and leave rt.Shutdown none.
 func TestStreamBlockedInAWriteEndsWithTheStreamContext(t *testing.T) {
-	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	big := strings.Repeat("x", 12<<20) // more than the loopback's buffers hold for a client that reads nothing
-	sub, err := rt.Submit(context.Background(), "big", func(context.Context, *workers.Task) (any, error) { return big, nil }, alice)
-	require.NoError(t, err)
-	waitEnd(t, rt, sub.ID)
+	rt, id := bigEndedTask(t)
 
 	streams, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
@@ -59,12 +50,7 @@ func TestStreamBlockedInAWriteEndsWithTheStreamContext(t *testing.T) {
 	})))
 	srv.Config.RegisterOnShutdown(endStreams)
 
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "GET /tasks/%s/events HTTP/1.1\r\nHost: test\r\nX-User: alice\r\n\r\n", sub.ID)
-	require.NoError(t, err)
-	// The client reads nothing.
+	askWithoutReading(t, srv, id)
 	select {
 	case <-writing:
 	case <-time.After(time.Minute): // the encoding of the result may take seconds under -race
@@ -74,6 +60,6 @@ func TestStreamBlockedInAWriteEndsWithTheStreamContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	began := time.Now()
-	err = srv.Config.Shutdown(ctx)
+	err := srv.Config.Shutdown(ctx)
 	assert.NoError(t, err, "Shutdown waited %v for a stream blocked in a write", time.Since(began).Round(time.Millisecond))
 }

@@ -222,28 +222,43 @@ func TestHeadOnAnEventRouteHoldsNoConnection(t *testing.T) {
 // write of its stream has waited WithWriteTimeout: the handler does not
 // stay blocked in the write for good.
 func TestEventStreamCutsOffAClientThatStopsReading(t *testing.T) {
-	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
-	big := strings.Repeat("x", 12<<20) // more than the loopback's buffers hold for a client that reads nothing
-	sub, err := rt.Submit(context.Background(), "big", func(context.Context, *workers.Task) (any, error) { return big, nil }, alice)
-	require.NoError(t, err)
-	waitEnd(t, rt, sub.ID)
+	rt, id := bigEndedTask(t)
 	h := workershttp.Handler(rt, authByHeader, workershttp.WithHeartbeat(0), workershttp.WithWriteTimeout(200*time.Millisecond))
 	ended := make(chan struct{})
 	srv := start(t, rt, httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(ended)
 		h.ServeHTTP(w, r)
 	})))
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "GET /tasks/%s/events HTTP/1.1\r\nHost: test\r\nX-User: alice\r\n\r\n", sub.ID)
-	require.NoError(t, err)
-	// The client reads nothing.
+	askWithoutReading(t, srv, id)
 	select {
 	case <-ended:
 	case <-time.After(time.Minute): // the encoding of the result may take seconds under -race
 		t.Fatal("the stream's handler is still writing to a client that reads nothing")
 	}
+}
+
+// bigEndedTask returns a runtime and the id of a task of it that ended
+// with a result of 12 MB, more than the loopback's buffers hold for a
+// client that reads nothing.
+func bigEndedTask(t *testing.T) (*workers.Runtime[*workers.MemStore], string) {
+	t.Helper()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	big := strings.Repeat("x", 12<<20)
+	sub, err := rt.Submit(context.Background(), "big", func(context.Context, *workers.Task) (any, error) { return big, nil }, alice)
+	require.NoError(t, err)
+	waitEnd(t, rt, sub.ID)
+	return rt, sub.ID
+}
+
+// askWithoutReading asks srv for the events of the task id as alice, on
+// a connection that reads nothing and is closed when the test ends.
+func askWithoutReading(t *testing.T, srv *httptest.Server, id string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = fmt.Fprintf(conn, "GET /tasks/%s/events HTTP/1.1\r\nHost: test\r\nX-User: alice\r\n\r\n", id)
+	require.NoError(t, err)
 }
 
 // noFlush is a middleware's ResponseWriter that hides Flush.
