@@ -5,7 +5,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/taskgate/workers"
 )
@@ -58,5 +57,4 @@ func TestEveryRouteAnswersAndAMissIsJSON(t *testing.T) {
 			t.Errorf("GET %s: %d %q %q; want a JSON 404", p, w.Code, w.Header().Get("Content-Type"), w.Body)
 		}
 	}
-	_ = time.Second
 }
