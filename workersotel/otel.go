@@ -160,10 +160,10 @@ type run struct {
 	panicked int  // the last attempt whose panic was recorded as an exception
 }
 
-// context returns ctx carrying the run's span, for the measurements of
+// withSpan returns ctx carrying the run's span, for the measurements of
 // the run to have exemplars of it; ctx itself if r is nil (another
 // process's run).
-func (r *run) context(ctx context.Context) context.Context {
+func (r *run) withSpan(ctx context.Context) context.Context {
 	if r == nil {
 		return ctx
 	}
@@ -245,7 +245,7 @@ func (i *Instrumentation) Middleware() workers.Middleware {
 			i.mu.Lock()
 			r := i.runs[t.RunID()]
 			i.mu.Unlock()
-			return next(r.context(ctx), t)
+			return next(r.withSpan(ctx), t)
 		}
 	}
 }
@@ -287,7 +287,7 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 			r.waiting, r.running = false, true
 		}
 		i.mu.Unlock()
-		ctx = r.context(ctx)
+		ctx = r.withSpan(ctx)
 		i.started.Add(ctx, 1, qset)
 		if !e.CreatedAt.IsZero() {
 			i.wait.Record(ctx, e.StartedAt.Sub(e.CreatedAt).Seconds(), qset)
@@ -334,7 +334,7 @@ func (i *Instrumentation) observe(ctx context.Context, e workers.Event) {
 			// reported without its Task too: its span is here.)
 			return
 		}
-		ctx = r.context(ctx)
+		ctx = r.withSpan(ctx)
 		status := attribute.String("workers.task.status", string(e.Status))
 		cause := attribute.String("workers.task.cause", string(e.Cause))
 		i.finished.Add(ctx, 1, metric.WithAttributes(q, status, cause))
