@@ -246,11 +246,7 @@ func (s *Store) read(ctx context.Context, fn func() error) error {
 			return err
 		}
 		if connect {
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if !Sleep(ctx, pause) {
 				return ctx.Err()
 			}
 			pause *= 2
