@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // A few task rows held locked by a transaction elsewhere (an
@@ -47,26 +48,44 @@ func TestHeldRowsDoNotCostTheReplicaItsLease(t *testing.T) {
 	}()
 	alice := workers.MustOwner("alice")
 
-	bystander := make(chan error, 1)
+	bystander, release := heldRuns(t, sc, rt, alice, conns, &held)
+	release() // each outcome write waits on its held row
+
+	select {
+	case err := <-bystander:
+		t.Fatalf("with %d task rows held elsewhere (the pool's size), the replica's other run was cancelled: %v\n%s",
+			conns, err, grepLines(logs.String(), "lease"))
+	case <-time.After(3 * time.Second): // three lease lengths
+	}
+}
+
+// heldRuns starts a bystander run, which sends why its context ended on
+// bystander, and n runs whose task rows, once each has started, a
+// transaction elsewhere holds locked (see holdRow), each appended to
+// held. The runs end on release: their outcome writes then wait on their
+// rows.
+func heldRuns(t *testing.T, sc scratch, rt *workers.Runtime[*postgres.Store], alice workers.TaskAuthority, n int, held *[]pgx.Tx) (bystander <-chan error, release func()) {
+	t.Helper()
+	cause := make(chan error, 1)
 	bystanderStarted := make(chan struct{})
 	if _, err := rt.Submit(t.Context(), "bystander", func(ctx context.Context, _ *workers.Task) (any, error) {
 		close(bystanderStarted)
 		<-ctx.Done()
-		bystander <- context.Cause(ctx)
+		cause <- context.Cause(ctx)
 		return nil, context.Cause(ctx)
 	}, alice); err != nil {
 		t.Fatal(err)
 	}
 	<-bystanderStarted
 
-	release := make(chan struct{})
+	stop := make(chan struct{})
 	var started sync.WaitGroup
 	var ids []string
-	for i := range conns {
+	for i := range n {
 		started.Add(1)
 		sub, err := rt.Submit(t.Context(), "held-"+strconv.Itoa(i), func(context.Context, *workers.Task) (any, error) {
 			started.Done()
-			<-release
+			<-stop
 			return "done", nil
 		}, alice)
 		if err != nil {
@@ -76,16 +95,9 @@ func TestHeldRowsDoNotCostTheReplicaItsLease(t *testing.T) {
 	}
 	started.Wait()
 	for _, id := range ids {
-		held = append(held, holdRow(t, sc, id))
+		*held = append(*held, holdRow(t, sc, id))
 	}
-	close(release) // each outcome write waits on its held row
-
-	select {
-	case err := <-bystander:
-		t.Fatalf("with %d task rows held elsewhere (the pool's size), the replica's other run was cancelled: %v\n%s",
-			conns, err, grepLines(logs.String(), "lease"))
-	case <-time.After(3 * time.Second): // three lease lengths
-	}
+	return cause, func() { close(stop) }
 }
 
 func grepLines(s, what string) string {

@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,46 +39,16 @@ func TestHeldRowsAndASpikeOfReadsDoNotCostTheReplicaItsLease(t *testing.T) {
 	if _, err := rt.Wait(t.Context(), done.ID, alice); err != nil {
 		t.Fatal(err)
 	}
-	bystander := make(chan error, 1)
-	bystanderStarted := make(chan struct{})
-	if _, err := rt.Submit(t.Context(), "bystander", func(ctx context.Context, _ *workers.Task) (any, error) {
-		close(bystanderStarted)
-		<-ctx.Done()
-		bystander <- context.Cause(ctx)
-		return nil, context.Cause(ctx)
-	}, alice); err != nil {
-		t.Fatal(err)
-	}
-	<-bystanderStarted
-
-	release := make(chan struct{})
-	var started sync.WaitGroup
-	var ids []string
-	for i := range conns {
-		started.Add(1)
-		sub, err := rt.Submit(t.Context(), "held-"+strconv.Itoa(i), func(context.Context, *workers.Task) (any, error) {
-			started.Done()
-			<-release
-			return "done", nil
-		}, alice)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, sub.ID)
-	}
-	started.Wait()
-	for _, id := range ids {
-		held = append(held, holdRow(t, sc, id))
-	}
+	bystander, release := heldRuns(t, sc, rt, alice, conns, &held)
 
 	readers := 8 * conns
 	stop = floodReads(t, rt, readers, done.ID, alice)
-	close(release) // each outcome write waits on its held row
+	release() // each outcome write waits on its held row
 
 	select {
 	case err := <-bystander:
 		t.Fatalf("with %d task rows held elsewhere and %d slow reads at once over a pool of %d, the replica's other run was cancelled: %v\n%s",
-			len(ids), readers, conns, err, grepLines(logs.String(), "lease"))
+			conns, readers, conns, err, grepLines(logs.String(), "lease"))
 	case <-time.After(3 * time.Second): // three lease lengths
 	}
 }
