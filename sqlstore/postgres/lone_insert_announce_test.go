@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,37 +32,22 @@ func TestALoneRetriedWriteManyInsertIsNotAnnounced(t *testing.T) {
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
 	heldTx := holdRow(t, sc, "u::held")
 	unboundLockWaits(t, sc)
-	gateTx := holdRow(t, sc, "u::gate")
-	gate := make(chan error, 1)
-	go func() {
-		_, err := s.TransitionTask(ctx, "u::gate", "run-1", from, running)
-		gate <- err
-	}()
-	waitFor(t, func() bool {
-		var n int
-		if err := sc.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, sc.schema).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n >= 1
-	})
+	g := gateOn(t, sc, s, "u::gate", "run-1")
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	held := make(chan error, 1)
-	go func() {
+	g.queue(&wg, func() {
 		hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		_, err := s.TransitionTask(hctx, "u::held", "run-1", from, running)
 		held <- err
-	}()
-	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 1 })
+	})
 	ins := make(chan error, 1)
-	go func() {
+	g.queue(&wg, func() {
 		ins <- s.InsertTask(ctx, workers.Record{ID: "u::new", RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}})
-	}()
-	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 2 })
+	})
 	boundLockWaits(t, sc)
-	if err := gateTx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-gate; err != nil {
+	if err := g.release(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-ins; err != nil {
