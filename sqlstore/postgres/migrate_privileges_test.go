@@ -21,6 +21,39 @@ import (
 func TestMigrateOverCurrentTablesNeedsNoRightToCreate(t *testing.T) {
 	sc := newScratchT(t)
 	sc.store(t) // migrated by the schema's owner
+	ctx := t.Context()
+	pool := appRolePool(t, sc)
+	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate over current tables, by a role that may use them but create none: %v", err)
+	}
+}
+
+// Over no tables, the same role's Migrate fails to create the version
+// table, and says so, not that it failed to add a column to it.
+func TestMigrateWithoutTheRightToCreateSaysWhatFailed(t *testing.T) {
+	sc := newScratchT(t)
+	pool := appRolePool(t, sc)
+	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Migrate(t.Context())
+	if err == nil || strings.Contains(err.Error(), "add a column") {
+		t.Fatalf("Migrate over no tables, by a role that may create none: %v, want an error that does not speak of adding a column", err)
+	}
+}
+
+// appRolePool returns a pool that connects as a role of its own, which
+// may read and write the tables of sc's schema (those there now) but
+// create none.
+func appRolePool(t *testing.T, sc scratch) *pgxpool.Pool {
+	t.Helper()
 	role := "workers_app_" + strings.ToLower(rand.Text())
 	ctx := t.Context()
 	q := `"` + sc.schema + `"`
@@ -48,13 +81,6 @@ func TestMigrateOverCurrentTablesNeedsNoRightToCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	s, err := postgres.New(pool, postgres.WithSchema(sc.schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("Migrate over current tables, by a role that may use them but create none: %v", err)
-	}
+	t.Cleanup(pool.Close)
+	return pool
 }

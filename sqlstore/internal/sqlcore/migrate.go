@@ -166,13 +166,13 @@ func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) err
 func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) (map[int]bool, error) {
 	// The table is created only if it cannot be read: a role that may
 	// use current tables but create none migrates them (a no-op) too.
-	if err := s.addColumn(ctx, tx, s.q.readVersions, s.q.createVersions); err != nil {
+	if err := s.ensureVersions(ctx, tx, s.q.readVersions, s.q.createVersions); err != nil {
 		return nil, err
 	}
-	if err := s.addColumn(ctx, tx, s.q.readChecksum, s.q.addChecksum); err != nil {
+	if err := s.ensureVersions(ctx, tx, s.q.readChecksum, s.q.addChecksum); err != nil {
 		return nil, err
 	}
-	if err := s.addColumn(ctx, tx, s.q.readCompatible, s.q.addCompatible); err != nil {
+	if err := s.ensureVersions(ctx, tx, s.q.readCompatible, s.q.addCompatible); err != nil {
 		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, s.q.applied)
@@ -235,10 +235,11 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 	return seen, nil
 }
 
-// addColumn adds a column to the version table, which older releases
-// made without it, unless read, a statement that selects it, succeeds.
-// The savepoint keeps the transaction usable after the failed read.
-func (s *Store) addColumn(ctx context.Context, tx *sql.Tx, read, add string) error {
+// ensureVersions runs add, which creates the version table or adds a
+// column to it that older releases made it without, unless read, a
+// statement that selects what add makes, succeeds. The savepoint keeps
+// the transaction usable after the failed read.
+func (s *Store) ensureVersions(ctx context.Context, tx *sql.Tx, read, add string) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT version_column"); err != nil {
 		return s.wrap("migrate", err)
 	}
@@ -252,7 +253,7 @@ func (s *Store) addColumn(ctx context.Context, tx *sql.Tx, read, add string) err
 		// The read failed for want of the column, or for another
 		// reason, which the add then fails on too: both are told.
 		if _, err := tx.ExecContext(ctx, add); err != nil {
-			return s.wrap("migrate: add a column to the version table", errors.Join(readErr, err))
+			return s.wrap("migrate: the version table", errors.Join(readErr, err))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT version_column"); err != nil {
