@@ -49,31 +49,28 @@ func causeOutcome(cause error) outcome {
 	return outcome{StatusCancelled, CauseCancelled, cleanText(cause.Error())}
 }
 
-// endOfStored returns the state of a stored record, to be ended and
-// written back (by recovery, or a Cancel of a run this runtime does not
-// hold): a StartedAt before the zero time, which a record written before
-// CheckState refused one may hold, is written as none, so that the end
-// passes CheckState and the record does not stay live for good.
-func endOfStored(rec *Record) State {
+// endOfStored returns the state of a stored record ended with o at at
+// and to be written back (by recovery, or a Cancel of a run this
+// runtime does not hold). A StartedAt before the zero time, which a
+// record written before CheckState refused one may hold, is written as
+// none, so that the end passes CheckState and the record does not stay
+// live for good. The record may have been created and started by
+// another replica on a clock ahead of this one's: its completion time is
+// at, or its start (its creation, unstarted) if that is later, so that
+// no record completes before it began.
+func endOfStored(rec *Record, o outcome, at time.Time) State {
 	st := rec.State
 	if st.StartedAt.Before(time.Time{}) {
 		st.StartedAt = time.Time{}
 	}
-	return st
-}
-
-// endAt is the completion time of an end written at at over rec, a
-// record that another replica may have created and started on a clock
-// ahead of this one's: at, or rec's start (its creation, unstarted) if
-// that is later, so that no record completes before it began.
-func endAt(at time.Time, rec *Record, st *State) time.Time {
 	if st.StartedAt.After(at) {
 		at = st.StartedAt
 	}
 	if rec.CreatedAt.After(at) {
 		at = rec.CreatedAt
 	}
-	return at
+	o.apply(&st, at)
+	return st
 }
 
 // apply writes o into st, with the completion time.

@@ -653,8 +653,7 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual, ownOnly bool) (in
 				continue // its instance holds a live lease
 			}
 		}
-		st := endOfStored(&rec)
-		o.apply(&st, endAt(ts, &rec, &st))
+		st := endOfStored(&rec, o, ts)
 		ok := false
 		end := func(ctx context.Context) (err error) {
 			ok, err = rt.store.TransitionTask(ctx, rec.ID, rec.RunID, []Status{rec.Status}, st)

@@ -358,11 +358,10 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		if err != nil {
 			return err
 		}
-		st := endOfStored(&rec)
+		st := endOfStored(&rec, causeOutcome(ErrCancelled), now())
 		if t != nil {
 			st.Progress, st.Attempt = t.Progress(), max(st.Attempt, t.Attempt())
 		}
-		causeOutcome(ErrCancelled).apply(&st, endAt(now(), &rec, &st))
 		st.CancelledBy, st.CancelReason = by, co.reason
 		// Fenced on the exact status read, so a start that landed since
 		// the read is never overwritten with the older state. A retry of
