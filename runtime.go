@@ -640,19 +640,9 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 		}
 		return sub, err
 	}
-	dispatched := false
-	defer func() {
-		if !dispatched {
-			// The check's store read panicked (a store's bug, recovered
-			// by the caller's server): the run is registered and
-			// published, and starts all the same, as when the read fails.
-			rt.dispatch(t, epoch)
-		}
-	}()
 	if rt.ends.seq.Load() != ends {
-		rt.checkRegistered(ctx, t, ends)
+		rt.checkRegistered(ctx, t, ends, epoch)
 	}
-	dispatched = true
 	rt.dispatch(t, epoch)
 	return sub, nil
 }
@@ -666,11 +656,22 @@ func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, au
 // cancelled: its callback never starts, and its fenced-out write reports
 // the end its record holds. The read is the submission's, bounded by
 // ctx; should it fail, the run starts, and the sync loop finds its end.
-func (rt *Runtime[S]) checkRegistered(ctx context.Context, t *Task, ends uint64) {
+// Should it panic (a store's bug, recovered by the caller's server), the
+// run, registered and published, is dispatched (see dispatch, with
+// epoch) all the same before the panic goes on.
+func (rt *Runtime[S]) checkRegistered(ctx context.Context, t *Task, ends, epoch uint64) {
 	if !rt.ends.since(ends, t.ID()) {
 		return
 	}
-	if _, cause := rt.endedBy(ctx, t); cause != nil {
+	read := false
+	defer func() {
+		if !read {
+			rt.dispatch(t, epoch)
+		}
+	}()
+	_, cause := rt.endedBy(ctx, t)
+	read = true
+	if cause != nil {
 		t.cancel(cause)
 	}
 }
