@@ -61,28 +61,25 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 	}
 	_, notices := any(rt.store).(Notifier)
 	run := "" // the run the last read found
+	// The bell listened to, released however Wait ends: a store that
+	// panics (recovered by the caller's server), or ends the goroutine
+	// with runtime.Goexit, must not leave it, nor the count of
+	// listeners, behind.
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
 	for read := false; ; read = true {
 		// Listen before reading, so a change between the read and the
 		// wait still wakes it.
-		ring, release := rt.bells.listen(id, run)
-		rec, err := func() (Record, error) {
-			// A store that panics (recovered by the caller's server), or
-			// ends the goroutine with runtime.Goexit, must not leave the
-			// bell, nor the count of listeners, behind.
-			answered := false
-			defer func() {
-				if !answered {
-					release()
-				}
-			}()
-			rec, err := rt.visibleRecord(ctx, id, auth)
-			answered = true
-			return rec, err
-		}()
+		var ring <-chan struct{}
+		ring, release = rt.bells.listen(id, run)
+		rec, err := rt.visibleRecord(ctx, id, auth)
 		run = rec.RunID
 		retry := err != nil && read && ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !permanentStoreError(err)
 		if !retry && (err != nil || rec.Status.Terminal()) {
-			release()
 			if err != nil {
 				return Snapshot{}, err
 			}
@@ -100,6 +97,7 @@ func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (
 		case <-ctx.Done():
 		}
 		release()
+		release = nil
 		if ctx.Err() != nil {
 			return Snapshot{}, ctx.Err()
 		}
