@@ -429,7 +429,7 @@ const (
 // write of a batch of several is tried first in the group statement on
 // its own, which gives up on a held row as the batch did: one whose row
 // is free lands so. These tries hold a connection each, 100 ms at most,
-// no more than Config.LoneWrites and one more at a time (see slot),
+// no more than Config.LoneWrites and one more at a time (see tryAlone),
 // so that a large batch that met held rows does not take every
 // connection of the pool for its tries: a write whose row is free may
 // wait for the tries ahead of it, and never for a held row's write made
@@ -455,7 +455,7 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 		go func() {
 			defer w.finish()
 			if !alone {
-				free, ok := s.slot(w.ctx, s.tries)
+				free, ok := s.tryAlone(w.ctx)
 				if !ok {
 					w.err = w.ctx.Err()
 					return
@@ -470,36 +470,38 @@ func (s *Store) writeGroup(ctx context.Context, batch []*call[groupWrite], query
 					return
 				}
 			}
-			free, ok := s.slot(w.ctx, nil)
-			if !ok {
-				w.err = w.ctx.Err()
-				return
+			if s.lone != nil {
+				select {
+				case s.lone <- struct{}{}:
+					defer func() { <-s.lone }()
+				case <-w.ctx.Done():
+					w.err = w.ctx.Err()
+					return
+				}
 			}
-			defer free()
 			s.writeOne(w.ctx, w)
 		}()
 	}
 	return groupNone
 }
 
-// slot takes a slot of Config.LoneWrites for a write made alone (see
-// writeGroup), or, with more, that or a slot of more, and returns its
-// release, or returns false when ctx ends first. A write's try on its
-// own in the group statement takes one with s.tries, the one slot more
-// kept for these tries. Each try waits for a held row 100 ms
+// tryAlone takes a slot for a write's try on its own in the group
+// statement (see writeGroup), or returns false when ctx ends first, and
+// returns the slot's release: a slot of Config.LoneWrites, or the one
+// slot more kept for these tries. Each try waits for a held row 100 ms
 // at most, so a write whose row is free waits for a slot only behind
 // other tries, each of which ends so, and never behind the writes of
 // held rows made alone, which may hold every slot of LoneWrites for as
 // long as their rows are held.
-func (s *Store) slot(ctx context.Context, more chan struct{}) (func(), bool) {
+func (s *Store) tryAlone(ctx context.Context) (func(), bool) {
 	if s.lone == nil {
 		return func() {}, true
 	}
 	select {
 	case s.lone <- struct{}{}:
 		return func() { <-s.lone }, true
-	case more <- struct{}{}: // never, when more is nil
-		return func() { <-more }, true
+	case s.tries <- struct{}{}:
+		return func() { <-s.tries }, true
 	case <-ctx.Done():
 		return nil, false
 	}

@@ -244,7 +244,7 @@ type Config struct {
 	// their batch met a row held elsewhere (see writeGroup), each of
 	// which holds a connection while it waits for its row, and, with one
 	// more beside them, their tries on their own in the group statement
-	// before that (see slot): the rest of the pool stays free for the
+	// before that (see tryAlone): the rest of the pool stays free for the
 	// store's other statements (the lease's renewals among them).
 	LoneWrites int
 }

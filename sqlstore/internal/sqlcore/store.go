@@ -124,7 +124,7 @@ type Store struct {
 	announce        *announcer
 
 	lone  chan struct{} // nil, or a slot per write made alone at once (Config.LoneWrites)
-	tries chan struct{} // with lone, the one slot more of the tries alone in the group statement (see slot)
+	tries chan struct{} // with lone, the one slot more of the tries alone in the group statement (see tryAlone)
 }
 
 // queries is the shared SQL with table names and dialect hooks filled in.
