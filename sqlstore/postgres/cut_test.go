@@ -373,3 +373,101 @@ func setInsertManyLockWait(t *testing.T, sc scratch, set string) {
 		t.Fatal(err)
 	}
 }
+
+// A batch whose group statement loses its connection, before it reached
+// the server or after it committed, tells each of its callers that its
+// outcome is unknown (ErrUnavailable), and none is made again; inserts
+// that may have landed so are announced.
+func TestABatchThatLosesItsConnection(t *testing.T) {
+	from := []workers.Status{workers.StatusPending}
+	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
+	both := func(p []byte) bool { return bytes.Contains(p, []byte("u::a")) && bytes.Contains(p, []byte("u::b")) }
+	for _, before := range []bool{true, false} {
+		t.Run("Transitions/"+cutPoint(before), func(t *testing.T) {
+			sc := newScratchT(t)
+			c := &cutter{}
+			s := sc.cutStore(t, c)
+			ctx := t.Context()
+			insertPending(t, s, "run-1", "u::gate", "u::a", "u::b")
+			unboundLockWaits(t, sc)
+			g := gateOn(t, sc, s, "u::gate", "run-1")
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			errs := map[string]chan error{"u::a": make(chan error, 1), "u::b": make(chan error, 1)}
+			for id, out := range errs {
+				g.queue(&wg, func() {
+					ok, err := s.TransitionTask(ctx, id, "run-1", from, running)
+					if err == nil && !ok {
+						err = errors.New("fenced off")
+					}
+					out <- err
+				})
+			}
+			c.cutWrite(both, before)
+			if err := g.release(); err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]workers.Status{true: workers.StatusPending, false: workers.StatusRunning}[before]
+			for id, out := range errs {
+				if err := <-out; !errors.Is(err, workers.ErrUnavailable) {
+					t.Errorf("%s, whose batch lost its connection: %v, want ErrUnavailable", id, err)
+				}
+				if rec, err := s.GetTask(ctx, id); err != nil || rec.Status != want {
+					t.Errorf("%s = %s, %v; want %s", id, rec.Status, err, want)
+				}
+			}
+			if n := c.cuts.Load(); n != 1 {
+				t.Errorf("%d statements cut, want the batch's", n)
+			}
+		})
+	}
+	for _, before := range []bool{true, false} {
+		t.Run("Inserts/"+cutPoint(before), func(t *testing.T) {
+			sc := newScratchT(t)
+			c := &cutter{}
+			s := sc.cutStore(t, c)
+			ch, _ := listening(t, sc.store(t))
+			nextResync(t, ch)
+			ctx := t.Context()
+			pending := func(id string) workers.Record {
+				return workers.Record{ID: id, RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
+					State: workers.State{Status: workers.StatusPending}}
+			}
+			setInsertManyLockWait(t, sc, "SET lock_timeout = 0")
+			g := blockBehind(t, sc, s, `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('u::gate', 'other', 'pending')`,
+				func() error { return s.InsertTask(ctx, pending("u::gate")) })
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			errs := map[string]chan error{"u::a": make(chan error, 1), "u::b": make(chan error, 1)}
+			for id, out := range errs {
+				g.queue(&wg, func() { out <- s.InsertTask(ctx, pending(id)) })
+			}
+			c.cutWrite(both, before)
+			if err := g.release(); err != nil {
+				t.Fatal(err)
+			}
+			for id, out := range errs {
+				if err := <-out; !errors.Is(err, workers.ErrUnavailable) {
+					t.Errorf("%s, whose batch lost its connection: %v, want ErrUnavailable", id, err)
+				}
+				rec, err := s.GetTask(ctx, id)
+				switch {
+				case before && !errors.Is(err, workers.ErrNotFound):
+					t.Errorf("%s, cut before it was sent: %+v, %v; want ErrNotFound", id, rec, err)
+				case !before && (err != nil || rec.RunID != "run-1"):
+					t.Errorf("%s, cut after its commit: %+v, %v; want run-1's record", id, rec, err)
+				}
+			}
+			if !before {
+				for _, id := range []string{"u::a", "u::b"} {
+					if c := nextFor(t, ch, id); c.RunID != "run-1" {
+						t.Errorf("notice of %s %+v, want run-1's: an insert that landed unannounced", id, c)
+					}
+				}
+			}
+			if n := c.cuts.Load(); n != 1 {
+				t.Errorf("%d statements cut, want the batch's", n)
+			}
+		})
+	}
+}
