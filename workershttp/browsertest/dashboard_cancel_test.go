@@ -3,7 +3,9 @@ package browsertest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,5 +114,73 @@ func TestDashboardCancelLostOnTheNetworkCanBeTriedAgain(t *testing.T) {
 	state, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("state").textContent`))
 	if err != nil {
 		t.Fatalf("after a cancel lost on the network the running task's Cancel button stays disabled (state %q): %v", state, err)
+	}
+}
+
+// A cancel's answer is the run it cancelled. It may come after the
+// stream brought a newer run of the task, submitted again once the
+// cancelled run ended: the late answer must not put the older run back
+// on the row, which would show the running task as cancelled until its
+// next change.
+func TestDashboardLateCancelAnswerKeepsTheNewerRun(t *testing.T) {
+	bin := chromium(t)
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	h := server(rt)
+	served, letThrough := make(chan struct{}, 1), make(chan struct{})
+	srv := serve(t, rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/cancel") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		answer := httptest.NewRecorder()
+		h.ServeHTTP(answer, r) // the cancel lands; its answer waits
+		served <- struct{}{}
+		select {
+		case <-letThrough:
+		case <-r.Context().Done():
+			return
+		}
+		maps.Copy(w.Header(), answer.Header())
+		w.WriteHeader(answer.Code)
+		_, _ = w.Write(answer.Body.Bytes())
+	}))
+	first, _ := submitHeld(t, rt, "report")
+
+	bctx := openBrowser(t, bin)
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login?user=alice"),
+		isLive,
+		attr(row(first.ID), "status", "running"),
+		chromedp.Click(chromedp.CSS(row(first.ID)+` button`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-served:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cancel never reached the server")
+	}
+	if err := chromedp.Do(bctx, attr(row(first.ID), "status", "cancelled")); err != nil {
+		t.Fatalf("the cancel never shown by the stream: %v", err)
+	}
+	second, finish := submitHeld(t, rt, "report")
+	defer close(finish)
+	if second.ID != first.ID || second.RunID == first.RunID {
+		t.Fatalf("submitted again: %+v after %+v, want a new run of the task", second, first)
+	}
+	if err := chromedp.Do(bctx, attr(row(first.ID), "status", "running")); err != nil {
+		t.Fatalf("the newer run never shown: %v", err)
+	}
+	close(letThrough)
+	if err := chromedp.Do(bctx, chromedp.Poll[chromedp.Void](strconv.Quote("Cancelled "+first.ID)+` === document.getElementById("state").textContent`,
+		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatalf("the cancel's answer never shown: %v", err)
+	}
+	status, err := chromedp.Run(bctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%s).dataset.status`, strconv.Quote(row(first.ID)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != "running" {
+		t.Errorf("after the late answer of the cancelled run, the row of the running newer run shows %q", status)
 	}
 }
