@@ -169,6 +169,32 @@ func holding(id, other string) func([]byte) bool {
 	return func(p []byte) bool { return bytes.Contains(p, []byte(id)) && !bytes.Contains(p, []byte(other)) }
 }
 
+// pendingOf is a PENDING record of run-1 for task id, watched by u.
+func pendingOf(id string) workers.Record {
+	return workers.Record{ID: id, RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
+		State: workers.State{Status: workers.StatusPending}}
+}
+
+// cutOnRelease arms c to cut the statement that match finds (before it
+// is sent, or after its answer), releases g's gate, and checks that the
+// writes answered on outs, by id, were told ErrUnavailable, and that one
+// statement was cut.
+func (c *cutter) cutOnRelease(t *testing.T, g *gather, match func([]byte) bool, before bool, outs map[string]chan error) {
+	t.Helper()
+	c.cutWrite(match, before)
+	if err := g.release(); err != nil {
+		t.Fatal(err)
+	}
+	for id, out := range outs {
+		if err := <-out; !errors.Is(err, workers.ErrUnavailable) {
+			t.Errorf("%s, whose statement lost its connection: %v, want ErrUnavailable", id, err)
+		}
+	}
+	if n := c.cuts.Load(); n != 1 {
+		t.Fatalf("%d statements cut, want one", n)
+	}
+}
+
 // cutPoint names a subtest by where its statement is cut.
 func cutPoint(before bool) string {
 	if before {
@@ -214,16 +240,7 @@ func TestAWriteTriedAloneThatLosesItsConnection(t *testing.T) {
 			g.queue(&wg, transition("u::held", held))
 			g.queue(&wg, transition("u::free", free))
 			boundLockWaits(t, sc) // the batch of the two gives up on u::held after 100 ms
-			c.cutWrite(holding("u::free", "u::held"), before)
-			if err := g.release(); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-free; !errors.Is(err, workers.ErrUnavailable) {
-				t.Errorf("u::free, whose try alone lost its connection: %v, want ErrUnavailable", err)
-			}
-			if n := c.cuts.Load(); n != 1 {
-				t.Fatalf("%d statements cut, want u::free's try alone", n)
-			}
+			c.cutOnRelease(t, g, holding("u::free", "u::held"), before, map[string]chan error{"u::free": free})
 			want := map[bool]workers.Status{true: workers.StatusPending, false: workers.StatusRunning}[before]
 			if rec, err := s.GetTask(ctx, "u::free"); err != nil || rec.Status != want {
 				t.Errorf("u::free = %s, %v; want %s", rec.Status, err, want)
@@ -245,10 +262,6 @@ func TestAWriteTriedAloneThatLosesItsConnection(t *testing.T) {
 			ch, _ := listening(t, listener)
 			nextResync(t, ch)
 			ctx := t.Context()
-			pending := func(id string) workers.Record {
-				return workers.Record{ID: id, RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
-					State: workers.State{Status: workers.StatusPending}}
-			}
 			var wg sync.WaitGroup
 			defer wg.Wait()
 			holder, err := sc.pool.Begin(ctx)
@@ -261,21 +274,12 @@ func TestAWriteTriedAloneThatLosesItsConnection(t *testing.T) {
 			}
 			setInsertManyLockWait(t, sc, "SET lock_timeout = 0")
 			g := blockBehind(t, sc, s, `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('u::gate', 'other', 'pending')`,
-				func() error { return s.InsertTask(ctx, pending("u::gate")) })
+				func() error { return s.InsertTask(ctx, pendingOf("u::gate")) })
 			held, free := make(chan error, 1), make(chan error, 1)
-			g.queue(&wg, func() { held <- s.InsertTask(ctx, pending("u::held")) })
-			g.queue(&wg, func() { free <- s.InsertTask(ctx, pending("u::free")) })
+			g.queue(&wg, func() { held <- s.InsertTask(ctx, pendingOf("u::held")) })
+			g.queue(&wg, func() { free <- s.InsertTask(ctx, pendingOf("u::free")) })
 			setInsertManyLockWait(t, sc, "SET lock_timeout = '100ms'") // migration 0009's bound
-			c.cutWrite(holding("u::free", "u::held"), before)
-			if err := g.release(); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-free; !errors.Is(err, workers.ErrUnavailable) {
-				t.Errorf("u::free, whose try alone lost its connection: %v, want ErrUnavailable", err)
-			}
-			if n := c.cuts.Load(); n != 1 {
-				t.Fatalf("%d statements cut, want u::free's try alone", n)
-			}
+			c.cutOnRelease(t, g, holding("u::free", "u::held"), before, map[string]chan error{"u::free": free})
 			rec, err := s.GetTask(ctx, "u::free")
 			switch {
 			case before && !errors.Is(err, workers.ErrNotFound):
@@ -318,8 +322,7 @@ func TestAHeldRowsLoneWriteThatLosesItsConnectionAfterItsCommit(t *testing.T) {
 			return err
 		}, "UPDATE"},
 		{"Insert", `INSERT INTO "{schema}".workers_tasks (id, run_id, status) VALUES ('u::held', 'other', 'pending')`, func(s *postgres.Store, ctx context.Context) error {
-			return s.InsertTask(ctx, workers.Record{ID: "u::held", RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
-				State: workers.State{Status: workers.StatusPending}})
+			return s.InsertTask(ctx, pendingOf("u::held"))
 		}, "WITH"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -403,21 +406,12 @@ func TestABatchThatLosesItsConnection(t *testing.T) {
 					out <- err
 				})
 			}
-			c.cutWrite(both, before)
-			if err := g.release(); err != nil {
-				t.Fatal(err)
-			}
+			c.cutOnRelease(t, g, both, before, errs)
 			want := map[bool]workers.Status{true: workers.StatusPending, false: workers.StatusRunning}[before]
-			for id, out := range errs {
-				if err := <-out; !errors.Is(err, workers.ErrUnavailable) {
-					t.Errorf("%s, whose batch lost its connection: %v, want ErrUnavailable", id, err)
-				}
+			for id := range errs {
 				if rec, err := s.GetTask(ctx, id); err != nil || rec.Status != want {
 					t.Errorf("%s = %s, %v; want %s", id, rec.Status, err, want)
 				}
-			}
-			if n := c.cuts.Load(); n != 1 {
-				t.Errorf("%d statements cut, want the batch's", n)
 			}
 		})
 	}
@@ -429,27 +423,17 @@ func TestABatchThatLosesItsConnection(t *testing.T) {
 			ch, _ := listening(t, sc.store(t))
 			nextResync(t, ch)
 			ctx := t.Context()
-			pending := func(id string) workers.Record {
-				return workers.Record{ID: id, RunID: "run-1", Watchers: []string{"u"}, CreatedAt: time.Now(),
-					State: workers.State{Status: workers.StatusPending}}
-			}
 			setInsertManyLockWait(t, sc, "SET lock_timeout = 0")
 			g := blockBehind(t, sc, s, `INSERT INTO "`+sc.schema+`".workers_tasks (id, run_id, status) VALUES ('u::gate', 'other', 'pending')`,
-				func() error { return s.InsertTask(ctx, pending("u::gate")) })
+				func() error { return s.InsertTask(ctx, pendingOf("u::gate")) })
 			var wg sync.WaitGroup
 			defer wg.Wait()
 			errs := map[string]chan error{"u::a": make(chan error, 1), "u::b": make(chan error, 1)}
 			for id, out := range errs {
-				g.queue(&wg, func() { out <- s.InsertTask(ctx, pending(id)) })
+				g.queue(&wg, func() { out <- s.InsertTask(ctx, pendingOf(id)) })
 			}
-			c.cutWrite(both, before)
-			if err := g.release(); err != nil {
-				t.Fatal(err)
-			}
-			for id, out := range errs {
-				if err := <-out; !errors.Is(err, workers.ErrUnavailable) {
-					t.Errorf("%s, whose batch lost its connection: %v, want ErrUnavailable", id, err)
-				}
+			c.cutOnRelease(t, g, both, before, errs)
+			for id := range errs {
 				rec, err := s.GetTask(ctx, id)
 				switch {
 				case before && !errors.Is(err, workers.ErrNotFound):
@@ -464,9 +448,6 @@ func TestABatchThatLosesItsConnection(t *testing.T) {
 						t.Errorf("notice of %s %+v, want run-1's: an insert that landed unannounced", id, c)
 					}
 				}
-			}
-			if n := c.cuts.Load(); n != 1 {
-				t.Errorf("%d statements cut, want the batch's", n)
 			}
 		})
 	}
