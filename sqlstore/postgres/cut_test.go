@@ -43,9 +43,9 @@ func (c *cutter) cutWrite(match func([]byte) bool, before bool) {
 // server next answers on it.
 func (c *cutter) cutAnswerOf(pid int32) { c.pid.Store(pid) }
 
-// pool returns a pool over cfg whose connections c can cut: cfg's
-// connections go without TLS, whose bytes the cutter could not read, or
-// t is skipped.
+// pool makes the connections of the pool configuration cfg ones that c
+// can cut, and returns cfg. They go without TLS, whose bytes c could not
+// read; t is skipped if the server takes only TLS connections.
 func (c *cutter) pool(t *testing.T, cfg *pgxpool.Config) *pgxpool.Config {
 	t.Helper()
 	cc := cfg.ConnConfig
