@@ -1,0 +1,610 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"iter"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// cutRuntime returns a cutter, and a runtime over a store whose
+// connections it can cut; t's cleanup shuts the runtime down and fails
+// t unless that returns cleanly.
+func cutRuntime(t *testing.T, cfg workers.Config) (*cutter, *workers.Runtime[*postgres.Store]) {
+	t.Helper()
+	c, rt, _ := cutRuntimeIn(t, cfg)
+	return c, rt
+}
+
+// cutRuntimeIn is cutRuntime, returning the scratch schema too.
+func cutRuntimeIn(t *testing.T, cfg workers.Config) (*cutter, *workers.Runtime[*postgres.Store], scratch) {
+	t.Helper()
+	sc := newScratchT(t)
+	c := &cutter{}
+	rt := workers.NewRuntime(sc.cutStore(t, c), cfg)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return c, rt, sc
+}
+
+// cutKey returns a key no other statement of the test carries.
+//
+// A key carries no status's name: statements are told apart by those.
+func cutKey(name string) string {
+	for _, st := range []workers.Status{workers.StatusPending, workers.StatusRunning, workers.StatusCompleted, workers.StatusFailed, workers.StatusCancelled} {
+		if strings.Contains(name, string(st)) {
+			panic("a key named " + name + " carries a status")
+		}
+	}
+	return "cut-" + name + "-" + strings.ToLower(rand.Text()[:10])
+}
+
+// traced wraps match to log the first statement it matches.
+func traced(t *testing.T, match func([]byte) bool) func([]byte) bool {
+	var once atomic.Bool
+	return func(p []byte) bool {
+		ok := match(p)
+		if ok && once.CompareAndSwap(false, true) {
+			t.Logf("cut: %s", printable(p))
+		}
+		return ok
+	}
+}
+
+// carrying reports whether a statement's bytes carry every one of parts.
+func carrying(parts ...string) func([]byte) bool {
+	return func(p []byte) bool {
+		for _, s := range parts {
+			if !bytes.Contains(p, []byte(s)) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// commitAfter matches the first COMMIT written once a statement that
+// first matches was written: the end of that statement's transaction.
+func commitAfter(first func([]byte) bool) func([]byte) bool {
+	var seen atomic.Bool
+	return func(p []byte) bool {
+		if !seen.Load() {
+			if first(p) {
+				seen.Store(true)
+			}
+			return false
+		}
+		return bytes.Contains(bytes.ToLower(p), []byte("commit"))
+	}
+}
+
+// counted is a callback, and how many times it was called. Each call
+// waits for release (closed, or nil for no wait) or for its context,
+// and then returns what result says.
+type counted struct {
+	calls   atomic.Int32
+	started chan struct{} // closed by the first call
+	release chan struct{}
+	result  func(ctx context.Context) (any, error)
+}
+
+func newCounted(release chan struct{}, result func(ctx context.Context) (any, error)) *counted {
+	return &counted{started: make(chan struct{}), release: release, result: result}
+}
+
+func (c *counted) fn(ctx context.Context, _ *workers.Task) (any, error) {
+	if c.calls.Add(1) == 1 {
+		close(c.started)
+	}
+	if c.release != nil {
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+		}
+	}
+	return c.result(ctx)
+}
+
+func done(any) func(context.Context) (any, error) {
+	return func(context.Context) (any, error) { return "done", nil }
+}
+
+// waitStarted waits for c's first call, or fails t after a while.
+func (c *counted) waitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the callback never started")
+	}
+}
+
+// ended checks what users see of run sub once it ended: Wait's and
+// Status's answers, a Watch that ends with the end, and that the
+// callback ran once.
+func ended(t *testing.T, rt *workers.Runtime[*postgres.Store], auth workers.TaskAuthority, sub workers.Submission, calls *counted, want workers.Status, cause workers.Cause) workers.Snapshot {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	snap, err := rt.Wait(ctx, sub.ID, auth)
+	if err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if snap.RunID != sub.RunID || snap.Status != want || snap.Cause != cause {
+		t.Errorf("Wait = run %s %s (%s) %q; want run %s %s (%s)", snap.RunID, snap.Status, snap.Cause, snap.Error, sub.RunID, want, cause)
+	}
+	st, err := rt.Status(ctx, sub.ID, auth)
+	if err != nil || st.RunID != snap.RunID || st.Status != snap.Status || st.Cause != snap.Cause {
+		t.Errorf("Status = run %s %s (%s), %v; Wait said run %s %s (%s)", st.RunID, st.Status, st.Cause, err, snap.RunID, snap.Status, snap.Cause)
+	}
+	var last workers.Snapshot
+	for s, err := range rt.Watch(ctx, sub.ID, auth) {
+		if err != nil {
+			t.Errorf("Watch: %v", err)
+			break
+		}
+		last = s
+		if s.Status.Terminal() {
+			break
+		}
+	}
+	if last.RunID != sub.RunID || last.Status != want {
+		t.Errorf("Watch ended at run %s %s; want run %s %s", last.RunID, last.Status, sub.RunID, want)
+	}
+	if calls != nil {
+		if n := calls.calls.Load(); n != 1 {
+			t.Errorf("the callback ran %d times, want once", n)
+		}
+	}
+	return snap
+}
+
+// cutOnce fails t unless the cutter cut exactly one statement.
+func cutOnce(t *testing.T, c *cutter, what string) {
+	t.Helper()
+	if n := c.cuts.Load(); n != 1 {
+		t.Fatalf("%d statements cut, want %s", n, what)
+	}
+}
+
+// A run's registering write (its insert) that loses its connection,
+// before it reached the server or after it committed, is made again:
+// Submit registers one run, whose callback runs once and whose record
+// ends COMPLETED.
+func TestRuntimeCutRegisteringInsert(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("insert")
+			calls := newCounted(nil, done(nil))
+			c.cutWrite(traced(t, carrying(key)), before)
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+			if err != nil {
+				t.Fatalf("Submit, its insert cut: %v", err)
+			}
+			cutOnce(t, c, "the insert")
+			if sub.Joined {
+				t.Errorf("Submit joined %s, want a new run", sub.RunID)
+			}
+			ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+		})
+	}
+}
+
+// A re-run's registering write (the replace of the finished record)
+// that loses its connection, before the UPDATE reached the server or
+// after the transaction committed, is made again: the re-run registers
+// once, and runs once.
+func TestRuntimeCutReRunReplace(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("replace")
+			first := newCounted(nil, done(nil))
+			sub1, err := rt.Submit(t.Context(), key, first.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended(t, rt, alice, sub1, first, workers.StatusCompleted, workers.CauseCompleted)
+			// The replace is the statement that carries the key and the
+			// finished run's id.
+			replace := carrying(key, sub1.RunID)
+			if before {
+				c.cutWrite(traced(t, replace), true)
+			} else {
+				c.cutWrite(traced(t, commitAfter(replace)), false)
+			}
+			second := newCounted(nil, done(nil))
+			sub2, err := rt.Submit(t.Context(), key, second.fn, alice)
+			if err != nil {
+				t.Fatalf("Submit, its replace cut: %v", err)
+			}
+			cutOnce(t, c, "the replace")
+			if sub2.Joined || sub2.RunID == sub1.RunID {
+				t.Errorf("re-run %+v, want a new run after %s", sub2, sub1.RunID)
+			}
+			ended(t, rt, alice, sub2, second, workers.StatusCompleted, workers.CauseCompleted)
+		})
+	}
+}
+
+// A queued run's start (PENDING to RUNNING) that loses its connection is
+// made again, and a try that landed is found: the run starts once.
+func TestRuntimeCutQueuedStart(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			queue := cutKey("queue")
+			release := make(chan struct{})
+			blocker := newCounted(release, done(nil))
+			if _, err := rt.SubmitSequential(t.Context(), queue, cutKey("blocker"), blocker.fn, alice); err != nil {
+				t.Fatal(err)
+			}
+			blocker.waitStarted(t)
+			key := cutKey("queued")
+			calls := newCounted(nil, done(nil))
+			sub, err := rt.SubmitSequential(t.Context(), queue, key, calls.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap, err := rt.Status(t.Context(), sub.ID, alice); err != nil || snap.Status != workers.StatusPending {
+				t.Fatalf("queued run %s, %v; want PENDING", snap.Status, err)
+			}
+			check := following(t, rt, alice, sub)
+			c.cutWrite(traced(t, carrying(key, string(workers.StatusRunning))), before)
+			close(release)
+			check(workers.StatusCompleted)
+			snap := ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+			cutOnce(t, c, "the start")
+			if snap.Attempt != 1 {
+				t.Errorf("attempt %d, want 1", snap.Attempt)
+			}
+		})
+	}
+}
+
+// A run's terminal write (its callback's result, its failure, the end of
+// its callback after a Cancel) that loses its connection is made again,
+// and a try that landed is found: the record ends as the run did, and
+// Wait, Status and Watch say so.
+func TestRuntimeCutOutcome(t *testing.T) {
+	testDSN(t)
+	errBad := errors.New("bad input")
+	for _, tc := range []struct {
+		name   string
+		result func(ctx context.Context) (any, error)
+		status workers.Status
+		cause  workers.Cause
+	}{
+		{"Completed", done(nil), workers.StatusCompleted, workers.CauseCompleted},
+		{"Failed", func(context.Context) (any, error) { return nil, workers.Permanent(errBad) }, workers.StatusFailed, workers.CausePermanent},
+	} {
+		for _, before := range []bool{true, false} {
+			t.Run(tc.name+"/"+cutPoint(before), func(t *testing.T) {
+				c, rt := cutRuntime(t, workers.Config{})
+				alice := workers.MustOwner("alice")
+				key := cutKey("outcome-" + tc.name[:1])
+				release := make(chan struct{})
+				calls := newCounted(release, tc.result)
+				sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls.waitStarted(t)
+				check := following(t, rt, alice, sub)
+				c.cutWrite(traced(t, carrying(key, string(tc.status))), before)
+				close(release)
+				check(tc.status)
+				snap := ended(t, rt, alice, sub, calls, tc.status, tc.cause)
+				cutOnce(t, c, "the outcome")
+				if tc.status == workers.StatusCompleted && string(snap.Result) != `"done"` {
+					t.Errorf("result %s, want \"done\"", snap.Result)
+				}
+				if tc.status == workers.StatusFailed && !strings.Contains(snap.Error, "bad input") {
+					t.Errorf("error %q, want the callback's", snap.Error)
+				}
+			})
+		}
+	}
+}
+
+// A Cancel whose write loses its connection after it committed cancels
+// the run and returns nil; one cut before it reached the server returns
+// the store's error, cancels nothing, and a Cancel made again does. The
+// run's record ends CANCELLED by its canceller either way, and its
+// callback runs once.
+func TestRuntimeCutCancel(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("cancel")
+			calls := newCounted(make(chan struct{}), func(ctx context.Context) (any, error) { return nil, context.Cause(ctx) })
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.waitStarted(t)
+			check := following(t, rt, alice, sub)
+			c.cutWrite(traced(t, carrying(key, string(workers.StatusCancelled))), before)
+			err = rt.Cancel(t.Context(), sub.ID, alice, workers.WithReason("cut-reason"))
+			cutOnce(t, c, "the cancel's write")
+			if before {
+				if !errors.Is(err, workers.ErrUnavailable) {
+					t.Fatalf("Cancel, its write cut before it was sent: %v, want ErrUnavailable", err)
+				}
+				if snap, err := rt.Status(t.Context(), sub.ID, alice); err != nil || snap.Status != workers.StatusRunning {
+					t.Fatalf("after a Cancel that did not land: %s, %v; want RUNNING", snap.Status, err)
+				}
+				err = rt.Cancel(t.Context(), sub.ID, alice, workers.WithReason("cut-reason"))
+			}
+			if err != nil {
+				t.Fatalf("Cancel: %v", err)
+			}
+			check(workers.StatusCancelled)
+			snap := ended(t, rt, alice, sub, calls, workers.StatusCancelled, workers.CauseCancelled)
+			if snap.CancelledBy != "alice" || snap.CancelReason != "cut-reason" {
+				t.Errorf("cancelled by %q for %q, want alice for cut-reason", snap.CancelledBy, snap.CancelReason)
+			}
+		})
+	}
+}
+
+// A run's own CANCELLED write, once a Cancel landed, that loses its
+// connection is fenced out when made again (the Cancel's record stays):
+// the record keeps the Cancel's end.
+func TestRuntimeCutCancelledRunsOwnWrite(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("own-end")
+			returned := make(chan struct{})
+			calls := newCounted(make(chan struct{}), func(ctx context.Context) (any, error) {
+				defer close(returned)
+				return nil, context.Cause(ctx)
+			})
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.waitStarted(t)
+			// The Cancel's write is the first to carry the key and
+			// CANCELLED; the run's own, once its callback returned, the
+			// second.
+			var seen atomic.Int32
+			c.cutWrite(traced(t, func(p []byte) bool {
+				return carrying(key, string(workers.StatusCancelled))(p) && seen.Add(1) == 2
+			}), before)
+			check := following(t, rt, alice, sub)
+			if err := rt.Cancel(t.Context(), sub.ID, alice); err != nil {
+				t.Fatalf("Cancel: %v", err)
+			}
+			<-returned
+			check(workers.StatusCancelled)
+			ended(t, rt, alice, sub, calls, workers.StatusCancelled, workers.CauseCancelled)
+			waitFor(t, func() bool { return c.cuts.Load() == 1 })
+		})
+	}
+}
+
+// A join's AddWatcher that loses its connection: Submit says that its
+// outcome is unknown (ErrUnavailable) or joins, never that it started a
+// run, and the live run runs once. A submission made again joins.
+func TestRuntimeCutJoinAddWatcher(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			rt.Store().SetWatchAuthorizer(func(string, []string, string) bool { return true })
+			alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob-cut")
+			key := cutKey("join")
+			release := make(chan struct{})
+			calls := newCounted(release, done(nil))
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice, workers.WithScope(workers.ScopeGlobal))
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.waitStarted(t)
+			c.cutWrite(traced(t, carrying(sub.RunID, "bob-cut")), before)
+			other := newCounted(nil, done(nil))
+			joined, err := rt.Submit(t.Context(), key, other.fn, bob, workers.WithScope(workers.ScopeGlobal))
+			cutOnce(t, c, "the AddWatcher")
+			switch {
+			case err != nil && !errors.Is(err, workers.ErrUnavailable):
+				t.Fatalf("a join whose AddWatcher was cut: %v, want it joined or ErrUnavailable", err)
+			case err != nil:
+				joined, err = rt.Submit(t.Context(), key, other.fn, bob, workers.WithScope(workers.ScopeGlobal))
+				if err != nil {
+					t.Fatalf("the join made again: %v", err)
+				}
+			}
+			if !joined.Joined || joined.RunID != sub.RunID {
+				t.Fatalf("join = %+v, want run %s joined", joined, sub.RunID)
+			}
+			close(release)
+			ended(t, rt, bob, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+			if n := other.calls.Load(); n != 0 {
+				t.Errorf("the joiner's callback ran %d times, want never", n)
+			}
+		})
+	}
+}
+
+// A lease renewal that loses its connection, before it reached the
+// server or after it committed, costs the runtime nothing while the
+// lease lives: the next renewal keeps it, and the run under it is not
+// abandoned.
+func TestRuntimeCutLeaseRenewal(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt, sc := cutRuntimeIn(t, workers.Config{LeaseInterval: 50 * time.Millisecond, LeaseTTL: 2 * time.Second})
+			alice := workers.MustOwner("alice")
+			key := cutKey("lease")
+			release := make(chan struct{})
+			calls := newCounted(release, done(nil))
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.waitStarted(t)
+			instance := workers.InstanceOf(sub.RunID)
+			c.cutWrite(traced(t, func(p []byte) bool {
+				return bytes.Contains(p, []byte(instance)) && !bytes.Contains(p, []byte(key))
+			}), before)
+			waitFor(t, func() bool { return c.cuts.Load() == 1 })
+			// Renewals after the cut: the lease is held again.
+			waitFor(t, leaseRenewed(t, sc, instance))
+			close(release)
+			ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+			cutOnce(t, c, "the renewal")
+		})
+	}
+}
+
+// leaseRenewed returns a condition that holds once the store holds a
+// later end of instance's lease than it holds now.
+func leaseRenewed(t *testing.T, sc scratch, instance string) func() bool {
+	t.Helper()
+	q := `SELECT expires_at FROM "` + sc.schema + `".workers_leases WHERE instance = $1`
+	var then time.Time
+	if err := sc.pool.QueryRow(t.Context(), q, instance).Scan(&then); err != nil {
+		t.Fatal(err)
+	}
+	return func() bool {
+		var until time.Time
+		err := sc.pool.QueryRow(t.Context(), q, instance).Scan(&until)
+		return err == nil && until.After(then)
+	}
+}
+
+// A Cleanup whose delete loses its connection says so (ErrUnavailable);
+// one made again deletes what is left, and nothing else.
+func TestRuntimeCutCleanup(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("cleanup")
+			calls := newCounted(nil, done(nil))
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+			live := newCounted(make(chan struct{}), done(nil))
+			liveSub, err := rt.Submit(t.Context(), cutKey("live"), live.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			live.waitStarted(t)
+			c.cutWrite(traced(t, carrying(string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled))), before)
+			n, err := rt.Cleanup(t.Context(), 0)
+			cutOnce(t, c, "the delete")
+			if !errors.Is(err, workers.ErrUnavailable) || n != 0 {
+				t.Errorf("Cleanup, its delete cut: %d, %v; want 0, ErrUnavailable", n, err)
+			}
+			_, err = rt.Status(t.Context(), sub.ID, alice)
+			if before != (err == nil) {
+				t.Errorf("Status of the finished record after a cut delete: %v", err)
+			}
+			n, err = rt.Cleanup(t.Context(), 0)
+			if want := map[bool]int{true: 1, false: 0}[before]; err != nil || n != want {
+				t.Errorf("Cleanup made again: %d, %v; want %d", n, err, want)
+			}
+			if _, err := rt.Status(t.Context(), sub.ID, alice); !errors.Is(err, workers.ErrNotFound) {
+				t.Errorf("Status of the finished record after Cleanup: %v, want ErrNotFound", err)
+			}
+			if snap, err := rt.Status(t.Context(), liveSub.ID, alice); err != nil || snap.Status != workers.StatusRunning {
+				t.Errorf("the live run after Cleanup: %s, %v; want RUNNING", snap.Status, err)
+			}
+			close(live.release)
+			ended(t, rt, alice, liveSub, live, workers.StatusCompleted, workers.CauseCompleted)
+		})
+	}
+}
+
+// printable renders a statement's bytes for a log.
+func printable(p []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < 32 || r > 126 {
+			return '.'
+		}
+		return r
+	}, string(p))
+}
+
+// following opens a Wait and a Watch of run sub before a cut, and
+// returns a check, for after it, that both end with the run's end:
+// Wait with want, and the Watch with want as its last snapshot, after
+// which it ends, its snapshots never going back from an end.
+func following(t *testing.T, rt *workers.Runtime[*postgres.Store], auth workers.TaskAuthority, sub workers.Submission) func(want workers.Status) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	type waited struct {
+		snap workers.Snapshot
+		err  error
+	}
+	wait := make(chan waited, 1)
+	go func() {
+		snap, err := rt.Wait(ctx, sub.ID, auth)
+		wait <- waited{snap, err}
+	}()
+	next, stop := iter.Pull2(rt.Watch(ctx, sub.ID, auth))
+	first, err, ok := next()
+	if !ok || err != nil || first.RunID != sub.RunID {
+		stop()
+		cancel()
+		t.Fatalf("Watch's first snapshot: %+v, %v, %v", first, err, ok)
+	}
+	return func(want workers.Status) {
+		t.Helper()
+		defer cancel()
+		defer stop()
+		last := first
+		for {
+			snap, err, ok := next()
+			if !ok {
+				break
+			}
+			if err != nil {
+				t.Errorf("Watch after %s: %v", last.Status, err)
+				break
+			}
+			if last.Status.Terminal() {
+				t.Errorf("Watch went on after %s with %s", last.Status, snap.Status)
+			}
+			last = snap
+		}
+		if last.RunID != sub.RunID || last.Status != want {
+			t.Errorf("Watch ended at run %s %s, want run %s %s", last.RunID, last.Status, sub.RunID, want)
+		}
+		w := <-wait
+		if w.err != nil || w.snap.RunID != sub.RunID || w.snap.Status != want {
+			t.Errorf("Wait begun before the cut = run %s %s, %v; want run %s %s", w.snap.RunID, w.snap.Status, w.err, sub.RunID, want)
+		}
+	}
+}
