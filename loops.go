@@ -170,7 +170,9 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 	}
 	l, leased := any(rt.store).(Leaser)
 	if leased {
-		if err := rt.renewUnlessShut(ctx, l, time.Time{}); err != nil {
+		// A take that lost its connection is made again, as a
+		// submission's renewal is: no lease is held yet.
+		if err := rt.renewWhileLost(ctx, func(until time.Time) error { return rt.renewUnlessShut(ctx, l, until) }); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err() // the caller's: the lease was never in question
 			}
@@ -257,8 +259,9 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 // they add no more than an interval to a renewal; a retry so cut off
 // reports the lost connection it was made for.
 //
-// Submissions that find the lease's end passed renew through it, and so
-// does the loop once the lease is lost; submissions waiting meanwhile
+// The first call that takes the lease takes it through it (no lease is
+// held yet), submissions that find the lease's end passed renew through
+// it, and so does the loop once the lease is lost; submissions waiting meanwhile
 // share the outcome, unless its maker gave up on it (its context ended,
 // or Shutdown began) before it was whole: they then renew themselves.
 func (rt *Runtime[S]) renewWhileLost(ctx context.Context, renew func(until time.Time) error) error {

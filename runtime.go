@@ -541,7 +541,8 @@ type Submission struct {
 // ctx, and not once Shutdown has begun. Every try carries the same run
 // id, so a retry after a lost try that landed finds that record and
 // takes it for its own: the submission registers one run either way. So
-// is a renewal of the lease that the submission makes itself.
+// is the take of the instance lease, or a renewal of it, that the
+// submission makes itself.
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.

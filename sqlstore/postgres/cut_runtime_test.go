@@ -557,6 +557,51 @@ func printable(p []byte) string {
 	}, string(p))
 }
 
+// afterWrite matches the first write after one that first matches: the
+// execution of a statement whose preparation first matches.
+func afterWrite(first func([]byte) bool) func([]byte) bool {
+	var seen atomic.Bool
+	return func(p []byte) bool {
+		if !seen.Load() {
+			if first(p) {
+				seen.Store(true)
+			}
+			return false
+		}
+		return true
+	}
+}
+
+// The first submission of a runtime takes its instance lease. A take
+// that loses its connection, before it reached the server or after it
+// committed, is made again, as a registering write is: the submission
+// registers its run, which runs once.
+func TestRuntimeCutLeaseTake(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("take")
+			calls := newCounted(nil, done(nil))
+			// The renewal's statement is prepared on first use: its text
+			// goes first, alone, and its execution next.
+			renewal := carrying("RETURNING extended")
+			if before {
+				c.cutWrite(traced(t, renewal), true)
+			} else {
+				c.cutWrite(traced(t, afterWrite(renewal)), false)
+			}
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+			cutOnce(t, c, "the take")
+			if err != nil {
+				t.Fatalf("Submit, its lease's take cut: %v", err)
+			}
+			ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+		})
+	}
+}
+
 // following opens a Wait and a Watch of run sub before a cut, and
 // returns a check, for after it, that both end with the run's end:
 // Wait with want, and the Watch with want as its last snapshot, after
