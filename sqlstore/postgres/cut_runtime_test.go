@@ -7,6 +7,7 @@ import (
 	"errors"
 	"iter"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,7 +30,11 @@ func cutRuntimeIn(t *testing.T, cfg workers.Config) (*cutter, *workers.Runtime[*
 	t.Helper()
 	sc := newScratchT(t)
 	c := &cutter{}
+	ev := &eventLog{}
+	cfg.Observers = append(cfg.Observers, ev)
 	rt := workers.NewRuntime(sc.cutStore(t, c), cfg)
+	events.Store(rt, ev)
+	t.Cleanup(func() { events.Delete(rt) })
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -38,6 +43,35 @@ func cutRuntimeIn(t *testing.T, cfg workers.Config) (*cutter, *workers.Runtime[*
 		}
 	})
 	return c, rt, sc
+}
+
+// events holds each runtime's eventLog, by runtime.
+var events sync.Map
+
+// eventLog is an observer that keeps the events it hears.
+type eventLog struct {
+	mu     sync.Mutex
+	events []workers.Event
+}
+
+func (l *eventLog) Observe(_ context.Context, e workers.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.Task = nil
+	l.events = append(l.events, e)
+}
+
+// of returns the events of kind that run runID's observers heard.
+func (l *eventLog) of(runID string, kind workers.EventKind) []workers.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []workers.Event
+	for _, e := range l.events {
+		if e.RunID == runID && e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // cutKey returns a key no other statement of the test carries.
@@ -164,6 +198,16 @@ func ended(t *testing.T, rt *workers.Runtime[*postgres.Store], auth workers.Task
 	if last.RunID != sub.RunID || last.Status != want {
 		t.Errorf("Watch ended at run %s %s; want run %s %s", last.RunID, last.Status, sub.RunID, want)
 	}
+	if ev, ok := events.Load(rt); ok {
+		log := ev.(*eventLog)
+		waitFor(t, func() bool { return len(log.of(sub.RunID, workers.EventFinished)) > 0 })
+		if ends := log.of(sub.RunID, workers.EventFinished); len(ends) != 1 || ends[0].Status != want || ends[0].Cause != cause {
+			t.Errorf("observers heard of run %s's end %d times (%+v), want once, %s (%s)", sub.RunID, len(ends), ends, want, cause)
+		}
+		if n := len(log.of(sub.RunID, workers.EventStarted)) + len(log.of(sub.RunID, workers.EventSubmitted)); !sub.Joined && n < 1 {
+			t.Errorf("observers heard of run %s's end, never of its submission", sub.RunID)
+		}
+	}
 	if calls != nil {
 		if n := calls.calls.Load(); n != 1 {
 			t.Errorf("the callback ran %d times, want once", n)
@@ -192,6 +236,7 @@ func TestRuntimeCutRegisteringInsert(t *testing.T) {
 			alice := workers.MustOwner("alice")
 			key := cutKey("insert")
 			calls := newCounted(nil, done(nil))
+			stream := subscribed(t, rt, alice)
 			c.cutWrite(traced(t, carrying(key)), before)
 			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
 			if err != nil {
@@ -201,6 +246,7 @@ func TestRuntimeCutRegisteringInsert(t *testing.T) {
 			if sub.Joined {
 				t.Errorf("Submit joined %s, want a new run", sub.RunID)
 			}
+			stream(sub, workers.StatusCompleted)
 			ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
 		})
 	}
@@ -232,6 +278,7 @@ func TestRuntimeCutReRunReplace(t *testing.T) {
 				c.cutWrite(traced(t, commitAfter(replace)), false)
 			}
 			second := newCounted(nil, done(nil))
+			stream := subscribed(t, rt, alice)
 			sub2, err := rt.Submit(t.Context(), key, second.fn, alice)
 			if err != nil {
 				t.Fatalf("Submit, its replace cut: %v", err)
@@ -240,6 +287,7 @@ func TestRuntimeCutReRunReplace(t *testing.T) {
 			if sub2.Joined || sub2.RunID == sub1.RunID {
 				t.Errorf("re-run %+v, want a new run after %s", sub2, sub1.RunID)
 			}
+			stream(sub2, workers.StatusCompleted)
 			ended(t, rt, alice, sub2, second, workers.StatusCompleted, workers.CauseCompleted)
 		})
 	}
@@ -618,6 +666,7 @@ func following(t *testing.T, rt *workers.Runtime[*postgres.Store], auth workers.
 		snap, err := rt.Wait(ctx, sub.ID, auth)
 		wait <- waited{snap, err}
 	}()
+	stream := subscribed(t, rt, auth)
 	next, stop := iter.Pull2(rt.Watch(ctx, sub.ID, auth))
 	first, err, ok := next()
 	if !ok || err != nil || first.RunID != sub.RunID {
@@ -647,9 +696,167 @@ func following(t *testing.T, rt *workers.Runtime[*postgres.Store], auth workers.
 		if last.RunID != sub.RunID || last.Status != want {
 			t.Errorf("Watch ended at run %s %s, want run %s %s", last.RunID, last.Status, sub.RunID, want)
 		}
+		stream(sub, want)
 		w := <-wait
 		if w.err != nil || w.snap.RunID != sub.RunID || w.snap.Status != want {
 			t.Errorf("Wait begun before the cut = run %s %s, %v; want run %s %s", w.snap.RunID, w.snap.Status, w.err, sub.RunID, want)
+		}
+	}
+}
+
+// A Cancel of a queued run, waiting behind another, whose write loses
+// its connection after it committed cancels the run and returns nil;
+// one cut before it was sent returns the store's error and cancels
+// nothing, and the run, at its turn, runs once. Either way the record
+// ends as Wait, Status and Watch say, and the callback runs at most once.
+func TestRuntimeCutCancelOfAQueuedRun(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			queue := cutKey("queue")
+			release := make(chan struct{})
+			blocker := newCounted(release, done(nil))
+			if _, err := rt.SubmitSequential(t.Context(), queue, cutKey("blocker"), blocker.fn, alice); err != nil {
+				t.Fatal(err)
+			}
+			blocker.waitStarted(t)
+			key := cutKey("waiting")
+			calls := newCounted(nil, done(nil))
+			sub, err := rt.SubmitSequential(t.Context(), queue, key, calls.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := following(t, rt, alice, sub)
+			c.cutWrite(traced(t, carrying(key, string(workers.StatusCancelled))), before)
+			err = rt.Cancel(t.Context(), sub.ID, alice)
+			cutOnce(t, c, "the cancel's write")
+			want, cause := workers.StatusCancelled, workers.CauseCancelled
+			if before {
+				if !errors.Is(err, workers.ErrUnavailable) {
+					t.Errorf("Cancel, its write cut before it was sent: %v, want ErrUnavailable", err)
+				}
+				want, cause = workers.StatusCompleted, workers.CauseCompleted
+			} else if err != nil {
+				t.Errorf("Cancel, its write cut after its commit: %v, want nil", err)
+			}
+			close(release)
+			check(want)
+			if before {
+				ended(t, rt, alice, sub, calls, want, cause)
+			} else {
+				ended(t, rt, alice, sub, nil, want, cause)
+				if n := calls.calls.Load(); n != 0 {
+					t.Errorf("the cancelled run's callback ran %d times", n)
+				}
+			}
+		})
+	}
+}
+
+// A retry's write (RUNNING, the next attempt) that loses its connection
+// is made again: the next attempt runs once, and the record ends
+// COMPLETED at that attempt.
+func TestRuntimeCutRetry(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("again")
+			release := make(chan struct{})
+			var calls *counted
+			calls = newCounted(release, func(context.Context) (any, error) {
+				if calls.calls.Load() == 1 {
+					return nil, errors.New("first attempt")
+				}
+				return "done", nil
+			})
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice,
+				workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, Jitter: workers.NoJitter}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.waitStarted(t)
+			check := following(t, rt, alice, sub)
+			c.cutWrite(traced(t, carrying(key, string(workers.StatusRunning))), before)
+			close(release)
+			check(workers.StatusCompleted)
+			calls.calls.Add(-1) // the first attempt's call
+			snap := ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+			cutOnce(t, c, "the retry's write")
+			if snap.Attempt != 2 {
+				t.Errorf("ended at attempt %d, want 2", snap.Attempt)
+			}
+		})
+	}
+}
+
+// An attempt that outlives its timeout ends the run at the timeout; its
+// terminal write, cut, is made again, and the record ends FAILED with
+// CauseTimeout once.
+func TestRuntimeCutTimeout(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			key := cutKey("slow")
+			returned := make(chan struct{})
+			calls := newCounted(make(chan struct{}), func(ctx context.Context) (any, error) {
+				defer close(returned)
+				return nil, context.Cause(ctx)
+			})
+			sub, err := rt.Submit(t.Context(), key, calls.fn, alice, workers.WithTimeout(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls.waitStarted(t)
+			check := following(t, rt, alice, sub)
+			c.cutWrite(traced(t, carrying(key, string(workers.StatusFailed))), before)
+			check(workers.StatusFailed)
+			<-returned
+			ended(t, rt, alice, sub, calls, workers.StatusFailed, workers.CauseTimeout)
+			cutOnce(t, c, "the timeout's write")
+		})
+	}
+}
+
+// subscribed opens a Subscribe stream of auth's tasks before a cut, and
+// returns a check, for after it, that the stream follows run sub to its
+// end, want: each snapshot of the run in order (never back to a live
+// status from an end, nor from RUNNING to PENDING), up to its end.
+func subscribed(t *testing.T, rt *workers.Runtime[*postgres.Store], auth workers.TaskAuthority) func(sub workers.Submission, want workers.Status) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	next, stop := iter.Pull2(rt.Subscribe(ctx, auth))
+	t.Cleanup(func() {
+		stop()
+		cancel()
+	})
+	return func(sub workers.Submission, want workers.Status) {
+		t.Helper()
+		var seen []workers.Status
+		for {
+			snap, err, ok := next()
+			if !ok || err != nil {
+				t.Errorf("Subscribe ended (%v) before run %s's end, having shown %v", err, sub.RunID, seen)
+				return
+			}
+			if snap.RunID != sub.RunID {
+				continue
+			}
+			if n := len(seen); n > 0 && (seen[n-1].Terminal() || seen[n-1] == workers.StatusRunning && snap.Status == workers.StatusPending) {
+				t.Errorf("Subscribe showed run %s %s after %v", sub.RunID, snap.Status, seen)
+			}
+			seen = append(seen, snap.Status)
+			if snap.Status.Terminal() {
+				if snap.Status != want {
+					t.Errorf("Subscribe showed run %s end %s, want %s", sub.RunID, snap.Status, want)
+				}
+				return
+			}
 		}
 	}
 }
