@@ -483,6 +483,7 @@ func TestRuntimeCutJoinAddWatcher(t *testing.T) {
 			case err != nil && !errors.Is(err, workers.ErrUnavailable):
 				t.Fatalf("a join whose AddWatcher was cut: %v, want it joined or ErrUnavailable", err)
 			case err != nil:
+				t.Logf("the join answered %v; made again", err)
 				joined, err = rt.Submit(t.Context(), key, other.fn, bob, workers.WithScope(workers.ScopeGlobal))
 				if err != nil {
 					t.Fatalf("the join made again: %v", err)
@@ -491,7 +492,9 @@ func TestRuntimeCutJoinAddWatcher(t *testing.T) {
 			if !joined.Joined || joined.RunID != sub.RunID {
 				t.Fatalf("join = %+v, want run %s joined", joined, sub.RunID)
 			}
+			check := following(t, rt, bob, sub)
 			close(release)
+			check(workers.StatusCompleted)
 			ended(t, rt, bob, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
 			if n := other.calls.Load(); n != 0 {
 				t.Errorf("the joiner's callback ran %d times, want never", n)
@@ -859,4 +862,97 @@ func subscribed(t *testing.T, rt *workers.Runtime[*postgres.Store], auth workers
 			}
 		}
 	}
+}
+
+// Under Limits, a run that waits for a slot is registered PENDING and
+// written RUNNING at its turn. That start, cut, is made again, and the
+// run runs once; a Cancel of the waiting run whose write is cut after
+// its commit ends it, and it never runs.
+func TestRuntimeCutUnderLimits(t *testing.T) {
+	testDSN(t)
+	for _, op := range []string{"Start", "Cancel"} {
+		for _, before := range []bool{true, false} {
+			t.Run(op+"/"+cutPoint(before), func(t *testing.T) {
+				c, rt := cutRuntime(t, workers.Config{Limits: workers.Limits{MaxRunning: 1}})
+				alice := workers.MustOwner("alice")
+				release := make(chan struct{})
+				blocker := newCounted(release, done(nil))
+				if _, err := rt.Submit(t.Context(), cutKey("blocker"), blocker.fn, alice); err != nil {
+					t.Fatal(err)
+				}
+				blocker.waitStarted(t)
+				key := cutKey("slot")
+				calls := newCounted(nil, done(nil))
+				sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if snap, err := rt.Status(t.Context(), sub.ID, alice); err != nil || snap.Status != workers.StatusPending {
+					t.Fatalf("waiting run %s, %v; want PENDING", snap.Status, err)
+				}
+				check := following(t, rt, alice, sub)
+				want, cause := workers.StatusCompleted, workers.CauseCompleted
+				if op == "Start" {
+					c.cutWrite(traced(t, carrying(key, string(workers.StatusRunning))), before)
+				} else {
+					c.cutWrite(traced(t, carrying(key, string(workers.StatusCancelled))), before)
+					err := rt.Cancel(t.Context(), sub.ID, alice)
+					switch {
+					case before && !errors.Is(err, workers.ErrUnavailable):
+						t.Errorf("Cancel, its write cut before it was sent: %v, want ErrUnavailable", err)
+					case !before && err != nil:
+						t.Errorf("Cancel, its write cut after its commit: %v, want nil", err)
+					case !before:
+						want, cause = workers.StatusCancelled, workers.CauseCancelled
+					}
+				}
+				close(release)
+				check(want)
+				if want == workers.StatusCancelled {
+					ended(t, rt, alice, sub, nil, want, cause)
+					if n := calls.calls.Load(); n != 0 {
+						t.Errorf("the cancelled run's callback ran %d times", n)
+					}
+				} else {
+					ended(t, rt, alice, sub, calls, want, cause)
+				}
+				cutOnce(t, c, "the "+op)
+			})
+		}
+	}
+}
+
+// A run's outcome whose row another transaction holds goes alone once
+// its batch gives up on the row, and waits for it. Its answer, cut once
+// the held row is free and the write committed, is found to have landed
+// when the write is made again: the record ends COMPLETED once, and the
+// callback ran once.
+func TestRuntimeCutLoneOutcomeAfterItsCommit(t *testing.T) {
+	testDSN(t)
+	c, rt, sc := cutRuntimeIn(t, workers.Config{})
+	alice := workers.MustOwner("alice")
+	key := cutKey("lone")
+	release := make(chan struct{})
+	calls := newCounted(release, done(nil))
+	sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls.waitStarted(t)
+	check := following(t, rt, alice, sub)
+	holder := holdRow(t, sc, sub.ID)
+	close(release)
+	var pid int32
+	waitFor(t, func() bool {
+		err := sc.pool.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND position($1 in query) > 0 AND starts_with(query, 'UPDATE')`, sc.schema).Scan(&pid)
+		return err == nil
+	})
+	c.cutAnswerOf(pid)
+	if err := holder.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	check(workers.StatusCompleted)
+	ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
+	cutOnce(t, c, "the lone write")
 }
