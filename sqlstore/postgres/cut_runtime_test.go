@@ -956,3 +956,45 @@ func TestRuntimeCutLoneOutcomeAfterItsCommit(t *testing.T) {
 	ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
 	cutOnce(t, c, "the lone write")
 }
+
+// Shutdown ends a queue item that never started CANCELLED, with
+// CauseShutdown. That write, cut, is made again within Shutdown, which
+// returns cleanly, and the record ends so; the item's callback never
+// runs.
+func TestRuntimeCutShutdownsAbandon(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			// No grace: the blocker, which returns once cancelled, is
+			// cancelled at once.
+			c, rt := cutRuntime(t, workers.Config{ShutdownGrace: -1})
+			alice := workers.MustOwner("alice")
+			queue := cutKey("queue")
+			blocker := newCounted(make(chan struct{}), func(ctx context.Context) (any, error) { return nil, context.Cause(ctx) })
+			if _, err := rt.SubmitSequential(t.Context(), queue, cutKey("blocker"), blocker.fn, alice); err != nil {
+				t.Fatal(err)
+			}
+			blocker.waitStarted(t)
+			key := cutKey("left")
+			calls := newCounted(nil, done(nil))
+			sub, err := rt.SubmitSequential(t.Context(), queue, key, calls.fn, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.cutWrite(traced(t, carrying(key, string(workers.StatusCancelled))), before)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			if err := rt.Shutdown(ctx); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			cutOnce(t, c, "the abandon")
+			snap, err := rt.Status(t.Context(), sub.ID, alice)
+			if err != nil || snap.Status != workers.StatusCancelled || snap.Cause != workers.CauseShutdown {
+				t.Errorf("the item left by Shutdown: %s (%s), %v; want CANCELLED (shutdown)", snap.Status, snap.Cause, err)
+			}
+			if n := calls.calls.Load(); n != 0 {
+				t.Errorf("the item's callback ran %d times, want never", n)
+			}
+		})
+	}
+}
