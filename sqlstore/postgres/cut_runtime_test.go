@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"iter"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -994,6 +995,69 @@ func TestRuntimeCutShutdownsAbandon(t *testing.T) {
 			}
 			if n := calls.calls.Load(); n != 0 {
 				t.Errorf("the item's callback ran %d times, want never", n)
+			}
+		})
+	}
+}
+
+// A registering insert that loses its connection as Shutdown begins is
+// not made again (Shutdown waits for the submissions in progress): the
+// submission fails, its callback never runs, and a record the lost try
+// may have left is ended by Shutdown's return, never left live for a
+// submission to join.
+func TestRuntimeCutRegisteringInsertAsShutdownBegins(t *testing.T) {
+	testDSN(t)
+	for _, before := range []bool{true, false} {
+		t.Run(cutPoint(before), func(t *testing.T) {
+			c, rt := cutRuntime(t, workers.Config{})
+			alice := workers.MustOwner("alice")
+			if err := rt.Ready(t.Context()); err != nil { // the lease, taken
+				t.Fatal(err)
+			}
+			key := cutKey("closing")
+			calls := newCounted(nil, done(nil))
+			shut := make(chan error, 1)
+			insert := carrying(key)
+			c.cutWrite(traced(t, func(p []byte) bool {
+				if !insert(p) {
+					return false
+				}
+				// Shutdown begins as the insert is sent.
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					shut <- rt.Shutdown(ctx)
+				}()
+				deadline := time.Now().Add(5 * time.Second)
+				for !errors.Is(rt.Ready(context.Background()), workers.ErrClosed) && time.Now().Before(deadline) {
+					runtime.Gosched()
+				}
+				return true
+			}), before)
+			_, err := rt.Submit(t.Context(), key, calls.fn, alice)
+			cutOnce(t, c, "the insert")
+			t.Logf("Submit: %v", err)
+			if err == nil {
+				t.Fatal("Submit, its insert lost as Shutdown began: nil error")
+			}
+			if err := <-shut; err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if n := calls.calls.Load(); n != 0 {
+				t.Errorf("the callback ran %d times, want never", n)
+			}
+			id, err := workers.ScopedTaskKey(key, alice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := rt.Store().GetTask(t.Context(), id)
+			switch {
+			case before && !errors.Is(err, workers.ErrNotFound):
+				t.Errorf("the record of an insert cut before it was sent: %+v, %v; want none", rec, err)
+			case !before && (err != nil || !rec.Status.Terminal()):
+				t.Errorf("the record of an insert cut after its commit: %s (%s), %v; want it ended", rec.Status, rec.Cause, err)
+			case !before:
+				t.Logf("record %s (%s) %q", rec.Status, rec.Cause, rec.Error)
 			}
 		})
 	}
