@@ -153,9 +153,8 @@ func (c *counted) fn(ctx context.Context, _ *workers.Task) (any, error) {
 	return c.result(ctx)
 }
 
-func done(any) func(context.Context) (any, error) {
-	return func(context.Context) (any, error) { return "done", nil }
-}
+// done is a callback's result: "done".
+func done(context.Context) (any, error) { return "done", nil }
 
 // waitStarted waits for c's first call, or fails t after a while.
 func (c *counted) waitStarted(t *testing.T) {
@@ -236,7 +235,7 @@ func TestRuntimeCutRegisteringInsert(t *testing.T) {
 			c, rt := cutRuntime(t, workers.Config{})
 			alice := workers.MustOwner("alice")
 			key := cutKey("insert")
-			calls := newCounted(nil, done(nil))
+			calls := newCounted(nil, done)
 			stream := subscribed(t, rt, alice)
 			c.cutWrite(traced(t, carrying(key)), before)
 			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
@@ -264,7 +263,7 @@ func TestRuntimeCutReRunReplace(t *testing.T) {
 			c, rt := cutRuntime(t, workers.Config{})
 			alice := workers.MustOwner("alice")
 			key := cutKey("replace")
-			first := newCounted(nil, done(nil))
+			first := newCounted(nil, done)
 			sub1, err := rt.Submit(t.Context(), key, first.fn, alice)
 			if err != nil {
 				t.Fatal(err)
@@ -278,7 +277,7 @@ func TestRuntimeCutReRunReplace(t *testing.T) {
 			} else {
 				c.cutWrite(traced(t, commitAfter(replace)), false)
 			}
-			second := newCounted(nil, done(nil))
+			second := newCounted(nil, done)
 			stream := subscribed(t, rt, alice)
 			sub2, err := rt.Submit(t.Context(), key, second.fn, alice)
 			if err != nil {
@@ -304,13 +303,13 @@ func TestRuntimeCutQueuedStart(t *testing.T) {
 			alice := workers.MustOwner("alice")
 			queue := cutKey("queue")
 			release := make(chan struct{})
-			blocker := newCounted(release, done(nil))
+			blocker := newCounted(release, done)
 			if _, err := rt.SubmitSequential(t.Context(), queue, cutKey("blocker"), blocker.fn, alice); err != nil {
 				t.Fatal(err)
 			}
 			blocker.waitStarted(t)
 			key := cutKey("queued")
-			calls := newCounted(nil, done(nil))
+			calls := newCounted(nil, done)
 			sub, err := rt.SubmitSequential(t.Context(), queue, key, calls.fn, alice)
 			if err != nil {
 				t.Fatal(err)
@@ -344,7 +343,7 @@ func TestRuntimeCutOutcome(t *testing.T) {
 		status workers.Status
 		cause  workers.Cause
 	}{
-		{"Completed", done(nil), workers.StatusCompleted, workers.CauseCompleted},
+		{"Completed", done, workers.StatusCompleted, workers.CauseCompleted},
 		{"Failed", func(context.Context) (any, error) { return nil, workers.Permanent(errBad) }, workers.StatusFailed, workers.CausePermanent},
 	} {
 		for _, before := range []bool{true, false} {
@@ -470,14 +469,14 @@ func TestRuntimeCutJoinAddWatcher(t *testing.T) {
 			alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob-cut")
 			key := cutKey("join")
 			release := make(chan struct{})
-			calls := newCounted(release, done(nil))
+			calls := newCounted(release, done)
 			sub, err := rt.Submit(t.Context(), key, calls.fn, alice, workers.WithScope(workers.ScopeGlobal))
 			if err != nil {
 				t.Fatal(err)
 			}
 			calls.waitStarted(t)
 			c.cutWrite(traced(t, carrying(sub.RunID, "bob-cut")), before)
-			other := newCounted(nil, done(nil))
+			other := newCounted(nil, done)
 			joined, err := rt.Submit(t.Context(), key, other.fn, bob, workers.WithScope(workers.ScopeGlobal))
 			cutOnce(t, c, "the AddWatcher")
 			switch {
@@ -516,7 +515,7 @@ func TestRuntimeCutLeaseRenewal(t *testing.T) {
 			alice := workers.MustOwner("alice")
 			key := cutKey("lease")
 			release := make(chan struct{})
-			calls := newCounted(release, done(nil))
+			calls := newCounted(release, done)
 			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
 			if err != nil {
 				t.Fatal(err)
@@ -561,13 +560,13 @@ func TestRuntimeCutCleanup(t *testing.T) {
 			c, rt := cutRuntime(t, workers.Config{})
 			alice := workers.MustOwner("alice")
 			key := cutKey("cleanup")
-			calls := newCounted(nil, done(nil))
+			calls := newCounted(nil, done)
 			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ended(t, rt, alice, sub, calls, workers.StatusCompleted, workers.CauseCompleted)
-			live := newCounted(make(chan struct{}), done(nil))
+			live := newCounted(make(chan struct{}), done)
 			liveSub, err := rt.Submit(t.Context(), cutKey("live"), live.fn, alice)
 			if err != nil {
 				t.Fatal(err)
@@ -635,7 +634,7 @@ func TestRuntimeCutLeaseTake(t *testing.T) {
 			c, rt := cutRuntime(t, workers.Config{})
 			alice := workers.MustOwner("alice")
 			key := cutKey("take")
-			calls := newCounted(nil, done(nil))
+			calls := newCounted(nil, done)
 			// The renewal's statement is prepared on first use: its text
 			// goes first, alone, and its execution next.
 			renewal := carrying("RETURNING extended")
@@ -721,13 +720,13 @@ func TestRuntimeCutCancelOfAQueuedRun(t *testing.T) {
 			alice := workers.MustOwner("alice")
 			queue := cutKey("queue")
 			release := make(chan struct{})
-			blocker := newCounted(release, done(nil))
+			blocker := newCounted(release, done)
 			if _, err := rt.SubmitSequential(t.Context(), queue, cutKey("blocker"), blocker.fn, alice); err != nil {
 				t.Fatal(err)
 			}
 			blocker.waitStarted(t)
 			key := cutKey("waiting")
-			calls := newCounted(nil, done(nil))
+			calls := newCounted(nil, done)
 			sub, err := rt.SubmitSequential(t.Context(), queue, key, calls.fn, alice)
 			if err != nil {
 				t.Fatal(err)
@@ -877,13 +876,13 @@ func TestRuntimeCutUnderLimits(t *testing.T) {
 				c, rt := cutRuntime(t, workers.Config{Limits: workers.Limits{MaxRunning: 1}})
 				alice := workers.MustOwner("alice")
 				release := make(chan struct{})
-				blocker := newCounted(release, done(nil))
+				blocker := newCounted(release, done)
 				if _, err := rt.Submit(t.Context(), cutKey("blocker"), blocker.fn, alice); err != nil {
 					t.Fatal(err)
 				}
 				blocker.waitStarted(t)
 				key := cutKey("slot")
-				calls := newCounted(nil, done(nil))
+				calls := newCounted(nil, done)
 				sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
 				if err != nil {
 					t.Fatal(err)
@@ -934,7 +933,7 @@ func TestRuntimeCutLoneOutcomeAfterItsCommit(t *testing.T) {
 	alice := workers.MustOwner("alice")
 	key := cutKey("lone")
 	release := make(chan struct{})
-	calls := newCounted(release, done(nil))
+	calls := newCounted(release, done)
 	sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
 	if err != nil {
 		t.Fatal(err)
@@ -977,7 +976,7 @@ func TestRuntimeCutShutdownsAbandon(t *testing.T) {
 			}
 			blocker.waitStarted(t)
 			key := cutKey("left")
-			calls := newCounted(nil, done(nil))
+			calls := newCounted(nil, done)
 			sub, err := rt.SubmitSequential(t.Context(), queue, key, calls.fn, alice)
 			if err != nil {
 				t.Fatal(err)
@@ -1015,7 +1014,7 @@ func TestRuntimeCutRegisteringInsertAsShutdownBegins(t *testing.T) {
 				t.Fatal(err)
 			}
 			key := cutKey("closing")
-			calls := newCounted(nil, done(nil))
+			calls := newCounted(nil, done)
 			shut := make(chan error, 1)
 			insert := carrying(key)
 			c.cutWrite(traced(t, func(p []byte) bool {
