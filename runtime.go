@@ -542,7 +542,8 @@ type Submission struct {
 // id, so a retry after a lost try that landed finds that record and
 // takes it for its own: the submission registers one run either way. So
 // is the take of the instance lease, or a renewal of it, that the
-// submission makes itself.
+// submission makes itself, and a join's write of its caller among the
+// run's watchers, which changes nothing when a lost try landed.
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
@@ -892,7 +893,7 @@ func (rt *Runtime[S]) decide(ctx context.Context, k runIDs, base *runOptions, c 
 			}
 			if alive {
 				if !watching {
-					added, err := rt.store.AddWatcher(ctx, id, rec.RunID, c.userID)
+					added, err := rt.addWatcher(ctx, id, rec.RunID, c.userID)
 					if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
 						continue // the record moved on; decide again
 					}
@@ -986,6 +987,28 @@ func (rt *Runtime[S]) registerWrite(ctx context.Context, t *Task, write func() e
 		}
 	}
 	return err
+}
+
+// addWatcher adds watcher to the live run runID of task id for a join,
+// and makes the write again, as registerWrite makes a registering write,
+// up to registerRetries times while it fails with ErrUnavailable: adding
+// a watcher the record holds already changes nothing, so a try that lost
+// its connection may be made again whether it landed or not. It reports
+// the watcher added once a try after a lost one succeeds, which may have
+// found the lost try's watcher.
+func (rt *Runtime[S]) addWatcher(ctx context.Context, id, runID, watcher string) (bool, error) {
+	added, err := rt.store.AddWatcher(ctx, id, runID, watcher)
+	backoff := registerBackoff
+	for range registerRetries {
+		if !errors.Is(err, ErrUnavailable) || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
+			return added, err
+		}
+		backoff *= 2
+		if added, err = rt.store.AddWatcher(ctx, id, runID, watcher); err == nil {
+			return true, nil
+		}
+	}
+	return added, err
 }
 
 // replace stores t's new record in place of the run prevRunID's.
