@@ -613,6 +613,9 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 			failed = err
 			continue
 		}
+		if t.has(runRetired) && rt.neverRegistered(life, t) {
+			return false, true // as the transition would find the record
+		}
 		if try == 1 || try%16 == 0 {
 			rt.logRunError("workers: run write failed; retrying", op, t, err)
 		}
@@ -771,6 +774,20 @@ func (rt *Runtime[S]) readBack(life context.Context, t *Task, late bool) (Record
 		}
 		backoff = min(2*backoff, writeBackoffMax)
 	}
+}
+
+// neverRegistered reports whether a read of retired run t's id finds no
+// record of t's run: none, or another run's. The run's end is written
+// only over a record its failed registering write left, and a store
+// that refuses writes while it answers reads (read-only after a
+// failover, a full disk) tells so at once, where the end's write would
+// fail, and be retried, logged and counted by Shutdown as unwritten,
+// until writes are accepted again. A read that fails tells nothing.
+func (rt *Runtime[S]) neverRegistered(life context.Context, t *Task) bool {
+	ctx, cancel := rt.bounded(life)
+	defer cancel()
+	rec, err := rt.store.GetTask(ctx, t.ID())
+	return errors.Is(err, ErrNotFound) || err == nil && rec.RunID != t.RunID()
 }
 
 // refused turns st into the FAILED record of a run whose write the store

@@ -1034,8 +1034,10 @@ func (t *Task) keep(r *memRecord, err error) error {
 // commit, a dropped connection): the run is then ended like one
 // cancelled before it started, fenced on its own run id, by a write that
 // retries while the runtime lives, so a record it may have left is never
-// joined. Its handle is never published, so this process does not take
-// it for alive meanwhile.
+// joined; should that write fail, a read that finds no record of the
+// run ends it there, as the write would once the store took it (see
+// neverRegistered). Its handle is never published, so this process does
+// not take it for alive meanwhile.
 func (rt *Runtime[S]) retire(t *Task, err error) {
 	if permanentStoreError(err) {
 		return

@@ -1,0 +1,192 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// logBuffer is a slog destination safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// readOnlyStore returns a migrated store in sc's schema over a pool of
+// its own, whose every statement runs with default_transaction_read_only
+// as the returned flag says, as on a database gone read-only (a failover
+// to a standby, ALTER DATABASE ... SET default_transaction_read_only):
+// its writes then fail with SQLSTATE 25006, and its reads answer. Each
+// statement acquires its connection from the pool, where the setting is
+// made.
+func readOnlyStore(t *testing.T, sc scratch, logger *slog.Logger) (*postgres.Store, *atomic.Bool) {
+	t.Helper()
+	sc.store(t) // migrates
+	var readOnly atomic.Bool
+	cfg := testConfig(t)
+	cfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
+		setting := "off"
+		if readOnly.Load() {
+			setting = "on"
+		}
+		_, err := c.Exec(ctx, "SET default_transaction_read_only = "+setting)
+		return err == nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := postgres.New(pool, postgres.WithSchema(sc.schema), postgres.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, &readOnly
+}
+
+// isReadOnly reports whether err is PostgreSQL's refusal of a write in a
+// read-only transaction.
+func isReadOnly(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "25006"
+}
+
+// waitLogged waits until logs hold s.
+func waitLogged(t *testing.T, logs *logBuffer, s string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never logged %q; logs:\n%s", s, logs)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// While the database refuses writes (read-only, SQLSTATE 25006) and
+// answers reads, for less than the lease: a submission fails with the
+// database's refusal, which is not the caller's invalid data, and
+// registers nothing, and its run, retired in case the insert landed,
+// reads that it left no record and writes nothing more (it used to retry
+// its end for as long as writes were refused, logging each such
+// submission, and a Shutdown then counted it among the live records left
+// unwritten). A task running meanwhile shows RUNNING, and its outcome,
+// refused, is retried, and lands once the database takes writes again,
+// its callback run once. The lease is kept.
+func TestWritesRefusedForLessThanTheLease(t *testing.T) {
+	sc := newScratchT(t)
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	s, readOnly := readOnlyStore(t, sc, logger)
+	ctx := t.Context()
+	rt := workers.NewRuntime(s, workers.Config{Logger: logger, LeaseInterval: 50 * time.Millisecond, LeaseTTL: time.Minute})
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var calls atomic.Int32
+	running, err := rt.Submit(ctx, "running", func(context.Context, *workers.Task) (any, error) {
+		calls.Add(1)
+		<-release
+		return "done", nil
+	}, workers.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	readOnly.Store(true)
+	_, err = rt.Submit(ctx, "refused", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.System)
+	if !isReadOnly(err) || errors.Is(err, workers.ErrInvalidData) {
+		t.Fatalf("Submit to a read-only database: %v, want its refusal (25006), not ErrInvalidData", err)
+	}
+	if _, err := rt.Status(ctx, "refused", workers.System); !errors.Is(err, workers.ErrNotFound) {
+		t.Errorf("Status of the refused submission: %v, want ErrNotFound", err)
+	}
+	close(release)
+	waitLogged(t, logs, "task=running")
+	snap, err := rt.Status(ctx, running.ID, workers.System)
+	if err != nil || snap.Status != workers.StatusRunning {
+		t.Errorf("Status while its outcome is refused: %v, %v; want RUNNING, as the record says", snap.Status, err)
+	}
+	if _, err := rt.Cleanup(ctx, 0); !isReadOnly(err) {
+		t.Errorf("Cleanup of a read-only database: %v, want its refusal", err)
+	}
+	readOnly.Store(false)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	snap, err = rt.Wait(wctx, running.ID, workers.System)
+	if err != nil || snap.Status != workers.StatusCompleted || string(snap.Result) != `"done"` {
+		t.Fatalf("the running task once writes are accepted: %v %s, %v; want COMPLETED with its result", snap.Status, snap.Result, err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the callback ran %d times, want once", n)
+	}
+	if err := rt.Ready(ctx); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+	if err := rt.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if strings.Contains(logs.String(), "task=refused ") {
+		t.Errorf("the refused submission, which left no record, wrote on; logs:\n%s", logs)
+	}
+}
+
+// A Shutdown while the database refuses writes names, among the records
+// it left unwritten, the running task's, and not that of a submission
+// the database refused, which has none.
+func TestShutdownWhileWritesAreRefused(t *testing.T) {
+	sc := newScratchT(t)
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	s, readOnly := readOnlyStore(t, sc, logger)
+	ctx := t.Context()
+	rt := workers.NewRuntime(s, workers.Config{Logger: logger, LeaseTTL: time.Minute, ShutdownGrace: -1})
+	running, err := rt.Submit(ctx, "running", func(ctx context.Context, _ *workers.Task) (any, error) {
+		<-ctx.Done() // Shutdown's cancel: its outcome is refused
+		return nil, ctx.Err()
+	}, workers.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly.Store(true)
+	if _, err := rt.Submit(ctx, "refused", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.System); !isReadOnly(err) {
+		t.Fatalf("Submit to a read-only database: %v, want its refusal (25006)", err)
+	}
+	shut, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	err = rt.Shutdown(shut)
+	var se *workers.ShutdownError
+	if !errors.As(err, &se) {
+		t.Fatalf("Shutdown while writes are refused: %v, want a *ShutdownError", err)
+	}
+	if strings.Join(se.UnwrittenIDs, ",") != running.ID {
+		t.Errorf("Shutdown while writes are refused left %v unwritten, want only %q: the refused submission has no record", se.UnwrittenIDs, running.ID)
+	}
+}
