@@ -244,7 +244,8 @@ func (rt *Runtime[S]) leaseForRun(ctx context.Context) (uint64, error) {
 
 // renewWhileLost makes a renewal with renew, and makes it again, as a
 // registering write is (registerWrite), while it fails because the store
-// lost or could not open its connection (ErrUnavailable) and the lease is
+// lost or could not open its connection, or its database refused writes
+// for now (ErrUnavailable), and the lease is
 // lost, within ctx and until Shutdown begins; the caller holds the
 // lease's turn. A renewal fails that way with the lease lost only after
 // its end passed, and its failure then declared the lease lost (see

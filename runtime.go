@@ -537,7 +537,8 @@ type Submission struct {
 //
 // A registering write (the insert of a new record, or the replace of a
 // finished one) that fails because the store lost or could not open its
-// connection (ErrUnavailable) is made again, up to three times within
+// connection, or its database refused writes for now (read-only, full:
+// ErrUnavailable), is made again, up to three times within
 // ctx, and not once Shutdown has begun. Every try carries the same run
 // id, so a retry after a lost try that landed finds that record and
 // takes it for its own: the submission registers one run either way. So
@@ -952,7 +953,8 @@ const (
 // registerWrite makes write, run t's registering write (its insert, or
 // its replace of a record), and makes it again, up to registerRetries
 // times, while it fails with ErrUnavailable: the store lost or could not
-// open its connection, a blip a new connection may not see. It stops
+// open its connection, a blip a new connection may not see, or the
+// database refused writes for now (read-only, full). It stops
 // backing off once Shutdown begins, which waits for the submissions in
 // progress: the lost try's error is then returned. A lost try
 // may have landed, so a retry that the store refuses (ErrConflict, or

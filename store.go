@@ -269,7 +269,8 @@ type WatchAuthorizer func(taskID string, watchers []string, userID string) bool
 // Methods taking a context must honour its cancellation where they block;
 // errors from the backend are wrapped, and the sentinels below are
 // returned so that callers can match them with errors.Is (a store that
-// could not reach its database wraps ErrUnavailable). The package
+// could not reach its database, or whose database refuses writes for
+// now, read-only or full, wraps ErrUnavailable). The package
 // storetest checks all of this; run it against any new implementation.
 type Store interface {
 	// GetTask returns the record stored for id: a durable read, never a

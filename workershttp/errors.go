@@ -69,7 +69,8 @@ const conflictRetry = time.Second
 // error with a retry hint (one that implements RetryAfter()
 // time.Duration), 409
 // workers.ErrFinished, 503 workers.ErrConflict, workers.ErrClosed and
-// workers.ErrUnavailable (a store that could not reach its database),
+// workers.ErrUnavailable (a store that could not reach its database, or
+// whose database refuses writes for now: read-only, full),
 // 400 invalid input (workers.ErrInvalidKey, ErrInvalidOwner,
 // ErrInvalidOption, ErrInvalidCursor, and this package's ErrBadRequest),
 // except the runtime's own misconfiguration (workers.ErrInvalidConfig),

@@ -68,3 +68,28 @@ func TestReadsLeaveConnectionsToTheWrites(t *testing.T) {
 		}
 	}
 }
+
+// A write the server refuses whatever its data, read-only (25006: a
+// standby after a failover) or out of disk (53100), is unavailability,
+// which passes: neither a refusal of the data nor a lost connection,
+// which would reset the pool.
+func TestWritesRefusedForNow(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"read-only transaction", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "25006"}, true},
+		{"disk full, wrapped", fmt.Errorf("transition task: %w", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "53100"}), true},
+		{"data exception", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "22008"}, false},
+		{"backend terminated", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, false},
+		{"connection lost", errors.New("unexpected EOF"), false},
+	} {
+		if got := dialect.WritesRefused(c.err); got != c.want {
+			t.Errorf("%s: WritesRefused = %v, want %v", c.name, got, c.want)
+		}
+		if c.want && (dialect.DataError(c.err) || connLost(c.err)) {
+			t.Errorf("%s: taken for a refusal of the data, or a lost connection", c.name)
+		}
+	}
+}

@@ -179,7 +179,12 @@
 // workers.ResultAs. A write whose result is not valid JSON fails with an
 // error wrapping workers.ErrResultEncoding. A value the database refuses
 // (SQLSTATE class 22, data exception) fails with an error wrapping
-// workers.ErrInvalidData, which the runtime does not retry.
+// workers.ErrInvalidData, which the runtime does not retry. A write the
+// server refuses whatever its data, because it is read-only (SQLSTATE
+// 25006: a standby, after a failover, or default_transaction_read_only)
+// or its disk is full (53100), fails with an error wrapping
+// workers.ErrUnavailable, as one whose connection was lost does: the
+// runtime retries it, and the connection is kept.
 package postgres
 
 import (
@@ -258,6 +263,7 @@ WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
+	WritesRefused: writesRefused,
 	ConnLost:      connLost,
 	ConnectFailed: isConnectError,
 	// An ERROR (not FATAL: the session goes on) for a statement run
@@ -352,6 +358,16 @@ func connLost(err error) bool {
 	var ne *net.OpError
 	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.As(err, &ne)
+}
+
+// writesRefused reports whether err is the server refusing a write for
+// now, whatever its data: a read-only transaction, as every one is on a
+// standby (a connection that reached one after a failover) or under
+// default_transaction_read_only (SQLSTATE 25006), or a full disk
+// (53100).
+func writesRefused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "25006" || pe.Code == "53100")
 }
 
 // isConnectError reports whether err is a failure to connect, which says

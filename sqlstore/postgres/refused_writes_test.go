@@ -71,10 +71,14 @@ func readOnlyStore(t *testing.T, sc scratch, logger *slog.Logger) (*postgres.Sto
 }
 
 // isReadOnly reports whether err is PostgreSQL's refusal of a write in a
-// read-only transaction.
+// read-only transaction, as the store returns it: wrapping
+// workers.ErrUnavailable, for the runtime to retry and an HTTP handler
+// to answer 503, never workers.ErrInvalidData, which would blame the
+// caller's data.
 func isReadOnly(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "25006"
+	return errors.As(err, &pe) && pe.Code == "25006" &&
+		errors.Is(err, workers.ErrUnavailable) && !errors.Is(err, workers.ErrInvalidData)
 }
 
 // waitLogged waits until logs hold s.
@@ -91,8 +95,9 @@ func waitLogged(t *testing.T, logs *logBuffer, s string) {
 
 // While the database refuses writes (read-only, SQLSTATE 25006) and
 // answers reads, for less than the lease: a submission fails with the
-// database's refusal, which is not the caller's invalid data, and
-// registers nothing, and its run, retired in case the insert landed,
+// database's refusal, ErrUnavailable (it used to wrap no sentinel, which
+// an HTTP handler answers 500, where a failover's lost connections were
+// 503), never the caller's invalid data, and registers nothing, and its run, retired in case the insert landed,
 // reads that it left no record and writes nothing more (it used to retry
 // its end for as long as writes were refused, logging each such
 // submission, and a Shutdown then counted it among the live records left
@@ -123,7 +128,7 @@ func TestWritesRefusedForLessThanTheLease(t *testing.T) {
 	readOnly.Store(true)
 	_, err = rt.Submit(ctx, "refused", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.System)
 	if !isReadOnly(err) || errors.Is(err, workers.ErrInvalidData) {
-		t.Fatalf("Submit to a read-only database: %v, want its refusal (25006), not ErrInvalidData", err)
+		t.Fatalf("Submit to a read-only database: %v, want its refusal (25006), ErrUnavailable", err)
 	}
 	if _, err := rt.Status(ctx, "refused", workers.System); !errors.Is(err, workers.ErrNotFound) {
 		t.Errorf("Status of the refused submission: %v, want ErrNotFound", err)
@@ -133,6 +138,15 @@ func TestWritesRefusedForLessThanTheLease(t *testing.T) {
 	snap, err := rt.Status(ctx, running.ID, workers.System)
 	if err != nil || snap.Status != workers.StatusRunning {
 		t.Errorf("Status while its outcome is refused: %v, %v; want RUNNING, as the record says", snap.Status, err)
+	}
+	if list, err := rt.List(ctx, workers.System); err != nil || len(list) != 1 || list[0].Status != workers.StatusRunning {
+		t.Errorf("List while writes are refused: %d tasks, %v; want the running task alone", len(list), err)
+	}
+	for snap, err := range rt.Watch(ctx, running.ID, workers.System) {
+		if err != nil || snap.Status != workers.StatusRunning {
+			t.Errorf("Watch while its outcome is refused: %v, %v; want RUNNING first", snap.Status, err)
+		}
+		break
 	}
 	if _, err := rt.Cleanup(ctx, 0); !isReadOnly(err) {
 		t.Errorf("Cleanup of a read-only database: %v, want its refusal", err)
@@ -188,5 +202,81 @@ func TestShutdownWhileWritesAreRefused(t *testing.T) {
 	}
 	if strings.Join(se.UnwrittenIDs, ",") != running.ID {
 		t.Errorf("Shutdown while writes are refused left %v unwritten, want only %q: the refused submission has no record", se.UnwrittenIDs, running.ID)
+	}
+}
+
+// While the database refuses writes for longer than the lease, the lease
+// cannot be renewed, as when it is out of reach: Ready and Submit return
+// the renewal's error, the database's refusal, and the running task is
+// cancelled with ErrAbandoned once. Once writes are accepted again its
+// record says FAILED, abandoned, its callback run once, and the runtime
+// takes submissions again.
+func TestWritesRefusedForLongerThanTheLease(t *testing.T) {
+	sc := newScratchT(t)
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	s, readOnly := readOnlyStore(t, sc, logger)
+	ctx := t.Context()
+	rt := workers.NewRuntime(s, workers.Config{Logger: logger, LeaseInterval: 50 * time.Millisecond, LeaseTTL: 250 * time.Millisecond})
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	cause := make(chan error, 1)
+	running, err := rt.Submit(ctx, "running", func(ctx context.Context, _ *workers.Task) (any, error) {
+		calls.Add(1)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}, workers.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	readOnly.Store(true)
+	select {
+	case c := <-cause:
+		if !errors.Is(c, workers.ErrAbandoned) {
+			t.Errorf("the running task was cancelled with %v, want ErrAbandoned", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running task was not cancelled with the lease lost")
+	}
+	if err := rt.Ready(ctx); !isReadOnly(err) {
+		t.Errorf("Ready with the lease lost: %v, want the renewal's refusal (25006)", err)
+	}
+	if _, err := rt.Submit(ctx, "refused", func(context.Context, *workers.Task) (any, error) { return nil, nil }, workers.System); !isReadOnly(err) || errors.Is(err, workers.ErrInvalidData) {
+		t.Errorf("Submit with the lease lost: %v, want the renewal's refusal (25006), ErrUnavailable", err)
+	}
+
+	readOnly.Store(false)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	snap, err := rt.Wait(wctx, running.ID, workers.System)
+	if err != nil || snap.Status != workers.StatusFailed || snap.Cause != workers.CauseAbandoned {
+		t.Fatalf("the running task once writes are accepted: %v (%s), %v; want FAILED, abandoned", snap.Status, snap.Cause, err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the callback ran %d times, want once", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rt.Ready(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready once writes are accepted: %v", rt.Ready(ctx))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sub, err := rt.Submit(ctx, "after", func(context.Context, *workers.Task) (any, error) { return "ok", nil }, workers.System)
+	if err != nil {
+		t.Fatalf("Submit once writes are accepted: %v", err)
+	}
+	if snap, err := rt.Wait(wctx, sub.ID, workers.System); err != nil || snap.Status != workers.StatusCompleted {
+		t.Errorf("a task submitted once writes are accepted: %v, %v", snap.Status, err)
+	}
+	if err := rt.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if n := strings.Count(logs.String(), "instance lease lost"); n != 1 {
+		t.Errorf("the lease's loss was logged %d times, want once", n)
 	}
 }

@@ -36,7 +36,9 @@ func (l *logBuffer) String() string {
 
 // A SQLite file that refuses writes while it still answers reads (it is
 // full, or read-only) fails a submission with SQLite's own error, which
-// is not the caller's invalid data, and registers nothing: the failed
+// wraps ErrUnavailable (it used to wrap no sentinel, which an HTTP
+// handler answers 500), never the caller's invalid data, and registers
+// nothing: the failed
 // submission's run reads that it left no record and writes nothing more.
 // A task running meanwhile keeps its outcome, retried until the file
 // takes writes again, and lands it once, its callback run once. The
@@ -116,8 +118,8 @@ func TestWritesRefusedThenAcceptedAgain(t *testing.T) {
 			if refused == nil || !strings.Contains(refused.Error(), want) {
 				t.Fatalf("Submit to a %s file: %v, want SQLite's refusal", c.name, refused)
 			}
-			if errors.Is(refused, workers.ErrInvalidData) {
-				t.Errorf("Submit to a %s file: %v wraps ErrInvalidData: the data is not at fault", c.name, refused)
+			if errors.Is(refused, workers.ErrInvalidData) || !errors.Is(refused, workers.ErrUnavailable) {
+				t.Errorf("Submit to a %s file: %v; want ErrUnavailable, for the runtime to retry and an HTTP handler to answer 503, not ErrInvalidData: the data is not at fault", c.name, refused)
 			}
 			if _, err := rt.Status(ctx, key, workers.System); !errors.Is(err, workers.ErrNotFound) {
 				t.Errorf("Status of the refused submission: %v, want ErrNotFound", err)
@@ -136,8 +138,8 @@ func TestWritesRefusedThenAcceptedAgain(t *testing.T) {
 				if err != nil || snap.Status != workers.StatusRunning {
 					t.Errorf("Status while its outcome is refused: %v, %v; want RUNNING, as the record says", snap.Status, err)
 				}
-				if _, err := rt.Cleanup(ctx, 0); err == nil || errors.Is(err, workers.ErrInvalidData) {
-					t.Errorf("Cleanup of a read-only file: %v, want its refusal", err)
+				if _, err := rt.Cleanup(ctx, 0); !errors.Is(err, workers.ErrUnavailable) || errors.Is(err, workers.ErrInvalidData) {
+					t.Errorf("Cleanup of a read-only file: %v, want its refusal, ErrUnavailable", err)
 				}
 			}
 

@@ -79,7 +79,10 @@
 //
 // Results are stored as JSON, as the runtime encodes them; decode one with
 // workers.ResultAs. A write whose result is not valid JSON fails with an
-// error wrapping workers.ErrResultEncoding.
+// error wrapping workers.ErrResultEncoding. A write SQLite refuses
+// whatever its data, because the file or its disk is full (SQLITE_FULL)
+// or it cannot be written (SQLITE_READONLY), fails with an error
+// wrapping workers.ErrUnavailable, which the runtime retries.
 package sqlite
 
 import (
@@ -129,7 +132,8 @@ var dialect = &sqlcore.Dialect{
 	Probes: []string{`SELECT seq, task_id, run_id, status FROM "{prefix}changes" WHERE 1 = 0`},
 	// No MigrationLock: the write handle begins every transaction
 	// IMMEDIATE, which is the lock.
-	DataError: dataError,
+	DataError:     dataError,
+	WritesRefused: writesRefused,
 	// A batch deletes the rows it picked by their rowid. Without
 	// statistics (nothing runs ANALYZE on the file), SQLite plans the
 	// shared statement's DELETE through the status index, testing every
@@ -158,6 +162,22 @@ func dataError(err error) bool {
 	}
 	switch se.Code() & 0xff { // the primary code of an extended one
 	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
+		return true
+	}
+	return false
+}
+
+// writesRefused reports whether err is SQLite refusing a write for now,
+// whatever its data: the file, or its disk, is full (SQLITE_FULL), or
+// it cannot be written (SQLITE_READONLY: its file, directory or mount
+// went read-only).
+func writesRefused(err error) bool {
+	se, ok := errors.AsType[*driver.Error](err)
+	if !ok {
+		return false
+	}
+	switch se.Code() & 0xff { // the primary code of an extended one
+	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY:
 		return true
 	}
 	return false

@@ -173,6 +173,14 @@ type Dialect struct {
 	// failure of the connection or the server, which may pass.
 	DataError func(err error) bool
 
+	// WritesRefused, if set, reports whether err is the database
+	// refusing writes for now, whatever their data, while it may still
+	// answer reads: it is read-only (a standby, after a failover) or its
+	// storage is full. The same write may succeed once that passes, so
+	// the store's error wraps workers.ErrUnavailable; the connection is
+	// sound, and is kept.
+	WritesRefused func(err error) bool
+
 	// DeleteFinished, if set, replaces the shared statement of one batch
 	// of DeleteFinished (sqlDeleteFinished), with the same parameters,
 	// where the database plans the shared one badly.

@@ -901,13 +901,14 @@ func (s *Store) bound(t time.Time) any {
 // wrap names the store and op in err. An error the dialect says the
 // database raised for the data itself also wraps workers.ErrInvalidData,
 // which the runtime takes as permanent; every other error is transient.
-// One that says the connection was refused, lost or cut also wraps
+// One that says the connection was refused, lost or cut, or that the
+// database refuses writes for now (Dialect.WritesRefused), also wraps
 // workers.ErrUnavailable.
 func (s *Store) wrap(op string, err error) error {
 	switch {
 	case s.d.DataError != nil && s.d.DataError(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
-	case s.lost(err):
+	case s.d.WritesRefused != nil && s.d.WritesRefused(err), s.lost(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
