@@ -172,9 +172,9 @@ func TestWritesRefusedForLessThanTheLease(t *testing.T) {
 	}
 }
 
-// A Shutdown while the database refuses writes names, among the records
-// it left unwritten, the running task's, and not that of a submission
-// the database refused, which has none.
+// A Shutdown while the database refuses writes returns by its deadline,
+// and names, among the records it left unwritten, the running task's,
+// and not that of a submission the database refused, which has none.
 func TestShutdownWhileWritesAreRefused(t *testing.T) {
 	sc := newScratchT(t)
 	logs := &logBuffer{}
@@ -195,7 +195,11 @@ func TestShutdownWhileWritesAreRefused(t *testing.T) {
 	}
 	shut, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
+	begin := time.Now()
 	err = rt.Shutdown(shut)
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("Shutdown with a 500 ms deadline took %v", took)
+	}
 	var se *workers.ShutdownError
 	if !errors.As(err, &se) {
 		t.Fatalf("Shutdown while writes are refused: %v, want a *ShutdownError", err)
