@@ -284,3 +284,56 @@ func TestWritesRefusedForLongerThanTheLease(t *testing.T) {
 		t.Errorf("the lease's loss was logged %d times, want once", n)
 	}
 }
+
+// A Cancel while the database refuses writes returns the refusal,
+// ErrUnavailable, and cancels nothing, as its doc says of a cancel whose
+// write did not land: the callback goes on, and the record says
+// RUNNING. Once writes are accepted, a Cancel lands, and the task ends
+// CANCELLED, its callback run once.
+func TestCancelWhileWritesAreRefused(t *testing.T) {
+	sc := newScratchT(t)
+	logger := slog.New(slog.NewTextHandler(&logBuffer{}, nil))
+	s, readOnly := readOnlyStore(t, sc, logger)
+	ctx := t.Context()
+	rt := workers.NewRuntime(s, workers.Config{Logger: logger, LeaseTTL: time.Minute})
+	defer func() {
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}()
+	var calls atomic.Int32
+	started := make(chan context.Context, 1)
+	running, err := rt.Submit(ctx, "running", func(ctx context.Context, _ *workers.Task) (any, error) {
+		calls.Add(1)
+		started <- ctx
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}, workers.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callback := <-started
+	readOnly.Store(true)
+	if err := rt.Cancel(ctx, running.ID, workers.System); !isReadOnly(err) {
+		t.Fatalf("Cancel while writes are refused: %v, want the refusal (25006), ErrUnavailable", err)
+	}
+	if err := callback.Err(); err != nil {
+		t.Errorf("the refused Cancel cancelled the callback: %v", err)
+	}
+	if snap, err := rt.Status(ctx, running.ID, workers.System); err != nil || snap.Status != workers.StatusRunning {
+		t.Errorf("Status after the refused Cancel: %v, %v; want RUNNING", snap.Status, err)
+	}
+	readOnly.Store(false)
+	if err := rt.Cancel(ctx, running.ID, workers.System); err != nil {
+		t.Fatalf("Cancel once writes are accepted: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	snap, err := rt.Wait(wctx, running.ID, workers.System)
+	if err != nil || snap.Status != workers.StatusCancelled {
+		t.Fatalf("the task once cancelled: %v, %v; want CANCELLED", snap.Status, err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the callback ran %d times, want once", n)
+	}
+}
