@@ -587,7 +587,10 @@ func liveInstances(ctx context.Context, l Leaser) (map[string]struct{}, error) {
 // alive while it holds its handle, unless it was abandoned with a lost
 // lease: its callback may ignore its context for ever, and once the
 // lease is back no other instance would end its record, which its own
-// late write, fenced out then, would have ended the same way. A run of
+// late write, fenced out then, would have ended the same way. One whose
+// callback has returned is left to its own write of its end (see
+// runFinishing), which retries until it lands: that end may be the
+// callback's outcome, decided before the lease was lost. A run of
 // another instance is alive while that instance's lease is live, over a
 // Leaser store. Over a store without
 // leases, manual recovery takes every other runtime's run for dead, and
@@ -677,8 +680,8 @@ func (rt *Runtime[S]) recoverRuns(ctx context.Context, manual, ownOnly bool) (in
 				}
 				defer h.unlock()
 				t := rt.handle(rec.ID, rec.RunID)
-				if t != nil && !errors.Is(t.cause(), ErrAbandoned) {
-					return nil
+				if t != nil && (!errors.Is(t.cause(), ErrAbandoned) || t.has(runFinishing)) {
+					return nil // alive, or writing its own end
 				}
 				if t != nil {
 					// A Watch that finds the record moved on (a re-run

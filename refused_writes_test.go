@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -45,5 +46,46 @@ func TestASubmissionARefusingStoreDidNotRegisterLeavesNothingToWrite(t *testing.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		require.NoError(t, rt.Shutdown(ctx), "Shutdown counted the record of a submission that wrote none")
+	})
+}
+
+// A run whose callback returned while the store refused its outcome, and
+// which then lost its instance's lease (renewals refused alike), keeps
+// that outcome: once writes are accepted again, its own write lands it.
+// The runtime's own recovery, which ends the records of its runs
+// abandoned with the lease whose callbacks may never return, leaves it
+// to that write; it used to race it, and mostly win, recording a task
+// that had completed, result in hand, FAILED as abandoned.
+func TestAnOutcomeRefusedUntilTheLeaseWasLostLandsOnceWritesAreAccepted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{LeaseInterval: 100 * time.Millisecond, LeaseTTL: 500 * time.Millisecond})
+		require.NoError(t, rt.Start(context.Background()))
+		release := make(chan struct{})
+		var calls atomic.Int32
+		sub, err := rt.Submit(context.Background(), "k", func(context.Context, *workers.Task) (any, error) {
+			calls.Add(1)
+			<-release
+			return "done", nil
+		}, owner)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		refuseWrites := f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.FailBefore, Err: errReadOnly})
+		refuseRenewals := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: storetest.FailBefore, Err: errReadOnly})
+		close(release)
+		time.Sleep(10 * time.Second) // fake time: the lease is lost, the outcome still refused
+		synctest.Wait()
+		require.ErrorIs(t, rt.Ready(context.Background()), errReadOnly, "the lease is lost")
+		refuseWrites()
+		refuseRenewals()
+		time.Sleep(5 * time.Second) // the outcome's retries, the lease's renewal, recovery's passes
+		synctest.Wait()
+
+		rec, err := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusCompleted, rec.Status, "cause %q: %s", rec.Cause, rec.Error)
+		assert.JSONEq(t, `"done"`, string(rec.Result))
+		assert.Equal(t, int32(1), calls.Load())
+		require.NoError(t, rt.Shutdown(context.Background()))
 	})
 }
