@@ -337,3 +337,41 @@ func TestCancelWhileWritesAreRefused(t *testing.T) {
 		t.Errorf("the callback ran %d times, want once", n)
 	}
 }
+
+// A task whose callback returned while the database refused writes, and
+// refused them past the lease, keeps its outcome: once writes are
+// accepted again its record says COMPLETED, with its result, not FAILED
+// as abandoned by the runtime's own recovery.
+func TestAnOutcomeRefusedPastTheLeaseLandsOnceWritesAreAccepted(t *testing.T) {
+	sc := newScratchT(t)
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	s, readOnly := readOnlyStore(t, sc, logger)
+	ctx := t.Context()
+	rt := workers.NewRuntime(s, workers.Config{Logger: logger, LeaseInterval: 50 * time.Millisecond, LeaseTTL: 250 * time.Millisecond})
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	running, err := rt.Submit(ctx, "running", func(context.Context, *workers.Task) (any, error) {
+		<-release
+		return "done", nil
+	}, workers.System)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly.Store(true)
+	close(release)
+	waitLogged(t, logs, "task=running")
+	waitLogged(t, logs, "instance lease lost")
+	readOnly.Store(false)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	snap, err := rt.Wait(wctx, running.ID, workers.System)
+	if err != nil || snap.Status != workers.StatusCompleted || string(snap.Result) != `"done"` {
+		t.Errorf("the task once writes are accepted: %v (%s) %s, %v; want COMPLETED with its result", snap.Status, snap.Cause, snap.Result, err)
+	}
+	if err := rt.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
