@@ -342,12 +342,15 @@ ON CONFLICT DO NOTHING`,
 // as idle_session_timeout's 57P05), a connection exception (class 08),
 // or a connection the driver found closed or cut. A FATAL error in
 // connecting (a password refused, a database that does not exist) is
-// not one: only the server's own unavailability codes count there.
+// not one: only the server's own unavailability codes count there, and
+// its refusal of one connection too many (53300: max_connections, or a
+// role's or a database's limit, reached in a storm of connections).
 func connLost(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03":
+		case strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" ||
+			pe.Code == "53300":
 			return true
 		case isConnectError(err):
 			return false
