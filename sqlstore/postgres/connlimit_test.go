@@ -1,8 +1,6 @@
 package postgres_test
 
 import (
-	"context"
-	"crypto/rand"
 	"errors"
 	"strings"
 	"testing"
@@ -24,27 +22,11 @@ func TestTooManyConnectionsIsUnavailable(t *testing.T) {
 	sc := newScratchT(t)
 	sc.store(t) // migrates
 	ctx := t.Context()
-	role := "workers_limited_" + strings.ToLower(rand.Text())
-	q := `"` + sc.schema + `"`
-	for _, stmt := range []string{
-		`CREATE ROLE ` + role + ` LOGIN CONNECTION LIMIT 0`,
-		`GRANT USAGE ON SCHEMA ` + q + ` TO ` + role,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + q + ` TO ` + role,
-	} {
-		if _, err := sc.pool.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_, _ = sc.pool.Exec(ctx, `DROP OWNED BY `+role)
-		_, _ = sc.pool.Exec(ctx, `DROP ROLE `+role)
-	})
 	cfg, err := pgxpool.ParseConfig(testDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.User = role
+	cfg.ConnConfig.User = appRole(t, sc, "LOGIN CONNECTION LIMIT 0")
 	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
 
 	if _, err := s.GetTask(ctx, "u::a"); !errors.Is(err, workers.ErrUnavailable) || !strings.Contains(err.Error(), "53300") {

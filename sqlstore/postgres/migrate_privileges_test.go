@@ -54,16 +54,34 @@ func TestMigrateWithoutTheRightToCreateSaysWhatFailed(t *testing.T) {
 // create none.
 func appRolePool(t *testing.T, sc scratch) *pgxpool.Pool {
 	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = appRole(t, sc, "LOGIN")
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// appRole creates a role of its own with the options given to CREATE
+// ROLE, which may read and write the tables of sc's schema (those there
+// now) but create none, and returns its name; it is dropped in t's
+// cleanup.
+func appRole(t *testing.T, sc scratch, options string) string {
+	t.Helper()
 	role := "workers_app_" + strings.ToLower(rand.Text())
-	ctx := t.Context()
 	q := `"` + sc.schema + `"`
 	for _, stmt := range []string{
-		`CREATE ROLE ` + role + ` LOGIN`,
+		`CREATE ROLE ` + role + ` ` + options,
 		`GRANT USAGE ON SCHEMA ` + q + ` TO ` + role,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + q + ` TO ` + role,
 		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA ` + q + ` TO ` + role,
 	} {
-		if _, err := sc.pool.Exec(ctx, stmt); err != nil {
+		if _, err := sc.pool.Exec(t.Context(), stmt); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,15 +90,5 @@ func appRolePool(t *testing.T, sc scratch) *pgxpool.Pool {
 		_, _ = sc.pool.Exec(ctx, `DROP OWNED BY `+role)
 		_, _ = sc.pool.Exec(ctx, `DROP ROLE `+role)
 	})
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return role
 }
