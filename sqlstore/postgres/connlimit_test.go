@@ -26,7 +26,7 @@ func TestTooManyConnectionsIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.User = appRole(t, sc, "LOGIN CONNECTION LIMIT 0")
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = appRole(t, sc, "LOGIN CONNECTION LIMIT 0"), appRolePassword
 	s := storeOver(t, cfg, postgres.WithSchema(sc.schema))
 
 	if _, err := s.GetTask(ctx, "u::a"); !errors.Is(err, workers.ErrUnavailable) || !strings.Contains(err.Error(), "53300") {

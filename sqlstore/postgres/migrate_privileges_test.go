@@ -58,7 +58,7 @@ func appRolePool(t *testing.T, sc scratch) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.User = appRole(t, sc, "LOGIN")
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = appRole(t, sc, "LOGIN"), appRolePassword
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -67,16 +67,20 @@ func appRolePool(t *testing.T, sc scratch) *pgxpool.Pool {
 	return pool
 }
 
+// appRolePassword is the password of the roles appRole creates, for a
+// server that does not trust local connections.
+const appRolePassword = "workers-test"
+
 // appRole creates a role of its own with the options given to CREATE
-// ROLE, which may read and write the tables of sc's schema (those there
-// now) but create none, and returns its name; it is dropped in t's
-// cleanup.
+// ROLE and the password appRolePassword, which may read and write the
+// tables of sc's schema (those there now) but create none, and returns
+// its name; it is dropped in t's cleanup.
 func appRole(t *testing.T, sc scratch, options string) string {
 	t.Helper()
 	role := "workers_app_" + strings.ToLower(rand.Text())
 	q := `"` + sc.schema + `"`
 	for _, stmt := range []string{
-		`CREATE ROLE ` + role + ` ` + options,
+		`CREATE ROLE ` + role + ` ` + options + ` PASSWORD '` + appRolePassword + `'`,
 		`GRANT USAGE ON SCHEMA ` + q + ` TO ` + role,
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + q + ` TO ` + role,
 		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA ` + q + ` TO ` + role,
