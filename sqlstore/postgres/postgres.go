@@ -98,6 +98,31 @@
 // seven: a service that reads much wants a larger pool than pgxpool's
 // default.
 //
+// These shares are counted on the pool's MaxConns, as if every
+// connection were the store's. A pool that New shares with the
+// application's own statements is no different to pgxpool: each
+// statement of the store, a lease renewal included, waits its turn for
+// a connection, behind the application's, within its own context (the
+// runtime's own, within its Config.StoreTimeout). The application's
+// handlers that hold connections (long transactions, slow queries, a
+// burst of requests) leave the store only the rest: while they hold
+// every connection, the store's calls fail with their callers' context
+// errors, and the runtime's with its StoreTimeout's, and if that lasts
+// LeaseTTL the replica loses its lease and abandons its runs, as when
+// the database is out of reach. A transaction of the application's that
+// holds a task row locked holds one of those connections too, and the
+// store's write of that row holds another while it waits for the lock.
+// The shares above are kept only in a pool of the store's own (Open, or
+// New over a pool the application does not use): prefer one. A shared
+// pool wants at least the application's connections at its peak, its
+// transactions that may hold the tables' rows counted twice, and three
+// more for the store; even then, rows held elsewhere may have the
+// store's writes waiting on them take every connection the application
+// leaves. A pool the
+// application closes fails every statement of the store at once, with
+// pgxpool's "closed pool" error: close it after the runtime's Shutdown
+// and the store's Close.
+//
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
 // clocks disagree still agree on who is alive. A record whose run belongs
@@ -488,7 +513,9 @@ func WithTablePrefix(prefix string) Option {
 
 // New returns a Store over pool. The caller keeps ownership of pool:
 // Close does not close it, though a statement of the store that finds its
-// connection ended by the server resets it (see the package doc). New
+// connection ended by the server resets it (see the package doc). The
+// application may use pool too, but the connections it holds are not the
+// store's: see the package doc for how to size a shared pool. New
 // does not touch the database; call Migrate.
 // An invalid schema name or table prefix is an error wrapping
 // workers.ErrInvalidOption.
