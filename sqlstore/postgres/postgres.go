@@ -118,10 +118,9 @@
 // transactions that may hold the tables' rows counted twice, and three
 // more for the store; even then, rows held elsewhere may have the
 // store's writes waiting on them take every connection the application
-// leaves. A pool the
-// application closes fails every statement of the store at once, with
-// pgxpool's "closed pool" error: close it after the runtime's Shutdown
-// and the store's Close.
+// leaves. A pool the application closes fails every statement of the
+// store at once, with pgxpool's "closed pool" error: close it after the
+// runtime's Shutdown and the store's Close.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry the database computes from its own clock, so replicas whose
