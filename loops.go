@@ -1055,8 +1055,12 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 // end, once: CANCELLED as superseded, the record having moved on to
 // another run, unless an earlier pass kept an end of the run's that its
 // write or settle reports (see leaveEndToWriter). started is when the
-// run started, or zero if it did not.
+// run started, or zero if it did not. The Waits on t's id read the
+// record again too: one that read t's record waits for no event of t's
+// (see fallbackPoll), and ends now on a record deleted, rather than when
+// the run's callback returns.
 func (rt *Runtime[S]) reportMoved(t *Task, started time.Time) {
+	rt.bells.ring(t.ID())
 	if rt.hub.n.Load() > 0 {
 		rt.hub.reread(t.ID(), t.watcherList())
 	}
