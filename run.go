@@ -577,10 +577,17 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 	backoff := writeBackoffMin
 	for try := 1; ; try++ {
 		fence := statusSet(from)
-		if op == opStart && st.Status.Terminal() {
+		switch {
+		case op == opStart && st.Status.Terminal():
 			// The start became the run's end, refused or cancelled after
 			// a failed try, which may have landed: the end is written
 			// over the RUNNING record that try would have left, too.
+			fence = fromStarting
+		case from == StatusRunning && (op == opFinish || op == opRetry):
+			// A record of the run's own that says PENDING lost the
+			// run's start (a failover to a replica that lacked it):
+			// the record is still the run's, and its outcome, or a
+			// retry, is written over it too.
 			fence = fromStarting
 		}
 		ok, err := rt.transition(life, t, fence, st, late)
@@ -836,7 +843,9 @@ var (
 	// fromStarting is the from list of a start that became its run's
 	// end after a try that may have landed (see writeLocked): only a
 	// run's first start is written from PENDING, so a RUNNING record
-	// under its run id is that try's.
+	// under its run id is that try's. It is also that of a started
+	// run's outcome and retries: a PENDING record under its run id is
+	// its own, whose start was lost.
 	fromStarting = []Status{StatusPending, StatusRunning}
 )
 
