@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/storetest"
 )
@@ -97,7 +99,14 @@ func shutdownAtCleanup[S workers.Store](t *testing.T, rt *workers.Runtime[S]) {
 // exec runs a statement in sc's schema, as an operator or a failover would.
 func (sc scratch) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
-	if _, err := sc.pool.Exec(t.Context(), `SET search_path TO "`+sc.schema+`"; `+sql, args...); err != nil {
+	err := pgx.BeginFunc(t.Context(), sc.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), `SET LOCAL search_path TO "`+sc.schema+`"`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), sql, args...)
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
