@@ -1,0 +1,58 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/taskgate/workers"
+)
+
+// A submission of a key whose record was deleted while its run executes
+// here (no notice announces the delete, and the sync loop has not read
+// it yet) registers a new run, never joining the old one, and cancels
+// the old run at once with ErrSuperseded: the two callbacks do not run
+// on side by side until the next sync.
+func TestASubmissionAfterADeleteSupersedesTheRunStillExecuting(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sc := newScratchT(t)
+	rt := workers.NewRuntime(sc.store(t), workers.Config{SyncInterval: time.Hour})
+	shutdownAtCleanup(t, rt)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	alice := workers.MustOwner("alice")
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	old, err := rt.Submit(ctx, "report", func(ctx context.Context, _ *workers.Task) (any, error) {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	sc.exec(t, `DELETE FROM workers_tasks`)
+	sub, err := rt.Submit(ctx, "report", func(context.Context, *workers.Task) (any, error) { return "new", nil }, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Joined || sub.RunID == old.RunID {
+		t.Fatalf("the submission %+v joined the run %s whose record was deleted", sub, old.RunID)
+	}
+	select {
+	case c := <-cause:
+		if !errors.Is(c, workers.ErrSuperseded) {
+			t.Errorf("the old run was cancelled with %v, want ErrSuperseded", c)
+		}
+	case <-ctx.Done():
+		t.Fatal("the old run was never cancelled")
+	}
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	if err != nil || snap.RunID != sub.RunID || snap.Status != workers.StatusCompleted || string(snap.Result) != `"new"` {
+		t.Fatalf("the new run: %+v, %v", snap, err)
+	}
+}
