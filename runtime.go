@@ -104,7 +104,8 @@ type Config struct {
 	//
 	// Over a store that implements Notifier, a change written elsewhere
 	// reaches the run at once, and this loop is only the fallback for a
-	// lost notice. Defaults to 10 seconds over a Notifier, 2 seconds over
+	// lost notice, and what finds a record deleted, which no notice
+	// announces. Defaults to 10 seconds over a Notifier, 2 seconds over
 	// a Leaser that is not one (a store shared by processes that polls),
 	// and to no loop over other stores (progress is then stored with a
 	// run's transitions only, and a cancel from another process reaches
