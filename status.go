@@ -44,8 +44,9 @@ func (rt *Runtime[S]) fallbackPoll(own, notices bool) <-chan time.Time {
 // a run of this runtime (by an operator, or lost in a failover) ends
 // Wait with ErrNotFound once the runtime finds it gone (see
 // Config.SyncInterval) and cancels the run, whether or not its callback
-// has returned. A change made by this runtime, or announced by a Notifier store, wakes Wait at once; a task
-// another runtime runs over a store without notices is read every 50ms.
+// has returned. A change made by this runtime, or announced by a
+// Notifier store, wakes Wait at once; a task another runtime runs over a
+// store without notices is read every 50ms.
 // Wait works after Shutdown too, reading the store as Status does.
 // How the task ended is in the snapshot, not in Wait's error: for a task
 // that FAILED or was CANCELLED Wait returns a nil error, and the
