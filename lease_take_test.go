@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,4 +44,33 @@ func TestALostLeaseTakeIsMadeAgain(t *testing.T) {
 			assert.Equal(t, tc.tries, tries.Load(), "takes made")
 		})
 	}
+}
+
+// A first submission whose take of the instance lease lost its
+// connection, and which Shutdown's start stops from making the take
+// again, fails with ErrClosed, as a submission does whose own renewal
+// Shutdown cut off: Shutdown began, which is why nothing was registered.
+func TestALostLeaseTakeThatShutdownStopsFailsClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tries atomic.Int32
+		s := &renewing{MemStore: NewMemStore()}
+		s.renew = func(ctx context.Context) (bool, error) {
+			tries.Add(1)
+			return false, fmt.Errorf("%w: connection reset", ErrUnavailable)
+		}
+		rt := NewRuntime(s, Config{})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := rt.Submit(context.Background(), "k", noop, alice)
+			errc <- err
+		}()
+		synctest.Wait() // the take failed; the submission backs off before the next
+		require.Equal(t, int32(1), tries.Load())
+		done := make(chan error, 1)
+		go func() { done <- rt.Shutdown(context.Background()) }()
+		err := <-errc
+		require.ErrorIs(t, err, ErrClosed)
+		require.NoError(t, <-done)
+		assert.Equal(t, int32(1), tries.Load(), "takes made")
+	})
 }

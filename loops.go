@@ -173,8 +173,11 @@ func (rt *Runtime[S]) ensureLease(ctx context.Context) error {
 		// A take that lost its connection is made again, as a
 		// submission's renewal is: no lease is held yet.
 		if err := rt.renewWhileLost(ctx, func(until time.Time) error { return rt.renewUnlessShut(ctx, l, until) }); err != nil {
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return ctx.Err() // the caller's: the lease was never in question
+			case rt.gate.isClosed():
+				return ErrClosed // Shutdown began, and stopped the take's retries
 			}
 			return leaseError("taking", err)
 		}
