@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,29 +30,32 @@ const noticePage = 256
 // It calls changed with a Resync as soon as it has read where the
 // changes end, and again when it finds that more changes than the table
 // keeps (at least the last 4,096) were made since its last read, some of
-// which it can no longer read, or that the numbering went back (the
-// table emptied by hand). A read that fails is tried again at the next
-// interval, the changes waiting in the table; when reads have failed for
-// a second, Listen returns the last one's error: a runtime logs it, and
-// calls Listen again after its Config.LeaseInterval. Listen returns
-// ctx's error when ctx ends.
+// which it can no longer read, or that the numbering went back: the
+// table emptied by hand, or the file restored from an earlier copy,
+// which numbers its next changes from where the copy ended. Each read
+// reads again the last change it read, and a change no longer there, or
+// another one (of another task, run or status) numbered as it, says the
+// numbering went back, however many changes were made since. A read
+// that fails is tried again at the next interval, the changes waiting in
+// the table; when reads have failed for a second, Listen returns the
+// last one's error: a runtime logs it, and calls Listen again after its
+// Config.LeaseInterval. Listen returns ctx's error when ctx ends.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
-	var last int64
-	if err := s.read.QueryRowContext(ctx, s.lastChange).Scan(&last); err != nil {
+	var last mark
+	if err := s.readEnd(ctx, &last); err != nil {
 		return listenError(ctx, err)
 	}
 	changed(workers.Change{Resync: true})
 	tick := time.NewTicker(s.notices)
 	defer tick.Stop()
 	var failing time.Time // when reads began to fail; zero while they do not
-	checked := time.Now() // when the numbering was last checked
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
-		err := s.readAll(ctx, &last, &checked, changed)
+		err := s.readAll(ctx, &last, changed)
 		switch {
 		case err == nil:
 			failing = time.Time{}
@@ -76,56 +81,76 @@ func listenError(ctx context.Context, err error) error {
 	return fmt.Errorf("sqlstore/sqlite: listen: %w", err)
 }
 
+// mark is the last change a listener read: its number, and the change,
+// by which a read tells that the row numbered so is still that one.
+// seq 0 is before every change.
+type mark struct {
+	seq    int64
+	change workers.Change
+}
+
+// readEnd sets *last to the last change in the table.
+func (s *Store) readEnd(ctx context.Context, last *mark) error {
+	var m mark
+	err := s.read.QueryRowContext(ctx, s.lastChange).Scan(&m.seq, &m.change.ID, &m.change.RunID, &m.change.Status)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	*last = m
+	return nil
+}
+
 // readAll calls changed for every change after *last, a page at a time.
-// At most once a second, after a read that found none, it checks that
-// the numbering did not go back below *last, and says Resync if it did.
-func (s *Store) readAll(ctx context.Context, last *int64, checked *time.Time, changed func(workers.Change)) error {
+func (s *Store) readAll(ctx context.Context, last *mark, changed func(workers.Change)) error {
 	for {
 		n, err := s.readChanges(ctx, last, changed)
-		if err != nil {
+		if err != nil || n < noticePage {
 			return err
 		}
-		if n == noticePage {
-			continue
-		}
-		if n > 0 || time.Since(*checked) < time.Second {
-			return nil
-		}
-		*checked = time.Now()
-		var end int64
-		if err := s.read.QueryRowContext(ctx, s.lastChange).Scan(&end); err != nil {
-			return err
-		}
-		if end < *last {
-			*last = end
-			changed(workers.Change{Resync: true})
-		}
-		return nil
 	}
 }
 
 // readChanges calls changed for the changes after *last, at most a page
-// of them, moves *last past them, and returns how many it read. A gap
-// before the first is changes deleted unread: a Resync comes first.
-func (s *Store) readChanges(ctx context.Context, last *int64, changed func(workers.Change)) (int, error) {
-	rows, err := s.read.QueryContext(ctx, s.changesAfter, *last, noticePage)
+// of them, moves *last past them, and returns how many it read. It reads
+// the change *last names too: when that is gone, or another change holds
+// its number, the numbering went back or changes were deleted unread,
+// and a Resync comes first. When no change at all is numbered from
+// *last on, the numbering went back below it: *last moves to the end.
+func (s *Store) readChanges(ctx context.Context, last *mark, changed func(workers.Change)) (int, error) {
+	rows, err := s.read.QueryContext(ctx, s.changesFrom, last.seq, noticePage+1)
 	if err != nil {
 		return 0, err
 	}
 	defer rows.Close()
 	n := 0
+	first := true
 	for rows.Next() {
-		var seq int64
-		var c workers.Change
-		if err := rows.Scan(&seq, &c.ID, &c.RunID, &c.Status); err != nil {
+		var m mark
+		if err := rows.Scan(&m.seq, &m.change.ID, &m.change.RunID, &m.change.Status); err != nil {
 			return n, err
 		}
-		if n == 0 && seq > *last+1 {
-			changed(workers.Change{Resync: true})
+		if first {
+			first = false
+			if m == *last {
+				continue
+			}
+			if last.seq > 0 || m.seq > 1 {
+				changed(workers.Change{Resync: true})
+			}
 		}
-		changed(c)
-		*last = seq
+		changed(m.change)
+		*last = m
 		n++
 	}
-	return n, rows.Err()
+	if err := rows.Err(); err != nil {
+		return n, err
+	}
+	if first && last.seq > 0 {
+		// Nothing numbered from *last on: the numbering went back.
+		if err := s.readEnd(ctx, last); err != nil {
+			return 0, err
+		}
+		changed(workers.Change{Resync: true})
+	}
+	return n, nil
 }

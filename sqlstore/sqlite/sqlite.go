@@ -193,9 +193,9 @@ type Store struct {
 	read  *sql.DB // query-only connections, one per core or more
 	write *sql.DB // exactly one connection
 
-	notices      time.Duration // how often Listen reads the changes table
-	lastChange   string        // Listen's query of the last change's seq
-	changesAfter string        // Listen's query of the changes after a seq
+	notices     time.Duration // how often Listen reads the changes table
+	lastChange  string        // Listen's query of the last change
+	changesFrom string        // Listen's query of the changes from a seq on
 }
 
 var (
@@ -337,9 +337,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	changes := `"` + o.Prefix + `changes"`
 	return &Store{
 		Store: core, read: read, write: write,
-		notices:      o.notices,
-		lastChange:   `SELECT COALESCE(MAX(seq), 0) FROM ` + changes,
-		changesAfter: `SELECT seq, task_id, run_id, status FROM ` + changes + ` WHERE seq > $1 ORDER BY seq LIMIT $2`,
+		notices:     o.notices,
+		lastChange:  `SELECT seq, task_id, run_id, status FROM ` + changes + ` ORDER BY seq DESC LIMIT 1`,
+		changesFrom: `SELECT seq, task_id, run_id, status FROM ` + changes + ` WHERE seq >= $1 ORDER BY seq LIMIT $2`,
 	}, nil
 }
 
