@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/sqlite"
 )
 
@@ -67,5 +68,116 @@ func TestListenResyncsAfterARestoreOvertakenByNewChanges(t *testing.T) {
 	}
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Listen returned %v, want context.Canceled", err)
+	}
+}
+
+// heardStore is a store whose listener reports each notice it passes on.
+type heardStore struct {
+	*sqlite.Store
+	heard chan workers.Change
+}
+
+func (s heardStore) Listen(ctx context.Context, changed func(workers.Change)) error {
+	return s.Store.Listen(ctx, func(c workers.Change) {
+		changed(c)
+		select {
+		case s.heard <- c:
+		default: // nobody reads any more
+		}
+	})
+}
+
+// A cancel made in another process right after the changes table went
+// back (a restore) takes the number of a change the listener of the
+// process running the task has read: the run is cancelled all the
+// same, at once, not at the next pass of the sync loop.
+func TestCancelAfterARestoreReachesTheRun(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tasks.db")
+	a := heardStore{openAt(t, path, sqlite.WithNoticeInterval(20*time.Millisecond)), make(chan workers.Change, 1024)}
+	b := openAt(t, path)
+	raw := openRaw(t, path)
+	cfg := workers.Config{SyncInterval: time.Hour} // only a notice can bring the cancel in time
+	rtA, rtB := workers.NewRuntime(a, cfg), workers.NewRuntime(b, cfg)
+	shutdown := func(rt interface{ Shutdown(context.Context) error }) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	defer shutdown(rtA)
+	defer shutdown(rtB)
+	if err := rtA.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rtB.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	alice := workers.MustOwner("alice")
+	ended := make(chan error, 1)
+	sub, err := rtA.Submit(t.Context(), "report", func(ctx context.Context, _ *workers.Task) (any, error) {
+		<-ctx.Done()
+		ended <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A's listener reads the run's start, and every change after it.
+	hear := func(want func(workers.Change) bool, what string) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case c := <-a.heard:
+				if want(c) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("A's listener did not hear %s within 10 s", what)
+			}
+		}
+	}
+	hear(func(c workers.Change) bool { return c.ID == sub.ID && c.Status == workers.StatusRunning }, "the run start")
+	var end workers.Change
+	var last int64
+	if err := raw.QueryRow(`SELECT seq, task_id, run_id, status FROM workers_changes ORDER BY seq DESC LIMIT 1`).Scan(&last, &end.ID, &end.RunID, &end.Status); err != nil {
+		t.Fatal(err)
+	}
+	hear(func(c workers.Change) bool { return c == end }, "the last change")
+
+	// The restore: the changes from the start on are gone, and other
+	// changes are made after it, up to the one before the listener's
+	// last: the cancel takes that one's number.
+	tx, err := raw.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from int64
+	if err := tx.QueryRow(`SELECT MIN(seq) FROM workers_changes WHERE task_id = ? AND status = 'running'`, sub.ID).Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`DELETE FROM workers_changes WHERE seq >= ?`, from); err != nil {
+		t.Fatal(err)
+	}
+	for i := from; i < last; i++ {
+		if _, err := tx.Exec(`INSERT INTO workers_tasks (id, run_id, status) VALUES (?, 'run-1', 'completed')`, "bob::other"+strconv.FormatInt(i, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rtB.Cancel(t.Context(), sub.ID, alice); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, workers.ErrCancelled) {
+			t.Errorf("the run ended with %v, want ErrCancelled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancel from another process did not reach the run within 5 s")
 	}
 }
