@@ -62,23 +62,7 @@ func TestASpikeOfSlowReadsDoesNotCostTheReplicaItsLease(t *testing.T) {
 	if _, err := rt.Wait(t.Context(), done.ID, alice); err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{})
-	release := make(chan struct{})
-	cut := make(chan error, 1)
-	sub, err := rt.Submit(t.Context(), "steady", func(ctx context.Context, _ *workers.Task) (any, error) {
-		close(started)
-		select {
-		case <-release:
-			return "done", nil
-		case <-ctx.Done():
-			cut <- context.Cause(ctx)
-			return nil, context.Cause(ctx)
-		}
-	}, alice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-started
+	sub, release, cut := startBlocked(t, rt, "steady", alice)
 
 	// Eight readers per connection, each reading again as soon as it is
 	// answered.
