@@ -89,8 +89,8 @@ var (
 	// not reach its database (a connection refused, lost or cut), or
 	// the database refused a write for now, whatever its data: it is
 	// read-only (a standby after a failover) or full. The same call may
-	// succeed once the database is back, so an HTTP handler answers it
-	// as 503 with a Retry-After.
+	// succeed once the database is back, or takes writes again, so an
+	// HTTP handler answers it as 503 with a Retry-After.
 	ErrUnavailable = errors.New("workers: store unavailable")
 
 	// ErrInvalidData reports a value a store cannot hold: text with a NUL

@@ -58,10 +58,10 @@ type Config struct {
 	// ended: once LeaseTTL has passed since the start of its last
 	// successful renewal, a submission renews the lease itself before it
 	// registers, or fails with the renewal's error. Such a renewal is
-	// bounded by the
-	// submission's context and by what is left of LeaseTTL (LeaseInterval
-	// once that has passed, its retries on a lost connection included; a
-	// whole LeaseTTL for the first, which takes the lease); submissions
+	// bounded by the submission's context and by what is left of
+	// LeaseTTL (LeaseInterval once that has passed, its retries on a lost
+	// connection or a refused write included; a whole LeaseTTL for the
+	// first, which takes the lease); submissions
 	// waiting meanwhile share its answer, unless the context of the
 	// submission that made it ended first, and Shutdown ends their wait,
 	// or a renewal's, with ErrClosed. Defaults to five LeaseIntervals: 15
@@ -542,10 +542,12 @@ type Submission struct {
 // ErrUnavailable), is made again, up to three times within
 // ctx, and not once Shutdown has begun. Every try carries the same run
 // id, so a retry after a lost try that landed finds that record and
-// takes it for its own: the submission registers one run either way. So
-// is the take of the instance lease, or a renewal of it, that the
-// submission makes itself, and a join's write of its caller among the
-// run's watchers, which changes nothing when a lost try landed.
+// takes it for its own: the submission registers one run either way.
+// The take of the instance lease, or a renewal of it once it may have
+// ended, that the submission makes itself is made again the same way,
+// within one Config.LeaseInterval of its first try; so is a join's write
+// of its caller among the run's watchers, which changes nothing when a
+// lost try landed.
 //
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
@@ -945,7 +947,7 @@ func (rt *Runtime[S]) insert(ctx context.Context, t *Task) error {
 }
 
 // registerRetries bounds the tries a registering write makes again after
-// the store lost its connection, backing off from registerBackoff.
+// it failed with ErrUnavailable, backing off from registerBackoff.
 const (
 	registerRetries = 3
 	registerBackoff = 10 * time.Millisecond

@@ -41,12 +41,15 @@ func (rt *Runtime[S]) fallbackPoll(own, notices bool) <-chan time.Time {
 // the callback does: a run that timed out, was cancelled, superseded,
 // shut down or recovered is terminal in the store at once, and Wait
 // returns then even while its callback runs on. A record deleted under
-// a run of this runtime (by an operator, or lost in a failover) ends
-// Wait with ErrNotFound once the runtime finds it gone (see
+// a started run of this runtime (by an operator, or lost in a failover)
+// ends Wait with ErrNotFound once the runtime finds it gone (see
 // Config.SyncInterval) and cancels the run, whether or not its callback
-// has returned. A change made by this runtime, or announced by a
-// Notifier store, wakes Wait at once; a task another runtime runs over a
-// store without notices is read every 50ms.
+// has returned. Under a run still waiting for its turn (a queue,
+// Config.Limits), a Wait begun before the delete over a Notifier store
+// waits until that turn, or until the store's listener reconnects. A
+// change made by this runtime, or announced by a Notifier store, wakes
+// Wait at once; a task another runtime runs over a store without
+// notices is read every 50ms.
 // Wait works after Shutdown too, reading the store as Status does.
 // How the task ended is in the snapshot, not in Wait's error: for a task
 // that FAILED or was CANCELLED Wait returns a nil error, and the
