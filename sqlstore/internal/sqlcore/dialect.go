@@ -111,8 +111,8 @@ type Dialect struct {
 	// ConnectFailed, if set, reports whether err, one ConnLost reports,
 	// is a failure to open a connection (the database down, or starting
 	// up), which says nothing of the connections the pool holds: a read
-	// that failed so is made again only after a pause, three times at
-	// most (see Store.read).
+	// that failed so is made again only after a pause, twice at most,
+	// after readPause and then twice as long (see Store.read).
 	ConnectFailed func(err error) bool
 
 	// Refused, if set, reports whether err is the database's answer that
