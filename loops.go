@@ -996,57 +996,63 @@ func (rt *Runtime[S]) checkRuns(ctx context.Context, ids map[string]struct{}, al
 		if ctx.Err() != nil {
 			return // the loops were halted: Shutdown waits for this one
 		}
-		if t.cause() != nil {
-			continue // ending already: its final write carries its state
-		}
 		_, named := ids[t.ID()]
-		switch p := rt.syncProgress(t); p {
-		case progressIdle, progressBusy:
-			if named && rt.isWaiting(t) {
-				rt.checkWaiting(ctx, t)
-				continue
-			}
-			if p == progressIdle || !named {
-				continue // not started yet, finished, or busy until the next pass
-			}
-			// A notice names it while a write holds it: a progress
-			// write of shareProgress, say, which a cancel made elsewhere
-			// fences out without a word, so that the notice is the only
-			// one. Its record is read now, and the run cancelled once
-			// that write is done.
-		case progressStored:
-			continue // still this run's and RUNNING
+		rt.checkRun(ctx, t, named)
+	}
+}
+
+// checkRun is checkRuns's step for run t, named by a notice (or by a
+// Cancel that found its record gone) if named is set.
+func (rt *Runtime[S]) checkRun(ctx context.Context, t *Task, named bool) {
+	if t.cause() != nil {
+		return // ending already: its final write carries its state
+	}
+	switch p := rt.syncProgress(t); p {
+	case progressIdle, progressBusy:
+		if named && rt.isWaiting(t) {
+			rt.checkWaiting(ctx, t)
+			return
 		}
-		if h := rt.hooks.Load(); h != nil && h.syncRead != nil {
-			h.syncRead()
+		if p == progressIdle || !named {
+			return // not started yet, finished, or busy until the next pass
 		}
-		rec, cause := rt.endedBy(ctx, t)
-		if cause == nil {
-			continue
-		}
-		// The run was RUNNING by its own account at the progress check,
-		// so it has a state. If its own end landed since, that write
-		// reported it, and the record holds it: nothing more to do.
-		r := t.run.Load()
-		if t.has(runWriting) && rt.leaveEndToWriter(t, &rec) {
-			continue
-		}
-		r.writeMu.Lock()
-		running, started := r.running(), r.last.startedAt
-		if running {
-			t.cancel(cause)
-		}
-		r.writeMu.Unlock()
-		if !running {
-			continue
-		}
-		// The run's own outcome will be fenced out: the end its record
-		// already holds is the run's finished event.
-		if end, ok := endOf(t, &rec); ok {
-			rt.reportEnd(t, end)
-		} else {
-			rt.reportMoved(t, started)
-		}
+		// A notice names it while a write holds it: a progress
+		// write of shareProgress, say, which a cancel made elsewhere
+		// fences out without a word, so that the notice is the only
+		// one. Its record is read now, and the run cancelled once
+		// that write is done.
+	case progressStored:
+		return // still this run's and RUNNING
+	}
+	if h := rt.hooks.Load(); h != nil && h.syncRead != nil {
+		h.syncRead()
+	}
+	rec, cause := rt.endedBy(ctx, t)
+	if cause == nil {
+		return
+	}
+	// The run was RUNNING by its own account at the progress check,
+	// so it has a state. If its own end landed since, that write
+	// reported it, and the record holds it: nothing more to do.
+	r := t.run.Load()
+	if t.has(runWriting) && rt.leaveEndToWriter(t, &rec) {
+		return
+	}
+	r.writeMu.Lock()
+	running, started := r.running(), r.last.startedAt
+	if running {
+		t.cancel(cause)
+	}
+	r.writeMu.Unlock()
+	if !running {
+		return
+	}
+	// The run's own outcome will be fenced out: the end its record
+	// already holds is the run's finished event.
+	if end, ok := endOf(t, &rec); ok {
+		rt.reportEnd(t, end)
+	} else {
+		rt.reportMoved(t, started)
 	}
 }
 

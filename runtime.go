@@ -105,12 +105,13 @@ type Config struct {
 	// Over a store that implements Notifier, a change written elsewhere
 	// reaches the run at once, and this loop is only the fallback for a
 	// lost notice, and what finds a record deleted, which no notice
-	// announces. Defaults to 10 seconds over a Notifier, 2 seconds over
-	// a Leaser that is not one (a store shared by processes that polls),
-	// and to no loop over other stores (progress is then stored with a
-	// run's transitions only, and a cancel from another process reaches
-	// the record but not the callback). Only runs that have started are
-	// checked.
+	// announces (a Cancel that finds it gone ends its run at once, see
+	// Runtime.Cancel). Defaults to 10 seconds over a Notifier, 2
+	// seconds over a Leaser that is not one (a store shared by
+	// processes that polls), and to no loop over other stores (progress
+	// is then stored with a run's transitions only, and a cancel from
+	// another process reaches the record but not the callback). Only
+	// runs that have started are checked.
 	SyncInterval time.Duration
 
 	// ProgressInterval is how often a run's progress is written to a

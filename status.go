@@ -325,6 +325,16 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // A task waiting for a slot under Config.Limits is cancelled the same
 // way; it never starts, and its owner's waiting place frees at once.
 //
+// A task whose record is gone (deleted behind the runtime's back, or
+// missing after a failover to a replica that never had it) returns
+// ErrNotFound, and no record is written. A run of it that this runtime
+// holds, and that auth may see (System, the owner, or a watcher the run
+// knows of), is checked against the store at once, as the sync loop's
+// next pass would (see Config.SyncInterval): its context is cancelled
+// with ErrSuperseded, its outcome is dropped, and Wait and Watch on it
+// end with ErrNotFound, Subscribe yields Gone. A run waiting for its
+// turn (a queue, Config.Limits) is ended likewise and never starts.
+//
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process learns of it from the
 // store's notice (over a Notifier) or its sync loop (see
@@ -352,6 +362,10 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 	var runID string
 	for range registerAttempts {
 		rec, err := rt.visibleRecord(ctx, id, auth)
+		if errors.Is(err, ErrNotFound) {
+			rt.checkGone(ctx, id, auth)
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -378,6 +392,27 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 		}
 	}
 	return fmt.Errorf("%w: task %q kept changing during cancel", ErrConflict, id)
+}
+
+// checkGone follows a Cancel of id on behalf of auth that found no
+// record it may see: the runs of id live here that auth may see (System,
+// the owner, or a watcher the run knows of) are checked against the
+// store at once, as a notice naming id has them checked, so that a run
+// whose record is gone (deleted, or missing after a failover) is
+// cancelled now, as superseded, rather than at the sync loop's next
+// pass. The check is the sync loop's, and reads the record again: a run
+// whose record is still its own and live is left alone, and a run whose
+// own end is being written or has landed keeps it.
+func (rt *Runtime[S]) checkGone(ctx context.Context, id string, auth TaskAuthority) {
+	c, err := resolve(auth)
+	if err != nil {
+		return
+	}
+	for _, t := range rt.runs.ofID(id) {
+		if t.visibleTo(c) {
+			rt.checkRun(ctx, t, true)
+		}
+	}
 }
 
 // claimCancel writes st, the CANCELLED state of rec's run, fenced on
