@@ -109,3 +109,39 @@ func TestCancelOfAWaitingRunWhoseRecordIsGoneEndsItNow(t *testing.T) {
 		require.NoError(t, rt.Shutdown(ctx))
 	})
 }
+
+// A Cancel that found no record, and whose check of the run here then
+// fails to read it (the store lost its connection), leaves the run
+// alone: a failed read says nothing of the record, which may be there.
+// Cancel still returns ErrNotFound, and the run goes on to its end.
+func TestCancelWhoseCheckOfTheRunFailsLeavesItAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := &storetest.Faults{}
+		rt := workers.NewRuntime(storetest.Faulty(workers.NewMemStore(), f), workers.Config{Logger: quiet})
+		release := make(chan struct{})
+		sub, err := rt.Submit(ctx, "report", func(ctx context.Context, _ *workers.Task) (any, error) {
+			select {
+			case <-release:
+				return "done", nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}, owner)
+		require.NoError(t, err)
+		synctest.Wait()
+		ofTask := func(c *storetest.Call) bool { return c.Op == storetest.OpGetTask && c.ID == sub.ID }
+		// Cancel's read finds no record; the check's read after it fails.
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore, Err: workers.ErrNotFound, Match: ofTask})
+		f.Add(storetest.Rule{Op: storetest.OpGetTask, Times: 1, Fault: storetest.FailBefore, Err: workers.ErrUnavailable, Match: ofTask})
+
+		assert.ErrorIs(t, rt.Cancel(ctx, sub.ID, owner), workers.ErrNotFound)
+		synctest.Wait()
+		assert.Equal(t, 2, f.Injected(storetest.OpGetTask), "Cancel's read, then the check's")
+		close(release)
+		snap, err := rt.Wait(ctx, sub.ID, owner)
+		require.NoError(t, err)
+		assert.Equal(t, workers.StatusCompleted, snap.Status, "the run whose check failed to read was cut off")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
