@@ -114,17 +114,6 @@ func TestCancelAfterARestoreReachesTheRun(t *testing.T) {
 	if err := rtB.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	alice := workers.MustOwner("alice")
-	ended := make(chan error, 1)
-	sub, err := rtA.Submit(t.Context(), "report", func(ctx context.Context, _ *workers.Task) (any, error) {
-		<-ctx.Done()
-		ended <- context.Cause(ctx)
-		return nil, context.Cause(ctx)
-	}, alice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A's listener reads the run's start, and every change after it.
 	hear := func(want func(workers.Change) bool, what string) {
 		t.Helper()
 		deadline := time.After(10 * time.Second)
@@ -139,6 +128,20 @@ func TestCancelAfterARestoreReachesTheRun(t *testing.T) {
 			}
 		}
 	}
+	// A's listener listens before the run starts: one that began later
+	// would start from the end, past the run's start.
+	hear(func(c workers.Change) bool { return c.Resync }, "its first Resync")
+	alice := workers.MustOwner("alice")
+	ended := make(chan error, 1)
+	sub, err := rtA.Submit(t.Context(), "report", func(ctx context.Context, _ *workers.Task) (any, error) {
+		<-ctx.Done()
+		ended <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A's listener reads the run's start, and every change after it.
 	hear(func(c workers.Change) bool { return c.ID == sub.ID && c.Status == workers.StatusRunning }, "the run start")
 	var end workers.Change
 	var last int64
