@@ -573,21 +573,18 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 	// before has the runtime's life for its bound, and gives up when the
 	// cutoff ends it, as Shutdown counts it.
 	late := rt.life.Err() != nil && op != opAbandon
-	var failed error // the last attempt's error: it may have landed
+	var failed error    // the last attempt's error: it may have landed
+	registered := false // a read found the retired run's record (see retiredRecord)
 	backoff := writeBackoffMin
 	for try := 1; ; try++ {
 		fence := statusSet(from)
-		switch {
-		case op == opStart && st.Status.Terminal():
+		if op == opStart && st.Status.Terminal() || from == StatusRunning && (op == opFinish || op == opRetry) {
 			// The start became the run's end, refused or cancelled after
 			// a failed try, which may have landed: the end is written
-			// over the RUNNING record that try would have left, too.
-			fence = fromStarting
-		case from == StatusRunning && (op == opFinish || op == opRetry):
-			// A record of the run's own that says PENDING lost the
-			// run's start (a failover to a replica that lacked it):
-			// the record is still the run's, and its outcome, or a
-			// retry, is written over it too.
+			// over the RUNNING record that try would have left, too. And
+			// a record of the run's own that says PENDING lost the run's
+			// start (a failover to a replica that lacked it): the run's
+			// outcome, or a retry, is written over it too.
 			fence = fromStarting
 		}
 		ok, err := rt.transition(life, t, fence, st, late)
@@ -620,8 +617,12 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 			failed = err
 			continue
 		}
-		if t.has(runRetired) && rt.neverRegistered(life, t) {
-			return false, true // as the transition would find the record
+		if t.has(runRetired) && !registered {
+			absent, answered := rt.retiredRecord(life, t)
+			if absent {
+				return false, true // as the transition would find the record
+			}
+			registered = answered
 		}
 		if try == 1 || try%16 == 0 {
 			rt.logRunError("workers: run write failed; retrying", op, t, err)
@@ -783,18 +784,27 @@ func (rt *Runtime[S]) readBack(life context.Context, t *Task, late bool) (Record
 	}
 }
 
-// neverRegistered reports whether a read of retired run t's id finds no
-// record of t's run: none, or another run's. The run's end is written
-// only over a record its failed registering write left, and a store
-// that refuses writes while it answers reads (read-only after a
+// retiredRecord reads the id of retired run t, whose end is written
+// only over a record its failed registering write left, after a try of
+// that write failed: absent reports that the read found no record of
+// t's run (none, or another run's), answered that the read answered. A
+// store that refuses writes while it answers reads (read-only after a
 // failover, a full disk) tells so at once, where the end's write would
 // fail, and be retried, logged and counted by Shutdown as unwritten,
-// until writes are accepted again. A read that fails tells nothing.
-func (rt *Runtime[S]) neverRegistered(life context.Context, t *Task) bool {
+// until writes are accepted again. A read that fails tells nothing, and
+// the next failed try reads again; one that finds the record ends the
+// reads.
+func (rt *Runtime[S]) retiredRecord(life context.Context, t *Task) (absent, answered bool) {
 	ctx, cancel := rt.bounded(life)
 	defer cancel()
 	rec, err := rt.store.GetTask(ctx, t.ID())
-	return errors.Is(err, ErrNotFound) || err == nil && rec.RunID != t.RunID()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return true, true
+	case err != nil:
+		return false, false
+	}
+	return rec.RunID != t.RunID(), true
 }
 
 // refused turns st into the FAILED record of a run whose write the store

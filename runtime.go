@@ -973,11 +973,10 @@ func (rt *Runtime[S]) registerWrite(ctx context.Context, t *Task, write func() e
 	err := write()
 	backoff := registerBackoff
 	for range registerRetries {
-		if !errors.Is(err, ErrUnavailable) || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
+		if !rt.pausedAfterLost(ctx, err, &backoff) {
 			return err
 		}
 		lost := err
-		backoff *= 2
 		if err = write(); errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
 			rec, rerr := rt.store.GetTask(ctx, t.ID())
 			switch {
@@ -1006,15 +1005,27 @@ func (rt *Runtime[S]) addWatcher(ctx context.Context, id, runID, watcher string)
 	added, err := rt.store.AddWatcher(ctx, id, runID, watcher)
 	backoff := registerBackoff
 	for range registerRetries {
-		if !errors.Is(err, ErrUnavailable) || !sleepUnless(ctx, jitter(backoff), rt.gate.shut) {
+		if !rt.pausedAfterLost(ctx, err, &backoff) {
 			return added, err
 		}
-		backoff *= 2
 		if added, err = rt.store.AddWatcher(ctx, id, runID, watcher); err == nil {
 			return true, nil
 		}
 	}
 	return added, err
+}
+
+// pausedAfterLost reports whether err says the store lost its connection
+// or refuses writes for now (ErrUnavailable), and a pause of *backoff,
+// jittered down to half, then passed within ctx and before Shutdown
+// began: the caller then makes its write again (see registerWrite). It
+// doubles *backoff for the next pause.
+func (rt *Runtime[S]) pausedAfterLost(ctx context.Context, err error, backoff *time.Duration) bool {
+	if !errors.Is(err, ErrUnavailable) || !sleepUnless(ctx, jitter(*backoff), rt.gate.shut) {
+		return false
+	}
+	*backoff *= 2
+	return true
 }
 
 // replace stores t's new record in place of the run prevRunID's.
@@ -1042,7 +1053,7 @@ func (t *Task) keep(r *memRecord, err error) error {
 // retries while the runtime lives, so a record it may have left is never
 // joined; should that write fail, a read that finds no record of the
 // run ends it there, as the write would once the store took it (see
-// neverRegistered). Its handle is never published, so this process does
+// retiredRecord). Its handle is never published, so this process does
 // not take it for alive meanwhile.
 func (rt *Runtime[S]) retire(t *Task, err error) {
 	if permanentStoreError(err) {
