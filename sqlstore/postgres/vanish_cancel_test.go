@@ -26,18 +26,7 @@ func TestCancelOfARunningTaskWhoseRecordIsDeleted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	alice := workers.MustOwner("alice")
-	started := make(chan struct{})
-	cause := make(chan error, 1)
-	sub, err := rt.Submit(ctx, "report", func(ctx context.Context, _ *workers.Task) (any, error) {
-		close(started)
-		<-ctx.Done()
-		cause <- context.Cause(ctx)
-		return nil, context.Cause(ctx)
-	}, alice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-started
+	sub, _, cause := startBlocked(t, rt, "report", alice) // released only by its context
 	sc.exec(t, `DELETE FROM workers_tasks`)
 	if err := rt.Cancel(ctx, sub.ID, workers.MustOwner("mallory")); !errors.Is(err, workers.ErrNotFound) {
 		t.Errorf("Cancel by a stranger: %v, want ErrNotFound", err)

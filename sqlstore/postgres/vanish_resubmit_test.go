@@ -23,18 +23,7 @@ func TestASubmissionAfterADeleteSupersedesTheRunStillExecuting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	alice := workers.MustOwner("alice")
-	started := make(chan struct{})
-	cause := make(chan error, 1)
-	old, err := rt.Submit(ctx, "report", func(ctx context.Context, _ *workers.Task) (any, error) {
-		close(started)
-		<-ctx.Done()
-		cause <- context.Cause(ctx)
-		return nil, context.Cause(ctx)
-	}, alice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-started
+	old, _, cause := startBlocked(t, rt, "report", alice) // released only by its context
 	sc.exec(t, `DELETE FROM workers_tasks`)
 	sub, err := rt.Submit(ctx, "report", func(context.Context, *workers.Task) (any, error) { return "new", nil }, alice)
 	if err != nil {
