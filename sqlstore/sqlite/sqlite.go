@@ -94,6 +94,7 @@ import (
 	"math"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -156,15 +157,7 @@ LIMIT $5)`,
 // billion bytes, by default), or a value of a type a column refuses
 // (SQLITE_MISMATCH). Trying the same write again would fail the same way.
 func dataError(err error) bool {
-	se, ok := errors.AsType[*driver.Error](err)
-	if !ok {
-		return false
-	}
-	switch se.Code() & 0xff { // the primary code of an extended one
-	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
-		return true
-	}
-	return false
+	return primaryCodeIn(err, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH)
 }
 
 // writesRefused reports whether err is SQLite refusing a write for now,
@@ -172,15 +165,14 @@ func dataError(err error) bool {
 // it cannot be written (SQLITE_READONLY: its file, directory or mount
 // went read-only).
 func writesRefused(err error) bool {
+	return primaryCodeIn(err, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY)
+}
+
+// primaryCodeIn reports whether err is a SQLite error whose primary
+// code (that of an extended one) is one of codes.
+func primaryCodeIn(err error, codes ...int) bool {
 	se, ok := errors.AsType[*driver.Error](err)
-	if !ok {
-		return false
-	}
-	switch se.Code() & 0xff { // the primary code of an extended one
-	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY:
-		return true
-	}
-	return false
+	return ok && slices.Contains(codes, se.Code()&0xff)
 }
 
 // Store is a workers.Store in a SQLite database file. It is safe for
