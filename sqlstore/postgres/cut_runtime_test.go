@@ -166,6 +166,18 @@ func (c *counted) waitStarted(t *testing.T) {
 	}
 }
 
+// submitStarted submits calls.fn under key for alice and returns once
+// the callback has started.
+func submitStarted(t *testing.T, rt *workers.Runtime[*postgres.Store], key string, calls *counted, opts ...workers.SubmitOption) workers.Submission {
+	t.Helper()
+	sub, err := rt.Submit(t.Context(), key, calls.fn, workers.MustOwner("alice"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls.waitStarted(t)
+	return sub
+}
+
 // ended checks what users see of run sub once it ended: Wait's and
 // Status's answers, a Watch that ends with the end, and that the
 // callback ran once.
@@ -353,11 +365,7 @@ func TestRuntimeCutOutcome(t *testing.T) {
 				key := cutKey("outcome-" + tc.name[:1])
 				release := make(chan struct{})
 				calls := newCounted(release, tc.result)
-				sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
-				if err != nil {
-					t.Fatal(err)
-				}
-				calls.waitStarted(t)
+				sub := submitStarted(t, rt, key, calls)
 				check := following(t, rt, alice, sub)
 				c.cutWrite(traced(t, carrying(key, string(tc.status))), before)
 				close(release)
@@ -388,14 +396,10 @@ func TestRuntimeCutCancel(t *testing.T) {
 			alice := workers.MustOwner("alice")
 			key := cutKey("cancel")
 			calls := newCounted(make(chan struct{}), func(ctx context.Context) (any, error) { return nil, context.Cause(ctx) })
-			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls.waitStarted(t)
+			sub := submitStarted(t, rt, key, calls)
 			check := following(t, rt, alice, sub)
 			c.cutWrite(traced(t, carrying(key, string(workers.StatusCancelled))), before)
-			err = rt.Cancel(t.Context(), sub.ID, alice, workers.WithReason("cut-reason"))
+			err := rt.Cancel(t.Context(), sub.ID, alice, workers.WithReason("cut-reason"))
 			cutOnce(t, c, "the cancel's write")
 			if before {
 				if !errors.Is(err, workers.ErrUnavailable) {
@@ -433,11 +437,7 @@ func TestRuntimeCutCancelledRunsOwnWrite(t *testing.T) {
 				defer close(returned)
 				return nil, context.Cause(ctx)
 			})
-			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls.waitStarted(t)
+			sub := submitStarted(t, rt, key, calls)
 			// The Cancel's write is the first to carry the key and
 			// CANCELLED; the run's own, once its callback returned, the
 			// second.
@@ -466,15 +466,11 @@ func TestRuntimeCutJoinAddWatcher(t *testing.T) {
 		t.Run(cutPoint(before), func(t *testing.T) {
 			c, rt := cutRuntime(t, workers.Config{})
 			rt.Store().SetWatchAuthorizer(func(string, []string, string) bool { return true })
-			alice, bob := workers.MustOwner("alice"), workers.MustOwner("bob-cut")
+			bob := workers.MustOwner("bob-cut")
 			key := cutKey("join")
 			release := make(chan struct{})
 			calls := newCounted(release, done)
-			sub, err := rt.Submit(t.Context(), key, calls.fn, alice, workers.WithScope(workers.ScopeGlobal))
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls.waitStarted(t)
+			sub := submitStarted(t, rt, key, calls, workers.WithScope(workers.ScopeGlobal))
 			c.cutWrite(traced(t, carrying(sub.RunID, "bob-cut")), before)
 			other := newCounted(nil, done)
 			joined, err := rt.Submit(t.Context(), key, other.fn, bob, workers.WithScope(workers.ScopeGlobal))
@@ -509,11 +505,7 @@ func TestRuntimeCutLeaseRenewal(t *testing.T) {
 			key := cutKey("lease")
 			release := make(chan struct{})
 			calls := newCounted(release, done)
-			sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls.waitStarted(t)
+			sub := submitStarted(t, rt, key, calls)
 			instance := workers.InstanceOf(sub.RunID)
 			c.cutWrite(traced(t, func(p []byte) bool {
 				return bytes.Contains(p, []byte(instance)) && !bytes.Contains(p, []byte(key))
@@ -769,12 +761,8 @@ func TestRuntimeCutRetry(t *testing.T) {
 				}
 				return "done", nil
 			})
-			sub, err := rt.Submit(t.Context(), key, calls.fn, alice,
+			sub := submitStarted(t, rt, key, calls,
 				workers.WithRetry(workers.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, Jitter: workers.NoJitter}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls.waitStarted(t)
 			check := following(t, rt, alice, sub)
 			c.cutWrite(traced(t, carrying(key, string(workers.StatusRunning))), before)
 			close(release)
@@ -804,11 +792,7 @@ func TestRuntimeCutTimeout(t *testing.T) {
 				defer close(returned)
 				return nil, context.Cause(ctx)
 			})
-			sub, err := rt.Submit(t.Context(), key, calls.fn, alice, workers.WithTimeout(300*time.Millisecond))
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls.waitStarted(t)
+			sub := submitStarted(t, rt, key, calls, workers.WithTimeout(300*time.Millisecond))
 			check := following(t, rt, alice, sub)
 			c.cutWrite(traced(t, carrying(key, string(workers.StatusFailed))), before)
 			check(workers.StatusFailed)
@@ -927,11 +911,7 @@ func TestRuntimeCutLoneOutcomeAfterItsCommit(t *testing.T) {
 	key := cutKey("lone")
 	release := make(chan struct{})
 	calls := newCounted(release, done)
-	sub, err := rt.Submit(t.Context(), key, calls.fn, alice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls.waitStarted(t)
+	sub := submitStarted(t, rt, key, calls)
 	check := following(t, rt, alice, sub)
 	holder := holdRow(t, sc, sub.ID)
 	close(release)
