@@ -63,7 +63,8 @@ const shutdownSlack = 100 * time.Millisecond
 // observers hear that end), submissions still registering and queue items
 // still being recorded (each in a store call that ignores its context),
 // and records that could not be written in time (a queue item still
-// PENDING, a run still RUNNING). Such records belong to this runtime's
+// PENDING, whose write gave up or had not begun, and then never begins;
+// a run still RUNNING). Such records belong to this runtime's
 // instance: once its lease expires (it is no longer renewed), any
 // runtime's recovery ends them as abandoned; over a store without leases,
 // RecoverZombies does. An already-done ctx means "do not wait". Calling
@@ -118,10 +119,8 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	// their writes end (see below).
 	inflight := rt.runs.all()
 	inBacklog := make(map[*Task]struct{}, len(backlog))
-	backlogDone := make([]<-chan struct{}, len(backlog))
-	for i, t := range backlog {
+	for _, t := range backlog {
 		inBacklog[t] = struct{}{}
-		backlogDone[i] = t.doneChan()
 	}
 	done := make([]<-chan struct{}, 0, len(inflight)+len(queues))
 	for _, t := range inflight {
@@ -161,9 +160,10 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	open += rt.waitEnding(ctx, waits)
 	// The backlog's writes end by the cutoff (ctx's end plus the slack),
 	// with every store call: what they could not write is counted below,
-	// among the unwritten records. A write in a store call that ignores
-	// its context is not waited for once the cutoff is a slack behind:
-	// its item is counted here, as left executing.
+	// among the unwritten records, with the items whose writes had not
+	// begun by then. A write in a store call that ignores its context is
+	// not waited for once the cutoff is a slack behind: its item is
+	// counted below, as left executing.
 	if waitAll(rt.life, []<-chan struct{}{abandoned}) > 0 {
 		timer := time.NewTimer(shutdownSlack)
 		select {
@@ -172,7 +172,6 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		}
 		timer.Stop()
 	}
-	open += waitAll(rt.life, backlogDone) // at once: settled, or the cutoff is past
 	// A submission still inside, its store call ignoring its context, is
 	// a goroutine executing too: it may yet register a run.
 	if waitAll(ctx, submitting) > 0 {
@@ -248,30 +247,54 @@ func (rt *Runtime[S]) releaseLease(ctx context.Context, l Leaser) {
 	}
 }
 
-// leftBehind counts and names, from their state now, the runs among
-// inflight (those Shutdown listed, inBacklog among them) that it leaves
-// executing (the runs not in the backlog, which Shutdown counts apart),
-// and the records it leaves unwritten: those whose writes the runtime
-// gave up, and those whose own writes are still being tried (the store
-// hangs, or fails), which give up at the cutoff: an outcome, or a start
-// or a retry, before which no callback is in flight. A run that gives up
-// meanwhile is counted once: giving up and this count exclude each other. ExecutingIDs also
-// names the items of the backlog and the runs registered since the list
-// that are not settled. Each list is sorted and names a task once.
+// leftBehind counts and names, from their state now, what Shutdown
+// leaves: among inflight (the runs Shutdown listed, less the backlog),
+// the runs still executing, and those inside a write of their own record
+// (the store hangs, or fails), which gives up at the cutoff: an outcome,
+// or a start or a retry, before which no callback is in flight; among
+// the backlog's items (inBacklog), those in an abandon write, in a store
+// call that ignores its context, as executing, and, past the cutoff,
+// those whose abandon writes never began, which it gives up here, so that
+// none begins after Shutdown returns; and every write the runtime gave
+// up. It looks under the lock the writes give up under, so a write that
+// gives up meanwhile is counted once. ExecutingIDs also names the runs
+// registered since the list that are not settled (counted apart). Each
+// list is sorted and names a task once.
 func (rt *Runtime[S]) leftBehind(inflight []*Task, inBacklog map[*Task]struct{}) *ShutdownError {
 	se := &ShutdownError{}
 	rt.left.mu.Lock()
 	se.Unwritten = rt.left.n
 	se.UnwrittenIDs = slices.Clone(rt.left.ids)
-	seen := make(map[*Task]struct{}, len(inflight))
-	for _, t := range inflight {
+	seen := make(map[*Task]struct{}, len(inflight)+len(inBacklog))
+	for t := range inBacklog {
 		seen[t] = struct{}{}
-		_, queued := inBacklog[t]
+		switch {
+		case t.isSettled(), t.has(runGaveUp):
+			// Ended, or counted among the writes given up.
+		case !t.has(runAbandonBegun) && rt.life.Err() != nil:
+			// Its abandon write has not begun, and the cutoff is past: it
+			// is given up here, and never begins (see beginAbandon).
+			t.mark(runGaveUp)
+			if rt.left.n++; len(rt.left.ids) < maxLeftIDs {
+				rt.left.ids = append(rt.left.ids, t.ID())
+			}
+			se.Unwritten++
+			se.UnwrittenIDs = append(se.UnwrittenIDs, t.ID())
+		default:
+			// In its abandon write: a store call that ignores its
+			// context past the cutoff.
+			se.Executing++
+			se.ExecutingIDs = append(se.ExecutingIDs, t.ID())
+		}
+	}
+	for _, t := range inflight {
+		if _, queued := inBacklog[t]; queued {
+			continue
+		}
+		seen[t] = struct{}{}
 		switch settled := t.isSettled(); {
 		case settled, t.has(runGaveUp):
 			// Ended, or counted among the writes given up.
-		case queued:
-			se.ExecutingIDs = append(se.ExecutingIDs, t.ID()) // counted apart
 		case t.has(runWriting):
 			// Inside a write of its own record: its outcome, or a start
 			// or a retry, before which no callback is in flight.
@@ -559,12 +582,29 @@ func (rt *Runtime[S]) abandon(life context.Context, items []*Task) {
 	var wg sync.WaitGroup
 	fanOut(&wg, items, func(t *Task) {
 		t.mark(runFinishing)
-		var st State
-		rt.endState(t, &st, rt.cancelOutcome(t), at)
-		rt.writeWithin(life, opAbandon, t, StatusPending, &st, nil)
+		if rt.beginAbandon(t) {
+			var st State
+			rt.endState(t, &st, rt.cancelOutcome(t), at)
+			rt.writeWithin(life, opAbandon, t, StatusPending, &st, nil)
+		}
 		rt.settle(t)
 	})
 	wg.Wait()
+}
+
+// beginAbandon reports whether the abandon write of queue item t may
+// begin, and marks it begun if so: not when Shutdown, past its cutoff,
+// counted the write as given up before it began (see leftBehind). The
+// two decide under the same lock, so the item is counted either as in
+// its write or as given up, and no write of it begins after that count.
+func (rt *Runtime[S]) beginAbandon(t *Task) bool {
+	rt.left.mu.Lock()
+	defer rt.left.mu.Unlock()
+	if t.has(runGaveUp) {
+		return false
+	}
+	t.mark(runAbandonBegun)
+	return true
 }
 
 // endNow ends runs that never start, each cancelled already, up to

@@ -685,3 +685,57 @@ func TestFaultACancelThatCannotTellItsOutcomeEndsTheRunCancelledWhateverItReturn
 		require.NoError(t, rt.Shutdown(context.Background()))
 	})
 }
+
+// A queue backlog longer than the abandon writers Shutdown runs at once,
+// whose writes are stuck in a store call that ignores its context: at
+// the cutoff, the items in those stuck calls count as left executing,
+// and the items behind them, whose writes never began, among the records
+// left unwritten, each once; and no write of theirs begins after
+// Shutdown returned, so their records stay PENDING for recovery, as the
+// error says, and a later Shutdown counts them once more, as left.
+func TestFaultShutdownCountsTheBacklogItNeverTriedAsUnwritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := stuckAbandons{workers.NewMemStore()}
+		rt := workers.NewRuntime(s, workers.Config{Logger: quiet})
+		_, err := rt.SubmitSequential(context.Background(), "q", "head", func(ctx context.Context, _ *workers.Task) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}, owner)
+		require.NoError(t, err)
+		const writers, behind = 16, 40 // the abandon writers at once, and the items waiting
+		var ids []string
+		for i := range behind {
+			sub, err := rt.SubmitSequential(context.Background(), "q", fmt.Sprintf("item%02d", i), result(i), owner)
+			require.NoError(t, err)
+			ids = append(ids, sub.ID)
+		}
+		synctest.Wait()
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var se *workers.ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, writers, se.Executing, "items in a stuck write: %v", se.ExecutingIDs)
+		assert.Len(t, se.ExecutingIDs, writers)
+		assert.Equal(t, behind-writers, se.Unwritten, "items whose writes never began: %v", se.UnwrittenIDs)
+		assert.Len(t, se.UnwrittenIDs, behind-writers)
+		assert.ElementsMatch(t, ids, append(slices.Clone(se.ExecutingIDs), se.UnwrittenIDs...), "each item named once")
+
+		time.Sleep(3 * time.Hour) // the stuck calls return
+		synctest.Wait()
+		for _, id := range se.ExecutingIDs {
+			endedAs(t, s, id, workers.StatusCancelled, workers.CauseShutdown)
+		}
+		for _, id := range se.UnwrittenIDs {
+			r, err := s.GetTask(context.Background(), id)
+			require.NoError(t, err)
+			assert.Equal(t, workers.StatusPending, r.Status, "%s, counted unwritten, left for recovery", id)
+		}
+		err = rt.Shutdown(context.Background())
+		require.ErrorAs(t, err, &se)
+		assert.Zero(t, se.Executing)
+		assert.Equal(t, behind-writers, se.Unwritten, "the records left, counted once: %v", se.UnwrittenIDs)
+	})
+}

@@ -169,6 +169,9 @@ const (
 	// an end another writer reports meanwhile waits in Runtime.early,
 	// and the run reports it after (see reportLive).
 	runLiveReporting
+	// runAbandonBegun is set, under Runtime.left's lock, when a queue
+	// item's abandon write begins (see Runtime.beginAbandon).
+	runAbandonBegun
 )
 
 // has reports whether flag is set.
