@@ -56,9 +56,10 @@ const shutdownSlack = 100 * time.Millisecond
 // cut off then. It returns nil when everything settled, and otherwise a
 // *ShutdownError that counts what was left and names its tasks, wrapping
 // ctx.Err() when ctx ended (when it did not, the store refused the
-// records' writes): runs whose callbacks still execute (they keep their
-// handles, and release them when they return; each then makes one try, of
-// at most 5 seconds, at writing its outcome, and its record stays live if
+// records' writes, or an earlier Shutdown or a Reset gave them up): runs
+// whose callbacks still execute (they keep their handles, and release
+// them when they return; each then makes one try, of at most 5 seconds,
+// at writing its outcome, and its record stays live if
 // that fails; if another runtime's recovery ended it meanwhile, the
 // observers hear that end), submissions still registering and queue items
 // still being recorded (each in a store call that ignores its context),
@@ -203,12 +204,12 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 		rt.endLife(ErrClosed)
 		return nil
 	}
-	err := ctx.Err()
-	if err == nil {
-		err = context.Cause(rt.life) // nil: nothing cut Shutdown short, the store refused those writes
-	}
+	// Without ctx's error, nothing cut this Shutdown short: the store
+	// refused those writes, or an earlier Shutdown's cutoff, or a Reset,
+	// gave them up. The runtime's life, ended by such a cutoff, says
+	// nothing of this call.
 	rt.endLife(ErrClosed)
-	se.Executing, se.Err = open, err
+	se.Executing, se.Err = open, ctx.Err()
 	return se
 }
 
@@ -357,7 +358,8 @@ type ShutdownError struct {
 	// unwritten, as Unwritten counts them, sorted.
 	UnwrittenIDs []string
 	// Err is ctx's error when ctx ended, and nil when it did not: the
-	// store refused the records' writes, or a Reset gave them up.
+	// store refused the records' writes, or an earlier Shutdown or a
+	// Reset gave them up.
 	Err error
 }
 
@@ -386,7 +388,7 @@ func (e *ShutdownError) Error() string {
 		b.WriteString(")")
 	}
 	if e.Err == nil {
-		b.WriteString(": the store refused their writes, or a Reset gave them up")
+		b.WriteString(": the store refused their writes, or an earlier Shutdown or a Reset gave them up")
 	} else {
 		b.WriteString(": " + e.Err.Error())
 	}

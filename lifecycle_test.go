@@ -1387,7 +1387,7 @@ func TestShutdownErrorMessageNamesAFewTasks(t *testing.T) {
 		return s
 	}
 	err := &ShutdownError{Executing: 7, Unwritten: 2, ExecutingIDs: ids("x", 7), UnwrittenIDs: ids("u", 2)}
-	assert.Equal(t, "workers: shutdown left 7 runs or goroutines executing and 2 live records of this runtime unwritten (executing: x0, x1, x2, x3, x4 and 2 more; unwritten: u0, u1): the store refused their writes, or a Reset gave them up", err.Error())
+	assert.Equal(t, "workers: shutdown left 7 runs or goroutines executing and 2 live records of this runtime unwritten (executing: x0, x1, x2, x3, x4 and 2 more; unwritten: u0, u1): the store refused their writes, or an earlier Shutdown or a Reset gave them up", err.Error())
 	assert.Nil(t, errors.Unwrap(err))
 }
 

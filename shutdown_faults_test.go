@@ -86,7 +86,7 @@ func TestFaultShutdownErrorForRecordsTheStoreRefused(t *testing.T) {
 				err = rt.Shutdown(context.Background())
 				require.Error(t, err)
 				assert.NotContains(t, err.Error(), "%!w", "Shutdown's error wraps a nil error")
-				assert.Equal(t, "workers: shutdown left 0 runs or goroutines executing and 1 live records of this runtime unwritten (unwritten: "+sub.ID+"): the store refused their writes, or a Reset gave them up", err.Error())
+				assert.Equal(t, "workers: shutdown left 0 runs or goroutines executing and 1 live records of this runtime unwritten (unwritten: "+sub.ID+"): the store refused their writes, or an earlier Shutdown or a Reset gave them up", err.Error())
 				var se *workers.ShutdownError
 				require.ErrorAs(t, err, &se)
 				assert.Equal(t, []string{sub.ID}, se.UnwrittenIDs, "the record left, named")
@@ -737,5 +737,30 @@ func TestFaultShutdownCountsTheBacklogItNeverTriedAsUnwritten(t *testing.T) {
 		require.ErrorAs(t, err, &se)
 		assert.Zero(t, se.Executing)
 		assert.Equal(t, behind-writers, se.Unwritten, "the records left, counted once: %v", se.UnwrittenIDs)
+	})
+}
+
+// A second Shutdown, whose ctx does not end, of a runtime whose first
+// Shutdown left a record unwritten reports that record with no error of
+// a ctx (ShutdownError.Err is nil), as its doc says, and not as the
+// runtime being closed.
+func TestFaultALaterShutdownReportsTheRecordsAnEarlierLeftWithoutACtxError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, _, f := faulty(workers.Config{})
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Hang, Match: func(c *storetest.Call) bool {
+			return c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
+		}})
+		_, behind := headAndBehind(t, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		require.ErrorIs(t, rt.Shutdown(ctx), context.DeadlineExceeded)
+
+		err := rt.Shutdown(context.Background())
+		var se *workers.ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, []string{behind.ID}, se.UnwrittenIDs)
+		assert.NoError(t, se.Err, "ctx never ended")
+		assert.NotErrorIs(t, err, workers.ErrClosed)
+		assert.Equal(t, "workers: shutdown left 0 runs or goroutines executing and 1 live records of this runtime unwritten (unwritten: "+behind.ID+"): the store refused their writes, or an earlier Shutdown or a Reset gave them up", err.Error())
 	})
 }
