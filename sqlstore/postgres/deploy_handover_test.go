@@ -1027,3 +1027,131 @@ func TestRollingDeploySubmissionsRacingShutdown(t *testing.T) {
 	}
 	t.Logf("%d submissions", n)
 }
+
+// A deploy of a replica with limits: runs waiting for a slot, a queue
+// running two items at once with items behind, one of its running items
+// ignoring its context. B cancels one waiting run and waits on all.
+// Shutdown names the stubborn item alone; the waiting runs and items end
+// CANCELLED with the shutdown's cause (B's with its own), never started.
+func TestRollingDeployUnderLimits(t *testing.T) {
+	testDSN(t)
+	t.Parallel()
+	sc := newScratchT(t)
+	sc.store(t)
+	cfg := workers.Config{LeaseInterval: 50 * time.Millisecond, LeaseTTL: time.Second, RecoverInterval: 50 * time.Millisecond}
+	b := handoverReplica(t, sc, cfg)
+	cfg.Limits = workers.Limits{MaxRunning: 3, QueueConcurrency: 2}
+	a := handoverReplica(t, sc, cfg)
+	ctx, cancelAll := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancelAll()
+	alice := workers.MustOwner("alice")
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	var started sync.Map
+	var running sync.WaitGroup
+	fn := func(key string, stubborn bool) workers.Func {
+		return func(ctx context.Context, _ *workers.Task) (any, error) {
+			started.Store(key, true)
+			running.Done()
+			if stubborn {
+				<-release
+				return "late", nil
+			}
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}
+	}
+	ids := map[string]string{}
+	running.Add(3)
+	for i := range 2 {
+		key := fmt.Sprintf("q-%d", i)
+		sub, err := a.SubmitSequential(ctx, "q", key, fn(key, i == 1), alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[key] = sub.ID
+	}
+	waitFor(t, func() bool {
+		_, q0 := started.Load("q-0")
+		_, q1 := started.Load("q-1")
+		return q0 && q1
+	})
+	for i := range 4 {
+		key := fmt.Sprintf("async-%d", i)
+		sub, err := a.Submit(ctx, key, fn(key, false), alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[key] = sub.ID
+	}
+	for i := 2; i < 4; i++ {
+		key := fmt.Sprintf("q-%d", i)
+		sub, err := a.SubmitSequential(ctx, "q", key, fn(key, false), alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[key] = sub.ID
+	}
+	running.Wait() // q-0, q-1 and async-0 hold the three slots
+	if err := b.Cancel(ctx, ids["async-2"], alice); err != nil {
+		t.Fatal(err)
+	}
+	waits := map[string]chan workers.Snapshot{}
+	for key, id := range ids {
+		ch := make(chan workers.Snapshot, 1)
+		waits[key] = ch
+		go func() {
+			snap, err := b.Wait(ctx, id, alice)
+			if err != nil {
+				t.Errorf("B's Wait on %s: %v", id, err)
+			}
+			ch <- snap
+		}()
+	}
+	shutCtx, cancelShut := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer cancelShut()
+	begun := time.Now()
+	err := a.Shutdown(shutCtx)
+	if took := time.Since(begun); took > 600*time.Millisecond+500*time.Millisecond {
+		t.Errorf("A's Shutdown took %v", took)
+	}
+	var se *workers.ShutdownError
+	if !errors.As(err, &se) || !slices.Equal(se.ExecutingIDs, []string{ids["q-1"]}) || se.Executing != 1 || se.Unwritten != 0 {
+		t.Fatalf("A's Shutdown: %v; want q-1 alone left executing", err)
+	}
+	c := handoverReplica(t, sc, cfg)
+	for key, id := range ids {
+		snap := endedIn(t, c, id)
+		_, ran := started.Load(key)
+		var want workers.Cause
+		switch {
+		case key == "async-2":
+			want = workers.CauseCancelled
+		case key == "q-1":
+			want = workers.CauseAbandoned
+		default:
+			want = workers.CauseShutdown
+		}
+		if snap.Cause != want {
+			t.Errorf("%s (ran %v): %s (%s), want %s", key, ran, snap.Status, snap.Cause, want)
+		}
+		if ran != (key == "q-0" || key == "q-1" || key == "async-0") {
+			t.Errorf("%s ran: %v", key, ran)
+		}
+		select {
+		case w := <-waits[key]:
+			if w.Cause != snap.Cause {
+				t.Errorf("B's Wait on %s: %s (%s), the record %s (%s)", key, w.Status, w.Cause, snap.Status, snap.Cause)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("B's Wait on %s did not return", key)
+		}
+	}
+	once.Do(func() { close(release) })
+	again, cancelAgain := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelAgain()
+	if err := a.Shutdown(again); err != nil {
+		t.Errorf("A's second Shutdown: %v", err)
+	}
+}
