@@ -517,7 +517,9 @@ type Submission struct {
 // unless the store's watch authorizer allows it. A finished key is run
 // again: a new run replaces the record, its watchers reset to the
 // submitter and those granted with WithWatchers, and a predecessor still
-// executing is cancelled with ErrSuperseded, its late writes discarded.
+// executing is cancelled with ErrSuperseded, its late writes discarded;
+// one still waiting here for its turn ends without starting, and gives
+// its waiting place (Config.Limits) back at once.
 //
 // Under Config.Limits, a new run starts at once when a slot is free, and
 // otherwise waits as a PENDING record for its turn (see Limits); a
@@ -1209,10 +1211,16 @@ func (t *Task) registeredStart() State {
 // publish makes t the holder of its id's handle. A run of the same id
 // still executing here is a predecessor whose record was replaced or
 // deleted: it is cancelled as superseded (a no-op if it already has a
-// cause).
+// cause). One still waiting for its turn (a queue, Config.Limits) ends
+// as a cancelled one does (see endWaiting): under Limits it gives its
+// owner's waiting place back now, not when its turn comes.
 func (rt *Runtime[S]) publish(t *Task) {
 	for _, old := range rt.runs.publish(t) {
+		waiting := old.cause() == nil && rt.isWaiting(old)
 		old.cancel(ErrSuperseded)
+		if waiting {
+			rt.endWaiting(old)
+		}
 	}
 }
 
