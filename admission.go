@@ -709,8 +709,12 @@ type Stats struct {
 	// returned included).
 	Running int
 	// Waiting counts the tasks registered but not started: waiting for
-	// a slot or in a sequential queue, queue items cancelled whose turn
-	// has not come included (see QueueLoad.Waiting).
+	// a slot or in a sequential queue. Without Limits, queue items
+	// cancelled whose turn has not come are included (see
+	// QueueLoad.Waiting); under Limits it is the waiting places held, the
+	// sum of the owners' Waiting: a cancelled task gives its place back
+	// at once, and a submission holds one from its admission until it
+	// starts, or joins a live run.
 	Waiting int
 	// Queues is each sequential queue's load, by name.
 	Queues []QueueLoad
