@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 )
@@ -70,7 +71,8 @@ func (k *keyLocks) stripe(id string) *keyStripe {
 	return &k.stripes[maphash.String(k.seed, id)%keyStripes]
 }
 
-// lock takes id's lock, or returns ctx's cause if ctx ends first.
+// lock takes id's lock, or returns ctx's error (see ctxErr) if ctx ends
+// first.
 func (k *keyLocks) lock(ctx context.Context, id string) (keyHold, error) {
 	// Read before the wait is queued: a nil ctx panics here, with
 	// nothing queued, not after, which would leave a waiter that the lock
@@ -114,7 +116,19 @@ func (k *keyLocks) lock(ctx context.Context, id string) (keyHold, error) {
 		}
 		*p = w.next
 	}
-	return keyHold{}, context.Cause(ctx)
+	return keyHold{}, ctxErr(ctx)
+}
+
+// ctxErr is the error of a wait that ctx ended: ctx.Err(), which
+// errors.Is finds as context.Canceled or context.DeadlineExceeded (an
+// HTTP layer answers each its own way), wrapping ctx's cause too when it
+// was given one of its own.
+func ctxErr(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == err || cause == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
 }
 
 // unlock releases the lock.

@@ -135,14 +135,14 @@ var errRenewalCutOff = errors.New("workers: lease renewal cut off")
 // connection that the retries' end cut off (see renewWhileLost).
 var errRetriesTimeUp = errors.New("workers: the lease renewal's retries ran out of time")
 
-// take waits for the lease's turn, or for ctx to end, or for shut to
-// close (ErrClosed).
+// take waits for the lease's turn, or for ctx to end (see ctxErr), or
+// for shut to close (ErrClosed).
 func (ls *leaseState) take(ctx context.Context, shut <-chan struct{}) error {
 	select {
 	case ls.turn <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return ctxErr(ctx)
 	case <-shut:
 		return ErrClosed
 	}

@@ -533,9 +533,13 @@ type Submission struct {
 // *AuthorizationError (ErrUnauthorized), a *QuotaError (ErrQuotaExceeded),
 // the error of Limits.OwnerLimits (wrapped), ErrClosed, ErrInvalidConfig
 // (see NewRuntime), ErrConflict (wrapped) when other processes kept
-// changing the record, or a store error: over a store with leases, that of
-// taking the instance lease, or of renewing it when it may have ended
-// (both wrapped; see Config.LeaseTTL). A renewal the store does not answer
+// changing the record, ctx's error when it ends while the submission
+// waits (for another submission of the key to register, or for the
+// instance lease): one that errors.Is finds as context.Canceled or
+// context.DeadlineExceeded, wrapping ctx's cause as well when it was
+// given one (context.WithTimeoutCause), or a store error: over a store
+// with leases, that of taking the instance lease, or of renewing it when
+// it may have ended (both wrapped; see Config.LeaseTTL). A renewal the store does not answer
 // in time fails with an error that says so, not context.DeadlineExceeded,
 // which would read as ctx's own.
 //

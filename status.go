@@ -310,7 +310,9 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // ErrNotFound, exactly as for a missing task. A task that already ended
 // returns ErrFinished. Errors: ErrNoAuthority, a *ValidationError
 // (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
-// the record kept changing, or a store error. When the store reports an
+// the record kept changing, ctx's error when it ends while Cancel waits
+// for a submission of the task to register (as Submit's, its cause
+// wrapped too), or a store error. When the store reports an
 // error for the cancel's write, Cancel reads the record: if the write
 // landed all the same, it returns nil; if it did not, the store error,
 // and nothing was cancelled. If the read fails too, it returns the store
