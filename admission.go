@@ -61,7 +61,9 @@ import (
 // when the run has settled: after its callback has really returned and
 // its terminal record is written. A callback that outlives its timeout
 // (WithTimeout) and ignores its context keeps its slot until it returns,
-// while its record says FAILED at once.
+// while its record says FAILED at once. A run waiting out a retry's
+// backoff (WithRetry) keeps its slot through the wait, though no
+// callback of it executes: a long MaxBackoff holds slots idle.
 //
 // Limits are this runtime's own: replicas that share a store each apply
 // theirs to the work they run.

@@ -1,8 +1,11 @@
 package workers
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,4 +48,29 @@ func TestStatsWaitingAndACancelledQueueItem(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A run waiting out a retry's backoff keeps its running slot: another
+// owner's task waits behind it, as Limits and WithRetry say.
+func TestARunInRetryBackoffKeepsItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(NewMemStore(), Config{Limits: Limits{MaxRunning: 1}})
+		_, err := rt.Submit(ctx, "flaky", func(context.Context, *Task) (any, error) { return nil, errors.New("down") }, alice,
+			WithRetry(RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Hour, MaxBackoff: time.Hour}))
+		require.NoError(t, err)
+		synctest.Wait()
+		other, err := rt.Submit(ctx, "other", noop, bob)
+		require.NoError(t, err)
+		synctest.Wait()
+		st, err := rt.Stats(ctx, System)
+		require.NoError(t, err)
+		assert.Equal(t, 1, st.Running)
+		assert.Equal(t, 1, st.Waiting)
+		time.Sleep(time.Hour) // the bubble's clock: the backoff ends, the retry fails, the slot frees
+		synctest.Wait()
+		snap, err := rt.Status(ctx, other.ID, bob)
+		require.NoError(t, err)
+		assert.Equal(t, StatusCompleted, snap.Status)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
 }

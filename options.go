@@ -110,7 +110,9 @@ const (
 // panics, is called again after a backoff until it succeeds or
 // MaxAttempts attempts have failed. An error made with Permanent is never
 // retried: the run ends FAILED at once, with CausePermanent. A timeout
-// (WithTimeout) and a cancellation are never retried either.
+// (WithTimeout) and a cancellation are never retried either. Under
+// Config.Limits the run keeps its running slot, and a queue item its
+// queue's place, through each backoff (see Limits).
 func WithRetry(p RetryPolicy) SubmitOption {
 	return func(o *submitOptions) error {
 		switch {
