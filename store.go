@@ -647,5 +647,16 @@ func cleanText(s string) string {
 	if storableText(s) {
 		return s
 	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	var b strings.Builder
+	b.Grow(len(s) + 2*utf8.UTFMax)
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == 0 || r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError) // one for each byte: a run of them is not one
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
