@@ -52,7 +52,8 @@ type State struct {
 	Result json.RawMessage
 
 	// Error is the recorded message of a FAILED or CANCELLED run: the
-	// runtime keeps the first MaxErrorLen bytes of a longer one.
+	// runtime keeps at most the first MaxErrorLen bytes of a longer one,
+	// cut at a rune boundary.
 	Error string
 
 	StartedAt   time.Time // zero until RUNNING
@@ -95,12 +96,13 @@ const (
 	CauseStore      Cause = "store"      // the store refused the run's outcome for good (ErrInvalidData)
 )
 
-// MaxStackLen bounds State.Stack: a longer stack keeps its first
-// MaxStackLen bytes.
+// MaxStackLen bounds State.Stack: a longer stack keeps at most its
+// first MaxStackLen bytes, cut at a rune boundary.
 const MaxStackLen = 16 << 10
 
 // MaxErrorLen bounds the message the runtime records in State.Error: a
-// callback's longer error keeps its first MaxErrorLen bytes. Every
+// callback's longer error keeps at most its first MaxErrorLen bytes, cut
+// at a rune boundary so that the message stays valid UTF-8. Every
 // status read, listing and event carries the message, so one callback's
 // error the size of its input would weigh on them all.
 const MaxErrorLen = 16 << 10
