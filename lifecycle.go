@@ -344,9 +344,10 @@ type ShutdownError struct {
 	// were given up: at the cutoff (a queue item still PENDING, the
 	// outcome of a run whose callback returned), or when a Reset's ctx
 	// ended before its queue items were recorded. They are the writes
-	// not known to have landed: one whose store call failed may have
-	// landed all the same, when the read that would tell failed too, and
-	// its record is then ended already. A run counted in Executing is not
+	// not known to have landed: one whose store call failed, or was cut
+	// off at the cutoff, may have landed all the same (no read tells
+	// when the cutoff has passed, or when the read fails too), and its
+	// record is then ended already. A run counted in Executing is not
 	// counted here as well, though its record shows it live until its
 	// callback returns and its outcome lands.
 	Unwritten int
