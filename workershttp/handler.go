@@ -11,7 +11,7 @@
 // Relative to where the handler is mounted (use http.StripPrefix to
 // mount it under a path):
 //
-//	GET  /tasks                 list: ?status=running,pending &limit=N (1 to 500, default 50) &cursor=C, newest first
+//	GET  /tasks                 list: ?status=running,pending (or repeated) &limit=N (1 to 500, default 50) &cursor=C, newest first
 //	GET  /tasks/{id}            one task
 //	POST /tasks/{id}/cancel     cancel; optional JSON body {"reason": "..."}; the task after it, or 204 if it could not be read
 //	GET  /tasks/{id}/events     Server-Sent Events: the task's snapshots until its end
@@ -368,7 +368,7 @@ const (
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request, auth workers.TaskAuthority) {
 	q := r.URL.Query()
-	statuses, err := parseStatuses(q.Get("status"))
+	statuses, err := parseStatuses(q["status"])
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -443,19 +443,22 @@ func crossOriginDenied(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusForbidden, errorBody{errorDetail{Code: "cross_origin", Message: "cross-origin request refused"}})
 }
 
-// parseStatuses reads a status filter: a comma-separated list.
-func parseStatuses(s string) ([]workers.Status, error) {
-	if s == "" {
-		return nil, nil
-	}
+// parseStatuses reads a status filter: comma-separated lists, in one
+// parameter or several (status=a,b or status=a&status=b).
+func parseStatuses(params []string) ([]workers.Status, error) {
 	var out []workers.Status // each status once: five at most
-	for v := range strings.SplitSeq(s, ",") {
-		st := workers.Status(strings.TrimSpace(v))
-		if !st.Valid() {
-			return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, v)
+	for _, s := range params {
+		if s == "" {
+			continue
 		}
-		if !slices.Contains(out, st) {
-			out = append(out, st)
+		for v := range strings.SplitSeq(s, ",") {
+			st := workers.Status(strings.TrimSpace(v))
+			if !st.Valid() {
+				return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, v)
+			}
+			if !slices.Contains(out, st) {
+				out = append(out, st)
+			}
 		}
 	}
 	return out, nil

@@ -207,6 +207,33 @@ func TestListRoute(t *testing.T) {
 	assert.Equal(t, 401, res.StatusCode)
 }
 
+// A status filter given as repeated parameters chooses every status it
+// names, as the comma-separated form does; none is silently dropped.
+func TestListRouteRepeatedStatus(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	f := newFixture(t)
+	ctx := context.Background()
+	done, err := f.rt.Submit(ctx, "done", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	require.NoError(t, err)
+	waitEnd(t, f.rt, done.ID)
+	running, err := f.rt.Submit(ctx, "running", blocker(release), alice)
+	require.NoError(t, err)
+	for _, query := range []string{"status=completed,running", "status=completed&status=running", "status=completed,pending&status=running"} {
+		res, body := f.do(t, "GET", "/tasks?"+query, "alice", nil)
+		require.Equal(t, 200, res.StatusCode, string(body))
+		var p workershttp.Page
+		require.NoError(t, json.Unmarshal(body, &p))
+		var got []string
+		for _, tk := range p.Tasks {
+			got = append(got, tk.ID)
+		}
+		assert.ElementsMatch(t, []string{done.ID, running.ID}, got, query)
+	}
+	res, _ := f.do(t, "GET", "/tasks?status=completed&status=bogus", "alice", nil)
+	assert.Equal(t, 400, res.StatusCode, "an unknown status in a repeated parameter")
+}
+
 func TestCancelRoute(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)

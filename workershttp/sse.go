@@ -384,7 +384,7 @@ func (h *handler) allEvents(w http.ResponseWriter, r *http.Request, auth workers
 	if h.refuseBody(w, r) {
 		return
 	}
-	statuses, err := parseStatuses(r.URL.Query().Get("status"))
+	statuses, err := parseStatuses(r.URL.Query()["status"])
 	if err != nil {
 		h.fail(w, r, err)
 		return
