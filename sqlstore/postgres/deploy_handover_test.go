@@ -625,13 +625,18 @@ func TestRollingDeployNotWaitingRecordsEachRunsOwnCause(t *testing.T) {
 	for id := range want {
 		endedIn(t, c, id)
 	}
-	// Past A's lease, so that a record it left live would be recovered.
-	deadline := time.Now().Add(2 * cfg.LeaseTTL)
-	for time.Now().Before(deadline) {
-		if err := c.Ready(ctx); err != nil {
+	// Once A's lease is over, a record it left live would be recovered:
+	// a pass of C's recovery then finds none.
+	instanceA := workers.InstanceOf(head.RunID)
+	waitFor(t, func() bool {
+		live, err := c.Store().(workers.Leaser).LiveInstances(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(cfg.RecoverInterval) // rounds of C's recovery loop, not a wait for a condition
+		return !slices.Contains(live, instanceA)
+	})
+	if n, err := c.RecoverZombies(ctx); err != nil || n != 0 {
+		t.Errorf("C's recovery past A's lease ended %d records (%v), want none: A left none live", n, err)
 	}
 	for id, cause := range want {
 		snap, err := c.Status(ctx, id, alice)
