@@ -3,6 +3,7 @@ package workers
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,4 +29,21 @@ func TestAnErrorsUnstorableBytesAreEachReplaced(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, c.want, snap.Error, "%q", c.in)
 	}
+}
+
+// An error of any size that needs cleaning is cleaned only as far as a
+// record keeps it, and the record keeps its first MaxErrorLen bytes
+// cleaned: cleaning never builds a copy the size of the whole error.
+func TestAHugeUnstorableErrorIsCleanedOnlyAsFarAsItIsKept(t *testing.T) {
+	huge := strings.Repeat("\xff", 1<<20)
+	cleaned := cleanText(huge)
+	assert.LessOrEqual(t, len(cleaned), 3*cleanKept, "a cleaned copy of the whole text")
+	assert.GreaterOrEqual(t, len(cleaned), MaxErrorLen, "less than a record keeps")
+
+	rt := memRuntime(t)
+	sub, err := rt.Submit(ctx, "huge", returns(nil, errors.New(huge)), alice)
+	require.NoError(t, err)
+	snap, err := rt.Wait(ctx, sub.ID, alice)
+	require.NoError(t, err)
+	assert.Equal(t, strings.Repeat("\uFFFD", MaxErrorLen/3), snap.Error)
 }

@@ -107,6 +107,9 @@ const MaxStackLen = 16 << 10
 // error the size of its input would weigh on them all.
 const MaxErrorLen = 16 << 10
 
+// cleanKept is the most of a text that any record keeps (see cleanText).
+const cleanKept = max(MaxErrorLen, MaxStackLen)
+
 // Record is what a store holds for one task id. The identity fields (ID,
 // RunID, Queue, Watchers, CreatedAt) are written only by InsertTask,
 // ReplaceTask and AddWatcher; State is written by SetTask and
@@ -644,11 +647,16 @@ func storableText(s string) bool {
 
 // cleanText is the one rule by which the runtime makes text storable:
 // invalid UTF-8 and NUL bytes each become U+FFFD. Storable text is
-// returned unchanged, without allocating.
+// returned unchanged, without allocating. Other text is cleaned only as
+// far as any record keeps it: each byte cleans to one or more, so the
+// first cleanKept bytes of the text make at least the first cleanKept of
+// the result, which every caller then cuts to its bound (MaxErrorLen,
+// MaxStackLen).
 func cleanText(s string) string {
 	if storableText(s) {
 		return s
 	}
+	s = s[:min(len(s), cleanKept)]
 	var b strings.Builder
 	b.Grow(len(s) + 2*utf8.UTFMax)
 	for len(s) > 0 {
