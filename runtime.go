@@ -539,9 +539,9 @@ type Submission struct {
 // context.DeadlineExceeded, wrapping ctx's cause as well when it was
 // given one (context.WithTimeoutCause), or a store error: over a store
 // with leases, that of taking the instance lease, or of renewing it when
-// it may have ended (both wrapped; see Config.LeaseTTL). A renewal the store does not answer
-// in time fails with an error that says so, not context.DeadlineExceeded,
-// which would read as ctx's own.
+// it may have ended (both wrapped; see Config.LeaseTTL). A renewal the
+// store does not answer in time fails with an error that says so, not
+// context.DeadlineExceeded, which would read as ctx's own.
 //
 // A registering write (the insert of a new record, or the replace of a
 // finished one) that fails because the store lost or could not open its
