@@ -748,8 +748,12 @@ type OwnerLoad struct {
 // Stats reports the runtime's load: running and waiting counts, per
 // sequential queue, and the owners with the most load. It names owners
 // and counts, never task ids, and only System may call it. Errors:
-// ErrNoAuthority, an *AuthorizationError for an Owner, or ctx.Err().
+// ErrInvalidOption for a nil ctx, ErrNoAuthority, an *AuthorizationError
+// for an Owner, or ctx.Err().
 func (rt *Runtime[S]) Stats(ctx context.Context, auth TaskAuthority) (Stats, error) {
+	if err := checkContext(ctx); err != nil {
+		return Stats{}, err
+	}
 	c, err := resolve(auth)
 	if err != nil {
 		return Stats{}, err

@@ -75,7 +75,8 @@ var (
 	ErrStarted = errors.New("workers: runtime already started")
 
 	// ErrInvalidOption reports a submit option or Config value out of
-	// range, such as a negative timeout.
+	// range, such as a negative timeout, or a nil context, which every
+	// Runtime method that takes one refuses before doing anything.
 	ErrInvalidOption = errors.New("workers: invalid option")
 
 	// ErrInvalidConfig is wrapped, beside ErrInvalidOption (ErrInvalidKey

@@ -1029,7 +1029,11 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // without them.
 func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) iter.Seq2[Snapshot, error] {
 	return func(yield func(Snapshot, error) bool) {
-		c, err := resolve(auth)
+		err := checkContext(ctx)
+		var c caller
+		if err == nil {
+			c, err = resolve(auth)
+		}
 		if err == nil {
 			err = validateID(id)
 		}
@@ -1243,7 +1247,8 @@ func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) 
 // never ranged holds its subscription, bounded in memory, until ctx ends.
 //
 // Any other error is yielded once and ends the stream: ErrNoAuthority,
-// ErrInvalidOption for a WithStatus value that names no status, or a
+// ErrInvalidOption for a nil ctx (the call then subscribes to nothing)
+// or a WithStatus value that names no status, or a
 // *ValidationError (ErrInvalidKey) for WithQueue's name, as from List,
 // at once; ErrInvalidConfig (see NewRuntime) or the error of taking the
 // instance lease; ctx.Err(); or ErrClosed.
@@ -1255,7 +1260,11 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		}
 	}
 	f := o.f
-	c, err := resolve(auth)
+	err := checkContext(ctx)
+	var c caller
+	if err == nil {
+		c, err = resolve(auth)
+	}
 	if err == nil {
 		err = o.check()
 	}

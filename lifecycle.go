@@ -71,7 +71,14 @@ const shutdownSlack = 100 * time.Millisecond
 // RecoverZombies does. An already-done ctx means "do not wait". Calling
 // Shutdown again waits again for what is left. A runtime cannot be
 // started again after Shutdown.
+//
+// A nil ctx bounds nothing, and is no way to say "wait forever" (pass
+// context.Background for that): Shutdown refuses it with
+// ErrInvalidOption before doing anything, and the runtime stays open.
 func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	// Past ctx's end plus the slack, every store call is cut off.
 	returned := make(chan struct{})
 	stopCut := context.AfterFunc(ctx, func() {
@@ -658,8 +665,8 @@ const abandonWriters = 16
 // returns ctx's cause, after doing the rest. A nil ctx is refused with
 // ErrInvalidOption, before anything is done.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	if err := checkContext(ctx); err != nil {
+		return err
 	}
 	_, waiting := rt.emptyQueues((*queue).take)
 	if rt.adm != nil {
@@ -723,16 +730,23 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 // A record it cannot end (its write fails) does not stop it: it goes on
 // with the others, and returns the first such error with its count. A
 // write that reports an error is checked against the record: one that
-// landed all the same counts as ended.
+// landed all the same counts as ended. A nil ctx is refused with
+// ErrInvalidOption, before any record is read.
 func (rt *Runtime[S]) RecoverZombies(ctx context.Context) (int, error) {
+	if err := checkContext(ctx); err != nil {
+		return 0, err
+	}
 	return rt.recoverRuns(ctx, true, false)
 }
 
 // Cleanup deletes terminal records that completed more than olderThan
 // ago and returns how many it deleted. The cleanup scheduler calls it
 // every Config.CleanupInterval with Config.Retention. A negative
-// olderThan is ErrInvalidOption.
+// olderThan, or a nil ctx, is ErrInvalidOption.
 func (rt *Runtime[S]) Cleanup(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := checkContext(ctx); err != nil {
+		return 0, err
+	}
 	if olderThan < 0 {
 		return 0, fmt.Errorf("%w: negative age %v", ErrInvalidOption, olderThan)
 	}

@@ -25,11 +25,14 @@ type Page struct {
 // otherwise: for an Owner, the tasks it owns or watches; for System,
 // every task. Options narrow the list; WithLimit keeps the first n and
 // WithCursor starts after a ListPage cursor. Errors: ErrNoAuthority,
-// ErrInvalidOption (a negative WithLimit, a WithStatus or WithOrder
-// value that names no status or order), a *ValidationError
+// ErrInvalidOption (a nil ctx, a negative WithLimit, a WithStatus or
+// WithOrder value that names no status or order), a *ValidationError
 // (ErrInvalidKey) for WithQueue's name, ErrInvalidCursor, or a store
 // error.
 func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...ListOption) ([]Snapshot, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	c, f, err := listFilter(auth, opts)
 	if err != nil {
 		return nil, err
@@ -62,6 +65,9 @@ func (rt *Runtime[S]) List(ctx context.Context, auth TaskAuthority, opts ...List
 // or a List, that passes over more may then miss or repeat a task re-run
 // as it was read, as a walk across pages does. Errors are List's.
 func (rt *Runtime[S]) ListPage(ctx context.Context, auth TaskAuthority, opts ...ListOption) (Page, error) {
+	if err := checkContext(ctx); err != nil {
+		return Page{}, err
+	}
 	c, f, err := listFilter(auth, opts)
 	if err != nil {
 		return Page{}, err

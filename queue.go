@@ -372,10 +372,13 @@ func (q *queue) take() []*Task {
 // (over a store without notices, once the record is read here).
 // An item taken off the queue but waiting for a slot under
 // Config.Limits is listed first among the pending. A queue that never
-// received a submission is reported idle. Errors:
-// ErrNoAuthority, a *ValidationError (ErrInvalidKey), an
+// received a submission is reported idle. Errors: ErrInvalidOption for
+// a nil ctx, ErrNoAuthority, a *ValidationError (ErrInvalidKey), an
 // *AuthorizationError, or ctx.Err().
 func (rt *Runtime[S]) QueueStatus(ctx context.Context, name string, auth TaskAuthority) (QueueInfo, error) {
+	if err := checkContext(ctx); err != nil {
+		return QueueInfo{}, err
+	}
 	c, err := resolve(auth)
 	if err != nil {
 		return QueueInfo{}, err

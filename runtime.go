@@ -394,6 +394,16 @@ func NewRuntime[S Store](store S, cfg Config) *Runtime[S] {
 	return rt
 }
 
+// checkContext returns the error of a call made with a nil ctx, which
+// every exported call that takes a context returns before it does
+// anything else: ErrInvalidOption, said of the context.
+func checkContext(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	return nil
+}
+
 // configError wraps err, what is wrong with a Config, in
 // ErrInvalidConfig; nil stays nil.
 func configError(err error) error {
@@ -407,10 +417,13 @@ func configError(err error) error {
 // not, why: ErrClosed once Shutdown has begun, the error of a Config it
 // cannot run with (ErrInvalidConfig), or, over a store that implements
 // Leaser, the error of taking the instance lease, or of renewing it once
-// it may have ended, which Ready then does as a submission would. A
-// service can serve it as its readiness check: it costs no store call
-// while the lease is known to be live.
+// it may have ended, which Ready then does as a submission would; a nil
+// ctx is ErrInvalidOption. A service can serve it as its readiness check:
+// it costs no store call while the lease is known to be live.
 func (rt *Runtime[S]) Ready(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	if !rt.gate.enter() {
 		return ErrClosed
 	}
@@ -440,8 +453,8 @@ func (rt *Runtime[S]) Store() S { return rt.store }
 // a submission that takes the lease does: call Shutdown on a runtime
 // that is given up, whether or not it started.
 func (rt *Runtime[S]) Start(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	if err := checkContext(ctx); err != nil {
+		return err
 	}
 	if rt.cfgErr != nil {
 		return rt.cfgErr
@@ -591,8 +604,8 @@ func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, f
 }
 
 func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, auth TaskAuthority, opts []SubmitOption) (Submission, error) {
-	if ctx == nil {
-		return Submission{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	if err := checkContext(ctx); err != nil {
+		return Submission{}, err
 	}
 	c, err := resolve(auth)
 	if err != nil {

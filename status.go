@@ -61,6 +61,9 @@ func (rt *Runtime[S]) fallbackPoll(own, notices bool) <-chan time.Time {
 // errors that never do) is retried every 50ms until ctx ends, so a
 // database blip does not end a Wait.
 func (rt *Runtime[S]) Wait(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
+	if err := checkContext(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	// The lease starts the listener that wakes Wait. A runtime shut down
 	// has none to start, and Wait reads the store as Status does.
 	if err := rt.ensureLease(ctx); err != nil && !errors.Is(err, ErrClosed) {
@@ -203,9 +206,13 @@ func (b *bells) ringAll() {
 // watcher, the owner the id names, or System. For any other caller it
 // returns ErrNotFound, exactly as for a task that does not exist, so
 // Status never reveals that someone else's task exists. Progress is read
-// live when the run executes in this runtime. Errors: ErrNoAuthority, a
-// *ValidationError (ErrInvalidKey), ErrNotFound, or a store error.
+// live when the run executes in this runtime. Errors: ErrInvalidOption
+// for a nil ctx, ErrNoAuthority, a *ValidationError (ErrInvalidKey),
+// ErrNotFound, or a store error.
 func (rt *Runtime[S]) Status(ctx context.Context, id string, auth TaskAuthority) (Snapshot, error) {
+	if err := checkContext(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	rec, err := rt.visibleRecord(ctx, id, auth)
 	if err != nil {
 		return Snapshot{}, err
@@ -308,8 +315,8 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // run's context with ErrCancelled, so the record says "Cancelled by user"
 // whatever the callback does next. A caller who may not see the task gets
 // ErrNotFound, exactly as for a missing task. A task that already ended
-// returns ErrFinished. Errors: ErrNoAuthority, a *ValidationError
-// (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
+// returns ErrFinished. Errors: ErrInvalidOption for a nil ctx,
+// ErrNoAuthority, a *ValidationError (ErrInvalidKey), ErrNotFound, ErrFinished, ErrConflict (wrapped) when
 // the record kept changing, ctx's error when it ends while Cancel waits
 // for a submission of the task to register (as Submit's, its cause
 // wrapped too), or a store error. When the store reports an
@@ -351,6 +358,9 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // start finds the record CANCELLED: until then it keeps its owner's
 // waiting place there.
 func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority, opts ...CancelOption) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	var co cancelOptions
 	for _, opt := range opts {
 		if opt != nil {

@@ -145,6 +145,9 @@
 // [ErrUnauthorized], [ErrClosed], ...) or types matched with [errors.As]
 // ([*ValidationError], [*AuthorizationError], [*QuotaError],
 // [*TimeoutError], [*PanicError], [*TaskError], [*PermanentError]). Each
-// method's doc says which it returns. A callback returns [Permanent](err)
-// for an error that no retry can fix.
+// method's doc says which it returns. Every method that takes a context
+// refuses a nil one with [ErrInvalidOption] before doing anything (a
+// stream yields it once and ends), [Runtime.Shutdown] included, which
+// then leaves the runtime open. A callback returns [Permanent](err) for
+// an error that no retry can fix.
 package workers
