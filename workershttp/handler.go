@@ -148,7 +148,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // RegisterOnShutdown, and the streams end as the server shuts down.
 // Clients reconnect (an EventSource does) to whichever server serves
 // them next. A stream asked for once ctx has ended is refused 503 (code
-// "closed"), as on a runtime shut down.
+// "closed"), as on a runtime shut down. A nil ctx, the default, ends
+// no stream: each ends with its request or its runtime.
 func WithStreamContext(ctx context.Context) Option { return func(c *config) { c.streams = ctx } }
 
 // WithCrossOriginProtection replaces the default protection of the POST
