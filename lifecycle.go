@@ -3,7 +3,9 @@ package workers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -68,9 +70,12 @@ const shutdownSlack = 100 * time.Millisecond
 // a run still RUNNING). Such records belong to this runtime's
 // instance: once its lease expires (it is no longer renewed), any
 // runtime's recovery ends them as abandoned; over a store without leases,
-// RecoverZombies does. An already-done ctx means "do not wait". Calling
-// Shutdown again waits again for what is left. A runtime cannot be
-// started again after Shutdown.
+// RecoverZombies does. The writes given up at the cutoff are logged
+// with Config.Logger in one line, which counts them, by kind, and names
+// a few; the error names them (see ShutdownError.UnwrittenIDs). An
+// already-done ctx means "do not wait". Calling Shutdown again waits
+// again for what is left. A runtime cannot be started again after
+// Shutdown.
 //
 // A nil ctx bounds nothing, and is no way to say "wait forever" (pass
 // context.Background for that): Shutdown refuses it with
@@ -209,6 +214,7 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	}
 	if open == 0 && se.Unwritten == 0 {
 		rt.endLife(ErrClosed)
+		rt.logCutoff(cutoffAtShutdown, true)
 		return nil
 	}
 	// Without ctx's error, nothing cut this Shutdown short: the store
@@ -216,6 +222,9 @@ func (rt *Runtime[S]) Shutdown(ctx context.Context) error {
 	// gave them up. The runtime's life, ended by such a cutoff, says
 	// nothing of this call.
 	rt.endLife(ErrClosed)
+	// After the life's end: a write still in flight that gives up at it
+	// meanwhile is in this line, and one that gives up later logs its own.
+	rt.logCutoff(cutoffAtShutdown, true)
 	se.Executing, se.Err = open, ctx.Err()
 	return se
 }
@@ -282,10 +291,7 @@ func (rt *Runtime[S]) leftBehind(inflight []*Task, inBacklog map[*Task]struct{})
 		case !t.has(runAbandonBegun) && rt.life.Err() != nil:
 			// Its abandon write has not begun, and the cutoff is past: it
 			// is given up here, and never begins (see beginAbandon).
-			t.mark(runGaveUp)
-			if rt.left.n++; len(rt.left.ids) < maxLeftIDs {
-				rt.left.ids = append(rt.left.ids, t.ID())
-			}
+			rt.left.addCut(opAbandon, t, nil) // no try: nothing to log on its own
 			se.Unwritten++
 			se.UnwrittenIDs = append(se.UnwrittenIDs, t.ID())
 		default:
@@ -335,6 +341,92 @@ type leftIDs struct {
 	mu  sync.Mutex
 	n   int      // guarded by mu: writes given up
 	ids []string // guarded by mu: their ids, at most maxLeftIDs
+
+	cut       cutTally // guarded by mu: the writes given up at a cutoff, not yet logged
+	cutLogged bool     // guarded by mu: Shutdown logged its cutoff's line (see Runtime.cutShort)
+}
+
+// add counts the write of t as given up. l.mu is held.
+func (l *leftIDs) add(t *Task) {
+	t.mark(runGaveUp)
+	if l.n++; len(l.ids) < maxLeftIDs {
+		l.ids = append(l.ids, t.ID())
+	}
+}
+
+// addCut is add for a write of op given up at a cutoff, with err, its
+// last try's error (nil if it made none): it is tallied for the line
+// that logs them all (see Runtime.logCutoff), unless Shutdown logged
+// that line already; addCut then reports that the write is to be logged
+// on its own. l.mu is held.
+func (l *leftIDs) addCut(op runOp, t *Task, err error) (own bool) {
+	l.add(t)
+	if l.cutLogged {
+		return true
+	}
+	c := &l.cut
+	c.n++
+	c.ops[op]++
+	if len(c.ids) < shutdownIDsShown {
+		c.ids = append(c.ids, t.ID())
+	}
+	if err != nil && (c.err == nil || cutOffError(c.err) && !cutOffError(err)) {
+		c.err = err
+	}
+	return false
+}
+
+// cutOffError reports whether err, a try's error, is that of its
+// context's end: the cutoff's own, which says less than a store's.
+func cutOffError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// cutTally sums up the run writes given up at a cutoff, for the one line
+// that logs them.
+type cutTally struct {
+	n   int              // writes given up
+	ops [len(runOps)]int // of them, by kind
+	ids []string         // the first few of their tasks' ids, at most shutdownIDsShown
+	err error            // the first error a try of one of them met, preferably a store's
+}
+
+// Messages of the line that logs the run writes given up at a cutoff.
+const (
+	cutoffAtShutdown = "workers: Shutdown's cutoff passed: run writes given up, their records left for recovery; the ShutdownError it returned counts them and names their tasks"
+	cutoffAtReset    = "workers: Reset's context ended: queue items' writes given up, their records left for recovery; the next Shutdown's ShutdownError counts them and names their tasks"
+)
+
+// logCutoff logs, in one line at error level, with msg, the run writes
+// given up at a cutoff since the last such line, if any were: how many,
+// how many of each kind (op), the first few of their tasks' ids, and the
+// first error a try of one of them met, one the store returned rather
+// than the cutoff's own where one did. final says that the runtime's
+// life has ended for good and Shutdown is returning: a write given up
+// after this line logs its own (see Runtime.cutShort).
+func (rt *Runtime[S]) logCutoff(msg string, final bool) {
+	l := &rt.left
+	l.mu.Lock()
+	c := l.cut
+	l.cut = cutTally{}
+	if final {
+		l.cutLogged = true
+	}
+	l.mu.Unlock()
+	if c.n == 0 {
+		return
+	}
+	ops := make([]any, 0, len(runOps))
+	for op, n := range c.ops {
+		if n > 0 {
+			ops = append(ops, slog.Int(runOps[op].name, n))
+		}
+	}
+	args := []any{"writes", c.n, slog.Group("ops", ops...), "tasks", c.ids}
+	if c.err != nil {
+		args = append(args, "err", c.err)
+	}
+	rt.cfg.Logger.Error(msg, args...)
 }
 
 // ShutdownError is the error of a Shutdown that left something: runs or
@@ -661,7 +753,8 @@ const abandonWriters = 16
 //
 // ctx bounds the writes of the waiting items' records, which retry while
 // the store fails: once it ends, those not made are given up, their
-// records left for recovery and counted by a later Shutdown, and Reset
+// records left for recovery and counted by a later Shutdown (they are
+// logged in one line, as at Shutdown's cutoff), and Reset
 // returns ctx's cause, after doing the rest. A nil ctx is refused with
 // ErrInvalidOption, before anything is done.
 func (rt *Runtime[S]) Reset(ctx context.Context) error {
@@ -678,6 +771,7 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 	rt.abandon(life, waiting)
 	stopLife()
 	stop(nil)
+	rt.logCutoff(cutoffAtReset, false)
 
 	var err error
 	if ctx.Err() != nil {

@@ -605,7 +605,7 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 		case err == nil, errors.Is(err, ErrNotFound):
 			return false, true // fenced out, or the record is gone
 		case life.Err() != nil:
-			rt.giveUp(gaveUpMessage(rt.life), op, t, err)
+			rt.cutShort(late, op, t, err)
 			return false, false
 		case permanentStoreError(err):
 			if st.Status.Terminal() && st.Cause == CauseStore {
@@ -643,7 +643,7 @@ func (rt *Runtime[S]) writeLocked(life context.Context, op runOp, t *Task, from 
 			// The runtime's life ended: Shutdown's cutoff, at which it
 			// counts this write among the records left unwritten; or
 			// Reset's ctx did, and a later Shutdown counts it.
-			rt.giveUp(gaveUpMessage(rt.life), op, t, err)
+			rt.cutShort(late, op, t, err)
 			return false, false
 		}
 		if h := rt.hooks.Load(); h != nil && h.backedOff != nil {
@@ -672,12 +672,33 @@ func gaveUpMessage(life context.Context) string {
 func (rt *Runtime[S]) giveUp(msg string, op runOp, t *Task, err error) {
 	l := &rt.left
 	l.mu.Lock()
-	t.mark(runGaveUp)
-	if l.n++; len(l.ids) < maxLeftIDs {
-		l.ids = append(l.ids, t.ID())
-	}
+	l.add(t)
 	l.mu.Unlock()
 	rt.logRunError(msg, op, t, err)
+}
+
+// cutShort is giveUp for a write of run t given up because the bound of
+// its tries ended, with err, its last try's error. A late write (see
+// transition) made its one try, on its own bound, and failed for a
+// reason of its own: it logs its own line. Any other was cut off at
+// Shutdown's cutoff, or when Reset's ctx ended, as every write in
+// flight or still to begin then was: it is tallied for the one line
+// that logs them all (see logCutoff), rather than logged on its own,
+// which for a long backlog took more time than the cutoff leaves. Once
+// Shutdown logged that line, a write given up since (one in flight as
+// Shutdown returned) logs its own.
+func (rt *Runtime[S]) cutShort(late bool, op runOp, t *Task, err error) {
+	if late {
+		rt.giveUp(gaveUpMessage(rt.life), op, t, err)
+		return
+	}
+	l := &rt.left
+	l.mu.Lock()
+	own := l.addCut(op, t, err)
+	l.mu.Unlock()
+	if own {
+		rt.logRunError(gaveUpMessage(rt.life), op, t, err)
+	}
 }
 
 // lastWriteTimeout bounds the one try a run makes to write its outcome

@@ -167,7 +167,9 @@ type Config struct {
 
 	// Logger receives errors that have no caller to return to: a store
 	// write on a run's behalf that failed (it is retried, or left for
-	// recovery), a cleanup or lease renewal that failed. Defaults to
+	// recovery), a cleanup or lease renewal that failed. The writes
+	// Shutdown gives up at its cutoff, or Reset when its ctx ends, are
+	// logged together, in one line that counts them. Defaults to
 	// slog.Default().
 	//
 	// A callback's panic is logged here too, at error level, with its
