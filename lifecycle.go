@@ -684,7 +684,7 @@ func (rt *Runtime[S]) abandon(life context.Context, items []*Task) {
 	var wg sync.WaitGroup
 	fanOut(&wg, items, func(t *Task) {
 		t.mark(runFinishing)
-		if rt.beginAbandon(t) {
+		if rt.beginAbandon(life, t) {
 			var st State
 			rt.endState(t, &st, rt.cancelOutcome(t), at)
 			rt.writeWithin(life, opAbandon, t, StatusPending, &st, nil)
@@ -696,13 +696,21 @@ func (rt *Runtime[S]) abandon(life context.Context, items []*Task) {
 
 // beginAbandon reports whether the abandon write of queue item t may
 // begin, and marks it begun if so: not when Shutdown, past its cutoff,
-// counted the write as given up before it began (see leftBehind). The
-// two decide under the same lock, so the item is counted either as in
-// its write or as given up, and no write of it begins after that count.
-func (rt *Runtime[S]) beginAbandon(t *Task) bool {
+// counted the write as given up before it began (see leftBehind), nor
+// once life, the bound of the write's tries, has ended, when its first
+// try would fail at once: it is given up then without one, at the cost
+// of a count, so that a long backlog left at the cutoff costs Shutdown
+// no store call each. The decisions are made under the lock leftBehind
+// counts under, so the item is counted either as in its write or as
+// given up, and no write of it begins after that count.
+func (rt *Runtime[S]) beginAbandon(life context.Context, t *Task) bool {
 	rt.left.mu.Lock()
 	defer rt.left.mu.Unlock()
-	if t.has(runGaveUp) {
+	switch {
+	case t.has(runGaveUp):
+		return false
+	case life.Err() != nil:
+		rt.left.addCut(opAbandon, t, nil) // no try: nothing to log on its own
 		return false
 	}
 	t.mark(runAbandonBegun)

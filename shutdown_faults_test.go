@@ -298,6 +298,50 @@ func TestFaultShutdownRecordsALongBacklogBesideTheGracePeriod(t *testing.T) {
 	}
 }
 
+// Past Shutdown's cutoff, the items of a long backlog whose abandon
+// writes had not begun are given up without a store call each: every
+// such try would fail at once, its bound ended, and a backlog of
+// thousands made that many calls, logs and contexts after the time
+// Shutdown was given. Only the writes in flight at the cutoff (at most
+// one per abandon writer) meet the store after it.
+func TestFaultShutdownTriesNoAbandonWritePastItsCutoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt, mem, f := faulty(workers.Config{})
+		const bound = 150 * time.Millisecond
+		var start time.Time
+		var past atomic.Int32 // abandon writes tried past the cutoff
+		f.Add(storetest.Rule{Op: storetest.OpTransitionTask, Fault: storetest.Delay, Delay: 10 * time.Millisecond, Match: func(c *storetest.Call) bool {
+			abandon := c.Next.Cause == workers.CauseShutdown && slices.Equal(c.From, []workers.Status{workers.StatusPending})
+			if abandon && time.Since(start) >= bound+100*time.Millisecond {
+				past.Add(1)
+			}
+			return abandon
+		}})
+		backlog := backlogBehindAHead(t, rt, 2000)
+
+		start = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		defer cancel()
+		err := rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var se *workers.ShutdownError
+		require.ErrorAs(t, err, &se)
+		require.Greater(t, se.Unwritten, 1000, "most of the backlog is left: %v", err)
+		synctest.Wait()
+		assert.LessOrEqual(t, int(past.Load()), 16, "abandon writes tried past the cutoff")
+
+		written := 0
+		for _, sub := range backlog {
+			r, err := mem.GetTask(context.Background(), sub.ID)
+			require.NoError(t, err)
+			if r.Status == workers.StatusCancelled {
+				written++
+			}
+		}
+		assert.Equal(t, len(backlog), written+se.Unwritten, "each item is written or counted unwritten")
+	})
+}
+
 // stuckAbandons is a MemStore whose writes recording a run cancelled by
 // Shutdown take an hour and ignore their context, as a call stuck in a
 // driver that does not watch it does.
