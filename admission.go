@@ -31,7 +31,12 @@ import (
 // it is refused with a *QuotaError (ErrQuotaExceeded) and
 // nothing is written to the store. A waiting task holds no goroutine. It
 // is visible to its watchers, Cancel ends it without ever starting it, and
-// Shutdown records it CANCELLED like a sequential backlog item.
+// Shutdown records it CANCELLED like a sequential backlog item. A waiting
+// task whose record is ended, replaced or deleted by someone else ends
+// without starting, and gives its place back, as soon as the runtime
+// learns of it (a store's notice, a Resync, a Cancel that finds the
+// record gone): one whose record was deleted has ErrDeleted as the cause
+// of its context.
 //
 // # Fair dispatch
 //
@@ -715,8 +720,9 @@ type Stats struct {
 	// cancelled whose turn has not come are included (see
 	// QueueLoad.Waiting); under Limits it is the waiting places held, the
 	// sum of the owners' Waiting: a cancelled task gives its place back
-	// at once, and a submission holds one from its admission until it
-	// starts, or joins a live run.
+	// at once, as does one whose record is found ended, replaced or
+	// deleted elsewhere (see Limits), and a submission holds one from its
+	// admission until it starts, or joins a live run.
 	Waiting int
 	// Queues is each sequential queue's load, by name.
 	Queues []QueueLoad

@@ -24,6 +24,7 @@ var reasons = [...]struct {
 	{ErrSuperseded, StatusCancelled, CauseSuperseded, "Superseded by a newer run"},
 	{ErrShutdown, StatusCancelled, CauseShutdown, "Cancelled by worker shutdown"},
 	{ErrAbandoned, StatusFailed, CauseAbandoned, "Abandoned: its run is no longer alive"},
+	{ErrDeleted, StatusCancelled, CauseDeleted, "Its record was deleted"},
 }
 
 // outcome is what a terminal record says about how its run ended.

@@ -16,7 +16,7 @@ import (
 // A Cancel of a run executing here whose record is gone (an operator's
 // DELETE, a failover to a replica that never had it) returns ErrNotFound
 // and cancels the run at once, as the sync loop's next pass would, with
-// ErrSuperseded: the callback is told now, not a SyncInterval later. A
+// ErrDeleted: the callback is told now, not a SyncInterval later. A
 // caller who may not see the task leaves the run alone.
 func TestCancelOfARunWhoseRecordIsGoneCancelsItNow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestCancelOfARunWhoseRecordIsGoneCancelsItNow(t *testing.T) {
 		synctest.Wait()
 		select {
 		case c := <-cause:
-			assert.ErrorIs(t, c, workers.ErrSuperseded)
+			assert.ErrorIs(t, c, workers.ErrDeleted)
 			assert.Zero(t, time.Since(begun), "the run waited for the sync loop")
 		default:
 			t.Error("the callback runs on past a Cancel that found its record gone")

@@ -119,7 +119,7 @@ var (
 // ErrAbandoned when that runtime lost its instance lease; or
 // ErrCancelled, ErrSuperseded or ErrAbandoned from the store's notices
 // or the sync loop (Config.SyncInterval) when another process ended the
-// run. The first cause to land is the one that sticks and the one
+// run; or ErrDeleted when its record was found deleted. The first cause to land is the one that sticks and the one
 // recorded.
 var (
 	// ErrCancelled is the cause of a cancellation requested through
@@ -133,6 +133,13 @@ var (
 	// ErrSuperseded is the cause given to a run still executing when a
 	// newer run of the same task id was submitted.
 	ErrSuperseded = errors.New("workers: superseded by a newer run")
+
+	// ErrDeleted is the cause given to a run whose record was deleted
+	// while the run waited for its turn or executed: by a Reset of a
+	// runtime over the same volatile store, by a cleanup of an end
+	// written elsewhere, or by hand. No record is left to say how the
+	// run ended, and none is written.
+	ErrDeleted = errors.New("workers: task record deleted")
 
 	// ErrShutdown is the cause given to every run in flight when
 	// Runtime.Shutdown drains.

@@ -754,8 +754,9 @@ const abandonWriters = 16
 // open; runs still executing settle on their own, and a later Shutdown
 // waits for them. Once it has cleared the records, such a run reports
 // its end to the observers when its callback returns, CANCELLED as
-// superseded, its record being gone; otherwise a Cancel or a recovery
-// that ends its record reports it. Since their handles are forgotten, a
+// deleted (CauseDeleted), its record being gone; otherwise a Cancel or a
+// recovery that ends its record reports it. Since their handles are
+// forgotten, a
 // RecoverZombies after a Reset over a durable store fails them even
 // while they execute.
 //
@@ -798,7 +799,7 @@ func (rt *Runtime[S]) Reset(ctx context.Context) error {
 			// or a recovery that finds no handle reports it. With the
 			// records cleared, none will: the run's own write finds
 			// its record gone, and the run reports its end itself,
-			// superseded.
+			// deleted.
 			t.mark(runEndSeen)
 		}
 		t.cancel(ErrShutdown)

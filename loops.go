@@ -1052,7 +1052,7 @@ func (rt *Runtime[S]) checkRun(ctx context.Context, t *Task, named bool) {
 	if end, ok := endOf(t, &rec); ok {
 		rt.reportEnd(t, end)
 	} else {
-		rt.reportMoved(t, started)
+		rt.reportMoved(t, started, cause)
 	}
 }
 
@@ -1061,21 +1061,22 @@ func (rt *Runtime[S]) checkRun(ctx context.Context, t *Task, named bool) {
 // streams that may show t read the record again, and say Gone of a run
 // they showed and can no longer follow to its end. Observers, who heard
 // of the run and may hold something open for it (a span), hear of its
-// end, once: CANCELLED as superseded, the record having moved on to
-// another run, unless an earlier pass kept an end of the run's that its
-// write or settle reports (see leaveEndToWriter). started is when the
-// run started, or zero if it did not. The Waits on t's id read the
+// end, once, with cause: CANCELLED as superseded (ErrSuperseded), the
+// record having moved on to another run, or as deleted (ErrDeleted), the
+// record being gone, unless an earlier pass kept an end of the run's
+// that its write or settle reports (see leaveEndToWriter). started is
+// when the run started, or zero if it did not. The Waits on t's id read the
 // record again too: one that read t's record waits for no event of t's
 // (see fallbackPoll), and ends now on a record deleted, rather than when
 // the run's callback returns.
-func (rt *Runtime[S]) reportMoved(t *Task, started time.Time) {
+func (rt *Runtime[S]) reportMoved(t *Task, started time.Time, cause error) {
 	rt.bells.ring(t.ID())
 	if rt.hub.n.Load() > 0 {
 		rt.hub.reread(t.ID(), t.watcherList())
 	}
 	if len(rt.cfg.Observers) > 0 && !t.has(runEndSeen|runEndKept) {
 		c := change{kind: changeReplaced, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t}
-		causeOutcome(ErrSuperseded).apply(&c.state, now())
+		causeOutcome(cause).apply(&c.state, now())
 		c.state.StartedAt, c.state.Attempt = started, t.Attempt()
 		rt.reportEnd(t, c)
 	}
@@ -1124,14 +1125,15 @@ func (rt *Runtime[S]) readRecord(ctx context.Context, id string) (rec Record, er
 }
 
 // endedBy reads t's record and returns it with the cause t's context is
-// to be cancelled with if the record says t's run is over: it was ended,
-// replaced or deleted by someone else. It returns a nil cause while the
-// record is still t's and live, and when the read fails.
+// to be cancelled with if the record says t's run is over: it was ended
+// (the cause its record keeps), replaced (ErrSuperseded) or deleted
+// (ErrDeleted) by someone else. It returns a nil cause while the record
+// is still t's and live, and when the read fails.
 func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
 	rec, err := rt.readRecord(ctx, t.ID())
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return rec, ErrSuperseded
+		return rec, ErrDeleted
 	case err != nil:
 		if ctx.Err() == nil {
 			rt.logRunError("workers: sync read failed", opProgress, t, err)
@@ -1169,7 +1171,7 @@ func (rt *Runtime[S]) checkWaiting(ctx context.Context, t *Task) {
 	if end, ok := endOf(t, &rec); ok {
 		rt.reportEnd(t, end) // its own end will be fenced out
 	} else {
-		rt.reportMoved(t, time.Time{})
+		rt.reportMoved(t, time.Time{}, cause)
 	}
 	rt.endWaiting(t)
 }

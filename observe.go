@@ -37,9 +37,10 @@ const (
 	// EventFinished: the run's terminal record landed, whoever wrote it
 	// (the run, Runtime.Cancel, Shutdown); Status, Cause and Duration say
 	// how it ended. A run of this runtime whose record moved on to
-	// another run (a re-run elsewhere, a delete) before any end of its
-	// own landed finishes CANCELLED with CauseSuperseded, no record
-	// saying otherwise; only this runtime's observers hear of that end.
+	// another run (a re-run elsewhere) before any end of its own landed
+	// finishes CANCELLED with CauseSuperseded, and one whose record was
+	// deleted, CANCELLED with CauseDeleted, no record saying otherwise;
+	// only this runtime's observers hear of that end.
 	EventFinished
 	// EventPanicked: an attempt's callback panicked; Err is the
 	// *PanicError and Stack its stack. A Finished or Retrying event

@@ -711,8 +711,8 @@ func TestObserverSeesARunResetForgotEndOnce(t *testing.T) {
 
 // Reset over a store whose records it clears (a MemStore) leaves no
 // Cancel or recovery to find the run it forgot: the run, cancelled,
-// reports its own end once its callback returns, superseded (its record
-// is gone), so that an observer's span for it ends.
+// reports its own end once its callback returns, CANCELLED as deleted
+// (its record is gone), so that an observer's span for it ends.
 func TestObserverHearsTheEndOfARunWhoseRecordResetCleared(t *testing.T) {
 	rec := &recorder{}
 	rt := newRuntime(t, NewMemStore(), Config{Observers: []Observer{rec}})
@@ -720,7 +720,7 @@ func TestObserverHearsTheEndOfARunWhoseRecordResetCleared(t *testing.T) {
 	require.NoError(t, rt.Reset(ctx))
 	wait(t, g.ran, "the callback's return on the cancel")
 	e := rec.waitKind(t, sub.ID, EventFinished)
-	assert.Equal(t, CauseSuperseded, e.Cause)
+	assert.Equal(t, CauseDeleted, e.Cause)
 	require.NoError(t, rt.Shutdown(ctx))
 	kinds := rec.kinds(sub.ID)
 	assert.Equal(t, 1, count(kinds, EventFinished)+count(kinds, EventRecovered), "ends reported: %v", kinds)

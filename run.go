@@ -549,8 +549,10 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task, started time.Time) {
 	rec, err := rt.readBack(rt.life, t, rt.life.Err() != nil)
 	if end, ok := endOf(t, &rec); err == nil && ok {
 		rt.reportEnd(t, end)
-	} else if errors.Is(err, ErrNotFound) || err == nil && rec.RunID != t.RunID() {
-		rt.reportMoved(t, started)
+	} else if errors.Is(err, ErrNotFound) {
+		rt.reportMoved(t, started, ErrDeleted)
+	} else if err == nil && rec.RunID != t.RunID() {
+		rt.reportMoved(t, started, ErrSuperseded)
 	}
 }
 

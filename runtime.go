@@ -98,7 +98,7 @@ type Config struct {
 	// so too), and it cancels a run whose record says another process
 	// ended it: with ErrCancelled when it was cancelled there,
 	// ErrAbandoned when it was recovered, ErrSuperseded when the
-	// record was replaced or deleted. Each progress write is fenced on
+	// record was replaced, ErrDeleted when it was deleted. Each progress write is fenced on
 	// the run and its RUNNING status; a run with no progress to store
 	// costs one read per interval.
 	//
@@ -534,7 +534,10 @@ type Submission struct {
 // submitter and those granted with WithWatchers, and a predecessor still
 // executing is cancelled with ErrSuperseded, its late writes discarded;
 // one still waiting here for its turn ends without starting, and gives
-// its waiting place (Config.Limits) back at once.
+// its waiting place (Config.Limits) back at once. A run waiting for its
+// turn whose record is deleted (a cleanup of an end written elsewhere)
+// does the same once the runtime learns of it (see Limits), with
+// ErrDeleted as the cause of its context.
 //
 // Under Config.Limits, a new run starts at once when a slot is free, and
 // otherwise waits as a PENDING record for its turn (see Limits); a

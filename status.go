@@ -340,9 +340,11 @@ func (rt *Runtime[S]) visibleRecord(ctx context.Context, id string, auth TaskAut
 // holds, and that auth may see (System, the owner, or a watcher the run
 // knows of), is checked against the store at once, as the sync loop's
 // next pass would (see Config.SyncInterval): its context is cancelled
-// with ErrSuperseded, its outcome is dropped, and Wait and Watch on it
+// with ErrDeleted, its outcome is dropped, and Wait and Watch on it
 // end with ErrNotFound, Subscribe yields Gone. A run waiting for its
-// turn (a queue, Config.Limits) is ended likewise and never starts.
+// turn (a queue, Config.Limits) is ended likewise, with the same cause,
+// and never starts; under Limits it gives its owner's waiting place back
+// at once.
 //
 // For a run executing in another process that shares the store, the
 // record says CANCELLED at once; that process learns of it from the
@@ -411,7 +413,7 @@ func (rt *Runtime[S]) Cancel(ctx context.Context, id string, auth TaskAuthority,
 // the owner, or a watcher the run knows of) are checked against the
 // store at once, as a notice naming id has them checked, so that a run
 // whose record is gone (deleted, or missing after a failover) is
-// cancelled now, as superseded, rather than at the sync loop's next
+// cancelled now (ErrDeleted), rather than at the sync loop's next
 // pass. The check is the sync loop's, and reads the record again: a run
 // whose record is still its own and live is left alone, and a run whose
 // own end is being written or has landed keeps it.

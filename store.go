@@ -93,6 +93,7 @@ const (
 	CauseShutdown   Cause = "shutdown"   // Runtime.Shutdown ended it, or it never started
 	CauseSuperseded Cause = "superseded" // a newer run of the same id replaced it
 	CauseAbandoned  Cause = "abandoned"  // its runtime died or lost its lease; recovery ended it
+	CauseDeleted    Cause = "deleted"    // its record was deleted before it ended; no record keeps this code
 	CauseStore      Cause = "store"      // the store refused the run's outcome for good (ErrInvalidData)
 )
 

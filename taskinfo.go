@@ -12,9 +12,9 @@ import (
 )
 
 // Func is a task's callback. ctx is cancelled by the runtime, with one of
-// ErrCancelled, a *TimeoutError, ErrSuperseded, ErrShutdown or
+// ErrCancelled, a *TimeoutError, ErrSuperseded, ErrShutdown,
 // ErrAbandoned (its runtime lost its instance lease, or another process
-// recovered the run) as its cause, when the run should stop; a callback
+// recovered the run) or ErrDeleted (its record was deleted) as its cause, when the run should stop; a callback
 // that watches ctx ends promptly. Once the run has ended, its outcome
 // recorded, ctx is cancelled all the same, as a request's is once its
 // handler returns: what the callback tied to it (a goroutine, a

@@ -52,8 +52,9 @@
 // cause, when the run should stop: [ErrCancelled] (through
 // [Runtime.Cancel], in this process or another), a [*TimeoutError]
 // ([WithTimeout]), [ErrSuperseded] (a newer run replaced it),
-// [ErrShutdown] ([Runtime.Shutdown]) or [ErrAbandoned] (its instance lost
-// its lease, or another process recovered it). The first cause is the one
+// [ErrShutdown] ([Runtime.Shutdown]), [ErrAbandoned] (its instance lost
+// its lease, or another process recovered it) or [ErrDeleted] (its
+// record was deleted; no record keeps that cause). The first cause is the one
 // that sticks and the one recorded: the record keeps a [Cause] code beside
 // its message, and [Snapshot.Err] unwraps to the cause the code names. The
 // cancel function is private to the runtime, and the message stored for

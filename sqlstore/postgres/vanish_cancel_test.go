@@ -11,7 +11,7 @@ import (
 
 // A Cancel of a running task whose record was deleted behind the
 // runtime's back returns ErrNotFound, and cancels the run now with
-// ErrSuperseded, as the sync loop would at its next pass (an hour away
+// ErrDeleted, as the sync loop would at its next pass (an hour away
 // here): the callback is told at once, and a Wait on the run ends.
 func TestCancelOfARunningTaskWhoseRecordIsDeleted(t *testing.T) {
 	testDSN(t)
@@ -41,8 +41,8 @@ func TestCancelOfARunningTaskWhoseRecordIsDeleted(t *testing.T) {
 	}
 	select {
 	case c := <-cause:
-		if !errors.Is(c, workers.ErrSuperseded) {
-			t.Errorf("the run was cancelled with %v, want ErrSuperseded", c)
+		if !errors.Is(c, workers.ErrDeleted) {
+			t.Errorf("the run was cancelled with %v, want ErrDeleted", c)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the callback runs on past a Cancel that found its record deleted")

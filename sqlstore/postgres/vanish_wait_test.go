@@ -60,8 +60,8 @@ func TestWaitEndsWhenARunningRecordIsDeleted(t *testing.T) {
 	faults.Heal()
 	select {
 	case c := <-cause:
-		if !errors.Is(c, workers.ErrSuperseded) {
-			t.Errorf("the run was cancelled with %v, want ErrSuperseded", c)
+		if !errors.Is(c, workers.ErrDeleted) {
+			t.Errorf("the run was cancelled with %v, want ErrDeleted", c)
 		}
 	case <-ctx.Done():
 		t.Fatal("the run whose record was deleted was never cancelled")
