@@ -18,8 +18,9 @@ import (
 // run does, rather than hold the place until its turn: the owner's next
 // submission is not refused for a run that will never start. Its
 // context's cause is ErrDeleted, and the observers hear it finish
-// CANCELLED with CauseDeleted. The record goes with a cleanup after an
-// end written elsewhere whose notice was lost, which a Cancel here that
+// CANCELLED with CauseDeleted. The record goes with a Reset of another
+// runtime over the shared volatile store, or with a cleanup after an end
+// written elsewhere whose notice was lost, which a Cancel here that
 // finds the record gone then tells.
 func TestADeletedWaitingRunGivesItsPlaceBackAtOnce(t *testing.T) {
 	type deleter func(t *testing.T, s *droppingNotices, rt, other *Runtime[*droppingNotices], id string)
@@ -27,6 +28,9 @@ func TestADeletedWaitingRunGivesItsPlaceBackAtOnce(t *testing.T) {
 		name   string
 		delete deleter
 	}{
+		{"ClearedElsewhere", func(t *testing.T, s *droppingNotices, rt, other *Runtime[*droppingNotices], id string) {
+			require.NoError(t, other.Reset(ctx))
+		}},
 		{"CleanedUpAndCancelledHere", func(t *testing.T, s *droppingNotices, rt, other *Runtime[*droppingNotices], id string) {
 			s.drop.Store(true) // the cancel's notice is lost
 			require.NoError(t, other.Cancel(ctx, id, alice))

@@ -750,15 +750,16 @@ const abandonWriters = 16
 // with ErrShutdown without waiting for it, forgets every run handle (a
 // run registered while it does so may keep its own), and clears the
 // store's records if the store is volatile (it implements
-// RecordClearer). It never deletes durable records. The runtime stays
-// open; runs still executing settle on their own, and a later Shutdown
-// waits for them. Once it has cleared the records, such a run reports
-// its end to the observers when its callback returns, CANCELLED as
-// deleted (CauseDeleted), its record being gone; otherwise a Cancel or a
-// recovery that ends its record reports it. Since their handles are
-// forgotten, a
-// RecoverZombies after a Reset over a durable store fails them even
-// while they execute.
+// RecordClearer). It never deletes durable records. Another runtime
+// sharing the cleared store hears of it (see RecordClearer): its runs
+// waiting for their turn end at once, with ErrDeleted, and give their
+// waiting places back. The runtime stays open; runs still executing
+// settle on their own, and a later Shutdown waits for them. Once it has
+// cleared the records, such a run reports its end to the observers when
+// its callback returns, CANCELLED as deleted (CauseDeleted), its record
+// being gone; otherwise a Cancel or a recovery that ends its record
+// reports it. Since their handles are forgotten, a RecoverZombies after
+// a Reset over a durable store fails them even while they execute.
 //
 // ctx bounds the writes of the waiting items' records, which retry while
 // the store fails: once it ends, those not made are given up, their

@@ -773,7 +773,11 @@ func (s *MemStore) compact() {
 // hold of the store's lock.
 const pruneBatchSize = 4096
 
-// ClearRecords implements RecordClearer: it deletes every record.
+// ClearRecords implements RecordClearer: it deletes every record. Every
+// listener (see Listen) then gets a Change whose Resync is set, in place
+// of a notice per record deleted: a runtime sharing the store re-reads
+// its runs waiting for their turn, finds their records gone, and ends
+// them at once (ErrDeleted) rather than when their turn comes.
 func (s *MemStore) ClearRecords(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -787,6 +791,11 @@ func (s *MemStore) ClearRecords(ctx context.Context) error {
 	}
 	clear(s.byUser)
 	s.all = ordered{}
+	if p := s.listeners.Load(); p != nil {
+		for _, l := range *p {
+			l.pushResync()
+		}
+	}
 	return nil
 }
 
@@ -1093,7 +1102,8 @@ const maxPendingNotices = 4096
 // Resync is set as soon as it listens, and then once per write that
 // changed a record (InsertTask, ReplaceTask, SetTask, and a
 // TransitionTask or AddWatcher that reported true), naming the task, its
-// run and its status after the write; a join's, which changes neither,
+// run and its status after the write, and with one Resync for a
+// ClearRecords; a join's, which changes neither,
 // names the task only, as a PostgreSQL store's does. Notices of one task come in write
 // order; those of a task written again before changed saw the first are
 // coalesced into the latest. A writer never waits for a listener: a
@@ -1243,6 +1253,20 @@ func (l *memListener) push(c Change) {
 		}
 		l.pending[c.ID] = c
 	}
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pushResync queues a Resync in place of the notices queued: every
+// record may have changed.
+func (l *memListener) pushResync() {
+	l.mu.Lock()
+	clear(l.pending)
+	l.order = l.order[:0]
+	l.resync = true
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:

@@ -535,9 +535,10 @@ type Submission struct {
 // executing is cancelled with ErrSuperseded, its late writes discarded;
 // one still waiting here for its turn ends without starting, and gives
 // its waiting place (Config.Limits) back at once. A run waiting for its
-// turn whose record is deleted (a cleanup of an end written elsewhere)
-// does the same once the runtime learns of it (see Limits), with
-// ErrDeleted as the cause of its context.
+// turn whose record is deleted (a Reset of another runtime over the same
+// MemStore, a cleanup of an end written elsewhere) does the same once
+// the runtime learns of it (see Limits), with ErrDeleted as the cause of
+// its context.
 //
 // Under Config.Limits, a new run starts at once when a slot is free, and
 // otherwise waits as a PENDING record for its turn (see Limits); a

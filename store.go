@@ -373,7 +373,10 @@ type Store interface {
 // implements it; a durable store must not, so a reset can never delete
 // durable rows.
 type RecordClearer interface {
-	// ClearRecords deletes every record.
+	// ClearRecords deletes every record. A store that is also a
+	// Notifier then sends every listener a Change whose Resync is set,
+	// so that a runtime sharing it finds its runs' records gone, and
+	// ends those waiting for their turn (ErrDeleted) at once.
 	ClearRecords(ctx context.Context) error
 }
 
