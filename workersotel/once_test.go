@@ -233,7 +233,7 @@ func TestShutdownAndRetriesEndOnce(t *testing.T) {
 
 // Reset over a MemStore (records cleared) with a run executing and a
 // queue item waiting: the item ends at once, the run when its callback
-// returns, superseded; every span ends once.
+// returns, deleted (its record is gone); every span ends once.
 func TestResetEndsOnce(t *testing.T) {
 	f := setup(t)
 	alice := workers.MustOwner("alice")
