@@ -1,13 +1,16 @@
 package workershttp_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/workershttp"
@@ -91,4 +94,90 @@ func ExampleWriteError() {
 	// 409 workers: task already finished
 	// 503 workers: runtime closed
 	// 500 disk on fire
+}
+
+// A client follows one task over Server-Sent Events until its end, and a
+// stream still open when the server shuts down ends with it: the cancel
+// of WithStreamContext's context is registered with the server.
+func ExampleWithStreamContext() {
+	ctx := context.Background()
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	alice := workers.MustOwner("alice")
+	authenticate := func(r *http.Request) (workers.TaskAuthority, error) {
+		return workers.NewOwner(r.Header.Get("X-User"))
+	}
+
+	streams, endStreams := context.WithCancel(context.Background())
+	srv := httptest.NewUnstartedServer(workershttp.Handler(rt, authenticate, workershttp.WithStreamContext(streams)))
+	srv.Config.RegisterOnShutdown(endStreams)
+	srv.Start()
+	get := func(path string) *http.Response {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("X-User", "alice")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		return res
+	}
+
+	step := make(chan struct{})
+	sub, _ := rt.Submit(ctx, "export", func(ctx context.Context, t *workers.Task) (any, error) {
+		for i := range 4 {
+			select {
+			case <-step:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			t.SetProgress((i + 1) * 25)
+		}
+		return map[string]int{"rows": 4}, nil
+	}, alice)
+
+	// One event per change, coalesced for a slow reader; the last one,
+	// of id "<run id>/end", is the task's end.
+	res := get("/tasks/" + sub.ID + "/events")
+	events := bufio.NewScanner(res.Body)
+	var name string
+	started := false
+	for events.Scan() {
+		line := events.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			var task workershttp.Task
+			json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &task)
+			switch task.Status {
+			case workers.StatusRunning:
+				if !started {
+					started = true
+					fmt.Println(name, task.Status, task.Progress)
+					close(step) // let the task run to its end
+				}
+			case workers.StatusCompleted:
+				fmt.Println(name, task.Status, task.Progress, string(task.Result))
+			}
+		}
+	}
+	res.Body.Close()
+	fmt.Println("the task's stream ended with it")
+
+	// A stream of every task never ends by itself: the server's Shutdown
+	// ends it, then the runtime's drains the runs.
+	all := get("/events")
+	shutdown, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	srv.Config.Shutdown(shutdown)
+	io.Copy(io.Discard, all.Body)
+	all.Body.Close()
+	fmt.Println("the server's streams ended:", all.StatusCode)
+	srv.Close()
+	fmt.Println(rt.Shutdown(shutdown))
+	// Output:
+	// task running 0
+	// task completed 100 {"rows":4}
+	// the task's stream ended with it
+	// the server's streams ended: 200
+	// <nil>
 }
