@@ -288,6 +288,11 @@ WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
 	WritesRefused: writesRefused,
+	Missing: func(err error) bool {
+		var pe *pgconn.PgError
+		// undefined_table, undefined_column, undefined_function
+		return errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42703" || pe.Code == "42883")
+	},
 	ConnLost:      connLost,
 	ConnectFailed: isConnectError,
 	// An ERROR (not FATAL: the session goes on) for a statement run
@@ -606,7 +611,8 @@ func (s *Store) Close() error {
 
 // Migrate creates the store's tables, or brings them up to date, and
 // does nothing when they are current: call it before the store's first
-// use. It runs in one transaction under an advisory lock, so that
+// use (before it, a call that finds a table missing fails with an error
+// saying to call Migrate). It runs in one transaction under an advisory lock, so that
 // processes that start at once (a rolling deploy) apply each version
 // once: one that finds another migrating waits for it to end, then
 // finds the tables current. Its statements run without the

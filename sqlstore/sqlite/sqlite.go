@@ -135,6 +135,7 @@ var dialect = &sqlcore.Dialect{
 	// IMMEDIATE, which is the lock.
 	DataError:     dataError,
 	WritesRefused: writesRefused,
+	Missing:       missing,
 	// A batch deletes the rows it picked by their rowid. Without
 	// statistics (nothing runs ANALYZE on the file), SQLite plans the
 	// shared statement's DELETE through the status index, testing every
@@ -166,6 +167,18 @@ func dataError(err error) bool {
 // went read-only).
 func writesRefused(err error) bool {
 	return primaryCodeIn(err, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY)
+}
+
+// missing reports whether err is SQLite not finding a table, column or
+// function a statement names: it says so only in its message, under the
+// generic SQLITE_ERROR code.
+func missing(err error) bool {
+	if !primaryCodeIn(err, sqlite3.SQLITE_ERROR) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column") ||
+		strings.Contains(msg, "no such function")
 }
 
 // primaryCodeIn reports whether err is a SQLite error whose primary
@@ -383,7 +396,8 @@ func (s *Store) Close() error {
 
 // Migrate creates the store's tables, or brings them up to date, and
 // does nothing when they are current: call it before the store's first
-// use. It runs in one transaction under the file's write lock, so that processes
+// use (before it, a call that finds a table missing fails with an error
+// saying to call Migrate). It runs in one transaction under the file's write lock, so that processes
 // that start at once (a rolling deploy) apply each version once. Tables
 // a newer release migrated are used as they are when that release
 // recorded them as compatible with this one, and are otherwise refused

@@ -181,6 +181,12 @@ type Dialect struct {
 	// sound, and is kept.
 	WritesRefused func(err error) bool
 
+	// Missing, if set, reports whether err is the database not finding
+	// a table, column or function a statement names: the tables were not
+	// made, or not brought up to date, by Migrate. The store's error
+	// then says to call Migrate.
+	Missing func(err error) bool
+
 	// DeleteFinished, if set, replaces the shared statement of one batch
 	// of DeleteFinished (sqlDeleteFinished), with the same parameters,
 	// where the database plans the shared one badly.

@@ -903,13 +903,16 @@ func (s *Store) bound(t time.Time) any {
 // which the runtime takes as permanent; every other error is transient.
 // One that says the connection was refused, lost or cut, or that the
 // database refuses writes for now (Dialect.WritesRefused), also wraps
-// workers.ErrUnavailable.
+// workers.ErrUnavailable. One that says a table, column or function is
+// missing (Dialect.Missing) says to call Migrate, outside Migrate itself.
 func (s *Store) wrap(op string, err error) error {
 	switch {
 	case s.d.DataError != nil && s.d.DataError(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
 	case s.d.WritesRefused != nil && s.d.WritesRefused(err), s.lost(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrUnavailable, err)
+	case s.d.Missing != nil && s.d.Missing(err) && !strings.HasPrefix(op, "migrate"):
+		return fmt.Errorf("%s: %s: %w (the store's tables are missing or out of date: call Migrate first)", s.d.Name, op, err)
 	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
 }

@@ -1,0 +1,35 @@
+package postgres_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
+)
+
+// A store used before Migrate made its tables says so: its errors name
+// Migrate, instead of leaving the caller with the database's "relation
+// does not exist" alone.
+func TestUnmigratedStoreSaysToMigrate(t *testing.T) {
+	sc := newScratchT(t)
+	s, err := postgres.New(sc.pool, postgres.WithSchema(sc.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	alice := workers.MustOwner("alice")
+	rt := workers.NewRuntime(s, workers.Config{})
+	t.Cleanup(func() { rt.Shutdown(t.Context()) })
+	_, statusErr := rt.Status(t.Context(), "alice::report", alice)
+	_, listErr := rt.List(t.Context(), alice)
+	for name, err := range map[string]error{
+		"Start":  rt.Start(t.Context()),
+		"Status": statusErr,
+		"List":   listErr,
+	} {
+		if err == nil || !strings.Contains(err.Error(), "call Migrate") {
+			t.Errorf("%s before Migrate = %v, want an error that says to call Migrate", name, err)
+		}
+	}
+}
