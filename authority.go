@@ -40,8 +40,9 @@ type Owner struct {
 	id string
 }
 
-// NewOwner validates id and returns the Owner for it. The error is a
-// *ValidationError wrapping ErrInvalidOwner.
+// NewOwner validates id against the rules [Owner] states and returns the
+// Owner for it. The error is a *ValidationError wrapping ErrInvalidOwner
+// that says which rule id breaks.
 func NewOwner(id string) (Owner, error) {
 	if err := validateOwnerID(id); err != nil {
 		return Owner{}, err
