@@ -358,3 +358,20 @@ func ExampleWithTimeout() {
 	// failed timeout 1 Timed out after 10ms
 	// true true 10ms
 }
+
+// A service that is given its store, a MemStore in its tests and a SQL
+// store in production, holds a *Runtime[workers.Store]: one type,
+// whatever the store.
+func ExampleNewRuntime() {
+	type service struct {
+		tasks *workers.Runtime[workers.Store]
+	}
+	newService := func(store workers.Store) *service {
+		return &service{tasks: workers.NewRuntime[workers.Store](store, workers.Config{})}
+	}
+
+	svc := newService(workers.NewMemStore()) // postgres.Open and Migrate in production
+	defer svc.tasks.Shutdown(context.Background())
+	fmt.Printf("%T\n", svc.tasks.Store())
+	// Output: *workers.MemStore
+}

@@ -196,6 +196,12 @@ type Config struct {
 // optionally call Start, submit, and end it with Shutdown. A Runtime that
 // has shut down cannot be started again: construct a new one over the
 // same store.
+//
+// S is the store's type, which Store returns as it is. A service that
+// chooses its store when it starts (a MemStore in its tests, a SQL store
+// in production) names the interface instead: NewRuntime[Store] returns
+// a *Runtime[Store], one type for its handlers to hold whatever the
+// store.
 type Runtime[S Store] struct {
 	// What the runs and the submissions read: set by NewRuntime, or
 	// written seldom (the lease, once an interval).
