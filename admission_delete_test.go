@@ -105,3 +105,52 @@ func TestADeletedWaitingRunGivesItsPlaceBackAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A run waiting for its turn whose record is deleted with no word of it
+// reaching the runtime (here, a store without notices) learns of it at
+// its turn: its start is fenced out, its callback never runs, and its
+// context's cause is ErrDeleted, as a notice of the delete would have
+// made it.
+func TestADeletedWaitingRunFoundAtItsTurnHasItsCause(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		queue string
+	}{{"ForASlot", ""}, {"InAQueue", "q"}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				tasks := make(map[string]*Task) // guarded by mu: by run id, from their submission
+				obs := ObserverFunc(func(_ context.Context, e Event) {
+					if e.Kind == EventSubmitted {
+						mu.Lock()
+						tasks[e.RunID] = e.Task
+						mu.Unlock()
+					}
+				})
+				mem := NewMemStore()
+				rt := NewRuntime(bareStore{mem}, Config{Logger: slog.New(slog.DiscardHandler), SyncInterval: time.Hour,
+					Observers: []Observer{obs}, Limits: Limits{MaxRunning: 1}})
+				head := newGate()
+				_, err := submitOn(rt, c.queue, "head", head.fn, alice)
+				require.NoError(t, err)
+				<-head.started
+				var ran atomic.Int64
+				k, err := submitOn(rt, c.queue, "k", func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }, alice)
+				require.NoError(t, err)
+				synctest.Wait()
+
+				require.NoError(t, mem.ClearRecords(ctx))
+				head.open()
+				synctest.Wait()
+
+				mu.Lock()
+				task := tasks[k.RunID]
+				mu.Unlock()
+				require.NotNil(t, task)
+				assert.ErrorIs(t, task.CancelCause(), ErrDeleted)
+				assert.Zero(t, ran.Load(), "the callback of a run whose record was deleted ran")
+				require.NoError(t, rt.Shutdown(ctx))
+			})
+		})
+	}
+}

@@ -538,7 +538,11 @@ func (rt *Runtime[S]) writeWithin(life context.Context, op runOp, t *Task, from 
 // hold something open for the run (a span): a run Shutdown left
 // executing, recovered elsewhere since, ends for them too, as does one
 // whose record moved on to another run meanwhile (see reportMoved).
-// started is when the run started, or zero if it did not.
+// started is when the run started, or zero if it did not. A run whose
+// start was fenced out never ran: its context is cancelled with what the
+// record says ended it (the cause its end keeps, ErrSuperseded, or
+// ErrDeleted), as the notice of that end would have had it, had it come
+// before the run's turn.
 func (rt *Runtime[S]) reportEndFound(op runOp, t *Task, started time.Time) {
 	if t.has(runEndSeen) {
 		return
@@ -547,12 +551,26 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task, started time.Time) {
 		return
 	}
 	rec, err := rt.readBack(rt.life, t, rt.life.Err() != nil)
-	if end, ok := endOf(t, &rec); err == nil && ok {
+	end, ended := endOf(t, &rec)
+	ended = ended && err == nil
+	var cause error
+	switch {
+	case ended:
+		cause = causeOf(rec.Cause, rec.Error)
+	case errors.Is(err, ErrNotFound):
+		cause = ErrDeleted
+	case err == nil && rec.RunID != t.RunID():
+		cause = ErrSuperseded
+	default:
+		return
+	}
+	if op == opStart && cause != nil {
+		t.cancel(cause)
+	}
+	if ended {
 		rt.reportEnd(t, end)
-	} else if errors.Is(err, ErrNotFound) {
-		rt.reportMoved(t, started, ErrDeleted)
-	} else if err == nil && rec.RunID != t.RunID() {
-		rt.reportMoved(t, started, ErrSuperseded)
+	} else {
+		rt.reportMoved(t, started, cause)
 	}
 }
 
