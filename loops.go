@@ -1069,12 +1069,22 @@ func (rt *Runtime[S]) checkRun(ctx context.Context, t *Task, named bool) {
 // record again too: one that read t's record waits for no event of t's
 // (see fallbackPoll), and ends now on a record deleted, rather than when
 // the run's callback returns.
+//
+// The cause reported is the one t's context keeps when it is one of
+// those two, the first to land: a record found deleted may have been
+// re-created since by a newer run, whose registration here cancelled t
+// as superseded before the finding could (see publish), and a record
+// found moved on may have been deleted first, when t was cancelled as
+// deleted.
 func (rt *Runtime[S]) reportMoved(t *Task, started time.Time, cause error) {
 	rt.bells.ring(t.ID())
 	if rt.hub.n.Load() > 0 {
 		rt.hub.reread(t.ID(), t.watcherList())
 	}
 	if len(rt.cfg.Observers) > 0 && !t.has(runEndSeen|runEndKept) {
+		if c := t.cause(); errors.Is(c, ErrSuperseded) || errors.Is(c, ErrDeleted) {
+			cause = c
+		}
 		c := change{kind: changeReplaced, id: t.ID(), runID: t.RunID(), queue: t.opts.queue, task: t}
 		causeOutcome(cause).apply(&c.state, now())
 		c.state.StartedAt, c.state.Attempt = started, t.Attempt()
