@@ -93,3 +93,30 @@ func TestWritesRefusedForNow(t *testing.T) {
 		}
 	}
 }
+
+// An error that says something is missing names what is missing as
+// PostgreSQL's message gives it, so that the store says to call Migrate
+// only when it is a table or function of its own, or a column: an
+// operator that does not exist, which shares undefined_function's code,
+// names no table.
+func TestMissingNamesWhatIsMissing(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		err      error
+		want     string
+		wantMiss bool
+	}{
+		{"a table", &pgconn.PgError{Code: "42P01", Message: `relation "s.workers_tasks" does not exist`}, "s.workers_tasks", true},
+		{"a column of a table", &pgconn.PgError{Code: "42703", Message: `column "cause" of relation "workers_tasks" does not exist`}, "workers_tasks", true},
+		{"a column", &pgconn.PgError{Code: "42703", Message: `column t.cause does not exist`}, "", true},
+		{"a function", &pgconn.PgError{Code: "42883", Message: `function s.workers_write_many(text[], integer) does not exist`}, "s.workers_write_many", true},
+		{"an operator", &pgconn.PgError{Code: "42883", Message: `operator does not exist: text = integer`}, "operator", true},
+		{"in another language", &pgconn.PgError{Code: "42883", Message: `la fonction s.workers_write_many(text[]) n'existe pas`}, "", true},
+		{"another error", &pgconn.PgError{Code: "22008", Message: `relation "x" does not exist`}, "", false},
+	} {
+		name, ok := missing(fmt.Errorf("wrapped: %w", c.err))
+		if name != c.want || ok != c.wantMiss {
+			t.Errorf("%s: missing = %q, %v, want %q, %v", c.name, name, ok, c.want, c.wantMiss)
+		}
+	}
+}

@@ -288,11 +288,7 @@ WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 		return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") // data exception
 	},
 	WritesRefused: writesRefused,
-	Missing: func(err error) bool {
-		var pe *pgconn.PgError
-		// undefined_table, undefined_column, undefined_function
-		return errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42703" || pe.Code == "42883")
-	},
+	Missing:       missing,
 	ConnLost:      connLost,
 	ConnectFailed: isConnectError,
 	// An ERROR (not FATAL: the session goes on) for a statement run
@@ -607,6 +603,48 @@ func (s *Store) Close() error {
 		s.pool.Close()
 	}
 	return err
+}
+
+// missing reports whether err is PostgreSQL not finding a table
+// (undefined_table), column (undefined_column) or function
+// (undefined_function) a statement names, and returns the table or
+// function named, as its message gives it: a column's table when the
+// message names one, and "" otherwise (a message in another language
+// names none). An operator that does not exist, which shares
+// undefined_function's code, is named "operator", which is no table's.
+func missing(err error) (name string, ok bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return "", false
+	}
+	switch pe.Code {
+	case "42P01": // relation "name" does not exist
+		return quotedAfter(pe.Message, "relation "), true
+	case "42703": // column "c" of relation "name" does not exist, or column c does not exist
+		return quotedAfter(pe.Message, " of relation "), true
+	case "42883": // function name(types) does not exist, or operator does not exist: ...
+		if strings.HasPrefix(pe.Message, "operator ") {
+			return "operator", true
+		}
+		after, _ := strings.CutPrefix(pe.Message, "function ")
+		if after == pe.Message {
+			return "", true
+		}
+		name, _, _ = strings.Cut(after, "(")
+		return name, true
+	}
+	return "", false
+}
+
+// quotedAfter returns the double-quoted name that follows what in msg,
+// without its quotes, or "" if none does.
+func quotedAfter(msg, what string) string {
+	_, after, found := strings.Cut(msg, what+`"`)
+	if !found {
+		return ""
+	}
+	name, _, _ := strings.Cut(after, `"`)
+	return name
 }
 
 // Migrate creates the store's tables, or brings them up to date, and

@@ -170,15 +170,21 @@ func writesRefused(err error) bool {
 }
 
 // missing reports whether err is SQLite not finding a table, column or
-// function a statement names: it says so only in its message, under the
+// function a statement names, and returns the table or function named
+// ("" for a column): SQLite says so only in its message, under the
 // generic SQLITE_ERROR code.
-func missing(err error) bool {
+func missing(err error) (name string, ok bool) {
 	if !primaryCodeIn(err, sqlite3.SQLITE_ERROR) {
-		return false
+		return "", false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column") ||
-		strings.Contains(msg, "no such function")
+	for _, what := range []string{"no such table: ", "no such function: "} {
+		if _, after, found := strings.Cut(msg, what); found {
+			name, _, _ = strings.Cut(after, " ")
+			return name, true
+		}
+	}
+	return "", strings.Contains(msg, "no such column")
 }
 
 // primaryCodeIn reports whether err is a SQLite error whose primary

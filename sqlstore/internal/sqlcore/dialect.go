@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,10 +183,15 @@ type Dialect struct {
 	WritesRefused func(err error) bool
 
 	// Missing, if set, reports whether err is the database not finding
-	// a table, column or function a statement names: the tables were not
-	// made, or not brought up to date, by Migrate. The store's error
-	// then says to call Migrate.
-	Missing func(err error) bool
+	// a table, column or function a statement names, and returns the
+	// name of that table or function as the error gives it (quoted or
+	// qualified, perhaps), or "" when it names none (a column alone).
+	// When the name is one of the store's own, or none is given, the
+	// tables were not made, or not brought up to date, by Migrate, and
+	// the store's error says to call Migrate; another name is the
+	// application's (a trigger of its own on the store's tables, say),
+	// which Migrate would not make.
+	Missing func(err error) (name string, ok bool)
 
 	// DeleteFinished, if set, replaces the shared statement of one batch
 	// of DeleteFinished (sqlDeleteFinished), with the same parameters,
@@ -288,6 +294,29 @@ func (c Config) Channel() string {
 	h := fnv.New64a()
 	h.Write([]byte(c.Schema + "." + c.Prefix))
 	return fmt.Sprintf("workers_changes_%016x", h.Sum64())
+}
+
+// ownNames are the tables and functions the migrations make, less the
+// prefix.
+var ownNames = [...]string{
+	"tasks", "watchers", "schema_version", "leases", "changes",
+	"notify", "write_many", "insert_many", "announce", "watcher_created",
+}
+
+// owns reports whether name, a table or function an error says is
+// missing, is one of the store's own: its last part, unquoted, is the
+// prefix and one of ownNames. A name with no such part (""), which the
+// error did not give, counts as the store's.
+func (c Config) owns(name string) bool {
+	if name == "" {
+		return true
+	}
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	name = strings.Trim(name, `"`)
+	base, ok := strings.CutPrefix(name, c.Prefix)
+	return ok && slices.Contains(ownNames[:], base)
 }
 
 // expand replaces the {schema} and {prefix} placeholders of the shared

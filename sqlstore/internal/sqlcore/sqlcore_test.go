@@ -59,3 +59,28 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// A missing table or function is the store's own when its name, bare,
+// quoted or qualified, is the prefix and one of the names the migrations
+// make; a name the error does not give (a column) counts as the store's.
+func TestOwnsItsTablesAndFunctionsOnly(t *testing.T) {
+	c := Config{Schema: "s", Prefix: "workers_"}
+	for name, want := range map[string]bool{
+		"workers_tasks":             true,
+		`"s"."workers_leases"`:      true,
+		"main.workers_changes":      true,
+		"s.workers_write_many":      true,
+		"":                          true,
+		"audit":                     false,
+		"main.audit":                false,
+		"workers_audit":             false,
+		"tasks":                     false,
+		"operator":                  false,
+		"s.other_prefix_tasks":      false,
+		`"s"."workers_tasks_extra"`: false,
+	} {
+		if got := c.owns(name); got != want {
+			t.Errorf("owns(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

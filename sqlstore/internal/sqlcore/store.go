@@ -903,15 +903,17 @@ func (s *Store) bound(t time.Time) any {
 // which the runtime takes as permanent; every other error is transient.
 // One that says the connection was refused, lost or cut, or that the
 // database refuses writes for now (Dialect.WritesRefused), also wraps
-// workers.ErrUnavailable. One that says a table, column or function is
-// missing (Dialect.Missing) says to call Migrate, outside Migrate itself.
+// workers.ErrUnavailable. One that says a table or function of the
+// store's own, or a column, is missing (Dialect.Missing) says to call
+// Migrate, outside Migrate itself; a table or function of another name
+// is the application's, and Migrate would not make it.
 func (s *Store) wrap(op string, err error) error {
 	switch {
 	case s.d.DataError != nil && s.d.DataError(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
 	case s.d.WritesRefused != nil && s.d.WritesRefused(err), s.lost(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrUnavailable, err)
-	case s.d.Missing != nil && s.d.Missing(err) && !strings.HasPrefix(op, "migrate"):
+	case s.missingOwn(err) && !strings.HasPrefix(op, "migrate"):
 		return fmt.Errorf("%s: %s: %w (the store's tables are missing or out of date: call Migrate first)", s.d.Name, op, err)
 	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
@@ -932,6 +934,16 @@ func affected(res sql.Result, err error) (int64, error) {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// missingOwn reports whether err says that a table or function of the
+// store's own, or a column, is missing (see Dialect.Missing).
+func (s *Store) missingOwn(err error) bool {
+	if s.d.Missing == nil {
+		return false
+	}
+	name, ok := s.d.Missing(err)
+	return ok && s.cfg.owns(name)
 }
 
 // missing is the answer about an id the database cannot hold (see
