@@ -58,7 +58,9 @@ var (
 	// ErrSkipped is yielded by a Subscribe stream that passed over
 	// changes, and the stream goes on: its consumer fell more than 256
 	// tasks behind, or the store's notices, which carry other
-	// processes' changes, were interrupted. A task that began and ended
+	// processes' changes, were interrupted or stood for more changes than
+	// they named (a Reset that cleared a MemStore shared by several
+	// runtimes, say, yields it on each of them). A task that began and ended
 	// in the gap is never yielded; the snapshots that follow are a
 	// fresh read of the live tasks. A view that keeps ended tasks reads
 	// them again with List. It is the only error after which a stream
