@@ -221,20 +221,34 @@ func TestWritesRefusedForLongerThanTheLease(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	s, readOnly := readOnlyStore(t, sc, logger)
 	ctx := t.Context()
-	rt := workers.NewRuntime(s, workers.Config{Logger: logger, LeaseInterval: 50 * time.Millisecond, LeaseTTL: 250 * time.Millisecond})
+	// Each renewal may take an interval to answer: on a loaded machine a
+	// renewal (a new connection, its PrepareConn, the write) takes far
+	// more than 50 ms, and one cut off says the store did not answer in
+	// place of the refusal Ready is to return.
+	rt := workers.NewRuntime(s, workers.Config{Logger: logger, LeaseInterval: 500 * time.Millisecond, LeaseTTL: 2 * time.Second})
 	if err := rt.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var calls atomic.Int32
+	started := make(chan struct{})
 	cause := make(chan error, 1)
 	running, err := rt.Submit(ctx, "running", func(ctx context.Context, _ *workers.Task) (any, error) {
-		calls.Add(1)
+		if calls.Add(1) == 1 {
+			close(started)
+		}
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
 		return nil, ctx.Err()
 	}, workers.System)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A run whose lease lapses before its callback begins is abandoned
+	// unstarted, and its callback never sees its context end.
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running task's callback did not begin")
 	}
 
 	readOnly.Store(true)
