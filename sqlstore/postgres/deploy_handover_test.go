@@ -913,7 +913,12 @@ func TestRollingDeployNamesTheBacklogItLeaves(t *testing.T) {
 	err := a.Shutdown(shutCtx)
 	took := time.Since(begun)
 	once.Do(func() { close(release) })
-	if took > 150*time.Millisecond+300*time.Millisecond {
+	// The heads' callbacks wait for release, which comes only after
+	// Shutdown returns: a Shutdown that waited for them would take the
+	// test's whole 90 s. The bound itself is checked on a fake clock in
+	// the root package's fault tests; here, under -race on a loaded
+	// machine, the 2,000 records' bookkeeping alone has taken 900 ms.
+	if took > 150*time.Millisecond+2*time.Second {
 		t.Errorf("A's Shutdown took %v, bound 150ms", took)
 	}
 	var se *workers.ShutdownError
