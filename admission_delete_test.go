@@ -67,15 +67,7 @@ func TestADeletedWaitingRunGivesItsPlaceBackAtOnce(t *testing.T) {
 					rt := NewRuntime(s, Config{Logger: logger, SyncInterval: time.Hour, Observers: []Observer{obs},
 						Limits: Limits{MaxRunning: 1, Owner: OwnerLimits{Waiting: 1}}})
 					other := NewRuntime(s, Config{Logger: logger})
-					head := newGate()
-					_, err := submitOn(rt, c.queue, "head", head.fn, alice)
-					require.NoError(t, err)
-					<-head.started
-					var ran atomic.Int64
-					fn := func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }
-					old, err := submitOn(rt, c.queue, "k", fn, alice)
-					require.NoError(t, err)
-					synctest.Wait()
+					head, old, fn, ran := waitingBehindAHead(t, rt, c.queue)
 
 					how.delete(t, s, rt, other, old.ID)
 					synctest.Wait()
@@ -130,14 +122,7 @@ func TestADeletedWaitingRunFoundAtItsTurnHasItsCause(t *testing.T) {
 				mem := NewMemStore()
 				rt := NewRuntime(bareStore{mem}, Config{Logger: slog.New(slog.DiscardHandler), SyncInterval: time.Hour,
 					Observers: []Observer{obs}, Limits: Limits{MaxRunning: 1}})
-				head := newGate()
-				_, err := submitOn(rt, c.queue, "head", head.fn, alice)
-				require.NoError(t, err)
-				<-head.started
-				var ran atomic.Int64
-				k, err := submitOn(rt, c.queue, "k", func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }, alice)
-				require.NoError(t, err)
-				synctest.Wait()
+				head, k, _, ran := waitingBehindAHead(t, rt, c.queue)
 
 				require.NoError(t, mem.ClearRecords(ctx))
 				head.open()
@@ -153,4 +138,24 @@ func TestADeletedWaitingRunFoundAtItsTurnHasItsCause(t *testing.T) {
 			})
 		})
 	}
+}
+
+// waitingBehindAHead starts on rt, in a synctest bubble, a run "head"
+// that holds the one running slot (Limits.MaxRunning 1), or with queue
+// set its queue's turn, until head opens, and submits "k" behind it to
+// wait for its turn. It returns head, k's submission, and the callback
+// k was given, which counts its calls in ran and which later
+// submissions may share.
+func waitingBehindAHead[S Store](t *testing.T, rt *Runtime[S], queue string) (head *gate, k Submission, fn Func, ran *atomic.Int64) {
+	t.Helper()
+	head = newGate()
+	_, err := submitOn(rt, queue, "head", head.fn, alice)
+	require.NoError(t, err)
+	<-head.started
+	ran = new(atomic.Int64)
+	fn = func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }
+	k, err = submitOn(rt, queue, "k", fn, alice)
+	require.NoError(t, err)
+	synctest.Wait()
+	return head, k, fn, ran
 }

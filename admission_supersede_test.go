@@ -1,9 +1,7 @@
 package workers
 
 import (
-	"context"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -30,15 +28,7 @@ func TestASupersededWaitingRunGivesItsPlaceBackAtOnce(t *testing.T) {
 				rt := NewRuntime(s, Config{Logger: logger, SyncInterval: time.Hour,
 					Limits: Limits{MaxRunning: 1, Owner: OwnerLimits{Waiting: 2}}})
 				other := NewRuntime(s.MemStore, Config{Logger: logger})
-				head := newGate()
-				_, err := submitOn(rt, c.queue, "head", head.fn, alice)
-				require.NoError(t, err)
-				<-head.started
-				var ran atomic.Int64
-				fn := func(context.Context, *Task) (any, error) { ran.Add(1); return nil, nil }
-				old, err := submitOn(rt, c.queue, "k", fn, alice)
-				require.NoError(t, err)
-				synctest.Wait()
+				head, old, fn, ran := waitingBehindAHead(t, rt, c.queue)
 
 				s.drop.Store(true) // the cancel's notice is lost
 				require.NoError(t, other.Cancel(ctx, old.ID, alice))

@@ -330,15 +330,7 @@ func TestFaultShutdownTriesNoAbandonWritePastItsCutoff(t *testing.T) {
 		synctest.Wait()
 		assert.LessOrEqual(t, int(past.Load()), 16, "abandon writes tried past the cutoff")
 
-		written := 0
-		for _, sub := range backlog {
-			r, err := mem.GetTask(context.Background(), sub.ID)
-			require.NoError(t, err)
-			if r.Status == workers.StatusCancelled {
-				written++
-			}
-		}
-		assert.Equal(t, len(backlog), written+se.Unwritten, "each item is written or counted unwritten")
+		assertEachWrittenOrUnwritten(t, mem, backlog, se)
 	})
 }
 

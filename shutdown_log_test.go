@@ -68,6 +68,22 @@ func attrOf(r slog.Record, key string) (v slog.Value, ok bool) {
 	return v, ok
 }
 
+// assertEachWrittenOrUnwritten checks that each item of backlog, left
+// by a Shutdown that returned se, was either recorded CANCELLED in mem or
+// counted among se's unwritten records.
+func assertEachWrittenOrUnwritten(t *testing.T, mem *workers.MemStore, backlog []workers.Submission, se *workers.ShutdownError) {
+	t.Helper()
+	written := 0
+	for _, sub := range backlog {
+		r, err := mem.GetTask(context.Background(), sub.ID)
+		require.NoError(t, err)
+		if r.Status == workers.StatusCancelled {
+			written++
+		}
+	}
+	assert.Equal(t, len(backlog), written+se.Unwritten, "each item is written or counted unwritten")
+}
+
 // backlogBehindAHead submits to queue "q" of rt a head that runs until its
 // context ends and n items behind it, waits until the head runs, and
 // returns the items' submissions.
@@ -169,15 +185,7 @@ func TestFaultShutdownLogsTheWritesItGaveUpAtItsCutoffInOneLine(t *testing.T) {
 					assertCutoffSummary(t, summaries[0], se.Unwritten, se.UnwrittenIDs, "ShutdownError")
 				}
 
-				written := 0
-				for _, sub := range backlog {
-					r, err := mem.GetTask(context.Background(), sub.ID)
-					require.NoError(t, err)
-					if r.Status == workers.StatusCancelled {
-						written++
-					}
-				}
-				assert.Equal(t, len(backlog), written+se.Unwritten, "each item is written or counted unwritten")
+				assertEachWrittenOrUnwritten(t, mem, backlog, se)
 			})
 		})
 	}

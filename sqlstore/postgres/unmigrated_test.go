@@ -1,10 +1,9 @@
 package postgres_test
 
 import (
-	"strings"
 	"testing"
 
-	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/internal/sqltest"
 	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
@@ -18,18 +17,5 @@ func TestUnmigratedStoreSaysToMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	alice := workers.MustOwner("alice")
-	rt := workers.NewRuntime(s, workers.Config{})
-	t.Cleanup(func() { rt.Shutdown(t.Context()) })
-	_, statusErr := rt.Status(t.Context(), "alice::report", alice)
-	_, listErr := rt.List(t.Context(), alice)
-	for name, err := range map[string]error{
-		"Start":  rt.Start(t.Context()),
-		"Status": statusErr,
-		"List":   listErr,
-	} {
-		if err == nil || !strings.Contains(err.Error(), "call Migrate") {
-			t.Errorf("%s before Migrate = %v, want an error that says to call Migrate", name, err)
-		}
-	}
+	sqltest.Unmigrated(t, s)
 }

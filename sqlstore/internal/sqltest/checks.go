@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,4 +316,26 @@ func MigrationFiles(t *testing.T) int {
 		t.Fatalf("no migration files: %v", err)
 	}
 	return len(files)
+}
+
+// Unmigrated checks that a runtime over s, a store whose Migrate has not
+// run, answers Start, Status and List with an error that says to call
+// Migrate, instead of leaving the caller with the database's "no such
+// table" alone.
+func Unmigrated(t *testing.T, s workers.Store) {
+	t.Helper()
+	alice := workers.MustOwner("alice")
+	rt := workers.NewRuntime(s, workers.Config{})
+	t.Cleanup(func() { rt.Shutdown(context.Background()) })
+	_, statusErr := rt.Status(t.Context(), "alice::report", alice)
+	_, listErr := rt.List(t.Context(), alice)
+	for name, err := range map[string]error{
+		"Start":  rt.Start(t.Context()),
+		"Status": statusErr,
+		"List":   listErr,
+	} {
+		if err == nil || !strings.Contains(err.Error(), "call Migrate") {
+			t.Errorf("%s before Migrate = %v, want an error that says to call Migrate", name, err)
+		}
+	}
 }
