@@ -1,6 +1,9 @@
 package sqlcore
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -82,5 +85,36 @@ func TestOwnsItsTablesAndFunctionsOnly(t *testing.T) {
 		if got := c.owns(name); got != want {
 			t.Errorf("owns(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// Every table and function the migrations of either store create is one
+// the store owns (see Config.owns), so that a table a later migration
+// adds, missing, still says to call Migrate.
+func TestOwnsEveryTableAndFunctionTheMigrationsCreate(t *testing.T) {
+	c := Config{Schema: "s", Prefix: "p_"}
+	created := regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?([^\s(]+)`)
+	files, err := filepath.Glob("../../*/migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations found: %v", err)
+	}
+	names := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range created.FindAllStringSubmatch(c.expand(string(b)), -1) {
+			names++
+			if !c.owns(m[1]) {
+				t.Errorf("%s creates %s, which the store does not count as its own", f, m[1])
+			}
+		}
+	}
+	if names == 0 {
+		t.Fatal("the migrations create no table or function")
+	}
+	if versions := c.expand("{versions}"); !c.owns(versions) {
+		t.Errorf("the store does not count its versions table %s as its own", versions)
 	}
 }
