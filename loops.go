@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -1141,27 +1142,37 @@ func (rt *Runtime[S]) readRecord(ctx context.Context, id string) (rec Record, er
 // is still t's and live, and when the read fails.
 func (rt *Runtime[S]) endedBy(ctx context.Context, t *Task) (Record, error) {
 	rec, err := rt.readRecord(ctx, t.ID())
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return rec, ErrDeleted
-	case err != nil:
-		if ctx.Err() == nil {
-			rt.logRunError("workers: sync read failed", opProgress, t, err)
-		}
-		return rec, nil
-	case rec.RunID != t.RunID():
-		return rec, ErrSuperseded
-	case rec.Status.Terminal():
-		if cause := causeOf(rec.Cause, rec.Error); cause != nil {
-			return rec, cause
-		}
-		return rec, ErrSuperseded
+	if err != nil && !errors.Is(err, ErrNotFound) && ctx.Err() == nil {
+		rt.logRunError("workers: sync read failed", opProgress, t, err)
+	}
+	if cause := overBy(t, &rec, err); cause != nil || err != nil {
+		return rec, cause
 	}
 	// Still the run's, and live: a join made through another runtime,
 	// whose notice may be why it was read, is known here from now on
 	// (QueueStatus, say, answers from what the run knows).
 	t.learnWatchers(rec.Watchers)
 	return rec, nil
+}
+
+// overBy returns the cause run t's context is to be cancelled with if
+// rec, its id's record as a read returned it with err, says the run is
+// over: the cause its end keeps (ErrSuperseded if it keeps none),
+// ErrSuperseded when the record is another run's, ErrDeleted when it is
+// gone. It returns nil while the record is still t's and live, and when
+// the read failed.
+func overBy(t *Task, rec *Record, err error) error {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return ErrDeleted
+	case err != nil:
+		return nil
+	case rec.RunID != t.RunID():
+		return ErrSuperseded
+	case rec.Status.Terminal():
+		return cmp.Or(causeOf(rec.Cause, rec.Error), ErrSuperseded)
+	}
+	return nil
 }
 
 // checkWaiting checks a run waiting for its turn (see isWaiting) on a

@@ -551,23 +551,14 @@ func (rt *Runtime[S]) reportEndFound(op runOp, t *Task, started time.Time) {
 		return
 	}
 	rec, err := rt.readBack(rt.life, t, rt.life.Err() != nil)
-	end, ended := endOf(t, &rec)
-	ended = ended && err == nil
-	var cause error
-	switch {
-	case ended:
-		cause = causeOf(rec.Cause, rec.Error)
-	case errors.Is(err, ErrNotFound):
-		cause = ErrDeleted
-	case err == nil && rec.RunID != t.RunID():
-		cause = ErrSuperseded
-	default:
+	cause := overBy(t, &rec, err)
+	if cause == nil {
 		return
 	}
-	if op == opStart && cause != nil {
+	if op == opStart {
 		t.cancel(cause)
 	}
-	if ended {
+	if end, ok := endOf(t, &rec); err == nil && ok {
 		rt.reportEnd(t, end)
 	} else {
 		rt.reportMoved(t, started, cause)
