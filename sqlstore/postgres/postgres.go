@@ -611,7 +611,8 @@ func (s *Store) Close() error {
 // function named, as its message gives it: a column's table when the
 // message names one, and "" otherwise (a message in another language
 // names none). An operator that does not exist, which shares
-// undefined_function's code, is named "operator", which is no table's.
+// undefined_function's code, is not missing in that sense: no migration
+// makes one.
 func missing(err error) (name string, ok bool) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
@@ -624,7 +625,7 @@ func missing(err error) (name string, ok bool) {
 		return quotedAfter(pe.Message, " of relation "), true
 	case "42883": // function name(types) does not exist, or operator does not exist: ...
 		if strings.HasPrefix(pe.Message, "operator ") {
-			return "operator", true
+			return "", false
 		}
 		after, _ := strings.CutPrefix(pe.Message, "function ")
 		if after == pe.Message {
