@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"unicode"
@@ -118,6 +119,15 @@ func resolve(auth TaskAuthority) (caller, error) {
 	default: // nil
 		return caller{}, ErrNoAuthority
 	}
+}
+
+// resolveIn is resolve for a call made with ctx, which checkContext
+// checks first.
+func resolveIn(ctx context.Context, auth TaskAuthority) (caller, error) {
+	if err := checkContext(ctx); err != nil {
+		return caller{}, err
+	}
+	return resolve(auth)
 }
 
 // Scope decides which callers can collide on a key, since a task id is

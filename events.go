@@ -1029,11 +1029,7 @@ func (rt *Runtime[S]) subscribe(c caller, id string, f Filter) *subscriber {
 // without them.
 func (rt *Runtime[S]) Watch(ctx context.Context, id string, auth TaskAuthority) iter.Seq2[Snapshot, error] {
 	return func(yield func(Snapshot, error) bool) {
-		err := checkContext(ctx)
-		var c caller
-		if err == nil {
-			c, err = resolve(auth)
-		}
+		c, err := resolveIn(ctx, auth)
 		if err == nil {
 			err = validateID(id)
 		}
@@ -1260,11 +1256,7 @@ func (rt *Runtime[S]) Subscribe(ctx context.Context, auth TaskAuthority, opts ..
 		}
 	}
 	f := o.f
-	err := checkContext(ctx)
-	var c caller
-	if err == nil {
-		c, err = resolve(auth)
-	}
+	c, err := resolveIn(ctx, auth)
 	if err == nil {
 		err = o.check()
 	}
