@@ -1144,16 +1144,50 @@ func TestReadyReportsWhatASubmissionWouldMeet(t *testing.T) {
 	})
 }
 
+// Ready fails from the first renewal that fails, while the lease still
+// lives, not only once it may have ended: a store that is down or
+// refuses writes fails every submission at its insert meanwhile. Ready
+// answers nil again as soon as the store takes a renewal, and makes no
+// store call while the last renewal succeeded.
+func TestReadyFailsFromTheFirstRenewalThatFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &failingLeaser{MemStore: NewMemStore()}
+		rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, rt.Start(ctx))
+		calls := s.calls.Load()
+		require.NoError(t, rt.Ready(ctx))
+		assert.Equal(t, calls, s.calls.Load(), "a store call while the lease is live and renewed")
+
+		s.fail.Store(true)
+		time.Sleep(rt.cfg.LeaseInterval + time.Millisecond) // the loop's renewal fails; the lease lives on
+		synctest.Wait()
+		require.Greater(t, s.calls.Load(), calls, "the loop renewed")
+		err := rt.Ready(ctx)
+		require.ErrorIs(t, err, errLeaseStore)
+		assert.ErrorContains(t, err, "renewing the instance lease")
+
+		s.fail.Store(false)
+		calls = s.calls.Load()
+		require.NoError(t, rt.Ready(ctx), "the store takes renewals again")
+		assert.Equal(t, calls+1, s.calls.Load(), "Ready renewed, once")
+		require.NoError(t, rt.Ready(ctx))
+		assert.Equal(t, calls+1, s.calls.Load(), "a store call after a renewal succeeded")
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
 // errLeaseStore is the error failingLeaser's renewals fail with.
 var errLeaseStore = errors.New("lease table unreachable")
 
 // failingLeaser is a MemStore whose lease renewals fail while fail is set.
 type failingLeaser struct {
 	*MemStore
-	fail atomic.Bool
+	fail  atomic.Bool
+	calls atomic.Int32 // renewals asked for
 }
 
 func (s *failingLeaser) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	s.calls.Add(1)
 	if s.fail.Load() {
 		return false, errLeaseStore
 	}

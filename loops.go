@@ -113,6 +113,10 @@ type leaseState struct {
 	abandoned atomic.Uint64
 	ending    atomic.Bool
 
+	// failing is set while the last renewal answered failed, as lastErr
+	// says, for Ready to read without the turn.
+	failing atomic.Bool
+
 	// Guarded by turn.
 	took    bool  // a renewal has succeeded: the lease was taken
 	lost    bool  // no lease is held: none was taken yet, or it was found lost since the last renewal
@@ -302,6 +306,38 @@ func leaseError(doing string, err error) error {
 	return fmt.Errorf("workers: %s the instance lease: %w", doing, err)
 }
 
+// renewIfFailing renews the lease, for Ready, when it lives but the last
+// renewal answered failed: the store may be down, or refuse writes, and
+// every submission then fails at its insert though the lease has
+// intervals to spare. Ready answers what this renewal meets, from the
+// first renewal that failed on, instead of nil until the lease may have
+// ended. As a submission's renewal, it shares the answer of one made
+// while it waited for the turn.
+func (rt *Runtime[S]) renewIfFailing(ctx context.Context) error {
+	ls := &rt.lease
+	if rt.leaser == nil || !ls.failing.Load() {
+		return nil
+	}
+	seen := ls.tries.Load()
+	if err := ls.take(ctx, rt.gate.shut); err != nil {
+		return err
+	}
+	defer ls.give()
+	switch {
+	case !ls.failing.Load():
+		return nil // renewed while this call waited
+	case ls.tries.Load() != seen && !ls.partial:
+		return leaseError("renewing", ls.lastErr)
+	}
+	if err := rt.renewUnlessShut(ctx, rt.leaser, time.Time{}); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return leaseError("renewing", err)
+	}
+	return nil
+}
+
 // renewUnlessShut is renew for a caller outside the loops: a submission,
 // or a first Wait or Watch. Shutdown's start cuts its call off, and it
 // then returns ErrClosed.
@@ -477,6 +513,7 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 	}
 	defer ls.tries.Add(1)
 	ls.lastErr = err
+	ls.failing.Store(err != nil)
 	if err != nil {
 		rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
 		rt.loseLeaseIfEnded()

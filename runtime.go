@@ -424,10 +424,15 @@ func configError(err error) error {
 // Ready reports whether the runtime can take submissions now, and if
 // not, why: ErrClosed once Shutdown has begun, the error of a Config it
 // cannot run with (ErrInvalidConfig), or, over a store that implements
-// Leaser, the error of taking the instance lease, or of renewing it once
-// it may have ended, which Ready then does as a submission would; a nil
-// ctx is ErrInvalidOption. A service can serve it as its readiness check:
-// it costs no store call while the lease is known to be live.
+// Leaser, the error of taking the instance lease or of renewing it; a
+// nil ctx is ErrInvalidOption. Ready renews the lease itself, as a
+// submission would, once it may have ended, and also while it lives if
+// the last renewal failed: a store that is down or refuses writes makes
+// Ready fail from the first renewal that failed (within a LeaseInterval
+// of the outage's start), not only once the lease may have ended, and
+// Ready answers nil again as soon as the store takes a renewal. A
+// service can serve it as its readiness check: it costs no store call
+// while the lease is known to be live and its last renewal succeeded.
 func (rt *Runtime[S]) Ready(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -436,8 +441,10 @@ func (rt *Runtime[S]) Ready(ctx context.Context) error {
 		return ErrClosed
 	}
 	defer rt.gate.leave()
-	_, err := rt.leaseForRun(ctx)
-	return err
+	if _, err := rt.leaseForRun(ctx); err != nil {
+		return err
+	}
+	return rt.renewIfFailing(ctx)
 }
 
 // Store returns the store the runtime was built over.
