@@ -171,8 +171,9 @@ func writesRefused(err error) bool {
 
 // missing reports whether err is SQLite not finding a table, column or
 // function a statement names, and returns the table or function named
-// ("" for a column): SQLite says so only in its message, under the
-// generic SQLITE_ERROR code.
+// ("" for a column named alone; the table, for an insert's column the
+// table lacks): SQLite says so only in its message, under the generic
+// SQLITE_ERROR code.
 func missing(err error) (name string, ok bool) {
 	if !primaryCodeIn(err, sqlite3.SQLITE_ERROR) {
 		return "", false
@@ -182,6 +183,13 @@ func missing(err error) (name string, ok bool) {
 		if _, after, found := strings.Cut(msg, what); found {
 			name, _, _ = strings.Cut(after, " ")
 			return name, true
+		}
+	}
+	if before, _, found := strings.Cut(msg, " has no column named "); found {
+		// "table T has no column named C": an insert's column, which T,
+		// made by an older release, lacks.
+		if i := strings.LastIndex(before, "table "); i >= 0 {
+			return before[i+len("table "):], true
 		}
 	}
 	return "", strings.Contains(msg, "no such column")
