@@ -183,7 +183,7 @@ func TestKeyLockPassesInOrder(t *testing.T) {
 }
 
 // mustLock takes id's lock, failing the test after 10 s.
-func mustLock(t *testing.T, k *keyLocks, id string) keyHold {
+func mustLock(t testing.TB, k *keyLocks, id string) keyHold {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h, err := k.lock(ctx, id)
