@@ -36,24 +36,30 @@ type keyStripe struct {
 	mu    sync.Mutex
 	held  *keyLock // guarded by mu: the stripe's locks held, linked by next
 	spare keyLock  // lent to the first id of the stripe while it is free
-	_     [8]byte
 }
 
 // keyLock is one id's lock while it is held. Every field is guarded by
 // the stripe's mu.
+//
+// Its waiters are a list linked both ways, with its last at hand, so
+// that a waiter joins the queue, and leaves it when its context ends,
+// without a walk of the others: n callers waiting for one id (a key
+// submitted by many callers at once, whose holder's store calls are
+// slow) cost O(n) in all, not O(n²).
 type keyLock struct {
 	id   string
 	next *keyLock   // the stripe's next held lock
 	wait *keyWaiter // the callers waiting for it, first to come first
+	last *keyWaiter // the last of wait, or nil
 	held bool       // false only while free, when it is in no stripe's list
 }
 
 // keyWaiter is a caller waiting for a held lock. Fields other than ready
 // are guarded by the stripe's mu.
 type keyWaiter struct {
-	ready  chan struct{} // closed when the lock passes to this waiter
-	next   *keyWaiter
-	passed bool // the lock passed to this waiter: it holds it
+	ready      chan struct{} // closed when the lock passes to this waiter
+	prev, next *keyWaiter    // its neighbours in the queue while it waits
+	passed     bool          // the lock passed to this waiter: it holds it
 }
 
 // keyHold is a lock taken by keyLocks.lock, to release with unlock.
@@ -92,12 +98,13 @@ func (k *keyLocks) lock(ctx context.Context, id string) (keyHold, error) {
 		s.mu.Unlock()
 		return keyHold{s, l}, nil
 	}
-	w := &keyWaiter{ready: make(chan struct{})}
-	p := &l.wait
-	for *p != nil {
-		p = &(*p).next
+	w := &keyWaiter{ready: make(chan struct{}), prev: l.last}
+	if l.last != nil {
+		l.last.next = w
+	} else {
+		l.wait = w
 	}
-	*p = w
+	l.last = w
 	s.mu.Unlock()
 	select {
 	case <-w.ready:
@@ -110,11 +117,7 @@ func (k *keyLocks) lock(ctx context.Context, id string) (keyHold, error) {
 		// The lock passed to w as ctx ended: on to the next.
 		s.release(l)
 	} else {
-		p := &l.wait
-		for *p != w {
-			p = &(*p).next
-		}
-		*p = w.next
+		l.leave(w)
 	}
 	return keyHold{}, ctxErr(ctx)
 }
@@ -141,7 +144,8 @@ func (h keyHold) unlock() {
 // release passes l to its first waiter, or frees it; mu is held.
 func (s *keyStripe) release(l *keyLock) {
 	if w := l.wait; w != nil {
-		l.wait, w.next, w.passed = w.next, nil, true
+		l.leave(w)
+		w.passed = true
 		close(w.ready)
 		return
 	}
@@ -150,4 +154,19 @@ func (s *keyStripe) release(l *keyLock) {
 		p = &(*p).next
 	}
 	*p, l.next, l.id, l.held = l.next, nil, "", false
+}
+
+// leave takes waiter w out of l's queue; the stripe's mu is held.
+func (l *keyLock) leave(w *keyWaiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.wait = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.last = w.prev
+	}
+	w.prev, w.next = nil, nil
 }

@@ -214,3 +214,78 @@ func TestKeyLockUncontendedAllocatesNothing(t *testing.T) {
 	assert.EqualValues(t, 64, unsafe.Sizeof(runShard{}), "a shard of the runs is one cache line")
 	assert.EqualValues(t, 64, unsafe.Sizeof(memShard{}), "a shard of a MemStore is one cache line")
 }
+
+// A waiter joins the queue of a held lock, and leaves it when its
+// context ends, without a walk of the queue from its first waiter: it
+// touches the last waiter, or its own neighbours, only, so that n
+// waiters for one id cost O(n) in all, not O(n²). The test links a decoy
+// after the first waiter, which only a walk from there would reach,
+// while one waiter joins and another leaves.
+func TestKeyLockQueueIsNotWalked(t *testing.T) {
+	k := newKeyLocks()
+	h := mustLock(t, &k, "a")
+	s := k.stripe("a")
+	ctx, cancel := context.WithCancel(t.Context()) // ends every wait left behind
+	defer cancel()
+	var order []int // appended under the lock
+	var cancels []context.CancelFunc
+	var dones []chan error
+	start := func() {
+		i := len(dones)
+		wctx, wcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			w, err := k.lock(wctx, "a")
+			if err == nil {
+				order = append(order, i)
+				w.unlock()
+			}
+			done <- err
+		}()
+		cancels, dones = append(cancels, wcancel), append(dones, done)
+	}
+	for i := range 4 {
+		start()
+		waitForWaiters(t, s, h.l, i+1)
+	}
+	s.mu.Lock()
+	ws := []*keyWaiter{h.l.wait}
+	for len(ws) < 4 {
+		ws = append(ws, ws[len(ws)-1].next)
+	}
+	decoy := &keyWaiter{ready: make(chan struct{})}
+	ws[0].next = decoy // the rest of the queue hidden from a walk from ws[0]
+	s.mu.Unlock()
+
+	start() // joins after ws[3]
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return ws[3].next != nil || decoy.next != nil
+	}, 10*time.Second, time.Millisecond, "waiting for the fifth waiter")
+	s.mu.Lock()
+	assert.Nil(t, decoy.next, "a waiter that joined walked the queue")
+	decoy.next = ws[2] // a walk from ws[0] now finds ws[2] past the decoy, not past ws[1]
+	s.mu.Unlock()
+
+	cancels[2]()
+	require.ErrorIs(t, <-dones[2], context.Canceled)
+	s.mu.Lock()
+	assert.Same(t, decoy.next, ws[2], "a waiter that left walked the queue")
+	assert.Same(t, ws[1].next, ws[3], "the waiter before the one that left links to the one after it")
+	ws[0].next = ws[1]
+	s.mu.Unlock()
+	waitForWaiters(t, s, h.l, 4)
+	if t.Failed() {
+		return // the queue is not to be trusted: the waits end with ctx
+	}
+
+	h.unlock()
+	for i, done := range dones {
+		if i != 2 {
+			require.NoError(t, <-done)
+		}
+	}
+	assert.Equal(t, []int{0, 1, 3, 4}, order)
+	assert.Nil(t, s.held)
+}
