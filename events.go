@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"iter"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +175,14 @@ type hub struct {
 	stales    atomic.Uint64
 	recent    map[string]uint64 // guarded by mu
 	forgotten uint64            // guarded by mu
+	// visits counts the calls of audience: each marks the streams it
+	// reaches with its count (subscriber.visit), so that a stream whose
+	// user is named twice among the watchers is reached once.
+	visits uint64 // guarded by mu
+	// steps counts the watcher names the fan-out of changes went
+	// through, a look-up, a comparison or a set's insertion each, which
+	// tests hold to a few per watcher and per stream.
+	steps uint64 // guarded by mu
 
 	pumping bool // guarded by the runtime's mu: the progress pump and the audience reader were started
 
@@ -207,6 +214,7 @@ type subscriber struct {
 	// following holds the ids s is in hub.follows under; guarded by
 	// hub.mu.
 	following map[string]struct{}
+	visit     uint64 // guarded by hub.mu: hub.visits when audience last reached s
 
 	mu     sync.Mutex
 	slots  map[string]*slot    // guarded by mu: undelivered changes per id
@@ -359,6 +367,11 @@ func (h *hub) each(id string, watchers []string, f func(*subscriber)) {
 
 // audience calls f for the Subscribe streams that may show a change of
 // task id whose run's watchers are watchers; h.mu is held.
+//
+// It costs one look-up per watcher, whatever their number: a name given
+// twice is told by the mark its streams already bear, not by comparing
+// it with the names before it, which for the many watchers of a key
+// that many callers submit would be O(W²) on every change.
 func (h *hub) audience(id string, watchers []string, f func(*subscriber)) {
 	for s := range h.subs[""] {
 		f(s)
@@ -369,14 +382,61 @@ func (h *hub) audience(id string, watchers []string, f func(*subscriber)) {
 			f(s)
 		}
 	}
-	for i, w := range watchers {
-		if owned && w == owner.id || slices.Contains(watchers[:i], w) {
+	h.visits++
+	h.steps += uint64(len(watchers))
+	for _, w := range watchers {
+		if owned && w == owner.id {
 			continue
 		}
 		for s := range h.subs[w] {
-			f(s)
+			if s.visit != h.visits {
+				s.visit = h.visits
+				f(s)
+			}
 		}
 	}
+}
+
+// fanSetStreams and fanSetWatchers are the numbers of a task's Watch
+// streams and of its watchers past which fan checks the streams against
+// a set of the watchers rather than against the list.
+const (
+	fanSetStreams  = 4
+	fanSetWatchers = 16
+)
+
+// fan offers ev to the streams that may show it (see each); h.mu is
+// held. A Subscribe stream that audience reaches may see it: it is
+// System's, the owner's or a watcher's. A Watch stream of the task is
+// checked against ev's watchers, in a set of them when both are many, so
+// that N streams and W watchers cost O(N + W), not O(N·W).
+func (h *hub) fan(ev *event) {
+	id := ev.snap.ID
+	watches := h.byID[id]
+	var named map[string]struct{} // ev's watchers, when many are checked
+	if len(watches) > fanSetStreams && len(ev.watchers) > fanSetWatchers {
+		named = make(map[string]struct{}, len(ev.watchers))
+		for _, w := range ev.watchers {
+			named[w] = struct{}{}
+		}
+		h.steps += uint64(len(ev.watchers))
+	}
+	for s := range watches {
+		var visible bool
+		switch {
+		case s.c.system:
+			visible = true
+		case named != nil:
+			_, visible = named[s.c.userID]
+			visible = visible || visibleTo(id, nil, s.c.userID) // the owner
+			h.steps++
+		default:
+			visible = visibleTo(id, ev.watchers, s.c.userID)
+			h.steps += uint64(len(ev.watchers))
+		}
+		s.offer(ev, visible)
+	}
+	h.audience(id, ev.watchers, func(s *subscriber) { s.offer(ev, true) })
 }
 
 // subscriptions calls f for every Subscribe stream; h.mu is held.
@@ -580,7 +640,7 @@ func (h *hub) publish(c *change) {
 		ev.snap.WatcherCount = len(ev.watchers)
 	}
 	r.view.Store(&ev.snap)
-	h.each(c.id, ev.watchers, func(s *subscriber) { s.offer(ev) })
+	h.fan(ev)
 	h.mu.Unlock()
 }
 
@@ -693,7 +753,7 @@ func (h *hub) progress(t *Task) {
 	}
 	ev.snap.Progress, ev.snap.Attempt = t.Progress(), max(ev.snap.Attempt, t.Attempt())
 	ev.snap.WatcherCount = len(ev.watchers)
-	h.each(t.ID(), ev.watchers, func(s *subscriber) { s.offer(ev) })
+	h.fan(ev)
 }
 
 // remote marks a notice from another process for the subscribers. A
@@ -753,10 +813,6 @@ func (s *subscriber) ring() {
 	}
 }
 
-func (s *subscriber) sees(id string, watchers []string) bool {
-	return s.c.system || visibleTo(id, watchers, s.c.userID)
-}
-
 func (s *subscriber) markStale(id string) {
 	if s.id != "" && s.id != id {
 		return
@@ -772,10 +828,11 @@ func (s *subscriber) markStale(id string) {
 	s.ring()
 }
 
-// offer coalesces ev into the inbox. It never blocks on the consumer.
-// A panicked run's stack reaches System's streams only, as it does
+// offer coalesces ev into the inbox; visible says whether s's caller
+// may see ev's run (see fan). It never blocks on the consumer. A
+// panicked run's stack reaches System's streams only, as it does
 // System's reads.
-func (s *subscriber) offer(ev *event) {
+func (s *subscriber) offer(ev *event, visible bool) {
 	snap := ev.snap
 	if s.c.system {
 		snap.Stack = ev.stack
@@ -784,7 +841,6 @@ func (s *subscriber) offer(ev *event) {
 	if s.id != "" && s.id != id {
 		return
 	}
-	visible := s.sees(id, ev.watchers)
 	if s.id == "" && !visible {
 		return // Subscribe never holds what its caller may not see
 	}

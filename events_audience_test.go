@@ -940,3 +940,58 @@ func TestSubscribeSaysGoneOfItsOwnRunReRunElsewhereWithoutTheCaller(t *testing.T
 		})
 	}
 }
+
+// A change of a task with many watchers, many of whom have streams open
+// (Subscribe streams, and Watch streams of the task), goes through each
+// watcher's name, and each stream, a few times at most: never each name
+// once for every other name, nor once for every stream, which for W
+// watchers and N streams would cost O(W²) or O(W·N) steps on every
+// change, progress included.
+func TestAChangeOfManyWatchersCostsStepsLinearInThem(t *testing.T) {
+	const n = 1000
+	var h hub
+	id, err := ScopedTaskKey("report", alice)
+	require.NoError(t, err)
+	watchers := make([]string, n)
+	for i := range watchers {
+		watchers[i] = "w" + strconv.Itoa(i)
+	}
+	var subs, watches []*subscriber
+	for i := 0; i < n; i += 4 { // every fourth watcher subscribes, and watches the task
+		subs = append(subs, newSubscriber(caller{userID: watchers[i]}, "", Filter{}))
+		watches = append(watches, newSubscriber(caller{userID: watchers[i]}, id, Filter{}))
+	}
+	watches = append(watches, newSubscriber(caller{userID: alice.id}, id, Filter{}))
+	stranger := newSubscriber(caller{userID: "mallory"}, id, Filter{})
+	for _, s := range append(append([]*subscriber{stranger}, subs...), watches...) {
+		h.add(s)
+	}
+	ev := &event{snap: Snapshot{ID: id, RunID: "r.1", Status: StatusRunning, Progress: 40}, watchers: watchers}
+
+	h.mu.Lock()
+	h.fan(ev)
+	steps := h.steps
+	h.mu.Unlock()
+	streams := len(subs) + len(watches) + 1
+	assert.LessOrEqual(t, steps, uint64(2*(n+streams)), "steps for %d watchers and %d streams", n, streams)
+	for _, s := range append(subs, watches...) {
+		s.mu.Lock()
+		assert.NotNil(t, s.slots[id], "the change reached %s's stream", s.c.userID)
+		s.mu.Unlock()
+	}
+	stranger.mu.Lock()
+	assert.Nil(t, stranger.slots[id], "a stream of one who does not watch holds no change")
+	stranger.mu.Unlock()
+
+	reached := make(map[*subscriber]int)
+	h.mu.Lock()
+	h.steps = 0
+	h.audience(id, append(watchers, watchers...), func(s *subscriber) { reached[s]++ })
+	steps = h.steps
+	h.mu.Unlock()
+	assert.LessOrEqual(t, steps, uint64(2*(2*n+len(subs))), "steps for %d watchers named twice", n)
+	assert.Len(t, reached, len(subs))
+	for s, times := range reached {
+		assert.Equal(t, 1, times, "%s's stream reached once", s.c.userID)
+	}
+}
