@@ -7,6 +7,7 @@ import (
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // A row held locked by a transaction that stays open delays only its own
@@ -54,7 +55,7 @@ func TestAnnounceOfAHeldRowHoldsBackNoOther(t *testing.T) {
 	if err == nil {
 		t.Fatal("the insert of a taken id went through")
 	}
-	waitFor(t, func() bool { return sqlcore.Announced(writer.Store) == 1 })
+	waitFor(t, func() bool { return sqlcore.Announced(postgres.Core(writer)) == 1 })
 	// A new task, inserted and committed: its notice should not wait for
 	// the held row.
 	if err := writer.InsertTask(t.Context(), workers.Record{ID: "fresh", RunID: "r", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}); err != nil {
@@ -88,7 +89,7 @@ func TestInsertsNotifyWhileAnnouncementsFail(t *testing.T) {
 	if err := writer.InsertTask(t.Context(), pending("alice::first")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return sqlcore.AnnounceFailing(writer.Store) })
+	waitFor(t, func() bool { return sqlcore.AnnounceFailing(postgres.Core(writer)) })
 	if err := writer.InsertTask(t.Context(), pending("alice::second")); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ type gather struct {
 // queue them on a loaded machine calls unboundLockWaits first.
 func blockBehind(t *testing.T, sc scratch, s *postgres.Store, lock string, first func() error) *gather {
 	t.Helper()
-	sqlcore.SetStall(s.Store, 0)
+	sqlcore.SetStall(postgres.Core(s), 0)
 	tx, err := sc.pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func gateOn(t *testing.T, sc scratch, s *postgres.Store, id, runID string) *gath
 func (g *gather) queue(wg *sync.WaitGroup, fn func()) {
 	g.pending++
 	wg.Go(fn)
-	waitFor(g.t, func() bool { return sqlcore.Queued(g.s.Store) >= g.pending })
+	waitFor(g.t, func() bool { return sqlcore.Queued(postgres.Core(g.s)) >= g.pending })
 }
 
 // release ends the blocking transaction and returns the first write's
@@ -464,8 +464,8 @@ func TestGroupCommitBatchesOverTheSameRowsDoNotDeadlock(t *testing.T) {
 	params := map[string]string{"deadlock_timeout": "5s"}
 	unboundLockWaits(t, sc) // the order alone keeps the batches apart
 	s1, s2 := sc.ownStore(t, params), sc.ownStore(t, params)
-	sqlcore.SetStall(s1.Store, 0)
-	sqlcore.SetStall(s2.Store, 0)
+	sqlcore.SetStall(postgres.Core(s1), 0)
+	sqlcore.SetStall(postgres.Core(s2), 0)
 	insertPending(t, s1, "run-1", "u::a", "u::b", "u::g1", "u::g2")
 	// Each lock is held by a transaction of its own, on a pool apart.
 	lockers := sc.ownStore(t, nil).Pool()
@@ -513,15 +513,15 @@ func TestGroupCommitBatchesOverTheSameRowsDoNotDeadlock(t *testing.T) {
 	transition(s1, "u::g1")
 	blockedBy(pg1, 1)
 	transition(s1, "u::a")
-	waitFor(t, func() bool { return sqlcore.Queued(s1.Store) == 1 })
+	waitFor(t, func() bool { return sqlcore.Queued(postgres.Core(s1)) == 1 })
 	transition(s1, "u::b")
-	waitFor(t, func() bool { return sqlcore.Queued(s1.Store) == 2 })
+	waitFor(t, func() bool { return sqlcore.Queued(postgres.Core(s1)) == 2 })
 	transition(s2, "u::g2")
 	blockedBy(pg2, 1)
 	transition(s2, "u::b")
-	waitFor(t, func() bool { return sqlcore.Queued(s2.Store) == 1 })
+	waitFor(t, func() bool { return sqlcore.Queued(postgres.Core(s2)) == 1 })
 	transition(s2, "u::a")
-	waitFor(t, func() bool { return sqlcore.Queued(s2.Store) == 2 })
+	waitFor(t, func() bool { return sqlcore.Queued(postgres.Core(s2)) == 2 })
 
 	// bothWait waits until both batches of two wait for a row lock (or
 	// for each other), none for a lock that the backends pids held.
@@ -742,7 +742,7 @@ func TestARefusedBatchWithAHeldRowHoldsBackNoOtherCaller(t *testing.T) {
 	}
 	// The batch of the three, which starts as the gate's ends, may have
 	// another start beside it while it stays in flight, as by default.
-	sqlcore.SetStall(s.Store, 20*time.Millisecond)
+	sqlcore.SetStall(postgres.Core(s), 20*time.Millisecond)
 	if err := g.release(); err != nil {
 		t.Fatal(err)
 	}
@@ -886,7 +886,7 @@ func TestAHeldRowKeepsNoBatchInFlight(t *testing.T) {
 		}
 		second <- err
 	})
-	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 1 })
+	waitFor(t, func() bool { return sqlcore.Queued(postgres.Core(s)) >= 1 })
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ var _ workers.Notifier = (*Store)(nil)
 // Config.LeaseInterval.
 func (s *Store) Listen(ctx context.Context, changed func(workers.Change)) error {
 	pc := s.pool.Config()
-	listen := "LISTEN " + pgx.Identifier{s.Channel()}.Sanitize()
+	listen := "LISTEN " + pgx.Identifier{sqlcore.Channel(s.core)}.Sanitize()
 	const first = 50 * time.Millisecond
 	backoff := first
 	var dropped time.Time // when the connection dropped, while no other listens; zero while one does

@@ -37,7 +37,7 @@ func listeners(t *testing.T, sc scratch, s *postgres.Store) int {
 	t.Helper()
 	var n int
 	if err := sc.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = 'workers listener' AND position($1 in query) > 0`, s.Channel()).Scan(&n); err != nil {
+		WHERE application_name = 'workers listener' AND position($1 in query) > 0`, postgres.Channel(s)).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -110,7 +110,7 @@ func TestAWaitOutlivesAListenerThatCannotReconnect(t *testing.T) {
 	// The server refuses new connections, and the listener's is ended.
 	refuse.Store(true)
 	if _, err := sc.pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = 'workers listener' AND position($1 in query) > 0`, sa.Channel()); err != nil {
+		WHERE application_name = 'workers listener' AND position($1 in query) > 0`, postgres.Channel(sa.Store)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return listeners(t, sc, sa.Store) == 0 })

@@ -56,7 +56,7 @@ func TestListen(t *testing.T) {
 	if _, err := sc.pool.Exec(t.Context(),
 		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = 'workers listener' AND query LIKE '%' || $1 || '%'`,
-		listener.Channel()); err != nil {
+		postgres.Channel(listener)); err != nil {
 		t.Fatal(err)
 	}
 	if c := next(t, ch); !c.Resync {

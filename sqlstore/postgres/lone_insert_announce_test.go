@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // While announcements fail, an insert goes in the WriteMany statement,
@@ -19,14 +20,14 @@ func TestALoneRetriedWriteManyInsertIsNotAnnounced(t *testing.T) {
 	sc := newScratchT(t)
 	s := sc.store(t)
 	ctx := t.Context()
-	sqlcore.SetStall(s.Store, 0)
+	sqlcore.SetStall(postgres.Core(s), 0)
 	insertPending(t, s, "run-1", "u::held", "u::gate")
 	if _, err := sc.pool.Exec(ctx, `DROP FUNCTION "`+sc.schema+`".workers_announce(text[])`); err != nil {
 		t.Fatal(err)
 	}
 	insertPending(t, s, "run-1", "u::first")
-	waitFor(t, func() bool { return sqlcore.AnnounceFailing(s.Store) })
-	before := sqlcore.Announced(s.Store)
+	waitFor(t, func() bool { return sqlcore.AnnounceFailing(postgres.Core(s)) })
+	before := sqlcore.Announced(postgres.Core(s))
 
 	from := []workers.Status{workers.StatusPending}
 	running := workers.State{Status: workers.StatusRunning, Attempt: 1, StartedAt: time.Now()}
@@ -59,7 +60,7 @@ func TestALoneRetriedWriteManyInsertIsNotAnnounced(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
-	if got := sqlcore.Announced(s.Store); got != before {
+	if got := sqlcore.Announced(postgres.Core(s)); got != before {
 		t.Errorf("the announcer was handed %d more id(s) for an insert made through WriteMany, which notifies from its trigger", got-before)
 	}
 }

@@ -31,7 +31,7 @@ func TestAFreeRowsLoneWriteIsNotHeldBackByOtherTasksHeldRows(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sqlcore.SetStall(s.Store, 0) // no spare batch: queued writes go together
+	sqlcore.SetStall(postgres.Core(s), 0) // no spare batch: queued writes go together
 	held := []string{"u::held1", "u::held2", "u::held3"}
 	insertPending(t, s, "run-1", append(held, "u::gate", "u::free")...)
 	from := []workers.Status{workers.StatusPending}
@@ -79,7 +79,7 @@ func TestAFreeRowsLoneWriteIsNotHeldBackByOtherTasksHeldRows(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return waiting() >= 3 })
 	write("u::held3")
-	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 1 })
+	waitFor(t, func() bool { return sqlcore.Queued(postgres.Core(s)) >= 1 })
 	free := make(chan error, 1)
 	go func() {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -90,7 +90,7 @@ func TestAFreeRowsLoneWriteIsNotHeldBackByOtherTasksHeldRows(t *testing.T) {
 		}
 		free <- err
 	}()
-	waitFor(t, func() bool { return sqlcore.Queued(s.Store) >= 2 })
+	waitFor(t, func() bool { return sqlcore.Queued(postgres.Core(s)) >= 2 })
 	// Migration 0007's bound again: the next batch gives up on u::held3
 	// after 100 ms, and both its writes go alone.
 	boundLockWaits(t, sc)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // A replica that starts while another migrates (a rolling deploy) waits
@@ -38,7 +39,7 @@ func TestMigrateWaitsForAConcurrentMigrationWhateverTheSessionTimeouts(t *testin
 				t.Fatal(err)
 			}
 			defer func() { _ = other.Rollback(context.Background()) }()
-			if _, err := other.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, sqlcore.MigrationLockKey(s.Store)); err != nil {
+			if _, err := other.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, sqlcore.MigrationLockKey(postgres.Core(s))); err != nil {
 				t.Fatal(err)
 			}
 			migrated := make(chan error, 1)
@@ -64,7 +65,7 @@ func TestMigrateIgnoresTheSessionStatementTimeout(t *testing.T) {
 	sc := newScratchT(t)
 	ctx := t.Context()
 	old := sc.ownStore(t, nil)
-	if err := sqlcore.MigrateTo(ctx, old.Store, 4); err != nil {
+	if err := sqlcore.MigrateTo(ctx, postgres.Core(old), 4); err != nil {
 		t.Fatal(err)
 	}
 	holder, err := sc.pool.Begin(ctx) // an older replica's transaction
@@ -101,7 +102,7 @@ func TestMigrateTriesAgainAfterADeadlock(t *testing.T) {
 	sc := newScratchT(t)
 	ctx := t.Context()
 	old := sc.ownStore(t, nil)
-	if err := sqlcore.MigrateTo(ctx, old.Store, 3); err != nil {
+	if err := sqlcore.MigrateTo(ctx, postgres.Core(old), 3); err != nil {
 		t.Fatal(err)
 	}
 	writer, err := sc.pool.Begin(ctx) // an older replica's insert of a task and its watcher
@@ -150,7 +151,7 @@ func TestMigrateWaitingForAConcurrentMigrationEndsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Rollback(context.Background()) }()
-	if _, err := other.Exec(t.Context(), `SELECT pg_advisory_xact_lock($1)`, sqlcore.MigrationLockKey(s.Store)); err != nil {
+	if _, err := other.Exec(t.Context(), `SELECT pg_advisory_xact_lock($1)`, sqlcore.MigrationLockKey(postgres.Core(s))); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)

@@ -52,7 +52,7 @@ func TestGroupWriteNeverScansTheTasksTable(t *testing.T) {
 			}
 			none, zero, times := []string{}, []int64{}, []time.Time{}
 			two, twoN, twoT := []string{"k1", "k2"}, []int64{1, 1}, []time.Time{time.Now(), time.Now()}
-			rows, err := tx.Query(ctx, sqlcore.GroupWriteSQL(s.Store),
+			rows, err := tx.Query(ctx, sqlcore.GroupWriteSQL(postgres.Core(s)),
 				none, none, zero, zero, none, none, times, times, none, none, none, none, none, none, times, none,
 				none, none,
 				two, []string{"stale", "stale"}, []string{"running", "running"}, []string{"completed", "completed"},

@@ -445,11 +445,14 @@ func (r *resetter) lost(err error) {
 }
 
 // Store is a workers.Store on a PostgreSQL database. It is safe for
-// concurrent use, and several processes may share its tables. The
-// methods of the workers.Store interface, documented there, come from
-// the embedded implementation shared with the SQLite store.
+// concurrent use, and several processes may share its tables. Besides
+// its own methods, it has those of the [workers.Store] and
+// [workers.Leaser] interfaces, documented there: GetTask, InsertTask,
+// SetTask, ReplaceTask, TransitionTask, AddWatcher, ListTasks,
+// DeleteFinished, RenewLease, ReleaseLease and LiveInstances. Its
+// Listen implements [workers.Notifier].
 type Store struct {
-	*sqlcore.Store
+	*core // the implementation shared with the SQLite store, not API
 
 	pool    *pgxpool.Pool
 	db      *sql.DB // database/sql over pool, for writes
@@ -459,9 +462,15 @@ type Store struct {
 }
 
 var (
-	_ workers.Store  = (*Store)(nil)
-	_ workers.Leaser = (*Store)(nil)
+	_ workers.Store    = (*Store)(nil)
+	_ workers.Leaser   = (*Store)(nil)
+	_ workers.Notifier = (*Store)(nil)
 )
+
+// core is the implementation Store shares with the SQLite store. An
+// alias embeds it under an unexported name, so that its methods are
+// promoted and it shows nowhere in Store's API.
+type core = sqlcore.Store
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
 // schema was migrated by a newer release than this one, to a version
@@ -551,7 +560,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{Store: core, pool: pool, db: db, read: read, listen: o.listen}, nil
+	return &Store{core: core, pool: pool, db: db, read: read, listen: o.listen}, nil
 }
 
 // loneWrites is how many of a pool of n connections the writes waiting
@@ -597,7 +606,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // pool, and closes the pool if Open created it. It does not wait for a
 // runtime using the store: shut that down first.
 func (s *Store) Close() error {
-	s.Store.Stop()
+	sqlcore.Stop(s.core)
 	err := errors.Join(s.read.Close(), s.db.Close())
 	if s.ownPool {
 		s.pool.Close()
@@ -668,4 +677,4 @@ func quotedAfter(msg, what string) string {
 // as compatible with this one, and are otherwise refused with
 // ErrSchemaTooNew, untouched; tables whose recorded migrations differ
 // from this release's are refused with ErrSchemaMismatch.
-func (s *Store) Migrate(ctx context.Context) error { return s.Store.Migrate(ctx) }
+func (s *Store) Migrate(ctx context.Context) error { return s.core.Migrate(ctx) }

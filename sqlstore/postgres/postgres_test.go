@@ -255,7 +255,7 @@ func TestMigrateWaitingForATableLockLetsTheOthersGo(t *testing.T) {
 	sc := newScratchT(t)
 	ctx := t.Context()
 	old := sc.ownStore(t, nil)
-	if err := sqlcore.MigrateTo(ctx, old.Store, 4); err != nil {
+	if err := sqlcore.MigrateTo(ctx, postgres.Core(old), 4); err != nil {
 		t.Fatal(err)
 	}
 	rec := workers.Record{ID: "u::x", RunID: "r", CreatedAt: time.Now(), State: workers.State{Status: workers.StatusPending}}
@@ -456,7 +456,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	}
 	t.Cleanup(drop)
 	ps := s.(*postgres.Store)
-	for _, st := range sqlcore.IndexedStatements(ps.Store, sqltest.TaskID(n/2), sqltest.Owner(n/2), sqltest.Position(n/2+5)) {
+	for _, st := range sqlcore.IndexedStatements(postgres.Core(ps), sqltest.TaskID(n/2), sqltest.Owner(n/2), sqltest.Position(n/2+5)) {
 		var plan []byte
 		if err := ps.Pool().QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
 			t.Fatalf("%s: %v", st.Name, err)
@@ -626,7 +626,7 @@ func unmigrated(t *testing.T) *postgres.Store {
 func TestUpgradeFromFirstSchema(t *testing.T) {
 	t.Parallel()
 	s := unmigrated(t)
-	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
+	sqltest.CheckUpgradeFromFirstSchema(t, postgres.Core(s), s)
 }
 
 // TestListPagesOverDisagreeingWatcherRows: a page never repeats a task
@@ -635,7 +635,7 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	sqltest.CheckDisagreeingWatcherRows(t, s.Store, s)
+	sqltest.CheckDisagreeingWatcherRows(t, postgres.Core(s), s)
 }
 
 // TestListPagesOverOlderReplicaWatchers: watchers that a replica of a
@@ -645,7 +645,7 @@ func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 func TestListPagesOverOlderReplicaWatchers(t *testing.T) {
 	t.Parallel()
 	s := unmigrated(t)
-	sqltest.CheckOlderReplicaWatchers(t, s.Store, s, 7)
+	sqltest.CheckOlderReplicaWatchers(t, postgres.Core(s), s, 7)
 }
 
 // A result is kept byte for byte, \u0000 escapes included (the column is

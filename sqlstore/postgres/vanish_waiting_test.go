@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/taskgate/workers"
+	"github.com/taskgate/workers/sqlstore/postgres"
 )
 
 // A failover to a replica that lacks the record of a task waiting for a
@@ -62,7 +63,7 @@ func TestAFailoverEndsAWaitingRunWhoseRecordIsNotThere(t *testing.T) {
 	}()
 	sc.exec(t, `DELETE FROM workers_tasks WHERE id = $1`, queued.ID)
 	if _, err := sc.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = 'workers listener' AND position($1 in query) > 0`, store.Channel()); err != nil {
+		WHERE application_name = 'workers listener' AND position($1 in query) > 0`, postgres.Channel(store)); err != nil {
 		t.Fatal(err)
 	}
 	for what, ch := range map[string]chan error{"Wait": waited, "Watch": watched} {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/taskgate/workers"
 	"github.com/taskgate/workers/sqlstore/internal/sqlcore"
+	"github.com/taskgate/workers/sqlstore/sqlite"
 )
 
 // cleanupPlan returns SQLite's plan of a batch of DeleteFinished over a
@@ -18,7 +19,7 @@ func cleanupPlan(t *testing.T) []string {
 	path := filepath.Join(t.TempDir(), "tasks.db")
 	s := openAt(t, path)
 	var del sqlcore.Statement
-	for _, st := range sqlcore.IndexedStatements(s.Store, "u::k", "u", workers.Position{CreatedAt: time.Now(), ID: "u::k"}) {
+	for _, st := range sqlcore.IndexedStatements(sqlite.Core(s), "u::k", "u", workers.Position{CreatedAt: time.Now(), ID: "u::k"}) {
 		if st.Name == "delete finished" {
 			del = st
 		}

@@ -203,11 +203,14 @@ func primaryCodeIn(err error, codes ...int) bool {
 }
 
 // Store is a workers.Store in a SQLite database file. It is safe for
-// concurrent use. The methods of the workers.Store interface,
-// documented there, come from the embedded implementation shared with
-// the PostgreSQL store.
+// concurrent use. Besides its own methods, it has
+// those of the [workers.Store] and [workers.Leaser] interfaces,
+// documented there: GetTask, InsertTask, SetTask, ReplaceTask,
+// TransitionTask, AddWatcher, ListTasks, DeleteFinished, RenewLease,
+// ReleaseLease and LiveInstances. Its Listen implements
+// [workers.Notifier].
 type Store struct {
-	*sqlcore.Store
+	*core // the implementation shared with the PostgreSQL store, not API
 
 	read  *sql.DB // query-only connections, one per core or more
 	write *sql.DB // exactly one connection
@@ -222,6 +225,11 @@ var (
 	_ workers.Leaser   = (*Store)(nil)
 	_ workers.Notifier = (*Store)(nil)
 )
+
+// core is the implementation Store shares with the PostgreSQL store. An
+// alias embeds it under an unexported name, so that its methods are
+// promoted and it shows nowhere in Store's API.
+type core = sqlcore.Store
 
 // ErrSchemaTooNew is returned by Migrate, wrapped, when the database's
 // schema was migrated by a newer release than this one, to a version
@@ -355,7 +363,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	changes := `"` + o.Prefix + `changes"`
 	return &Store{
-		Store: core, read: read, write: write,
+		core: core, read: read, write: write,
 		notices:     o.notices,
 		lastChange:  `SELECT seq, task_id, run_id, status FROM ` + changes + ` ORDER BY seq DESC LIMIT 1`,
 		changesFrom: `SELECT seq, task_id, run_id, status FROM ` + changes + ` WHERE seq >= $1 ORDER BY seq LIMIT $2`,
@@ -417,4 +425,4 @@ func (s *Store) Close() error {
 // recorded them as compatible with this one, and are otherwise refused
 // with ErrSchemaTooNew, untouched; tables whose recorded migrations
 // differ from this release's are refused with ErrSchemaMismatch.
-func (s *Store) Migrate(ctx context.Context) error { return s.Store.Migrate(ctx) }
+func (s *Store) Migrate(ctx context.Context) error { return s.core.Migrate(ctx) }

@@ -187,7 +187,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	}
 	t.Cleanup(drop)
 	db := s.(*seeded).raw
-	for _, st := range sqlcore.IndexedStatements(s.(*seeded).Store.Store, sqltest.TaskID(n/2), sqltest.Owner(n/2), sqltest.Position(n/2+5)) {
+	for _, st := range sqlcore.IndexedStatements(sqlite.Core(s.(*seeded).Store), sqltest.TaskID(n/2), sqltest.Owner(n/2), sqltest.Position(n/2+5)) {
 		rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+st.SQL, st.Args...)
 		if err != nil {
 			t.Fatalf("%s: %v", st.Name, err)
@@ -315,7 +315,7 @@ func unmigrated(t *testing.T) *sqlite.Store {
 func TestUpgradeFromFirstSchema(t *testing.T) {
 	t.Parallel()
 	s := unmigrated(t)
-	sqltest.CheckUpgradeFromFirstSchema(t, s.Store, s)
+	sqltest.CheckUpgradeFromFirstSchema(t, sqlite.Core(s), s)
 }
 
 // TestListPagesOverDisagreeingWatcherRows: a page never repeats a task
@@ -324,7 +324,7 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	sqltest.CheckDisagreeingWatcherRows(t, s.Store, s)
+	sqltest.CheckDisagreeingWatcherRows(t, sqlite.Core(s), s)
 }
 
 // TestListPagesOverOlderReplicaWatchers: watchers that a replica of a
@@ -334,7 +334,7 @@ func TestListPagesOverDisagreeingWatcherRows(t *testing.T) {
 func TestListPagesOverOlderReplicaWatchers(t *testing.T) {
 	t.Parallel()
 	s := unmigrated(t)
-	sqltest.CheckOlderReplicaWatchers(t, s.Store, s, 6)
+	sqltest.CheckOlderReplicaWatchers(t, sqlite.Core(s), s, 6)
 }
 
 // A nil Option sets nothing, as the runtime's options do.

@@ -208,10 +208,11 @@ func New(d *Dialect, read, write *sql.DB, cfg Config) (*Store, error) {
 	return st, nil
 }
 
-// Stop sends the notices the store has yet to announce (see
+// Stop sends the notices s has yet to announce (see
 // Dialect.InsertMany), waiting a second at most, and announces no more:
-// the dialect's store calls it as it closes.
-func (s *Store) Stop() {
+// the dialect's store calls it as it closes. It is a function, not a
+// method, so that it is not promoted to the dialects' stores' API.
+func Stop(s *Store) {
 	if s.announce != nil {
 		s.announce.stop()
 	}
@@ -990,5 +991,7 @@ func params(args *[]any, statuses []workers.Status) string {
 	return b.String()
 }
 
-// Channel is the name of the notification channel of the store's tables.
-func (s *Store) Channel() string { return s.cfg.Channel() }
+// Channel is the name of the notification channel of s's tables. It is
+// a function, not a method, so that it is not promoted to the dialects'
+// stores' API.
+func Channel(s *Store) string { return s.cfg.Channel() }
