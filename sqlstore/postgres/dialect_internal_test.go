@@ -110,6 +110,7 @@ func TestMissingNamesWhatIsMissing(t *testing.T) {
 		{"a column of a table", &pgconn.PgError{Code: "42703", Message: `column "cause" of relation "workers_tasks" does not exist`}, "workers_tasks", true},
 		{"a column", &pgconn.PgError{Code: "42703", Message: `column t.cause does not exist`}, "", true},
 		{"a function", &pgconn.PgError{Code: "42883", Message: `function s.workers_write_many(text[], integer) does not exist`}, "s.workers_write_many", true},
+		{"a schema", &pgconn.PgError{Code: "3F000", Message: `schema "s" does not exist`}, "", true},
 		{"an operator", &pgconn.PgError{Code: "42883", Message: `operator does not exist: text = integer`}, "", false},
 		{"in another language", &pgconn.PgError{Code: "42883", Message: `la fonction s.workers_write_many(text[]) n'existe pas`}, "", true},
 		{"another error", &pgconn.PgError{Code: "22008", Message: `relation "x" does not exist`}, "", false},

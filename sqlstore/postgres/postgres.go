@@ -171,7 +171,8 @@
 // # Limits
 //
 // The store does not implement workers.RecordClearer, so a runtime reset
-// never deletes rows. A named schema must exist before Migrate runs.
+// never deletes rows. A named schema must exist before Migrate runs,
+// which does not create it (ErrNoSchema).
 // Every process sharing the tables must spell their schema the same way
 // (the same WithSchema, or none and the same search_path): the notice
 // channel and the migration lock are named after that spelling, so a
@@ -289,6 +290,7 @@ WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 	},
 	WritesRefused: writesRefused,
 	Missing:       missing,
+	SchemaExists:  `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`,
 	ConnLost:      connLost,
 	ConnectFailed: isConnectError,
 	// An ERROR (not FATAL: the session goes on) for a statement run
@@ -489,6 +491,13 @@ var ErrSchemaTooNew = sqlcore.ErrSchemaTooNew
 // changes nothing.
 var ErrSchemaMismatch = sqlcore.ErrSchemaMismatch
 
+// ErrNoSchema is returned, wrapped, by Migrate and by every other call of
+// a store whose schema (WithSchema) does not exist. Migrate does not
+// create a schema: whoever administers the database creates it, with
+// the privileges the application's role needs in it, and a misspelt
+// name is then an error rather than a second set of tables.
+var ErrNoSchema = sqlcore.ErrNoSchema
+
 // Option configures a Store.
 type Option func(*options)
 
@@ -505,10 +514,11 @@ func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.Logger = l }
 }
 
-// WithSchema places the tables in the named schema, which must exist. The
-// name must be a plain identifier (letters, digits, underscores); it is
-// quoted, so it is case-sensitive. Defaults to the connection's
-// search_path.
+// WithSchema places the tables in the named schema, which must exist:
+// Migrate does not create it, and it and every other call return an
+// error wrapping ErrNoSchema while it does not. The name must be a plain
+// identifier (letters, digits, underscores); it is quoted, so it is
+// case-sensitive. Defaults to the connection's search_path.
 func WithSchema(name string) Option {
 	return func(o *options) { o.Schema = name }
 }
@@ -615,11 +625,11 @@ func (s *Store) Close() error {
 }
 
 // missing reports whether err is PostgreSQL not finding a table
-// (undefined_table), column (undefined_column) or function
-// (undefined_function) a statement names, and returns the table or
-// function named, as its message gives it: a column's table when the
-// message names one, and "" otherwise (a message in another language
-// names none). An operator that does not exist, which shares
+// (undefined_table), column (undefined_column), function
+// (undefined_function) or schema (invalid_schema_name) a statement
+// names, and returns the table or function named, as its message gives
+// it: a column's table when the message names one, and "" otherwise (a
+// schema's message, or one in another language, names none). An operator that does not exist, which shares
 // undefined_function's code, is not missing in that sense: no migration
 // makes one.
 func missing(err error) (name string, ok bool) {
@@ -628,6 +638,8 @@ func missing(err error) (name string, ok bool) {
 		return "", false
 	}
 	switch pe.Code {
+	case "3F000": // schema "name" does not exist, or no schema has been selected to create in
+		return "", true
 	case "42P01": // relation "name" does not exist
 		return quotedAfter(pe.Message, "relation "), true
 	case "42703": // column "c" of relation "name" does not exist, or column c does not exist
@@ -676,5 +688,7 @@ func quotedAfter(msg, what string) string {
 // release migrated are used as they are when that release recorded them
 // as compatible with this one, and are otherwise refused with
 // ErrSchemaTooNew, untouched; tables whose recorded migrations differ
-// from this release's are refused with ErrSchemaMismatch.
+// from this release's are refused with ErrSchemaMismatch. A schema
+// named by WithSchema that does not exist is refused with ErrNoSchema:
+// Migrate creates tables, never a schema.
 func (s *Store) Migrate(ctx context.Context) error { return s.core.Migrate(ctx) }

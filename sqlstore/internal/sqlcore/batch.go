@@ -548,19 +548,19 @@ func (s *Store) writeOne(ctx context.Context, w *call[groupWrite]) {
 func (s *Store) writeBatch(ctx context.Context, query string, args []any) (map[string]struct{}, error) {
 	rows, err := s.w.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, s.wrap("write tasks", err)
+		return nil, s.wrap(ctx, "write tasks", err)
 	}
 	defer rows.Close()
 	written := make(map[string]struct{})
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, s.wrap("write tasks", err)
+			return nil, s.wrap(ctx, "write tasks", err)
 		}
 		written[id] = struct{}{}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("write tasks", err)
+		return nil, s.wrap(ctx, "write tasks", err)
 	}
 	return written, nil
 }

@@ -193,6 +193,13 @@ type Dialect struct {
 	// which Migrate would not make.
 	Missing func(err error) (name string, ok bool)
 
+	// SchemaExists, if set, is a query of one row and one boolean column
+	// saying whether the schema named by its one parameter exists. With
+	// it, a store whose Config names a schema says so when that schema
+	// does not exist (ErrNoSchema), where it would otherwise report a
+	// missing table, or make Migrate fail on one.
+	SchemaExists string
+
 	// DeleteFinished, if set, replaces the shared statement of one batch
 	// of DeleteFinished (sqlDeleteFinished), with the same parameters,
 	// where the database plans the shared one badly.

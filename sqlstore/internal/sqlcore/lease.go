@@ -22,7 +22,7 @@ func (s *Store) RenewLease(ctx context.Context, instance string, ttl time.Durati
 	}
 	var extended bool
 	if err := s.w.QueryRowContext(ctx, s.q.renewLease, instance, ttl.Microseconds()).Scan(&extended); err != nil {
-		return false, s.wrap("renew lease", err)
+		return false, s.wrap(ctx, "renew lease", err)
 	}
 	if !extended {
 		if _, err := s.w.ExecContext(ctx, s.q.pruneLeases); err != nil {
@@ -35,7 +35,7 @@ func (s *Store) RenewLease(ctx context.Context, instance string, ttl time.Durati
 // ReleaseLease implements workers.Leaser: the lease's row is deleted.
 func (s *Store) ReleaseLease(ctx context.Context, instance string) error {
 	if _, err := s.w.ExecContext(ctx, s.q.releaseLease, instance); err != nil {
-		return s.wrap("release lease", err)
+		return s.wrap(ctx, "release lease", err)
 	}
 	return nil
 }
@@ -62,7 +62,7 @@ func (s *Store) LiveInstances(ctx context.Context) ([]string, error) {
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, s.wrap("live instances", err)
+		return nil, s.wrap(ctx, "live instances", err)
 	}
 	return ids, nil
 }

@@ -30,6 +30,11 @@ var ErrSchemaTooNew = errors.New("schema is newer than this release knows")
 // table or column the store needs is missing.
 var ErrSchemaMismatch = errors.New("schema does not match its recorded migrations")
 
+// ErrNoSchema is returned, wrapped, by Migrate and by every other call
+// of a store whose Config names a schema that does not exist (where the
+// dialect can tell: Dialect.SchemaExists). Migrate does not create it.
+var ErrNoSchema = errors.New("no such schema")
+
 // migration is one versioned schema file.
 type migration struct {
 	version  int
@@ -64,7 +69,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) migrate(ctx context.Context, upTo int) error {
 	migs, err := loadMigrations(s.d.Migrations, s.d.CompatibleFrom)
 	if err != nil {
-		return s.wrap("migrate", err)
+		return s.wrap(ctx, "migrate", err)
 	}
 	backoff := migrateBackoffMin
 	for {
@@ -109,17 +114,20 @@ func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) err
 	return s.inTxWith(ctx, s.d.MigrationTx, func(tx *sql.Tx) error {
 		if s.d.MigrationBegin != "" {
 			if _, err := tx.ExecContext(ctx, s.d.MigrationBegin); err != nil {
-				return s.wrap("migrate", err)
+				return s.wrap(ctx, "migrate", err)
 			}
+		}
+		if err := s.schemaExists(ctx, tx, "migrate"); err != nil {
+			return err
 		}
 		if s.d.MigrationLock != "" {
 			if _, err := tx.ExecContext(ctx, s.d.MigrationLock, s.lockKey()); err != nil {
-				return s.wrap("migrate: lock", err)
+				return s.wrap(ctx, "migrate: lock", err)
 			}
 		}
 		if s.d.MigrationLockWait != "" {
 			if _, err := tx.ExecContext(ctx, s.d.MigrationLockWait); err != nil {
-				return s.wrap("migrate: lock wait", err)
+				return s.wrap(ctx, "migrate: lock wait", err)
 			}
 		}
 		done, err := s.checkApplied(ctx, tx, migs)
@@ -134,10 +142,10 @@ func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) err
 				continue // a version is applied once, even one numbered below a later one applied first
 			}
 			if _, err := tx.ExecContext(ctx, s.cfg.expand(m.sql)); err != nil {
-				return s.wrap(fmt.Sprintf("migrate: version %d (%s)", m.version, m.name), err)
+				return s.wrap(ctx, fmt.Sprintf("migrate: version %d (%s)", m.version, m.name), err)
 			}
 			if _, err := tx.ExecContext(ctx, s.q.recordVersion, m.version, m.name, m.checksum, m.compatibleFrom); err != nil {
-				return s.wrap("migrate: record version", err)
+				return s.wrap(ctx, "migrate: record version", err)
 			}
 		}
 		// Every statement the store runs reads its tables' columns; one
@@ -148,7 +156,7 @@ func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) err
 		}
 		for _, probe := range s.q.probes {
 			if _, err := tx.ExecContext(ctx, probe); err != nil {
-				return s.wrap("migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
+				return s.wrap(ctx, "migrate", fmt.Errorf("%w: the tables lack what the store needs: %w", ErrSchemaMismatch, err))
 			}
 		}
 		return nil
@@ -177,7 +185,7 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 	}
 	rows, err := tx.QueryContext(ctx, s.q.applied)
 	if err != nil {
-		return nil, s.wrap("migrate: read versions", err)
+		return nil, s.wrap(ctx, "migrate: read versions", err)
 	}
 	type applied struct {
 		version        int
@@ -189,13 +197,13 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 		var a applied
 		if err := rows.Scan(&a.version, &a.name, &a.checksum, &a.compatibleFrom); err != nil {
 			rows.Close()
-			return nil, s.wrap("migrate: read versions", err)
+			return nil, s.wrap(ctx, "migrate: read versions", err)
 		}
 		done = append(done, a)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("migrate: read versions", err)
+		return nil, s.wrap(ctx, "migrate: read versions", err)
 	}
 	known := migs[len(migs)-1].version
 	seen := make(map[int]bool, len(done))
@@ -206,7 +214,7 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 			// code of this one can use what it did; NULL, written by a
 			// release that kept no such record, says it cannot.
 			if needs := cmp.Or(a.compatibleFrom.Int64, int64(a.version)); needs > int64(known) {
-				return nil, s.wrap("migrate", fmt.Errorf("%w: the database is at version %d, and its version %d (%s) needs code that knows version %d; this release knows versions up to %d; upgrade the code or use another table prefix",
+				return nil, s.wrap(ctx, "migrate", fmt.Errorf("%w: the database is at version %d, and its version %d (%s) needs code that knows version %d; this release knows versions up to %d; upgrade the code or use another table prefix",
 					ErrSchemaTooNew, done[len(done)-1].version, a.version, a.name, needs, known))
 			}
 			continue
@@ -214,13 +222,13 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 		i := slices.IndexFunc(migs, func(m migration) bool { return m.version == a.version })
 		switch {
 		case i < 0:
-			return nil, s.wrap("migrate", fmt.Errorf("%w: version %d (%s) is recorded as applied, but this release has no such migration", ErrSchemaMismatch, a.version, a.name))
+			return nil, s.wrap(ctx, "migrate", fmt.Errorf("%w: version %d (%s) is recorded as applied, but this release has no such migration", ErrSchemaMismatch, a.version, a.name))
 		case a.checksum == "":
 			if _, err := tx.ExecContext(ctx, s.q.setChecksum, a.version, migs[i].checksum); err != nil {
-				return nil, s.wrap("migrate: record checksum", err)
+				return nil, s.wrap(ctx, "migrate: record checksum", err)
 			}
 		case a.checksum != migs[i].checksum && !slices.Contains(migs[i].also, a.checksum):
-			return nil, s.wrap("migrate", fmt.Errorf("%w: version %d (%s) was applied from a file that differs from this release's", ErrSchemaMismatch, a.version, a.name))
+			return nil, s.wrap(ctx, "migrate", fmt.Errorf("%w: version %d (%s) was applied from a file that differs from this release's", ErrSchemaMismatch, a.version, a.name))
 		}
 		// A row recorded without the column gets it; one recorded as
 		// usable by older code than this release says is corrected. A
@@ -228,7 +236,7 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 		// never undo each other's.
 		if !a.compatibleFrom.Valid || a.compatibleFrom.Int64 < int64(migs[i].compatibleFrom) {
 			if _, err := tx.ExecContext(ctx, s.q.setCompatible, a.version, migs[i].compatibleFrom); err != nil {
-				return nil, s.wrap("migrate: record compatibility", err)
+				return nil, s.wrap(ctx, "migrate: record compatibility", err)
 			}
 		}
 	}
@@ -241,23 +249,23 @@ func (s *Store) checkApplied(ctx context.Context, tx *sql.Tx, migs []migration) 
 // the transaction usable after the failed read.
 func (s *Store) ensureVersions(ctx context.Context, tx *sql.Tx, read, add string) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT version_column"); err != nil {
-		return s.wrap("migrate", err)
+		return s.wrap(ctx, "migrate", err)
 	}
 	if _, readErr := tx.ExecContext(ctx, read); readErr != nil {
 		if ctx.Err() != nil {
-			return s.wrap("migrate", readErr)
+			return s.wrap(ctx, "migrate", readErr)
 		}
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT version_column"); err != nil {
-			return s.wrap("migrate", errors.Join(readErr, err))
+			return s.wrap(ctx, "migrate", errors.Join(readErr, err))
 		}
 		// The read failed for want of the column, or for another
 		// reason, which the add then fails on too: both are told.
 		if _, err := tx.ExecContext(ctx, add); err != nil {
-			return s.wrap("migrate: the version table", errors.Join(readErr, err))
+			return s.wrap(ctx, "migrate: the version table", errors.Join(readErr, err))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT version_column"); err != nil {
-		return s.wrap("migrate", err)
+		return s.wrap(ctx, "migrate", err)
 	}
 	return nil
 }

@@ -291,7 +291,7 @@ func (s *Store) GetTask(ctx context.Context, id string) (workers.Record, error) 
 		return workers.Record{}, workers.ErrNotFound
 	}
 	if err != nil {
-		return workers.Record{}, s.wrap("get task", err)
+		return workers.Record{}, s.wrap(ctx, "get task", err)
 	}
 	return rec, nil
 }
@@ -333,7 +333,7 @@ func (s *Store) insertOne(ctx context.Context, rec workers.Record) error {
 	insert := func(x execer) error {
 		n, err := affected(x.ExecContext(ctx, s.q.insert, args...))
 		if err != nil {
-			return s.wrap("insert task", err)
+			return s.wrap(ctx, "insert task", err)
 		}
 		if n == 0 {
 			return workers.ErrConflict
@@ -346,7 +346,7 @@ func (s *Store) insertOne(ctx context.Context, rec workers.Record) error {
 	if s.q.insertWithWatchers != "" {
 		n, err := affected(s.w.ExecContext(ctx, s.q.insertWithWatchers, append(args, rec.Watchers)...))
 		if err != nil {
-			return s.wrap("insert task", err)
+			return s.wrap(ctx, "insert task", err)
 		}
 		if n == 0 {
 			return workers.ErrConflict
@@ -366,7 +366,7 @@ func (s *Store) SetTask(ctx context.Context, rec workers.Record) error {
 	}
 	n, err := affected(s.w.ExecContext(ctx, s.q.set, s.stateArgs(rec.ID, &rec.State)...))
 	if err != nil {
-		return s.wrap("set task", err)
+		return s.wrap(ctx, "set task", err)
 	}
 	if n == 0 {
 		return workers.ErrNotFound
@@ -393,7 +393,7 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		n, err := affected(tx.ExecContext(ctx, s.q.replace, args...))
 		if err != nil {
-			return s.wrap("replace task", err)
+			return s.wrap(ctx, "replace task", err)
 		}
 		if n == 0 {
 			if _, err := s.runOf(ctx, tx, rec.ID); err != nil {
@@ -402,7 +402,7 @@ func (s *Store) ReplaceTask(ctx context.Context, rec workers.Record, prevRunID s
 			return workers.ErrConflict
 		}
 		if _, err := tx.ExecContext(ctx, s.q.dropWatchers, rec.ID); err != nil {
-			return s.wrap("replace task", err)
+			return s.wrap(ctx, "replace task", err)
 		}
 		return s.insertWatchers(ctx, tx, rec.ID, s.time(rec.CreatedAt), rec.Watchers)
 	})
@@ -450,7 +450,7 @@ func (s *Store) transitionOne(ctx context.Context, row transitionRow) (bool, err
 	q := s.q.transition + " AND status IN " + params(&args, row.from)
 	n, err := affected(s.w.ExecContext(ctx, q, args...))
 	if err != nil {
-		return false, s.wrap("transition task", err)
+		return false, s.wrap(ctx, "transition task", err)
 	}
 	return n > 0, nil
 }
@@ -496,7 +496,7 @@ func (s *Store) AddWatcher(ctx context.Context, id, runID, watcher string) (bool
 	if s.sendable(runID) && s.sendable(id) {
 		n, err := affected(s.w.ExecContext(ctx, s.q.addWatcher, id, runID, watcher))
 		if err != nil {
-			return false, s.wrap("add watcher", err)
+			return false, s.wrap(ctx, "add watcher", err)
 		}
 		if n > 0 {
 			return true, nil
@@ -542,7 +542,7 @@ func (s *Store) ListTasks(ctx context.Context, f workers.Filter) ([]workers.Reco
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, s.wrap("list tasks", err)
+		return nil, s.wrap(ctx, "list tasks", err)
 	}
 	return out, nil
 }
@@ -704,7 +704,7 @@ func (s *Store) DeleteFinished(ctx context.Context, cutoff time.Time) (int, erro
 		n, err := affected(s.w.ExecContext(ctx, s.q.deleteFinished, s.bound(ceilMicro(cutoff)),
 			string(workers.StatusCompleted), string(workers.StatusFailed), string(workers.StatusCancelled), deleteBatch))
 		if err != nil {
-			return deleted, s.wrap("delete finished", err)
+			return deleted, s.wrap(ctx, "delete finished", err)
 		}
 		deleted += int(n)
 		if n < deleteBatch {
@@ -721,7 +721,7 @@ const deleteBatch = 1000
 // runOf returns the run id stored for id, or ErrNotFound.
 func (s *Store) runOf(ctx context.Context, q querier, id string) (string, error) {
 	run, err := s.scanRunOf(ctx, q, id)
-	return run, s.runOfErr(err)
+	return run, s.runOfErr(ctx, err)
 }
 
 // readRunOf is runOf outside a transaction, made again on a lost
@@ -734,7 +734,7 @@ func (s *Store) readRunOf(ctx context.Context, id string) (run string, err error
 		run, err = s.scanRunOf(ctx, s.r, id)
 		return err
 	})
-	return run, s.runOfErr(err)
+	return run, s.runOfErr(ctx, err)
 }
 
 // scanRunOf reads id's run id with q; its error is the driver's, for
@@ -747,14 +747,14 @@ func (s *Store) scanRunOf(ctx context.Context, q querier, id string) (string, er
 
 // runOfErr is what runOf returns for the error of its read: nil,
 // ErrNotFound for no row, or err wrapped.
-func (s *Store) runOfErr(err error) error {
+func (s *Store) runOfErr(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, sql.ErrNoRows):
 		return workers.ErrNotFound
 	}
-	return s.wrap("read run id", err)
+	return s.wrap(ctx, "read run id", err)
 }
 
 // insertWatchers appends watchers to id's list, in order, with the task's
@@ -774,7 +774,7 @@ func (s *Store) insertWatchers(ctx context.Context, x execer, id string, created
 		}
 		b.WriteString(" ON CONFLICT DO NOTHING")
 		if _, err := x.ExecContext(ctx, b.String(), args...); err != nil {
-			return s.wrap("insert watchers", err)
+			return s.wrap(ctx, "insert watchers", err)
 		}
 	}
 	return nil
@@ -796,7 +796,7 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 func (s *Store) inTxWith(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, opts)
 	if err != nil {
-		return s.wrap("begin", err)
+		return s.wrap(ctx, "begin", err)
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
@@ -809,7 +809,7 @@ func (s *Store) inTxWith(ctx context.Context, opts *sql.TxOptions, fn func(*sql.
 			// test for, rather than ErrTxDone.
 			err = ctx.Err()
 		}
-		return s.wrap("commit", err)
+		return s.wrap(ctx, "commit", err)
 	}
 	return nil
 }
@@ -908,16 +908,38 @@ func (s *Store) bound(t time.Time) any {
 // store's own, or a column, is missing (Dialect.Missing) says to call
 // Migrate, outside Migrate itself; a table or function of another name
 // is the application's, and Migrate would not make it.
-func (s *Store) wrap(op string, err error) error {
+func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	switch {
 	case s.d.DataError != nil && s.d.DataError(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrInvalidData, err)
 	case s.d.WritesRefused != nil && s.d.WritesRefused(err), s.lost(err):
 		return fmt.Errorf("%s: %s: %w: %w", s.d.Name, op, workers.ErrUnavailable, err)
 	case s.missingOwn(err) && !strings.HasPrefix(op, "migrate"):
+		if noSchema := s.schemaExists(ctx, s.r, op); errors.Is(noSchema, ErrNoSchema) {
+			return fmt.Errorf("%w: %w", noSchema, err)
+		}
 		return fmt.Errorf("%s: %s: %w (the store's tables are missing or out of date: call Migrate first)", s.d.Name, op, err)
 	}
 	return fmt.Errorf("%s: %s: %w", s.d.Name, op, err)
+}
+
+// schemaExists returns an error wrapping ErrNoSchema, and naming op,
+// when the store's Config names a schema that q finds does not exist
+// (Dialect.SchemaExists); it returns nil when the schema exists, when
+// the store names none, or the dialect cannot tell, and the error of
+// the read when it fails.
+func (s *Store) schemaExists(ctx context.Context, q querier, op string) error {
+	if s.cfg.Schema == "" || s.d.SchemaExists == "" {
+		return nil
+	}
+	var exists bool
+	if err := q.QueryRowContext(ctx, s.d.SchemaExists, s.cfg.Schema).Scan(&exists); err != nil {
+		return fmt.Errorf("%s: %s: schema %q: %w", s.d.Name, op, s.cfg.Schema, err)
+	}
+	if !exists {
+		return fmt.Errorf("%s: %s: %w %q: create it before Migrate, which does not", s.d.Name, op, ErrNoSchema, s.cfg.Schema)
+	}
+	return nil
 }
 
 // execer and querier are what *sql.DB and *sql.Tx have in common.
