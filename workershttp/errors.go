@@ -16,7 +16,16 @@ import (
 var ErrBadRequest = errors.New("workershttp: bad request")
 
 // ErrUnauthenticated is the error written when the authenticate function
-// fails: the request carries no identity the application accepts.
+// fails: the request carries no identity the application accepts. An
+// application's own route (a submission route, say) that authenticates
+// its request wraps the failure with it,
+//
+//	WriteError(w, fmt.Errorf("%w: %w", workershttp.ErrUnauthenticated, err))
+//
+// so that it is answered 401, as Handler's routes answer, without its
+// text: WriteError cannot tell an authentication failure from any other
+// error, and writes one passed as it is by its own kind (an invalid
+// owner id is 400, an unknown error 500).
 var ErrUnauthenticated = errors.New("workershttp: unauthenticated")
 
 // ErrTooManyStreams is the error written, as 429 Too Many Requests with
@@ -167,7 +176,8 @@ type errorDetail struct {
 // The body of a 5xx never carries the error's text, which may describe
 // internals; only its stable code and the status text. A nil err, a
 // mistake of the caller's, is answered as an internal error (500), never
-// as a success.
+// as a success. An error of the application's own authentication is
+// answered 401 only when it wraps ErrUnauthenticated (see there).
 func WriteError(w http.ResponseWriter, err error) {
 	if err == nil {
 		err = errors.New("workershttp: WriteError with a nil error")

@@ -30,7 +30,9 @@ func ExampleHandler() {
 	submit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		owner, err := authenticate(r)
 		if err != nil {
-			workershttp.WriteError(w, workershttp.ErrUnauthenticated)
+			// 401, as the handler answers: passed as it is, this error
+			// (an invalid owner id) would be 400.
+			workershttp.WriteError(w, fmt.Errorf("%w: %w", workershttp.ErrUnauthenticated, err))
 			return
 		}
 		sub, err := rt.Submit(r.Context(), r.URL.Query().Get("key"), func(context.Context, *workers.Task) (any, error) {
@@ -57,10 +59,12 @@ func ExampleHandler() {
 		fmt.Println(res.StatusCode, res.Header.Get("Location"), strings.TrimSpace(string(body)))
 	}
 	call("POST", "/api/tasks?key=", "alice")
+	call("POST", "/api/tasks?key=report", "")
 	call("GET", "/api/tasks", "")
 	call("GET", "/api/tasks/alice::report/events", "bob")
 	// Output:
 	// 400  {"error":{"code":"invalid_input","message":"workers: invalid key \"\": empty"}}
+	// 401  {"error":{"code":"unauthenticated","message":"authentication required"}}
 	// 401  {"error":{"code":"unauthenticated","message":"authentication required"}}
 	// 404  {"error":{"code":"not_found","message":"task not found"}}
 }

@@ -4,7 +4,9 @@
 // runtime's errors to HTTP statuses (StatusCode, WriteError).
 //
 // Submission stays in application code, since it needs a workers.Func;
-// WriteSubmission writes the standard response for it.
+// WriteSubmission writes the standard response for it. Such a route
+// answers its own authentication's failure with WriteError, wrapped with
+// ErrUnauthenticated, so that it is 401 as on the handler's routes.
 //
 // # Routes
 //

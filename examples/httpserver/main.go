@@ -121,7 +121,9 @@ func newAPI[S workers.Store](rt *workers.Runtime[S], streams context.Context) ht
 	submit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth, err := authenticate(r)
 		if err != nil {
-			workershttp.WriteError(w, workershttp.ErrUnauthenticated)
+			// Wrapped, the failure is 401, as workershttp's routes
+			// answer it, and its text is not shown.
+			workershttp.WriteError(w, fmt.Errorf("%w: %w", workershttp.ErrUnauthenticated, err))
 			return
 		}
 		steps, err := strconv.Atoi(cmp.Or(r.URL.Query().Get("steps"), "10"))
