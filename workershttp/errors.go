@@ -11,8 +11,13 @@ import (
 	"github.com/taskgate/workers"
 )
 
-// ErrBadRequest is wrapped by the errors this package returns for a
-// malformed request: an unknown status filter, a bad limit or cursor.
+// ErrBadRequest is wrapped by the errors the handler answers for a
+// malformed request its own checks refuse: an unknown status filter, a
+// bad limit, a cancel body that is not JSON, an event stream's request
+// with a body. An application's route wraps it around its own input
+// errors. WriteError answers it 400 with the code "invalid_input", the
+// code of every malformed input of the caller's, the runtime's refusals
+// (a bad key, owner id, option or cursor) included.
 var ErrBadRequest = errors.New("workershttp: bad request")
 
 // ErrUnauthenticated is the error written when the authenticate function
@@ -38,7 +43,9 @@ var ErrTooManyStreams = errors.New("workershttp: too many event streams open for
 type retryAfterer interface{ RetryAfter() time.Duration }
 
 // statuses is the one table from an error to an HTTP status, a stable
-// code, and what a client is told. The first row that matches wins.
+// code, and what a client is told. The first row that matches wins. One
+// kind of mistake has one code, whichever check found it: every
+// malformed input of the caller's is "invalid_input".
 var statuses = []struct {
 	err     error
 	status  int
@@ -62,7 +69,7 @@ var statuses = []struct {
 	{workers.ErrInvalidOwner, http.StatusBadRequest, "invalid_input", ""},
 	{workers.ErrInvalidOption, http.StatusBadRequest, "invalid_input", ""},
 	{workers.ErrInvalidCursor, http.StatusBadRequest, "invalid_input", "malformed cursor"},
-	{ErrBadRequest, http.StatusBadRequest, "bad_request", ""},
+	{ErrBadRequest, http.StatusBadRequest, "invalid_input", ""},
 }
 
 // conflictRetry is the Retry-After given with a conflict: the record was

@@ -581,3 +581,54 @@ func TestHandlerSkipsANilOption(t *testing.T) {
 		t.Errorf("GET /tasks: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// Every malformed input of the caller's is answered 400 with one
+// machine-readable code, whichever check refused it: the handler's own
+// (a status filter, a limit, a cancel body, an event stream's body),
+// the runtime's (a cursor), or an application's route's that wraps
+// ErrBadRequest.
+func TestMalformedInputIsOneCode(t *testing.T) {
+	f := newFixture(t)
+	sub, err := f.rt.Submit(context.Background(), "done", func(context.Context, *workers.Task) (any, error) { return nil, nil }, alice)
+	require.NoError(t, err)
+	waitEnd(t, f.rt, sub.ID)
+	code := func(body []byte) string {
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(body, &e), string(body))
+		return e.Error.Code
+	}
+	for _, c := range []struct {
+		name, method, path string
+		body               string
+	}{
+		{"a cursor that is not base64", "GET", "/tasks?cursor=!!!", ""},
+		{"a cursor that is not a position", "GET", "/tasks?cursor=bm90LWpzb24", ""},
+		{"an unknown status", "GET", "/tasks?status=bogus", ""},
+		{"a limit out of range", "GET", "/tasks?limit=0", ""},
+		{"a limit that is no number", "GET", "/tasks?limit=ten", ""},
+		{"a cancel body that is no JSON", "POST", "/tasks/" + url.PathEscape(sub.ID) + "/cancel", "{"},
+		{"an event stream's request with a body", "GET", "/events", "x"},
+	} {
+		var body io.Reader
+		if c.body != "" {
+			body = strings.NewReader(c.body)
+		}
+		res, b := f.do(t, c.method, c.path, "alice", body)
+		assert.Equal(t, 400, res.StatusCode, "%s: %s", c.name, b)
+		assert.Equal(t, "invalid_input", code(b), c.name)
+	}
+	for _, err := range []error{
+		fmt.Errorf("%w: steps must be 1 to 1000", workershttp.ErrBadRequest),
+		workers.ErrInvalidCursor,
+		workers.ErrInvalidKey,
+		invalidOwner(),
+		workers.ErrInvalidOption,
+	} {
+		w := httptest.NewRecorder()
+		workershttp.WriteError(w, err)
+		assert.Equal(t, 400, w.Code, "%v", err)
+		assert.Equal(t, "invalid_input", code(w.Body.Bytes()), "%v", err)
+	}
+}
