@@ -591,7 +591,7 @@ type Submission struct {
 // Options such as WithWatchers apply to a new run only: a submission that
 // joins a live run does not change it.
 func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
-	return rt.submit(ctx, "", key, fn, auth, opts)
+	return rt.submit(ctx, false, "", key, fn, auth, opts)
 }
 
 // SubmitSequential is Submit on the named sequential queue: the queue's
@@ -616,19 +616,24 @@ func (rt *Runtime[S]) Submit(ctx context.Context, key string, fn Func, auth Task
 // not pass untrusted names without a queue authorizer that limits them.
 // Errors are Submit's.
 func (rt *Runtime[S]) SubmitSequential(ctx context.Context, queue, key string, fn Func, auth TaskAuthority, opts ...SubmitOption) (Submission, error) {
-	if err := validateText("queue", queue, MaxKeyLen, ErrInvalidKey); err != nil {
-		return Submission{}, err
-	}
-	return rt.submit(ctx, queue, key, fn, auth, opts)
+	return rt.submit(ctx, true, queue, key, fn, auth, opts)
 }
 
-func (rt *Runtime[S]) submit(ctx context.Context, qname, key string, fn Func, auth TaskAuthority, opts []SubmitOption) (Submission, error) {
+// submit is Submit, or SubmitSequential on the queue qname when
+// sequential is set. It checks its arguments in the order every call
+// does: ctx, then auth, then the others, the queue's name among them.
+func (rt *Runtime[S]) submit(ctx context.Context, sequential bool, qname, key string, fn Func, auth TaskAuthority, opts []SubmitOption) (Submission, error) {
 	if err := checkContext(ctx); err != nil {
 		return Submission{}, err
 	}
 	c, err := resolve(auth)
 	if err != nil {
 		return Submission{}, err
+	}
+	if sequential {
+		if err := validateText("queue", qname, MaxKeyLen, ErrInvalidKey); err != nil {
+			return Submission{}, err
+		}
 	}
 	if fn == nil {
 		return Submission{}, fmt.Errorf("%w: nil Func", ErrInvalidOption)
