@@ -21,9 +21,10 @@ var _ workers.Notifier = (*Store)(nil)
 
 // Listen implements workers.Notifier with LISTEN/NOTIFY. A trigger on the
 // tables sends a notice on the store's channel when a task row is inserted
-// or updated and when a watcher is added, delivered once the write
-// commits; the store's own inserts of new tasks are announced just after
-// their commit instead (see the package's Notices). Listen holds one
+// or updated, when a live one is deleted, and when a watcher is added,
+// delivered once the write commits; the store's own inserts of new tasks
+// are announced just after their commit instead (see the package's
+// Notices). Listen holds one
 // connection of its own, opened outside the pool as the pool opens its own
 // (its configuration, with its BeforeConnect and AfterConnect hooks run
 // for each connection, so that credentials a hook supplies serve the

@@ -168,6 +168,17 @@
 // retry; the next write of each such task, its start, notifies as any
 // other.)
 //
+// A delete of a live task row (any status but a terminal one) made by
+// hand, an operator's DELETE, sends the task's id alone, with no run and
+// no status (migration 0010): a runtime holding a run of it reads the
+// record, finds it gone, and ends the run at once with
+// workers.ErrDeleted, a run waiting for its turn too, which gives its
+// waiting place back. A statement that deletes more than 1,000 live rows
+// sends one empty notice instead, as a TRUNCATE does: each listener
+// re-reads its runs once, rather than hear of each row. The deletes of
+// finished rows send nothing, so that Cleanup, which deletes only those,
+// costs the listeners nothing.
+//
 // # Limits
 //
 // The store does not implement workers.RecordClearer, so a runtime reset
@@ -321,7 +332,7 @@ WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 	$5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::text[],
 	$12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::text[], $18::text[]) AS w(id)`,
 	Announce: `SELECT id FROM {schema}"{prefix}announce"($1::text[]) AS a(id)`,
-	// The functions of migrations 0006 and 0009, found in the catalog,
+	// The functions of migrations 0006, 0009 and 0010, found in the catalog,
 	// which takes no lock on the tables.
 	Probes: []string{`SELECT '{schema}"{prefix}write_many"(text[], text[], bigint[], bigint[], text[], text[],
 	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
@@ -330,8 +341,9 @@ WHERE name IN ('statement_timeout', 'lock_timeout', 'transaction_timeout')`,
 		`SELECT '{schema}"{prefix}insert_many"(text[], text[], bigint[], bigint[], text[], text[],
 	timestamptz[], timestamptz[], text[], text[], text[], text[], text[], text[], timestamptz[], text[],
 	text[], text[])'::regprocedure`, `SELECT '{schema}"{prefix}announce"(text[])'::regprocedure`,
-		// The triggers' function, which sends every write's notice.
-		`SELECT '{notify_fn}()'::regprocedure`},
+		// The triggers' functions, which send every write's notice and
+		// every delete's.
+		`SELECT '{notify_fn}()'::regprocedure`, `SELECT '{schema}"{prefix}notify_delete"()'::regprocedure`},
 	Now:        "now()",
 	Expiry:     "now() + $2 * interval '1 microsecond'",
 	Migrations: migrations,
@@ -349,8 +361,11 @@ AND status IN ($2, $3, $4) AND (completed_at < $1 OR completed_at IS NULL)`,
 	// code of version 6 takes as a refusal of the batch; version 8 gives
 	// a watcher row written without a created_at its task's, and the
 	// code of version 5 writes it always; version 9 adds a function, and
-	// keeps the notices of the statements of every release before it.
-	CompatibleFrom: map[int]int{6: 5, 7: 5, 8: 5, 9: 5},
+	// keeps the notices of the statements of every release before it;
+	// version 10 adds a trigger whose notices name a task alone, as an
+	// added watcher's always have, and which stays silent for the
+	// deletes of finished rows that the Cleanup of every release makes.
+	CompatibleFrom: map[int]int{6: 5, 7: 5, 8: 5, 9: 5, 10: 5},
 	// One statement, one round trip: the record, then its watchers in
 	// the order given, only if the record went in; each watcher row
 	// carries the record's creation time ($15) for the listing's order.

@@ -303,9 +303,11 @@ func TestMigrateRefusesMismatchedTables(t *testing.T) {
 
 // Migrate records, beside each version, the oldest version whose code
 // can use the tables it leaves: 5 for version 6, which only adds a
-// function, for version 7, which only bounds its lock waits, and for
-// version 8, which only fills in what that code writes itself, and each
-// other version's own. It records it on a version
+// function, for version 7, which only bounds its lock waits, for
+// version 8, which only fills in what that code writes itself, for
+// version 9, which keeps the notices of that code's statements, and for
+// version 10, which only adds the notices of deletes; and each other
+// version's own. It records it on a version
 // table from before the column, and raises a record looser than its
 // own, but never lowers one, so that the releases of a rollout never
 // undo each other's records.
@@ -352,7 +354,7 @@ func TestMigrateRecordsWhatOlderCodeCanUse(t *testing.T) {
 	for v := range sqltest.MigrationFiles(t) {
 		own[v+1] = v + 1
 	}
-	own[6], own[7], own[8], own[9] = 5, 5, 5, 5
+	own[6], own[7], own[8], own[9], own[10] = 5, 5, 5, 5, 5
 	check("a new database", own)
 	exec(`ALTER TABLE ` + versions + ` DROP COLUMN compatible_from`)
 	check("a version table without the column", own)

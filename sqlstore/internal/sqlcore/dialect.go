@@ -308,6 +308,7 @@ func (c Config) Channel() string {
 var ownNames = [...]string{
 	"tasks", "watchers", "schema_version", "leases", "changes",
 	"notify", "write_many", "insert_many", "announce", "watcher_created",
+	"notify_delete",
 }
 
 // owns reports whether name, a table or function an error says is

@@ -2,6 +2,8 @@ package sqlcore
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/taskgate/workers"
@@ -62,6 +64,22 @@ func IndexedStatements(s *Store, id, userID string, after workers.Position) []St
 // rather than a method so that it is not promoted into the dialect
 // packages' API.
 func MigrateTo(ctx context.Context, s *Store, version int) error { return s.migrate(ctx, version) }
+
+// MigrateAsRelease runs Migrate as a release that knows the migrations
+// up to version only would, over whatever the database holds: for tests
+// of a rollout, in which a replica of the release before a migration
+// starts against tables that a newer replica migrated past it.
+func MigrateAsRelease(ctx context.Context, s *Store, version int) error {
+	migs, err := loadMigrations(s.d.Migrations, s.d.CompatibleFrom)
+	if err != nil {
+		return err
+	}
+	known := slices.DeleteFunc(migs, func(m migration) bool { return m.version > version })
+	if len(known) == 0 {
+		return fmt.Errorf("no migration up to version %d", version)
+	}
+	return s.migrateOnce(ctx, known, version)
+}
 
 // MigrationLockKey returns the argument of the store's migration lock
 // (Dialect.MigrationLock), for tests that hold it as a concurrent
