@@ -43,7 +43,7 @@ func deletedByHand(t *testing.T, h HandDeleted, queue string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	alice := workers.MustOwner("alice")
-	s := &resyncHeard{Store: h.Store, Leaser: h.Store.(workers.Leaser), n: h.Store.(workers.Notifier), first: make(chan struct{})}
+	s := &heardStore{Store: h.Store, Leaser: h.Store.(workers.Leaser), n: h.Store.(workers.Notifier), heard: make(chan workers.Change, 1024)}
 	var mu sync.Mutex
 	tasks := make(map[string]*workers.Task) // guarded by mu: by run id, from their submission
 	finished := make(chan workers.Event, 16)
@@ -72,7 +72,7 @@ func deletedByHand(t *testing.T, h HandDeleted, queue string) {
 	// The listener's first Resync, which re-reads every run waiting for
 	// its turn, comes before the run exists: it cannot be what finds the
 	// delete.
-	recv[struct{}](t, s.first, "the listener's first Resync")
+	s.hear(t, "the listener's first Resync", func(c workers.Change) bool { return c.Resync })
 	submit := func(key string, fn workers.Func) (workers.Submission, error) {
 		if queue == "" {
 			return rt.Submit(ctx, key, fn, alice)
@@ -101,6 +101,17 @@ func deletedByHand(t *testing.T, h HandDeleted, queue string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The notices of the run's own writes are heard before the delete:
+	// one heard after it would have the runtime read the record, and
+	// find it gone, without any notice of the delete. A record written
+	// after them is heard after them.
+	s.hear(t, "the run's insert", func(c workers.Change) bool { return c.ID == k.ID && c.Status == workers.StatusPending })
+	marker := workers.Record{ID: "marker", RunID: "marker.1", CreatedAt: time.Now(),
+		State: workers.State{Status: workers.StatusCompleted, CompletedAt: time.Now()}}
+	if err := h.Store.InsertTask(ctx, marker); err != nil {
+		t.Fatal(err)
+	}
+	s.hear(t, "a record written after the run's", func(c workers.Change) bool { return c.ID == marker.ID })
 	waited := make(chan error, 1)
 	go func() {
 		_, err := rt.Wait(ctx, k.ID, alice)
@@ -179,22 +190,39 @@ func deletedByHand(t *testing.T, h HandDeleted, queue string) {
 	}
 }
 
-// resyncHeard is a Leaser and Notifier store whose Listen closes first
-// once it has passed its first Resync on.
-type resyncHeard struct {
+// heardStore is a Leaser and Notifier store whose listener also passes
+// each notice it passes on to heard, as long as it has room.
+type heardStore struct {
 	workers.Store
 	workers.Leaser
 	n     workers.Notifier
-	first chan struct{}
-	once  sync.Once
+	heard chan workers.Change
 }
 
 // Listen implements workers.Notifier.
-func (s *resyncHeard) Listen(ctx context.Context, changed func(workers.Change)) error {
+func (s *heardStore) Listen(ctx context.Context, changed func(workers.Change)) error {
 	return s.n.Listen(ctx, func(c workers.Change) {
 		changed(c)
-		if c.Resync {
-			s.once.Do(func() { close(s.first) })
+		select {
+		case s.heard <- c:
+		default: // nobody reads any more
 		}
 	})
+}
+
+// hear returns once the listener has passed on a notice that want
+// accepts, failing t after waitLimit.
+func (s *heardStore) hear(t *testing.T, what string, want func(workers.Change) bool) {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		select {
+		case c := <-s.heard:
+			if want(c) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the listener did not hear %s within %v", what, waitLimit)
+		}
+	}
 }
