@@ -19,8 +19,9 @@ const DefaultNoticeInterval = 50 * time.Millisecond
 const noticePage = 256
 
 // Listen implements workers.Notifier. Triggers on the tables append a row
-// to the changes table for every committed insert or update of a task
-// and every added watcher, numbered in commit order; Listen reads the rows
+// to the changes table for every committed insert or update of a task,
+// every delete of a live one, and every added watcher, numbered in
+// commit order; Listen reads the rows
 // after the last one it read every notice interval (WithNoticeInterval,
 // 50 ms by default), on a read connection, and calls changed for each.
 // So a change made by another process, a cancel say, reaches this one

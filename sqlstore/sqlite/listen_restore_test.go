@@ -44,12 +44,13 @@ func TestListenResyncsAfterARestoreOvertakenByNewChanges(t *testing.T) {
 	}
 
 	// The restore: the file as the copy held it, without the last two
-	// changes, its numbering back to the copy's (a rowid table numbers
-	// its next row after its largest).
-	if _, err := raw.Exec(`DELETE FROM workers_changes WHERE seq > 3`); err != nil {
+	// tasks and their changes, its numbering back to the copy's (a rowid
+	// table numbers its next row after its largest). The tasks go first:
+	// their delete appends changes, which the copy does not hold either.
+	if _, err := raw.Exec(`DELETE FROM workers_tasks WHERE id LIKE 'alice::lost%'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := raw.Exec(`DELETE FROM workers_tasks WHERE id LIKE 'alice::lost%'`); err != nil {
+	if _, err := raw.Exec(`DELETE FROM workers_changes WHERE seq > 3`); err != nil {
 		t.Fatal(err)
 	}
 	// Three changes after it: seq 4 and 5 again, and 6.

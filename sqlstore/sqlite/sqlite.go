@@ -49,7 +49,18 @@
 // every 256 rows), and each process reads its own changes too: in the
 // benchmarks they cut the peak submission rate by about 23%. They cannot
 // be turned off. Code of schema version 5 keeps working over a file at
-// version 6 or 7, without notices.
+// version 6, 7 or 8, without notices.
+//
+// A delete of a live task row (any status but a terminal one) made by
+// another process with SQL, an operator's DELETE, appends a change that
+// names the task alone, with no run and no status (schema version 8): a
+// runtime holding a run of it reads the record within a notice
+// interval, finds it gone, and ends the run with workers.ErrDeleted, a
+// run waiting for its turn too, which gives its waiting place back. The
+// deletes of finished rows append nothing, so that Cleanup, which
+// deletes only those, costs the listeners nothing. Each live row deleted
+// appends its own change: a delete of more live rows than the table
+// keeps has each listener re-read everything, as any such burst does.
 //
 // Each runtime holds a lease in the leases table (workers.Leaser), whose
 // expiry SQLite's clock computes (unixepoch('subsec'), in the one upsert
@@ -126,8 +137,11 @@ var dialect = &sqlcore.Dialect{
 	// Version 6 adds the changes table and its triggers, which keep it
 	// bounded by themselves: code that does not listen can use the
 	// tables. Version 7 gives a watcher row written without a created_at
-	// its task's, and the code of version 5 writes it always.
-	CompatibleFrom: map[int]int{6: 5, 7: 5},
+	// its task's, and the code of version 5 writes it always. Version 8
+	// adds a trigger whose changes name a task alone, as an added
+	// watcher's always have, and which appends none for the deletes of
+	// finished rows that the Cleanup of every release makes.
+	CompatibleFrom: map[int]int{6: 5, 7: 5, 8: 5},
 	// The changes table, which every write's trigger appends to and
 	// Listen reads: Migrate refuses tables without it.
 	Probes: []string{`SELECT seq, task_id, run_id, status FROM "{prefix}changes" WHERE 1 = 0`},
