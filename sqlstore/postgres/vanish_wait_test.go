@@ -12,8 +12,8 @@ import (
 	"github.com/taskgate/workers/storetest"
 )
 
-// A Wait on a running task whose record was deleted behind the runtime's
-// back (an operator's DELETE, a failover to a replica that never had the
+// A Wait on a running task whose record vanished behind the runtime's
+// back, with no notice of it (a failover to a replica that never had the
 // record) returns ErrNotFound once the sync loop finds the record gone
 // and cancels the run, as a Watch on it ends then, even while the
 // callback, cancelled, has not returned: Wait follows the record, not
@@ -56,7 +56,7 @@ func TestWaitEndsWhenARunningRecordIsDeleted(t *testing.T) {
 		waited <- err
 	}()
 	waitFor(t, func() bool { return faults.Hung() == 2 })
-	sc.exec(t, `DELETE FROM workers_tasks`)
+	sc.vanish(t, `true`)
 	faults.Heal()
 	select {
 	case c := <-cause:
@@ -104,6 +104,32 @@ func (sc scratch) exec(t *testing.T, sql string, args ...any) {
 			return err
 		}
 		_, err := tx.Exec(t.Context(), sql, args...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vanish deletes the task rows that where selects, with their watchers,
+// as a failover to a replica that never had them would make them
+// vanish: no trigger fires, so no notice announces them gone (an
+// operator's DELETE would announce the live ones).
+func (sc scratch) vanish(t *testing.T, where string, args ...any) {
+	t.Helper()
+	err := pgx.BeginFunc(t.Context(), sc.pool, func(tx pgx.Tx) error {
+		for _, q := range []string{
+			`SET LOCAL search_path TO "` + sc.schema + `"`,
+			`SET LOCAL session_replication_role = replica`,
+		} {
+			if _, err := tx.Exec(t.Context(), q); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(t.Context(), `DELETE FROM workers_watchers WHERE task_id IN (SELECT id FROM workers_tasks WHERE `+where+`)`, args...); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), `DELETE FROM workers_tasks WHERE `+where, args...)
 		return err
 	})
 	if err != nil {

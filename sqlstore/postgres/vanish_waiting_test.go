@@ -16,8 +16,8 @@ import (
 // listener's reconnect to the new primary re-reads the runs waiting for
 // their turn, and the run is taken out of its wait rather than holding
 // its waiting place until its turn. The run never starts. The
-// failover is the record's delete and the end of the listener's
-// connection.
+// failover is the record's delete, which no trigger announces, and the
+// end of the listener's connection.
 func TestAFailoverEndsAWaitingRunWhoseRecordIsNotThere(t *testing.T) {
 	testDSN(t)
 	t.Parallel()
@@ -61,7 +61,7 @@ func TestAFailoverEndsAWaitingRunWhoseRecordIsNotThere(t *testing.T) {
 		}
 		watched <- last
 	}()
-	sc.exec(t, `DELETE FROM workers_tasks WHERE id = $1`, queued.ID)
+	sc.vanish(t, `id = $1`, queued.ID)
 	if _, err := sc.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = 'workers listener' AND position($1 in query) > 0`, postgres.Channel(store)); err != nil {
 		t.Fatal(err)
