@@ -48,7 +48,11 @@ type Leaser interface {
 // Every write that changes a record (InsertTask, ReplaceTask, SetTask,
 // a TransitionTask or AddWatcher that reports true) notifies every
 // listener, in every process, once it is durable. DeleteFinished does not
-// notify. A notice is a hint: it names the task and, where the store
+// notify. A store may also announce a live record deleted outside its
+// methods (the SQL stores' triggers announce an operator's DELETE), with
+// a Change that names the task alone, or with a Resync when the records
+// deleted at once are many; a listener reads the record, finds it gone,
+// and ends the runs it holds for it. A notice is a hint: it names the task and, where the store
 // knows it, the run and status the record holds after the change; a
 // listener reads the record for the rest.
 type Notifier interface {

@@ -104,9 +104,10 @@ type Config struct {
 	//
 	// Over a store that implements Notifier, a change written elsewhere
 	// reaches the run at once, and this loop is only the fallback for a
-	// lost notice, and what finds a record deleted, which no notice
-	// announces (a Cancel that finds it gone ends its run at once, see
-	// Runtime.Cancel). Defaults to 10 seconds over a Notifier, 2
+	// lost notice, and what finds a record that vanished without one (a
+	// failover to a database that never had it; a Cancel that finds it
+	// gone ends its run at once, see Runtime.Cancel). The SQL stores
+	// announce a live record deleted by hand, which ends its run at once. Defaults to 10 seconds over a Notifier, 2
 	// seconds over a Leaser that is not one (a store shared by
 	// processes that polls), and to no loop over other stores (progress
 	// is then stored with a run's transitions only, and a cancel from
@@ -549,9 +550,9 @@ type Submission struct {
 // one still waiting here for its turn ends without starting, and gives
 // its waiting place (Config.Limits) back at once. A run waiting for its
 // turn whose record is deleted (a Reset of another runtime over the same
-// MemStore, a cleanup of an end written elsewhere) does the same once
-// the runtime learns of it (see Limits), with ErrDeleted as the cause of
-// its context.
+// MemStore, a cleanup of an end written elsewhere, an operator's DELETE
+// over a SQL store) does the same once the runtime learns of it (see
+// Limits), with ErrDeleted as the cause of its context.
 //
 // Under Config.Limits, a new run starts at once when a slot is free, and
 // otherwise waits as a PENDING record for its turn (see Limits); a

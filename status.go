@@ -46,7 +46,9 @@ func (rt *Runtime[S]) fallbackPoll(own, notices bool) <-chan time.Time {
 // Config.SyncInterval) and cancels the run, whether or not its callback
 // has returned. Under a run still waiting for its turn (a queue,
 // Config.Limits), a Wait begun before the delete over a Notifier store
-// waits until that turn, or until the store's listener reconnects. A
+// ends once the runtime learns of the delete: from the store's notice of
+// it (the SQL stores announce a live record deleted by hand), from the
+// listener's reconnect, or at that turn. A
 // change made by this runtime, or announced by a Notifier store, wakes
 // Wait at once; a task another runtime runs over a store without
 // notices is read every 50ms.
