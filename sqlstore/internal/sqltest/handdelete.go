@@ -11,12 +11,13 @@ import (
 	"github.com/taskgate/workers"
 )
 
-// HandDeleted is a store for DeletedByHandEndsAWaitingRun: a fresh store
-// over tables of its own, and del, which deletes the task row of id with
-// SQL from outside the store, as an operator would.
+// HandDeleted is what DeletedByHandEndsAWaitingRun runs over.
 type HandDeleted struct {
+	// Store is a fresh, migrated store over tables of its own.
 	Store workers.Store
-	Del   func(t *testing.T, id string)
+	// Del deletes the task row of id with SQL from outside the store,
+	// as an operator would.
+	Del func(t *testing.T, id string)
 }
 
 // DeletedByHandEndsAWaitingRun: a run waiting for its turn (for the one
@@ -25,9 +26,10 @@ type HandDeleted struct {
 // delete: its context's cause is ErrDeleted, the observers hear it finish
 // with CauseDeleted, it gives its owner's waiting place back, and a Wait
 // and a Watch on it begun before the delete end with ErrNotFound. It
-// never starts. The sync loop is an hour away, and the listener resynced
-// before the run existed, so only the delete's notice can end it before
-// the head's turn ends.
+// never starts. The sync loop is an hour away, the listener resynced
+// before the run existed, and it heard the run's own notices before the
+// delete, so only the delete's notice can end it before the head's turn
+// ends.
 func DeletedByHandEndsAWaitingRun(t *testing.T, fresh func(t *testing.T) HandDeleted) {
 	for _, c := range []struct{ name, queue string }{{"ForASlot", ""}, {"InAQueue", "q"}} {
 		t.Run(c.name, func(t *testing.T) {
