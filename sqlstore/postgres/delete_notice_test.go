@@ -120,13 +120,13 @@ func TestThePreviousReleaseUsesTheTablesWithDeleteNotices(t *testing.T) {
 	sc := newScratchT(t)
 	sc.store(t) // migrated by this release
 	old := sc.ownStore(t, nil)
-	if err := sqlcore.MigrateAsRelease(t.Context(), old.Store, 9); err != nil {
+	if err := sqlcore.MigrateAsRelease(t.Context(), postgres.Core(old), 9); err != nil {
 		t.Fatalf("the previous release's Migrate over the tables: %v", err)
 	}
 	// Recorded as needing code that knows it, the migration would keep
 	// the previous release from starting.
 	sc.exec(t, `UPDATE workers_schema_version SET compatible_from = 10 WHERE version = 10`)
-	if err := sqlcore.MigrateAsRelease(t.Context(), old.Store, 9); !errors.Is(err, postgres.ErrSchemaTooNew) {
+	if err := sqlcore.MigrateAsRelease(t.Context(), postgres.Core(old), 9); !errors.Is(err, postgres.ErrSchemaTooNew) {
 		t.Fatalf("the previous release's Migrate over a version 10 it cannot use = %v, want ErrSchemaTooNew", err)
 	}
 }

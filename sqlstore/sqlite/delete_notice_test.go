@@ -116,7 +116,7 @@ func TestThePreviousReleaseUsesTheTablesWithDeleteNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	if err := sqlcore.MigrateAsRelease(t.Context(), old.Store, 7); err != nil {
+	if err := sqlcore.MigrateAsRelease(t.Context(), sqlite.Core(old), 7); err != nil {
 		t.Fatalf("the previous release's Migrate over the file: %v", err)
 	}
 	// Recorded as needing code that knows it, the migration would keep
@@ -124,7 +124,7 @@ func TestThePreviousReleaseUsesTheTablesWithDeleteNotices(t *testing.T) {
 	if _, err := openRaw(t, path).ExecContext(t.Context(), `UPDATE workers_schema_version SET compatible_from = 8 WHERE version = 8`); err != nil {
 		t.Fatal(err)
 	}
-	if err := sqlcore.MigrateAsRelease(t.Context(), old.Store, 7); !errors.Is(err, sqlite.ErrSchemaTooNew) {
+	if err := sqlcore.MigrateAsRelease(t.Context(), sqlite.Core(old), 7); !errors.Is(err, sqlite.ErrSchemaTooNew) {
 		t.Fatalf("the previous release's Migrate over a version 8 it cannot use = %v, want ErrSchemaTooNew", err)
 	}
 }
