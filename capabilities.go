@@ -52,9 +52,9 @@ type Leaser interface {
 // methods (the SQL stores' triggers announce an operator's DELETE), with
 // a Change that names the task alone, or with a Resync when the records
 // deleted at once are many; a listener reads the record, finds it gone,
-// and ends the runs it holds for it. A notice is a hint: it names the task and, where the store
-// knows it, the run and status the record holds after the change; a
-// listener reads the record for the rest.
+// and ends the runs it holds for it. A notice is a hint: it names the
+// task and, where the store knows it, the run and status the record
+// holds after the change; a listener reads the record for the rest.
 type Notifier interface {
 	// Listen calls changed for each notice until ctx ends, and then
 	// returns ctx's error. It returns another error if it cannot listen

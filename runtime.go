@@ -107,12 +107,13 @@ type Config struct {
 	// lost notice, and what finds a record that vanished without one (a
 	// failover to a database that never had it; a Cancel that finds it
 	// gone ends its run at once, see Runtime.Cancel). The SQL stores
-	// announce a live record deleted by hand, which ends its run at once. Defaults to 10 seconds over a Notifier, 2
-	// seconds over a Leaser that is not one (a store shared by
-	// processes that polls), and to no loop over other stores (progress
-	// is then stored with a run's transitions only, and a cancel from
-	// another process reaches the record but not the callback). Only
-	// runs that have started are checked.
+	// announce a live record deleted by hand, which ends its run at
+	// once. Defaults to 10 seconds over a Notifier, 2 seconds over a
+	// Leaser that is not one (a store shared by processes that polls),
+	// and to no loop over other stores (progress is then stored with a
+	// run's transitions only, and a cancel from another process reaches
+	// the record but not the callback). Only runs that have started are
+	// checked.
 	SyncInterval time.Duration
 
 	// ProgressInterval is how often a run's progress is written to a

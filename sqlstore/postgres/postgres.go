@@ -644,9 +644,9 @@ func (s *Store) Close() error {
 // (undefined_function) or schema (invalid_schema_name) a statement
 // names, and returns the table or function named, as its message gives
 // it: a column's table when the message names one, and "" otherwise (a
-// schema's message, or one in another language, names none). An operator that does not exist, which shares
-// undefined_function's code, is not missing in that sense: no migration
-// makes one.
+// schema's message, or one in another language, names none). An
+// operator that does not exist, which shares undefined_function's code,
+// is not missing in that sense: no migration makes one.
 func missing(err error) (name string, ok bool) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
