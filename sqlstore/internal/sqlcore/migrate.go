@@ -117,8 +117,12 @@ func (s *Store) migrateOnce(ctx context.Context, migs []migration, upTo int) err
 				return s.wrap(ctx, "migrate", err)
 			}
 		}
-		if err := s.schemaExists(ctx, tx, "migrate"); err != nil {
+		if err := s.schemaExists(ctx, tx, "migrate"); errors.Is(err, ErrNoSchema) {
 			return err
+		} else if err != nil {
+			// A lost connection, say: ErrUnavailable, reported as any
+			// other statement's (Config.Lost).
+			return s.wrap(ctx, fmt.Sprintf("migrate: schema %q", s.cfg.Schema), err)
 		}
 		if s.d.MigrationLock != "" {
 			if _, err := tx.ExecContext(ctx, s.d.MigrationLock, s.lockKey()); err != nil {

@@ -927,14 +927,16 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 // when the store's Config names a schema that q finds does not exist
 // (Dialect.SchemaExists); it returns nil when the schema exists, when
 // the store names none, or the dialect cannot tell, and the error of
-// the read when it fails.
+// the read, as the driver gave it, when it fails: Migrate wraps it as
+// any other statement's, and wrap, which asks on another statement's
+// failure, keeps that failure's.
 func (s *Store) schemaExists(ctx context.Context, q querier, op string) error {
 	if s.cfg.Schema == "" || s.d.SchemaExists == "" {
 		return nil
 	}
 	var exists bool
 	if err := q.QueryRowContext(ctx, s.d.SchemaExists, s.cfg.Schema).Scan(&exists); err != nil {
-		return fmt.Errorf("%s: %s: schema %q: %w", s.d.Name, op, s.cfg.Schema, err)
+		return err
 	}
 	if !exists {
 		return fmt.Errorf("%s: %s: %w %q: create it before Migrate, which does not", s.d.Name, op, ErrNoSchema, s.cfg.Schema)
