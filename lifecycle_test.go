@@ -1176,6 +1176,75 @@ func TestReadyFailsFromTheFirstRenewalThatFails(t *testing.T) {
 	})
 }
 
+// Ready's own renewals, made while renewals fail, are reported to its
+// caller and not logged: a probe every second would otherwise log a line
+// a second, beside the loop's one an interval.
+func TestReadyLogsNoRenewalOfItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &failingLeaser{MemStore: NewMemStore()}
+		logger, logs := bufferLogger()
+		rt := NewRuntime(s, Config{Logger: logger})
+		require.NoError(t, rt.Start(ctx))
+		s.fail.Store(true)
+		time.Sleep(rt.cfg.LeaseInterval + time.Millisecond) // the loop's renewal fails, and is logged
+		synctest.Wait()
+		const line = "lease renewal failed"
+		require.Equal(t, 1, strings.Count(logs.String(), line), logs.String())
+		calls := s.calls.Load()
+		for range 5 {
+			require.ErrorIs(t, rt.Ready(ctx), errLeaseStore)
+		}
+		assert.Equal(t, calls+5, s.calls.Load(), "each Ready renewed")
+		assert.Equal(t, 1, strings.Count(logs.String(), line), "Ready's renewals were logged")
+		s.fail.Store(false)
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// A store that does not answer a renewal at all (a network that drops
+// its packets) fails Ready once the renewal has waited for longer than
+// a LeaseInterval, though the renewal is cut off only at the lease's
+// end: every submission meanwhile waits on the same store.
+func TestReadyFailsWhileARenewalGoesUnanswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &hangingLeaser{MemStore: NewMemStore(), answer: make(chan struct{})}
+		rt := NewRuntime(s, Config{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, rt.Start(ctx))
+		s.hang.Store(true)
+		time.Sleep(rt.cfg.LeaseInterval + time.Millisecond) // the loop's renewal is sent, and hangs
+		synctest.Wait()
+		require.NoError(t, rt.Ready(ctx), "a renewal in flight for less than an interval")
+		time.Sleep(rt.cfg.LeaseInterval)
+		err := rt.Ready(ctx)
+		require.ErrorIs(t, err, ErrUnavailable)
+		assert.ErrorContains(t, err, "has not answered for 3.001s")
+		s.hang.Store(false)
+		close(s.answer) // the renewal is answered, and succeeds
+		synctest.Wait()
+		require.NoError(t, rt.Ready(ctx))
+		require.NoError(t, rt.Shutdown(ctx))
+	})
+}
+
+// hangingLeaser is a MemStore whose lease renewals wait, while hang is
+// set, until answer is closed or their ctx ends.
+type hangingLeaser struct {
+	*MemStore
+	hang   atomic.Bool
+	answer chan struct{}
+}
+
+func (s *hangingLeaser) RenewLease(ctx context.Context, instance string, ttl time.Duration) (bool, error) {
+	if s.hang.Load() {
+		select {
+		case <-s.answer:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return s.MemStore.RenewLease(ctx, instance, ttl)
+}
+
 // errLeaseStore is the error failingLeaser's renewals fail with.
 var errLeaseStore = errors.New("lease table unreachable")
 

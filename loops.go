@@ -116,8 +116,13 @@ type leaseState struct {
 	// failing is set while the last renewal answered failed, as lastErr
 	// says, for Ready to read without the turn.
 	failing atomic.Bool
+	// asked is the lease clock's reading when the renewal in flight
+	// was sent, 0 while none is: Ready reads it without the turn, to
+	// tell a store that does not answer.
+	asked atomic.Int64
 
 	// Guarded by turn.
+	quiet   bool  // the renewal made is Ready's, whose failure its caller is told, not the log
 	took    bool  // a renewal has succeeded: the lease was taken
 	lost    bool  // no lease is held: none was taken yet, or it was found lost since the last renewal
 	lastErr error // the error of the last renewal answered, nil if it succeeded
@@ -315,7 +320,15 @@ func leaseError(doing string, err error) error {
 // while it waited for the turn.
 func (rt *Runtime[S]) renewIfFailing(ctx context.Context) error {
 	ls := &rt.lease
-	if rt.leaser == nil || !ls.failing.Load() {
+	if rt.leaser == nil {
+		return nil
+	}
+	if asked := ls.asked.Load(); asked != 0 {
+		if d := time.Duration(ls.now() - asked); d > rt.cfg.LeaseInterval {
+			return fmt.Errorf("workers: renewing the instance lease: the store has not answered for %v: %w", d.Round(time.Millisecond), ErrUnavailable)
+		}
+	}
+	if !ls.failing.Load() {
 		return nil
 	}
 	seen := ls.tries.Load()
@@ -329,7 +342,12 @@ func (rt *Runtime[S]) renewIfFailing(ctx context.Context) error {
 	case ls.tries.Load() != seen && !ls.partial:
 		return leaseError("renewing", ls.lastErr)
 	}
-	if err := rt.renewUnlessShut(ctx, rt.leaser, time.Time{}); err != nil {
+	// The loop logs its renewals' failures, one an interval; a probe's
+	// are its caller's to report.
+	ls.quiet = true
+	err := rt.renewUnlessShut(ctx, rt.leaser, time.Time{})
+	ls.quiet = false
+	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -496,7 +514,9 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 		bound = until.Sub(sent)
 	}
 	call, cancel := context.WithTimeoutCause(ctx, bound, errRenewalCutOff)
+	ls.asked.Store(max(ls.clock(sent), 1))
 	extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
+	ls.asked.Store(0)
 	cutOff := context.Cause(call) == errRenewalCutOff
 	cancel()
 	switch {
@@ -515,7 +535,9 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 	ls.lastErr = err
 	ls.failing.Store(err != nil)
 	if err != nil {
-		rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
+		if !ls.quiet {
+			rt.cfg.Logger.Error("workers: lease renewal failed", "instance", rt.instance, "err", err)
+		}
 		rt.loseLeaseIfEnded()
 		return err
 	}

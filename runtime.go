@@ -432,12 +432,14 @@ func configError(err error) error {
 // the last renewal failed: a store that is down or refuses writes makes
 // Ready fail from the first renewal that failed (within a LeaseInterval
 // of the outage's start), not only once the lease may have ended, and
-// Ready answers nil again as soon as the store takes a renewal. A store
-// that does not answer at all (a network that drops its packets) fails
-// a renewal only once it is cut off, at the lease's end: until then the
-// last renewal succeeded, and Ready answers nil. A service can serve it
-// as its readiness check: it costs no store call while the lease is
-// known to be live and its last renewal succeeded.
+// Ready answers nil again as soon as the store takes a renewal; its own
+// renewals' failures are returned, not logged (the renewal loop logs its
+// own, one an interval). A store that does not answer at all (a network
+// that drops its packets) fails a renewal only once it is cut off, at
+// the lease's end; Ready fails with ErrUnavailable from the time a
+// renewal has gone unanswered for longer than a LeaseInterval. A
+// service can serve it as its readiness check: it costs no store call
+// while the lease is known to be live and its last renewal succeeded.
 func (rt *Runtime[S]) Ready(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
