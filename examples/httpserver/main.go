@@ -142,6 +142,17 @@ func newAPI[S workers.Store](rt *workers.Runtime[S], streams context.Context) ht
 	})
 	mux.Handle("POST /tasks", http.NewCrossOriginProtection().Handler(submit))
 	mux.HandleFunc("GET /login", login)
+	// The readiness probe: 200 while the runtime takes submissions, 503
+	// with a Retry-After once Shutdown has begun or while its store
+	// cannot renew its lease, so that a load balancer sends the work to
+	// another replica.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := rt.Ready(r.Context()); err != nil {
+			workershttp.WriteError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	// workershttp's routes are mounted on their own paths, not on "/":
 	// a catch-all would answer for this mux's routes too, a method they
 	// do not take 404 or 405 with an Allow that leaves theirs out.

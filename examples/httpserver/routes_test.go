@@ -37,6 +37,7 @@ func TestEveryRouteAnswersAndAMissIsJSON(t *testing.T) {
 	}{
 		{"GET", "/", 200},
 		{"GET", "/login?user=alice", 303},
+		{"GET", "/readyz", 204},
 		{"GET", "/tasks/alice::a%2Fb", 200},
 		{"HEAD", "/tasks/alice::a%2Fb/events", 200},
 		{"GET", "/tasks?limit=10", 200},
@@ -56,5 +57,29 @@ func TestEveryRouteAnswersAndAMissIsJSON(t *testing.T) {
 		if w.Code != 404 || !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
 			t.Errorf("GET %s: %d %q %q; want a JSON 404", p, w.Code, w.Header().Get("Content-Type"), w.Body)
 		}
+	}
+}
+
+// The readiness route answers 503, in JSON and with a Retry-After, once
+// Shutdown has begun: a load balancer stops sending it work.
+func TestReadinessFailsOnceShutdownBegins(t *testing.T) {
+	rt := workers.NewRuntime(workers.NewMemStore(), workers.Config{})
+	streams, end := context.WithCancel(context.Background())
+	defer end()
+	api := newAPI(rt, streams)
+	ready := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+		return w
+	}
+	if w := ready(); w.Code != 204 {
+		t.Fatalf("GET /readyz: %d %s, want 204", w.Code, w.Body)
+	}
+	if err := rt.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w := ready()
+	if w.Code != 503 || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), `"closed"`) {
+		t.Errorf("GET /readyz after Shutdown: %d %q %s, want 503 closed with a Retry-After", w.Code, w.Header().Get("Retry-After"), w.Body)
 	}
 }
