@@ -515,8 +515,8 @@ func (rt *Runtime[S]) renew(ctx context.Context, l Leaser, until time.Time) erro
 	}
 	call, cancel := context.WithTimeoutCause(ctx, bound, errRenewalCutOff)
 	ls.asked.Store(max(ls.clock(sent), 1))
+	defer ls.asked.Store(0) // deferred: a store's panic leaves no renewal in flight
 	extended, err := l.RenewLease(call, rt.instance, rt.cfg.LeaseTTL)
-	ls.asked.Store(0)
 	cutOff := context.Cause(call) == errRenewalCutOff
 	cancel()
 	switch {
