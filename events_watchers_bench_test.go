@@ -43,3 +43,21 @@ func BenchmarkProgressManyWatchers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDistinct measures distinct over a list of n watchers with one
+// repeat at its end, the worst case of a list checked name by name.
+func BenchmarkDistinct(b *testing.B) {
+	for _, n := range []int{10, 100, 1000, 10000} {
+		b.Run("watchers="+strconv.Itoa(n), func(b *testing.B) {
+			w := make([]string, n)
+			for i := range w {
+				w[i] = "u" + strconv.Itoa(i)
+			}
+			w[n-1] = w[0]
+			b.ReportAllocs()
+			for range b.N {
+				_ = distinct(w)
+			}
+		})
+	}
+}

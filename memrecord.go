@@ -176,8 +176,14 @@ func newMemRecord(rec *Record, ids string) *memRecord {
 // distinct returns w with each watcher once, where it first appears: w
 // itself, with no copy, when no watcher is there twice. A runtime's
 // watcher lists never are, and its records are built without it (see
-// Task.memRecord).
+// Task.memRecord). A list longer than distinctSet is checked through a
+// set, which it allocates, so that a record or a submission naming
+// thousands of watchers costs O(n), not O(n²); a shorter one allocates
+// nothing unless it has a repeat.
 func distinct(w []string) []string {
+	if len(w) > distinctSet {
+		return distinctLong(w)
+	}
 	for i := 1; i < len(w); i++ {
 		if !slices.Contains(w[:i], w[i]) {
 			continue
@@ -186,6 +192,30 @@ func distinct(w []string) []string {
 		for _, x := range w[i+1:] {
 			if !slices.Contains(out, x) {
 				out = append(out, x)
+			}
+		}
+		return out
+	}
+	return w
+}
+
+// distinctSet is the length past which distinct checks a list through a
+// set rather than by comparing each name with those before it.
+const distinctSet = 32
+
+// distinctLong is distinct through a set.
+func distinctLong(w []string) []string {
+	seen := make(map[string]struct{}, len(w))
+	for i, x := range w {
+		if _, twice := seen[x]; !twice {
+			seen[x] = struct{}{}
+			continue
+		}
+		out := slices.Clone(w[:i])
+		for _, y := range w[i+1:] {
+			if _, twice := seen[y]; !twice {
+				seen[y] = struct{}{}
+				out = append(out, y)
 			}
 		}
 		return out

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -770,4 +772,53 @@ func TestMemStoreKeepsWatchersOnce(t *testing.T) {
 
 	once := []string{"bob", "alice", "carol"}
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = distinct(once) }))
+}
+
+// distinct keeps each watcher's first appearance, in order, for lists
+// on either side of distinctSet, with and without repeats, and returns a
+// list without repeats as it is.
+func TestDistinctKeepsFirstAppearances(t *testing.T) {
+	naive := func(w []string) []string {
+		out := []string{}
+		for _, x := range w {
+			if !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 2, distinctSet, distinctSet + 1, 100, 1000} {
+		for _, names := range []int{max(n, 1), max(n/3, 1)} { // no repeats (mostly), many
+			w := make([]string, n)
+			for i := range w {
+				w[i] = "u" + strconv.Itoa(rng.IntN(names))
+			}
+			orig := slices.Clone(w)
+			got := distinct(w)
+			assert.Equal(t, naive(orig), append([]string{}, got...), "n=%d names=%d", n, names)
+			assert.Equal(t, orig, w, "the caller's slice is left as it was")
+			if len(got) == len(w) && n > 0 {
+				assert.Same(t, &w[0], &got[0], "a list without repeats is returned as it is")
+			}
+		}
+	}
+}
+
+// WithWatchers names each owner once, in the order of first appearance,
+// however many it is given, across several of its options too.
+func TestWithWatchersNamesEachOwnerOnce(t *testing.T) {
+	var owners []Owner
+	var want []string
+	for i := range 100 {
+		id := "u" + strconv.Itoa(i%60)
+		owners = append(owners, MustOwner(id))
+		if i < 60 {
+			want = append(want, id)
+		}
+	}
+	var o submitOptions
+	require.NoError(t, WithWatchers(owners[:50]...)(&o))
+	require.NoError(t, WithWatchers(owners[50:]...)(&o))
+	assert.Equal(t, want, o.watchers)
 }

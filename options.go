@@ -46,10 +46,9 @@ func WithWatchers(owners ...Owner) SubmitOption {
 			if w.id == "" {
 				return fmt.Errorf("%w: zero Owner in WithWatchers", ErrNoAuthority)
 			}
-			if !slices.Contains(o.watchers, w.id) {
-				o.watchers = append(o.watchers, w.id)
-			}
+			o.watchers = append(o.watchers, w.id)
 		}
+		o.watchers = distinct(o.watchers)
 		return nil
 	}
 }
