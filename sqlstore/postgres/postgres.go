@@ -466,7 +466,8 @@ func (r *resetter) lost(err error) {
 // its own methods, it has those of the [workers.Store] and
 // [workers.Leaser] interfaces, documented there: GetTask, InsertTask,
 // SetTask, ReplaceTask, TransitionTask, AddWatcher, ListTasks,
-// DeleteFinished, RenewLease, ReleaseLease and LiveInstances. Its
+// DeleteFinished, QueueAuthorizer, SetQueueAuthorizer, WatchAuthorizer,
+// SetWatchAuthorizer, RenewLease, ReleaseLease and LiveInstances. Its
 // Listen implements [workers.Notifier].
 type Store struct {
 	*core // the implementation shared with the SQLite store, not API

@@ -220,9 +220,10 @@ func primaryCodeIn(err error, codes ...int) bool {
 // concurrent use. Besides its own methods, it has
 // those of the [workers.Store] and [workers.Leaser] interfaces,
 // documented there: GetTask, InsertTask, SetTask, ReplaceTask,
-// TransitionTask, AddWatcher, ListTasks, DeleteFinished, RenewLease,
-// ReleaseLease and LiveInstances. Its Listen implements
-// [workers.Notifier].
+// TransitionTask, AddWatcher, ListTasks, DeleteFinished,
+// QueueAuthorizer, SetQueueAuthorizer, WatchAuthorizer,
+// SetWatchAuthorizer, RenewLease, ReleaseLease and LiveInstances. Its
+// Listen implements [workers.Notifier].
 type Store struct {
 	*core // the implementation shared with the PostgreSQL store, not API
 
