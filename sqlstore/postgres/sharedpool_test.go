@@ -197,6 +197,10 @@ func TestAnApplicationTransactionOnTheSharedPoolHoldsBackOnlyItsRow(t *testing.T
 	}
 	close(release) // its outcome waits for its row; the others' do not
 	begin := time.Now()
+	// Each task must end within its own second while the row is still
+	// held (it is let go only after the five): a task held back by the
+	// row would wait for good. The five are not bounded together, which
+	// under load (a race detector, other work) failed for no fault.
 	for i := range 5 {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		s, err := rt.Submit(ctx, fmt.Sprint("t", i), func(context.Context, *workers.Task) (any, error) { return i, nil }, alice)
@@ -209,9 +213,6 @@ func TestAnApplicationTransactionOnTheSharedPoolHoldsBackOnlyItsRow(t *testing.T
 		if err != nil || snap.Status != workers.StatusCompleted {
 			t.Fatalf("a task run while the application holds another's row: %v, %v", snap.Status, err)
 		}
-	}
-	if took := time.Since(begin); took > time.Second {
-		t.Errorf("five tasks took %v while the application held another's row", took)
 	}
 	// The lease is kept over more than a lease's length under the held
 	// row: the time passing is what is tested.
