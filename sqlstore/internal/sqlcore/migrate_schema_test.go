@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
@@ -61,5 +62,35 @@ func TestMigratesSchemaReadOnALostConnectionIsUnavailable(t *testing.T) {
 	}
 	if n := lost.Load(); n != 1 {
 		t.Errorf("the lost connection reported %d times, want once", n)
+	}
+}
+
+// A statement that finds a table of the store's own missing, in a store
+// whose Config names a schema, reads whether the schema exists to say
+// which is missing; when that read fails too (its connection lost), the
+// statement's own failure is returned, with the hint to call Migrate,
+// not the read's, and not as though the schema were missing.
+func TestASchemaReadThatFailsLeavesTheStatementsError(t *testing.T) {
+	db := sql.OpenDB(connector{schemaLostDriver{}})
+	defer db.Close()
+	errMissing := errors.New(`relation "jobs.workers_tasks" does not exist`)
+	s, err := New(&Dialect{
+		Name: "test", Time: func(t time.Time) any { return t },
+		ConnLost: func(err error) bool { return errors.Is(err, errLost) },
+		Missing: func(err error) (string, bool) {
+			return "jobs.workers_tasks", errors.Is(err, errMissing)
+		},
+		SchemaExists: "SELECT true",
+		Migrations:   fstest.MapFS{"migrations/0001_init.sql": {Data: []byte("CREATE TABLE t (a int)")}},
+	}, db, db, Config{Prefix: DefaultPrefix, Schema: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.wrap(context.Background(), "get task", errMissing)
+	if !errors.Is(err, errMissing) || errors.Is(err, errLost) || errors.Is(err, ErrNoSchema) || errors.Is(err, workers.ErrUnavailable) {
+		t.Errorf("wrap with the schema's read failing = %v, want the statement's own error alone", err)
+	}
+	if !strings.Contains(err.Error(), "call Migrate") {
+		t.Errorf("wrap with the schema's read failing = %v, want the hint to call Migrate", err)
 	}
 }
