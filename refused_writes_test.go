@@ -89,3 +89,49 @@ func TestAnOutcomeRefusedUntilTheLeaseWasLostLandsOnceWritesAreAccepted(t *testi
 		require.NoError(t, rt.Shutdown(context.Background()))
 	})
 }
+
+// Ready's answer through every fault of a lease renewal: one refused
+// before it lands or after (its answer lost), and one that lands and
+// then goes unanswered. Ready fails while the renewals do (for one that
+// hangs, once it has waited past a LeaseInterval), with no log line of
+// its own, and answers nil again once the store takes a renewal; the
+// lease is kept throughout, so a run going on meanwhile is not
+// abandoned.
+func TestReadyThroughEachFaultOfARenewal(t *testing.T) {
+	for _, fault := range []storetest.Fault{storetest.FailBefore, storetest.FailAfter, storetest.HangAfter} {
+		t.Run(fault.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt, _, f := faulty(workers.Config{})
+				require.NoError(t, rt.Start(context.Background()))
+				release := make(chan struct{})
+				sub, err := rt.Submit(context.Background(), "k", func(ctx context.Context, _ *workers.Task) (any, error) {
+					<-release
+					return nil, context.Cause(ctx)
+				}, owner)
+				require.NoError(t, err)
+				synctest.Wait()
+
+				heal := f.Add(storetest.Rule{Op: storetest.OpRenewLease, Fault: fault, Err: errReadOnly})
+				time.Sleep(3*time.Second + time.Millisecond) // the loop's renewal meets the fault
+				synctest.Wait()
+				if fault == storetest.HangAfter {
+					require.NoError(t, rt.Ready(context.Background()), "a renewal unanswered for less than an interval")
+					time.Sleep(3 * time.Second)
+					require.ErrorIs(t, rt.Ready(context.Background()), workers.ErrUnavailable)
+					heal()
+					f.Release()
+				} else {
+					require.ErrorIs(t, rt.Ready(context.Background()), errReadOnly)
+					heal()
+				}
+				synctest.Wait()
+				require.NoError(t, rt.Ready(context.Background()), "the store takes renewals again")
+				close(release)
+				snap, err := rt.Wait(context.Background(), sub.ID, owner)
+				require.NoError(t, err)
+				assert.Equal(t, workers.StatusCompleted, snap.Status, "the run was not abandoned: %s", snap.Cause)
+				require.NoError(t, rt.Shutdown(context.Background()))
+			})
+		})
+	}
+}
